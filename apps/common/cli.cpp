@@ -1,0 +1,60 @@
+// Command-line parsing with config files, and the top-level error handler of the apps.
+#include "apps/common/cli.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "core/error.h"
+
+namespace tessera::cli {
+namespace {
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+}  // namespace
+
+bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+           const std::string& usage) {
+  po::options_description all("Options");
+  all.add_options()("help,h", "print this help and exit")(
+      "config", po::value<std::string>(), "read options from an .ini file (keys are long option names)");
+  all.add(options);
+  try {
+    po::store(po::parse_command_line(argc, argv, all), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\n" << all << "\n";
+      return false;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw UsageError("cannot read config file " + path);
+      po::store(po::parse_config_file(in, all), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  return true;
+}
+
+int run_main(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return kExitUsage;
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitRuntime;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitRuntime;
+  }
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,24 @@
+// What every tessera executable shares on its command line: a --config FILE.ini whose keys are
+// the long option names, --help, and the top-level error handling (one "error:" line, exit code).
+#pragma once
+#include <boost/program_options.hpp>
+#include <functional>
+#include <string>
+
+namespace tessera::cli {
+
+namespace po = boost::program_options;
+
+// Exit codes: 0 success, 1 runtime error (bad data, failed run), 2 usage error (bad options).
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+// Parses argv (and the --config file, if given: command-line values win) into `vm`.
+// Returns false when --help was printed.
+bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
+           const std::string& usage);
+
+// Runs body, turning exceptions into one "error: ..." line on stderr and the matching exit code.
+int run_main(const std::function<int()>& body);
+
+}  // namespace tessera::cli

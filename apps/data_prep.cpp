@@ -1,0 +1,242 @@
+// data_prep: makes token data sets (HDF5) for the trainers: `text` (byte-level tokens of a file)
+// and `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it).
+#include <boost/program_options.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "io/hdf5_file.h"
+#include "io/markov_source.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using tessera::DType;
+using tessera::Tensor;
+using tessera::fail;
+using tessera::io::H5File;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: data_prep <command> [options]\n"
+    "\n"
+    "Makes token data sets (HDF5: /train/tokens, /val/tokens, attributes vocab_size, tokenizer).\n"
+    "\n"
+    "commands:\n"
+    "  text    byte-level tokens of a text file (vocab 256)\n"
+    "  synth   tokens sampled from a random sparse Markov chain, with its exact entropy rate\n"
+    "\n"
+    "Run `data_prep <command> --help` for the options of a command.\n";
+
+// A mistake on the command line: reported as "error: ..." with exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The output file is written as <output>.tmp and renamed into place only when complete; on any
+// failure the temporary is removed, so no partial output is ever left behind.
+class AtomicOutput {
+ public:
+  explicit AtomicOutput(const std::string& output) : output_(output), tmp_(output + ".tmp") {
+    const fs::path parent = fs::path(output).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+      fail("cannot write ", output, ": directory ", parent.string(), " does not exist");
+    if (fs::is_directory(output, ec)) fail("cannot write ", output, ": it is a directory");
+  }
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+  ~AtomicOutput() {
+    if (!committed_) {
+      std::error_code ec;
+      fs::remove(tmp_, ec);
+    }
+  }
+  const std::string& tmp() const { return tmp_; }
+  void commit() {
+    std::error_code ec;
+    fs::rename(tmp_, output_, ec);
+    if (ec) fail("cannot rename ", tmp_, " to ", output_, ": ", ec.message());
+    committed_ = true;
+  }
+
+ private:
+  std::string output_, tmp_;
+  bool committed_ = false;
+};
+
+// Tokens as a 1-D tensor: uint16 when the vocabulary fits, else int32.
+Tensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (vocab <= 65536) {
+    Tensor t = Tensor::empty({n}, DType::u16);
+    uint16_t* p = t.data<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint16_t>(tokens[i]);
+    return t;
+  }
+  Tensor t = Tensor::empty({n}, DType::i32);
+  std::copy(tokens.begin(), tokens.end(), t.data<int32_t>());
+  return t;
+}
+
+// Parses a subcommand's options; returns false when --help was printed.
+bool parse(const std::vector<std::string>& args, const po::options_description& desc,
+           const char* usage, po::variables_map& vm) {
+  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n" << desc;
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
+int run_text(const std::vector<std::string>& args) {
+  std::string input, output;
+  double val_fraction = 0.1;
+  po::options_description desc("options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("input", po::value(&input)->required(), "text file to tokenise (bytes)")
+      ("output", po::value(&output)->required(), "HDF5 file to write")
+      ("val-fraction", po::value(&val_fraction)->default_value(0.1),
+       "fraction of the file, taken from its end, that goes to /val");
+  po::variables_map vm;
+  if (!parse(args, desc,
+             "usage: data_prep text --input FILE --output FILE.h5 [--val-fraction F]\n\n"
+             "Byte-level tokens (vocab 256, tokenizer \"bytes\"): the last F of the file goes to\n"
+             "/val/tokens, the rest to /train/tokens, stored as uint16.\n",
+             vm))
+    return 0;
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
+
+  std::error_code ec;
+  if (!fs::exists(input, ec)) fail("cannot read input ", input, ": no such file");
+  if (fs::is_directory(input, ec)) fail("cannot read input ", input, ": it is a directory");
+  std::ifstream in(input, std::ios::binary);
+  if (!in) fail("cannot read input ", input, ": permission denied or unreadable");
+  const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("cannot read input ", input, ": read error");
+  if (bytes.empty()) fail("input ", input, " is empty: no tokens to write");
+
+  const auto n = static_cast<int64_t>(bytes.size());
+  const auto n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
+  const int64_t n_train = n - n_val;
+  if (val_fraction > 0 && (n_val < 2 || n_train < 2))
+    fail("input ", input, " has only ", n, " bytes: too few to split into train and val with --val-fraction ",
+         val_fraction, " (each split needs at least 2 tokens)");
+
+  AtomicOutput out(output);
+  {
+    H5File f = H5File::create(out.tmp());
+    const std::vector<int32_t> tokens(bytes.begin(), bytes.end());
+    f.write("/train/tokens", token_tensor({tokens.begin(), tokens.begin() + n_train}, 256));
+    if (n_val > 0) f.write("/val/tokens", token_tensor({tokens.begin() + n_train, tokens.end()}, 256));
+    f.set_attr("/", "vocab_size", int64_t{256});
+    f.set_attr("/", "tokenizer", "bytes");
+    f.set_attr("/", "source", fs::path(input).filename().string());
+    f.flush();
+  }
+  out.commit();
+  std::cout << "wrote " << output << ": " << n_train << " train and " << n_val
+            << " val tokens (bytes, vocab 256)\n";
+  return 0;
+}
+
+int run_synth(const std::vector<std::string>& args) {
+  int64_t vocab = 0, tokens = 0, val_tokens = -1, branching = 4;
+  uint64_t seed = 0;
+  std::string output;
+  po::options_description desc("options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("vocab", po::value(&vocab)->required(), "vocabulary size V (at least 2)")
+      ("tokens", po::value(&tokens)->required(), "training tokens N (at least 2)")
+      ("seed", po::value(&seed)->required(), "seed of the chain and of the samples")
+      ("output", po::value(&output)->required(), "HDF5 file to write")
+      ("val-tokens", po::value(&val_tokens), "validation tokens M (default N/10)")
+      ("branching", po::value(&branching)->default_value(4), "successors per state K (at least 2)");
+  po::variables_map vm;
+  if (!parse(args, desc,
+             "usage: data_prep synth --vocab V --tokens N --seed S --output FILE.h5\n"
+             "                       [--val-tokens M] [--branching K]\n\n"
+             "Samples N train and M val tokens from a random first-order Markov chain in which\n"
+             "each state has K successors, started from its stationary distribution. The exact\n"
+             "entropy rate (nats/token), the best loss any model can reach, is printed and stored\n"
+             "as the root attribute entropy_rate.\n",
+             vm))
+    return 0;
+  if (vocab < 2) throw UsageError("--vocab must be at least 2, got " + std::to_string(vocab));
+  if (vocab > (int64_t{1} << 31) - 1) throw UsageError("--vocab must fit in int32, got " + std::to_string(vocab));
+  if (tokens < 2) throw UsageError("--tokens must be at least 2, got " + std::to_string(tokens));
+  if (branching < 2) throw UsageError("--branching must be at least 2, got " + std::to_string(branching));
+  if (!vm.count("val-tokens")) val_tokens = tokens / 10;
+  if (val_tokens < 0) throw UsageError("--val-tokens must not be negative, got " + std::to_string(val_tokens));
+
+  AtomicOutput out(output);
+  const tessera::io::MarkovSource source = tessera::io::MarkovSource::random(vocab, branching, seed);
+  const std::vector<int32_t> train = source.sample(tokens, seed, tessera::stream_id("markov.sample.train"));
+  const std::vector<int32_t> val = source.sample(val_tokens, seed, tessera::stream_id("markov.sample.val"));
+  {
+    H5File f = H5File::create(out.tmp());
+    f.write("/train/tokens", token_tensor(train, vocab));
+    if (val_tokens > 0) f.write("/val/tokens", token_tensor(val, vocab));
+    f.set_attr("/", "vocab_size", vocab);
+    f.set_attr("/", "tokenizer", "synthetic-markov");
+    f.set_attr("/", "entropy_rate", source.entropy_rate());
+    f.set_attr("/", "seed", static_cast<int64_t>(seed));
+    f.set_attr("/", "branching", std::min(branching, vocab));
+    f.flush();
+  }
+  out.commit();
+  const double empirical = source.mean_nll(train);
+  std::printf("wrote %s: %lld train and %lld val tokens, vocab %lld, branching %lld\n", output.c_str(),
+              static_cast<long long>(tokens), static_cast<long long>(val_tokens),
+              static_cast<long long>(vocab), static_cast<long long>(std::min(branching, vocab)));
+  std::printf("entropy rate: %.6f nats/token (%.6f bits/token)\n", source.entropy_rate(),
+              source.entropy_rate() / std::log(2.0));
+  std::printf("empirical entropy of the train tokens: %.6f nats/token\n", empirical);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (args.empty()) throw UsageError("missing command (text or synth); run data_prep --help");
+    const std::string command = args[0];
+    args.erase(args.begin());
+    if (command == "--help" || command == "-h" || command == "help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (command == "text") return run_text(args);
+    if (command == "synth") return run_synth(args);
+    if (!command.empty() && command[0] == '-')
+      throw UsageError("expected a command (text or synth) before the option '" + command + "'");
+    throw UsageError("unknown command '" + command + "' (expected text or synth)");
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const po::error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const tessera::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,94 @@
+// gpt_train: train a GPT language model on an HDF5 token data set.
+#include <omp.h>
+
+#include <iostream>
+
+#include "apps/common/cli.h"
+#include "comm/communicator.h"
+#include "comm/mpi_runtime.h"
+#include "core/log.h"
+#include "io/hdf5_file.h"
+#include "io/token_dataset.h"
+#include "models/gpt/gpt.h"
+#include "train/trainer.h"
+
+using namespace tessera;
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  comm::MpiRuntime mpi(&argc, &argv);
+  if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
+  const int code = cli::run_main([&] {
+    po::options_description opts;
+    train::TrainConfig tc;
+    models::GptConfig mc;
+    std::string input, val_input, device_name = "cpu";
+    int64_t seq_len = 64;
+    int threads = 0;
+    opts.add_options()
+        ("input", po::value(&input)->required(), "training token data set (HDF5: /tokens, or /train/tokens)")
+        ("val-input", po::value(&val_input), "validation data set (default: the /val split of --input, if any)")
+        ("layers", po::value(&mc.layers)->default_value(4), "transformer blocks")
+        ("hidden", po::value(&mc.hidden)->default_value(128), "hidden size")
+        ("heads", po::value(&mc.heads)->default_value(4), "attention heads (must divide --hidden)")
+        ("seq-len", po::value(&seq_len)->default_value(64), "tokens per sequence")
+        ("global-batch", po::value(&tc.global_batch)->default_value(8), "sequences per optimizer step")
+        ("micro-batch", po::value(&tc.micro_batch)->default_value(8), "sequences per forward/backward")
+        ("steps", po::value(&tc.steps)->default_value(100), "optimizer steps")
+        ("lr", po::value(&tc.lr)->default_value(1e-3), "peak learning rate")
+        ("min-lr", po::value(&tc.min_lr)->default_value(1e-4), "learning rate at the last step (cosine)")
+        ("warmup", po::value(&tc.warmup)->default_value(10), "linear warm-up steps")
+        ("weight-decay", po::value(&tc.adamw.weight_decay)->default_value(0.1f), "AdamW weight decay (matrices, embeddings)")
+        ("beta1", po::value(&tc.adamw.beta1)->default_value(0.9f), "AdamW beta1")
+        ("beta2", po::value(&tc.adamw.beta2)->default_value(0.95f), "AdamW beta2")
+        ("grad-clip", po::value(&tc.grad_clip)->default_value(1.0f), "clip the global gradient norm (0: off)")
+        ("seed", po::value(&tc.seed)->default_value(1234), "seed of initialisation and data order")
+        ("eval-every", po::value(&tc.eval_every)->default_value(0), "evaluate every N steps and at the end (0: never)")
+        ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
+        ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
+        ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
+        ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
+        ("threads", po::value(&threads)->default_value(0), "CPU threads (0: OMP_NUM_THREADS or all cores)")
+        ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s for MFU (0: measured sgemm rate)")
+        ("dump", po::value(&tc.dump_path), "debug: write initial parameters, batches and step-1 logits/gradients to this HDF5 file");
+    po::variables_map vm;
+    if (!cli::parse(argc, argv, opts, vm, "usage: gpt_train --input DATA.h5 [options]")) return 0;
+    if (threads > 0) omp_set_num_threads(threads);
+
+    const Device device = parse_device(device_name);
+    TESSERA_CHECK(device == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
+                  " (or this build has no CUDA)");
+    const io::TokenDataset train_data = io::TokenDataset::open(input, "train");
+    std::optional<io::TokenDataset> val_data;
+    if (!val_input.empty()) {
+      val_data = io::TokenDataset::open(val_input, "val");
+    } else if (io::H5File::open_read(input).has("/val/tokens")) {
+      val_data = io::TokenDataset::open(input, "val");
+    }
+    TESSERA_CHECK(tc.eval_every == 0 || val_data, "--eval-every needs validation data: pass --val-input or use a",
+                  " file with a /val split");
+    if (val_data)
+      TESSERA_CHECK(val_data->vocab_size == train_data.vocab_size, "validation vocab_size ", val_data->vocab_size,
+                    " differs from training vocab_size ", train_data.vocab_size);
+    tc.seq_len = seq_len;
+    tc.validate(mpi.world_size());
+    mc.vocab = train_data.vocab_size;
+    mc.max_seq = seq_len;
+    mc.validate();
+
+    if (mpi.world_rank() == 0) log::info("gpt_train: ", mpi.world_size(), " rank(s) (data parallel), ", mc.layers, " layers, hidden ", mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab,
+              ", seq ", seq_len, ", global batch ", tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps,
+              " steps on ", device_name, " with ", omp_get_max_threads(), " threads");
+    models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len);
+    if (mpi.world_rank() == 0) log::info("parameters: ", model.params().logical_numel());
+    comm::Communicator dp = comm::Communicator::world();  // every rank a data-parallel replica
+    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, dp);
+    const train::TrainResult result = trainer.run();
+    if (mpi.world_rank() == 0) log::info("done: final loss ", result.last_loss,
+              result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string());
+    return 0;
+  });
+  // A failing rank ends the whole job: no peer is left waiting in a collective.
+  if (code != 0 && mpi.world_size() > 1) comm::abort_job(code);
+  return code;
+}

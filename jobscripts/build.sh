@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Configures and builds tessera into $BUILD_DIR (default: build/ in the repository).
+# Extra arguments go to cmake's configure step, e.g. -DTESSERA_CUDA=OFF.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+jobs=${JOBS:-$(nproc)}
+mkdir -p "$build"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; echo "error: cmake configure failed (log above)" >&2; exit 1; }
+cmake --build "$build" -j "$jobs"

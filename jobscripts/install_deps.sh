@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tessera needs, only those missing (quiet when all are there).
+# usage: jobscripts/install_deps.sh [build|test]   (test = build + what the test suite uses)
+set -euo pipefail
+what=${1:-build}
+pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
+      libboost-program-options-dev libopenblas-dev libopenblas0-openmp libgtest-dev)
+if [ "$what" = test ]; then
+  pkgs+=(python3-torch python3-h5py python3-numpy)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing missing Debian packages: ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "error: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

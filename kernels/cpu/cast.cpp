@@ -1,0 +1,108 @@
+// Casts between f32 and the 16-bit floats: bf16 and IEEE half (f16), rounding to nearest even;
+// NaN stays NaN, inf stays inf, half subnormals are produced and read exactly.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+constexpr int64_t kChunk = 1 << 14;  // elements per parallel work item
+
+// Runs body(first, count) over [0, n) in chunks, in parallel when there is more than one chunk.
+template <typename Body>
+void chunked(int64_t n, Body body) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+inline uint16_t bf16_from_f32(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (x >> 16) | 0x40u;  // keep sign and payload, set the quiet bit
+  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
+#if !defined(__F16C__)
+// Portable IEEE half conversions (used when the CPU has no F16C).
+inline uint16_t f16_from_f32(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));  // NaN
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504: inf
+  if (ax < 0x38800000u) {
+    // Half subnormal (or zero): adding 0.5 puts the value's bits at a ulp of 2^-24, so the FPU
+    // rounds it to nearest even; the bits above those of 0.5 are the half's mantissa.
+    const float t = std::bit_cast<float>(ax) + 0.5f;
+    return static_cast<uint16_t>(sign | (std::bit_cast<uint32_t>(t) - 0x3f000000u));
+  }
+  ax += 0xfffu + ((ax >> 13) & 1u);                                   // round to nearest even
+  return static_cast<uint16_t>(sign | ((ax - 0x38000000u) >> 13));  // rebias 127 -> 15
+}
+
+inline float f32_from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0) {
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // 2^-24, exact
+    return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(magnitude));
+  }
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+#endif
+
+}  // namespace
+
+void f32_to_bf16(uint16_t* out, const float* inp, int64_t n) {
+  chunked(n, [&](int64_t first, int64_t count) {
+#pragma omp simd
+    for (int64_t i = first; i < first + count; ++i) out[i] = bf16_from_f32(inp[i]);
+  });
+}
+
+void bf16_to_f32(float* out, const uint16_t* inp, int64_t n) {
+  chunked(n, [&](int64_t first, int64_t count) {
+#pragma omp simd
+    for (int64_t i = first; i < first + count; ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(inp[i]) << 16);
+  });
+}
+
+void f32_to_f16(uint16_t* out, const float* inp, int64_t n) {
+  chunked(n, [&](int64_t first, int64_t count) {
+    int64_t i = first;
+    const int64_t end = first + count;
+#if defined(__F16C__)
+    for (; i + 8 <= end; i += 8) {
+      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(inp + i), _MM_FROUND_TO_NEAREST_INT);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+    }
+    for (; i < end; ++i) out[i] = _cvtss_sh(inp[i], _MM_FROUND_TO_NEAREST_INT);
+#else
+    for (; i < end; ++i) out[i] = f16_from_f32(inp[i]);
+#endif
+  });
+}
+
+void f16_to_f32(float* out, const uint16_t* inp, int64_t n) {
+  chunked(n, [&](int64_t first, int64_t count) {
+    int64_t i = first;
+    const int64_t end = first + count;
+#if defined(__F16C__)
+    for (; i + 8 <= end; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inp + i))));
+    for (; i < end; ++i) out[i] = _cvtsh_ss(inp[i]);
+#else
+    for (; i < end; ++i) out[i] = f32_from_f16(inp[i]);
+#endif
+  });
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,55 @@
+// CPU kernels behind kernels/ops.h, on raw pointers: BLAS for GEMM, OpenMP + SIMD loops for the
+// rest. Each one has a CUDA twin of the same name in kernels/cuda/cuda_ops.h.
+#pragma once
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace tessera::kernels::cpu {
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          const float* b, float beta, float* c);
+void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float* a, const float* b, float beta, float* c);
+
+void add(float* out, const float* a, const float* b, int64_t n);
+void add_inplace(float* acc, const float* x, int64_t n);
+void scale_inplace(float* x, float s, int64_t n);
+void broadcast_rows(float* out, const float* bias, int64_t rows, int64_t cols);
+void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols);
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+double sum_squares(const float* x, int64_t n);
+void f32_to_bf16(uint16_t* out, const float* inp, int64_t n);
+void bf16_to_f32(float* out, const uint16_t* inp, int64_t n);
+void f32_to_f16(uint16_t* out, const float* inp, int64_t n);
+void f16_to_f32(float* out, const uint16_t* inp, int64_t n);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t rows, int64_t cols, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows,
+                        int64_t cols);
+
+void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, int64_t seq,
+                       int64_t heads, int64_t head_dim);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
+                       int64_t vocab_start);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
+                        int64_t vocab_start);
+
+void softmax_xent_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                          int64_t rows, int64_t padded_vocab, int64_t valid_vocab);
+void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets,
+                           const float* lse, int64_t rows, int64_t padded_vocab, int64_t valid_vocab,
+                           float scale);
+
+void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+           const ops::AdamWArgs& args);
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,68 @@
+// Softmax cross-entropy on the CPU over a padded vocabulary: forward (loss and lse per row) and
+// backward (softmax - one-hot, scaled), in place when dlogits aliases logits.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace tessera::kernels::cpu {
+
+#pragma omp declare simd notinbranch
+float simd_exp(float x);  // simd_exp.cpp
+
+namespace {
+constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
+
+void check_targets(const int32_t* targets, int64_t rows, int64_t valid_vocab, const char* op) {
+  int64_t bad = -1;
+  for (int64_t r = 0; r < rows && bad < 0; ++r)
+    if (targets[r] >= valid_vocab) bad = r;
+  if (bad >= 0) fail(op, ": target ", targets[bad], " at row ", bad, " is not below the vocabulary size ", valid_vocab);
+}
+}  // namespace
+
+// lse = max + log(sum_j exp(x_j - max)) over j < valid_vocab; loss = lse - x[target], 0 if ignored.
+void softmax_xent_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
+                          int64_t padded_vocab, int64_t valid_vocab) {
+  check_targets(targets, rows, valid_vocab, "softmax_xent_forward");
+#pragma omp parallel for schedule(static) if (rows * valid_vocab > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * padded_vocab;
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < valid_vocab; ++j) mx = std::max(mx, x[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < valid_vocab; ++j) sum += simd_exp(x[j] - mx);
+    const float row_lse = mx + std::log(sum);
+    lse[r] = row_lse;
+    losses[r] = targets[r] >= 0 ? row_lse - x[targets[r]] : 0.0f;
+  }
+}
+
+// dlogits[j] = (exp(x_j - lse) - [j == target]) * scale for j < valid_vocab; padding columns and
+// ignored rows get 0. Each element is read before it is written, so dlogits may alias logits.
+void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse,
+                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab, float scale) {
+  check_targets(targets, rows, valid_vocab, "softmax_xent_backward");
+#pragma omp parallel for schedule(static) if (rows * valid_vocab > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * padded_vocab;
+    float* dx = dlogits + r * padded_vocab;
+    const int32_t target = targets[r];
+    if (target < 0) {
+      std::fill(dx, dx + padded_vocab, 0.0f);
+      continue;
+    }
+    const float row_lse = lse[r];
+    const float p_target = simd_exp(x[target] - row_lse);
+#pragma omp simd
+    for (int64_t j = 0; j < valid_vocab; ++j) dx[j] = simd_exp(x[j] - row_lse) * scale;
+    dx[target] = (p_target - 1.0f) * scale;
+    std::fill(dx + valid_vocab, dx + padded_vocab, 0.0f);
+  }
+}
+
+}  // namespace tessera::kernels::cpu

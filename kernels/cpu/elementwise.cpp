@@ -1,0 +1,120 @@
+// Elementwise kernels and small reductions on the CPU: add, scale, bias broadcast and its
+// backward, GELU (tanh approximation) forward/backward, sum of squares.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace tessera::kernels::cpu {
+
+#pragma omp declare simd notinbranch
+float simd_exp(float x);  // simd_exp.cpp
+
+namespace {
+// Below this many elements a loop runs on the calling thread (a parallel region costs microseconds).
+constexpr int64_t kParallelMin = 1 << 15;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+void add(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_inplace(float* acc, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+void scale_inplace(float* x, float s, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void broadcast_rows(float* out, const float* bias, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * cols, bias, static_cast<size_t>(cols) * sizeof(float));
+}
+
+// dbias[c] += sum_r dout[r, c]. Wide rows: each thread owns blocks of columns and walks all rows.
+// Narrow rows (too few column blocks to share): each thread sums a range of rows into its own
+// partial vector, then the partials are added column by column. No atomics either way.
+void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) {
+  constexpr int64_t kBlock = 128;
+  const int64_t col_blocks = (cols + kBlock - 1) / kBlock;
+  const int threads = rows * cols > kParallelMin ? omp_get_max_threads() : 1;
+  if (threads == 1 || col_blocks >= 2 * threads) {
+#pragma omp parallel for schedule(static) if (threads > 1)
+    for (int64_t cb = 0; cb < col_blocks; ++cb) {
+      const int64_t c0 = cb * kBlock, width = std::min(kBlock, cols - c0);
+      float acc[kBlock] = {};
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = dout + r * cols + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
+      }
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += acc[c];
+    }
+    return;
+  }
+  std::vector<float> partial(static_cast<size_t>(threads) * cols, 0.0f);
+#pragma omp parallel num_threads(threads)
+  {
+    const int nt = omp_get_num_threads();
+    float* mine = partial.data() + static_cast<int64_t>(omp_get_thread_num()) * cols;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = dout + r * cols;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) mine[c] += row[c];
+    }
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < cols; ++c) {
+      float s = 0.0f;
+      for (int t = 0; t < nt; ++t) s += partial[static_cast<size_t>(t) * cols + c];
+      dbias[c] += s;
+    }
+  }
+}
+
+// gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed through the identity
+// 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + e), e = exp(-2u); the argument is clamped to +-80,
+// where sigmoid is already 0 or 1 in float, so that e never overflows.
+void gelu_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float e = simd_exp(std::clamp(-2.0f * u, -80.0f, 80.0f));
+    out[i] = x / (1.0f + e);
+  }
+}
+
+// d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u', with 0.5 (1 + tanh u) = s = 1 / (1 + e),
+// 1 - tanh^2 u = 4 s (1 - s) = 4 e s^2, u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float e = simd_exp(std::clamp(-2.0f * u, -80.0f, 80.0f));
+    const float s = 1.0f / (1.0f + e);
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] = dout[i] * (s + 2.0f * x * e * s * s * du);
+  }
+}
+
+double sum_squares(const float* x, int64_t n) {
+  double acc = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return acc;
+}
+
+}  // namespace tessera::kernels::cpu

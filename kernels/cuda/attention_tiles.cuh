@@ -1,0 +1,59 @@
+// Tiling shared by the fused attention kernels: 64 x 64 tiles of scores, computed by 256 threads
+// in a 16 x 16 grid, each thread owning rows ty + 16 i and columns tx + 16 j (i, j < 4).
+// Tiles of q/k/v/o rows sit in shared memory with head_dim padded to DP and a row stride of DP + 1.
+#pragma once
+#include <cstdint>
+
+#include "core/error.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace tessera::kernels::cuda::attention {
+
+constexpr int kTile = 64;
+constexpr int kThreads = 256;
+constexpr int kSide = 16;             // threads per side of the 16 x 16 grid
+constexpr int kPer = kTile / kSide;   // rows (and columns) per thread
+constexpr int kScoreStride = kTile + 1;
+
+// Where one (batch, head) lives: the first element of q (or of o) at t = 0, and the row stride.
+struct HeadView {
+  const float* base;
+  int64_t row_stride;
+};
+
+// smem[r * (DP + 1) + d] = rows [first, first + kTile) of a head, zero past seq or head_dim.
+template <int DP>
+__device__ __forceinline__ void load_tile(float* smem, HeadView head, int first, int seq, int head_dim) {
+  for (int idx = threadIdx.x; idx < kTile * DP; idx += kThreads) {
+    const int r = idx / DP, d = idx % DP, row = first + r;
+    smem[r * (DP + 1) + d] = (row < seq && d < head_dim) ? head.base[row * head.row_stride + d] : 0.0f;
+  }
+}
+
+// Rows of a [seq] vector for the tile: out[r] = v[first + r], zero past seq.
+__device__ __forceinline__ void load_row_values(float* out, const float* v, int first, int seq) {
+  for (int r = threadIdx.x; r < kTile; r += kThreads) out[r] = first + r < seq ? v[first + r] : 0.0f;
+}
+
+// Sum or max over the 16 threads that share a row (consecutive lanes tx = 0..15 of a half warp).
+__device__ __forceinline__ float row_group_sum(float v) {
+  for (int offset = kSide / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float row_group_max(float v) {
+  for (int offset = kSide / 2; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// head_dim rounded up to an instantiated tile width.
+inline int padded_head_dim(int64_t head_dim, const char* op) {
+  TESSERA_CHECK(head_dim >= 1 && head_dim <= 128, op, ": head_dim ", head_dim, " is not in [1, 128]");
+  return head_dim <= 32 ? 32 : (head_dim <= 64 ? 64 : 128);
+}
+
+inline void check_sizes(int64_t batch, int64_t seq, int64_t heads, const char* op) {
+  TESSERA_CHECK(seq <= (int64_t{1} << 30) && batch * heads <= INT32_MAX, op, ": batch ", batch, " x heads ", heads,
+                " or seq ", seq, " too large");
+}
+
+}  // namespace tessera::kernels::cuda::attention

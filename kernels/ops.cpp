@@ -1,0 +1,243 @@
+// Dispatch of kernels/ops.h: shape, dtype and device checks, then the CPU kernel or its CUDA twin.
+#include "kernels/ops.h"
+
+#include "kernels/cpu/cpu_ops.h"
+#ifdef TESSERA_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
+namespace tessera::ops {
+namespace {
+
+// Runs the same call on the CPU or the CUDA namespace, by the device of the first tensor.
+#ifdef TESSERA_HAVE_CUDA
+#define TESSERA_DISPATCH(device, fn, ...)                                        \
+  do {                                                                           \
+    if ((device) == Device::cuda) ::tessera::kernels::cuda::fn(__VA_ARGS__);     \
+    else ::tessera::kernels::cpu::fn(__VA_ARGS__);                               \
+  } while (0)
+#else
+#define TESSERA_DISPATCH(device, fn, ...)                                                        \
+  do {                                                                                           \
+    TESSERA_CHECK((device) == Device::cpu, #fn ": a cuda tensor in a build without CUDA");       \
+    ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                    \
+  } while (0)
+#endif
+
+int64_t last_dim(const Tensor& t) { return t.shape().rank() ? t.shape()[-1] : 1; }
+int64_t rows_of(const Tensor& t) { return last_dim(t) ? t.numel() / last_dim(t) : 0; }
+
+void same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Device d = (*ts.begin())->device();
+  for (const Tensor* t : ts)
+    if (t->defined()) TESSERA_CHECK(t->device() == d, op, ": tensors on different devices");
+}
+
+void expect(bool cond, const char* op, const char* what) { TESSERA_CHECK(cond, op, ": ", what); }
+
+}  // namespace
+
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
+  same_device("matmul", {&a, &b, &c});
+  const int64_t m = trans_a ? last_dim(a) : rows_of(a), k = trans_a ? rows_of(a) : last_dim(a);
+  const int64_t kb = trans_b ? last_dim(b) : rows_of(b), n = trans_b ? rows_of(b) : last_dim(b);
+  TESSERA_CHECK(k == kb && rows_of(c) == m && last_dim(c) == n, "matmul: shapes ", a.shape().str(),
+                trans_a ? "^T" : "", " @ ", b.shape().str(), trans_b ? "^T" : "", " -> ", c.shape().str(),
+                " do not fit");
+  TESSERA_DISPATCH(c.device(), gemm, trans_a, trans_b, m, n, k, alpha, a.data<float>(), b.data<float>(),
+                   beta, c.data<float>());
+}
+
+void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+                    float alpha, float beta) {
+  same_device("matmul_batched", {&a, &b, &c});
+  expect(batch > 0 && a.numel() % batch == 0 && b.numel() % batch == 0 && c.numel() % batch == 0,
+         "matmul_batched", "batch does not divide the tensors");
+  const int64_t a_rows = rows_of(a) / batch, b_rows = rows_of(b) / batch;
+  const int64_t m = trans_a ? last_dim(a) : a_rows, k = trans_a ? a_rows : last_dim(a);
+  const int64_t kb = trans_b ? last_dim(b) : b_rows, n = trans_b ? b_rows : last_dim(b);
+  TESSERA_CHECK(k == kb && rows_of(c) / batch == m && last_dim(c) == n, "matmul_batched: shapes ",
+                a.shape().str(), " @ ", b.shape().str(), " -> ", c.shape().str(), " do not fit");
+  TESSERA_DISPATCH(c.device(), gemm_batched, batch, trans_a, trans_b, m, n, k, alpha, a.data<float>(),
+                   b.data<float>(), beta, c.data<float>());
+}
+
+void add(Tensor& out, const Tensor& a, const Tensor& b) {
+  same_device("add", {&out, &a, &b});
+  expect(out.numel() == a.numel() && a.numel() == b.numel(), "add", "sizes differ");
+  TESSERA_DISPATCH(out.device(), add, out.data<float>(), a.data<float>(), b.data<float>(), out.numel());
+}
+
+void add_inplace(Tensor& acc, const Tensor& x) {
+  same_device("add_inplace", {&acc, &x});
+  expect(acc.numel() == x.numel(), "add_inplace", "sizes differ");
+  TESSERA_DISPATCH(acc.device(), add_inplace, acc.data<float>(), x.data<float>(), acc.numel());
+}
+
+void scale_inplace(Tensor& x, float s) {
+  TESSERA_DISPATCH(x.device(), scale_inplace, x.data<float>(), s, x.numel());
+}
+
+void broadcast_rows(Tensor& out, const Tensor& bias) {
+  same_device("broadcast_rows", {&out, &bias});
+  expect(bias.numel() == last_dim(out), "broadcast_rows", "bias size is not the last dimension");
+  TESSERA_DISPATCH(out.device(), broadcast_rows, out.data<float>(), bias.data<float>(), rows_of(out), last_dim(out));
+}
+
+void bias_backward(Tensor& dbias, const Tensor& dout) {
+  same_device("bias_backward", {&dbias, &dout});
+  expect(dbias.numel() == last_dim(dout), "bias_backward", "bias size is not the last dimension");
+  TESSERA_DISPATCH(dout.device(), bias_backward, dbias.data<float>(), dout.data<float>(), rows_of(dout),
+                   last_dim(dout));
+}
+
+void gelu_forward(Tensor& out, const Tensor& inp) {
+  same_device("gelu_forward", {&out, &inp});
+  expect(out.numel() == inp.numel(), "gelu_forward", "sizes differ");
+  TESSERA_DISPATCH(out.device(), gelu_forward, out.data<float>(), inp.data<float>(), out.numel());
+}
+
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  same_device("gelu_backward", {&dinp, &inp, &dout});
+  expect(dinp.numel() == inp.numel() && inp.numel() == dout.numel(), "gelu_backward", "sizes differ");
+  TESSERA_DISPATCH(dinp.device(), gelu_backward, dinp.data<float>(), inp.data<float>(), dout.data<float>(),
+                   dinp.numel());
+}
+
+double sum_squares(const Tensor& x) {
+#ifdef TESSERA_HAVE_CUDA
+  if (x.device() == Device::cuda) return kernels::cuda::sum_squares(x.data<float>(), x.numel());
+#endif
+  TESSERA_CHECK(x.device() == Device::cpu, "sum_squares: a cuda tensor in a build without CUDA");
+  return kernels::cpu::sum_squares(x.data<float>(), x.numel());
+}
+
+void cast(Tensor& out, const Tensor& inp) {
+  same_device("cast", {&out, &inp});
+  expect(out.numel() == inp.numel(), "cast", "sizes differ");
+  const int64_t n = out.numel();
+  if (out.dtype() == inp.dtype()) {
+    out.copy_from(inp);
+  } else if (inp.dtype() == DType::f32 && out.dtype() == DType::bf16) {
+    TESSERA_DISPATCH(out.device(), f32_to_bf16, out.bits16(), inp.data<float>(), n);
+  } else if (inp.dtype() == DType::bf16 && out.dtype() == DType::f32) {
+    TESSERA_DISPATCH(out.device(), bf16_to_f32, out.data<float>(), inp.bits16(), n);
+  } else if (inp.dtype() == DType::f32 && out.dtype() == DType::f16) {
+    TESSERA_DISPATCH(out.device(), f32_to_f16, out.bits16(), inp.data<float>(), n);
+  } else if (inp.dtype() == DType::f16 && out.dtype() == DType::f32) {
+    TESSERA_DISPATCH(out.device(), f16_to_f32, out.data<float>(), inp.bits16(), n);
+  } else {
+    fail("cast: ", dtype_name(inp.dtype()), " to ", dtype_name(out.dtype()), " is not supported");
+  }
+}
+
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                       const Tensor& bias, float eps) {
+  same_device("layernorm_forward", {&out, &mean, &rstd, &inp, &weight, &bias});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(out.numel() == inp.numel() && mean.numel() == rows && rstd.numel() == rows &&
+             weight.numel() == cols && bias.numel() == cols,
+         "layernorm_forward", "shapes do not fit");
+  TESSERA_DISPATCH(out.device(), layernorm_forward, out.data<float>(), mean.data<float>(), rstd.data<float>(),
+                   inp.data<float>(), weight.data<float>(), bias.data<float>(), rows, cols, eps);
+}
+
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  same_device("layernorm_backward", {&dinp, &dweight, &dbias, &dout, &inp, &weight, &mean, &rstd});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(dinp.numel() == inp.numel() && dout.numel() == inp.numel() && dweight.numel() == cols &&
+             dbias.numel() == cols && mean.numel() == rows && rstd.numel() == rows,
+         "layernorm_backward", "shapes do not fit");
+  TESSERA_DISPATCH(dinp.device(), layernorm_backward, dinp.data<float>(), dweight.data<float>(),
+                   dbias.data<float>(), dout.data<float>(), inp.data<float>(), weight.data<float>(),
+                   mean.data<float>(), rstd.data<float>(), rows, cols);
+}
+
+namespace {
+struct AttentionDims {
+  int64_t batch, seq, heads, head_dim;
+};
+AttentionDims attention_dims(const Tensor& qkv, int64_t n_heads, const char* op) {
+  TESSERA_CHECK(qkv.shape().rank() == 3, op, ": qkv must be [B, T, 3C], got ", qkv.shape().str());
+  const int64_t c3 = qkv.shape()[2];
+  TESSERA_CHECK(n_heads > 0 && c3 % (3 * n_heads) == 0, op, ": 3C = ", c3, " is not 3 x heads (", n_heads,
+                ") x head_dim");
+  return {qkv.shape()[0], qkv.shape()[1], n_heads, c3 / (3 * n_heads)};
+}
+}  // namespace
+
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+  same_device("attention_forward", {&out, &lse, &qkv});
+  const AttentionDims d = attention_dims(qkv, n_heads, "attention_forward");
+  expect(out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
+         "attention_forward", "out or lse has the wrong size");
+  TESSERA_DISPATCH(out.device(), attention_forward, out.data<float>(), lse.data<float>(), qkv.data<float>(),
+                   d.batch, d.seq, d.heads, d.head_dim);
+}
+
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t n_heads) {
+  same_device("attention_backward", {&dqkv, &dout, &qkv, &out, &lse});
+  const AttentionDims d = attention_dims(qkv, n_heads, "attention_backward");
+  expect(dqkv.numel() == qkv.numel() && dout.numel() == out.numel() &&
+             out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
+         "attention_backward", "shapes do not fit");
+  TESSERA_DISPATCH(dqkv.device(), attention_backward, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
+                   out.data<float>(), lse.data<float>(), d.batch, d.seq, d.heads, d.head_dim);
+}
+
+void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       int64_t vocab_start) {
+  same_device("embedding_forward", {&out, &tokens, &wte, &wpe});
+  TESSERA_CHECK(tokens.shape().rank() == 2, "embedding_forward: tokens must be [B, T], got ", tokens.shape().str());
+  const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1], channels = last_dim(wte);
+  expect(out.numel() == batch * seq * channels, "embedding_forward", "out has the wrong size");
+  if (wpe.defined()) expect(wpe.numel() >= seq * channels, "embedding_forward", "sequence longer than wpe");
+  TESSERA_DISPATCH(out.device(), embedding_forward, out.data<float>(), tokens.data<int32_t>(), wte.data<float>(),
+                   wpe.defined() ? wpe.data<float>() : nullptr, batch, seq, rows_of(wte), channels, vocab_start);
+}
+
+void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        int64_t vocab_start) {
+  same_device("embedding_backward", {&dwte, &dwpe, &dout, &tokens});
+  TESSERA_CHECK(tokens.shape().rank() == 2, "embedding_backward: tokens must be [B, T]");
+  const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1], channels = last_dim(dwte);
+  expect(dout.numel() == batch * seq * channels, "embedding_backward", "dout has the wrong size");
+  if (dwpe.defined()) expect(dwpe.numel() >= seq * channels, "embedding_backward", "sequence longer than wpe");
+  TESSERA_DISPATCH(dwte.device(), embedding_backward, dwte.data<float>(),
+                   dwpe.defined() ? dwpe.data<float>() : nullptr, dout.data<float>(), tokens.data<int32_t>(),
+                   batch, seq, rows_of(dwte), channels, vocab_start);
+}
+
+void softmax_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
+                          int64_t valid_vocab) {
+  same_device("softmax_xent_forward", {&losses, &lse, &logits, &targets});
+  const int64_t rows = rows_of(logits), vp = last_dim(logits);
+  expect(losses.numel() == rows && lse.numel() == rows && targets.numel() == rows && valid_vocab <= vp,
+         "softmax_xent_forward", "shapes do not fit");
+  TESSERA_DISPATCH(logits.device(), softmax_xent_forward, losses.data<float>(), lse.data<float>(),
+                   logits.data<float>(), targets.data<int32_t>(), rows, vp, valid_vocab);
+}
+
+void softmax_xent_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                           int64_t valid_vocab, float scale) {
+  same_device("softmax_xent_backward", {&dlogits, &logits, &targets, &lse});
+  const int64_t rows = rows_of(logits), vp = last_dim(logits);
+  expect(dlogits.numel() == logits.numel() && lse.numel() == rows && targets.numel() == rows &&
+             valid_vocab <= vp,
+         "softmax_xent_backward", "shapes do not fit");
+  TESSERA_DISPATCH(logits.device(), softmax_xent_backward, dlogits.data<float>(), logits.data<float>(),
+                   targets.data<int32_t>(), lse.data<float>(), rows, vp, valid_vocab, scale);
+}
+
+void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWArgs& args) {
+  same_device("adamw", {&param, &grad, &exp_avg, &exp_avg_sq});
+  expect(grad.numel() == param.numel() && exp_avg.numel() == param.numel() &&
+             exp_avg_sq.numel() == param.numel(),
+         "adamw", "sizes differ");
+  TESSERA_DISPATCH(param.device(), adamw, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+                   exp_avg_sq.data<float>(), param.numel(), args);
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,77 @@
+// The one dispatch header for compute: every op takes Tensors, checks shapes, dtypes and devices,
+// and runs the CPU kernel (kernels/cpu) or its CUDA twin (kernels/cuda) by the tensors' device.
+// Conventions: row-major; "[N, C]" means a tensor viewed as N rows of C (leading dims flattened);
+// gradients named "accumulate" are added to (+=), the others are overwritten.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tessera::ops {
+
+// ---- GEMM -----------------------------------------------------------------------------------
+// c[M, N] = alpha * op(a) @ op(b) + beta * c, op(x) = x or x^T; a, b, c viewed as matrices
+// [numel / last_dim, last_dim].
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+            float alpha = 1.0f, float beta = 0.0f);
+// The same for `batch` independent products, each tensor [batch, rows, cols].
+void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                    Tensor& c, float alpha = 1.0f, float beta = 0.0f);
+
+// ---- elementwise and reductions -------------------------------------------------------------
+void add(Tensor& out, const Tensor& a, const Tensor& b);       // out = a + b (residual)
+void add_inplace(Tensor& acc, const Tensor& x);                // acc += x
+void scale_inplace(Tensor& x, float s);                        // x *= s
+void broadcast_rows(Tensor& out, const Tensor& bias);          // out[n, :] = bias (bias [C])
+void bias_backward(Tensor& dbias, const Tensor& dout);         // dbias[C] += sum_n dout[n, :] (accumulate)
+void gelu_forward(Tensor& out, const Tensor& inp);             // tanh approximation
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp may alias dout
+double sum_squares(const Tensor& x);                           // sum x^2 in double
+void cast(Tensor& out, const Tensor& inp);                     // f32 <-> bf16/f16 (round to nearest even)
+
+// ---- layernorm --------------------------------------------------------------------------------
+// out = (inp - mean) * rstd * weight + bias per row of [N, C]; saves mean[N], rstd[N].
+void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
+// dinp, dweight, dbias: accumulate.
+void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd);
+
+// ---- causal self-attention ----------------------------------------------------------------------
+// qkv [B, T, 3, H, D] (the QKV projection's output, q then k then v, heads inside), out [B, T, H, D],
+// lse [B, H, T] (log-sum-exp of each query row's scaled scores, saved for backward). Computed in
+// key/value tiles with an online softmax: no T x T matrix is held.
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
+// dqkv [B, T, 3, H, D]: overwritten.
+void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t n_heads);
+
+// ---- embedding -------------------------------------------------------------------------------------
+// out[b, t, :] = wte[tokens[b, t] - vocab_start, :] + wpe[t, :] (wpe may be undefined); token ids
+// outside [vocab_start, vocab_start + wte rows) contribute zero (a vocab-parallel shard).
+void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       int64_t vocab_start = 0);
+// dwte, dwpe: accumulate (no atomics: each thread owns a range of vocabulary rows).
+void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        int64_t vocab_start = 0);
+
+// ---- softmax + cross-entropy -------------------------------------------------------------------------
+// logits [N, Vp]; only the first `valid_vocab` columns are real (the rest is padding, masked).
+// losses[N] = lse - logit[target], lse[N] saved; a target < 0 is ignored (loss 0).
+void softmax_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
+                          int64_t valid_vocab);
+// dlogits = (softmax - onehot) * scale, padding columns and ignored rows 0; dlogits may alias logits.
+void softmax_xent_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                           const Tensor& lse, int64_t valid_vocab, float scale);
+
+// ---- optimizer ---------------------------------------------------------------------------------------
+struct AdamWArgs {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+  int64_t step = 1;         // 1-based, for bias correction
+  float grad_scale = 1.0f;  // grads are multiplied by this first (clipping, loss-scale undo)
+};
+// One fused pass: m, v, param updated in place (decoupled weight decay, bias-corrected).
+void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWArgs& args);
+
+}  // namespace tessera::ops

@@ -1,0 +1,24 @@
+// MpiRuntime: MPI_Init_thread / MPI_Finalize as an RAII object owned by main(). A failure on any
+// rank ends the whole job through abort_job(), so no rank waits forever for a failed peer.
+#pragma once
+
+namespace tessera::comm {
+
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+// Ends every rank of the job with `code` (MPI_Abort on the world).
+[[noreturn]] void abort_job(int code);
+
+}  // namespace tessera::comm

@@ -1,0 +1,111 @@
+// Host allocations (aligned new) and, when built with CUDA, device allocations, counted per device.
+#include "core/allocator.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+#ifdef TESSERA_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace tessera {
+namespace {
+
+struct Counters {
+  std::atomic<int64_t> current{0}, peak{0}, allocations{0};
+};
+Counters g_counters[2];  // process-wide by nature, like the device's own memory
+
+void count(Device device, int64_t delta) {
+  Counters& c = g_counters[static_cast<int>(device)];
+  const int64_t now = c.current.fetch_add(delta) + delta;
+  if (delta > 0) {
+    c.allocations.fetch_add(1);
+    int64_t peak = c.peak.load();
+    while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {}
+  }
+}
+
+#ifdef TESSERA_HAVE_CUDA
+void cuda_check(cudaError_t status, const char* what) {
+  TESSERA_CHECK(status == cudaSuccess, "CUDA ", what, " failed: ", cudaGetErrorString(status));
+}
+#endif
+
+}  // namespace
+
+void* allocate_bytes(Device device, size_t bytes) {
+  void* ptr = nullptr;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  if (device == Device::cpu) {
+    ptr = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    TESSERA_CHECK(ptr || !rounded, "out of host memory allocating ", bytes, " bytes");
+  } else {
+#ifdef TESSERA_HAVE_CUDA
+    if (rounded) cuda_check(cudaMalloc(&ptr, rounded), "cudaMalloc");
+#else
+    fail("this build of tessera has no CUDA support (reconfigure with -DTESSERA_CUDA=ON on a machine with nvcc)");
+#endif
+  }
+  count(device, static_cast<int64_t>(bytes));
+  return ptr;
+}
+
+void free_bytes(Device device, void* ptr, size_t bytes) {
+  if (device == Device::cpu) {
+    std::free(ptr);
+  } else {
+#ifdef TESSERA_HAVE_CUDA
+    if (ptr) cudaFree(ptr);
+#endif
+  }
+  count(device, -static_cast<int64_t>(bytes));
+}
+
+MemoryStats memory_stats(Device device) {
+  const Counters& c = g_counters[static_cast<int>(device)];
+  return {c.current.load(), c.peak.load(), c.allocations.load()};
+}
+
+void reset_peak_memory(Device device) {
+  Counters& c = g_counters[static_cast<int>(device)];
+  c.peak = c.current.load();
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == Device::cpu && src_device == Device::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef TESSERA_HAVE_CUDA
+  cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+#else
+  fail("copy to or from a cuda tensor in a build without CUDA");
+#endif
+}
+
+void zero_bytes(void* dst, Device device, size_t bytes) {
+  if (bytes == 0) return;
+  if (device == Device::cpu) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+#ifdef TESSERA_HAVE_CUDA
+  cuda_check(cudaMemset(dst, 0, bytes), "cudaMemset");
+#endif
+}
+
+bool cuda_available() {
+#ifdef TESSERA_HAVE_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace tessera

@@ -1,0 +1,105 @@
+// Gpt: construction (parameters, activations) and the forward/backward of one micro-batch.
+#include "models/gpt/gpt.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "kernels/ops.h"
+
+namespace tessera::models {
+
+void GptConfig::validate() const {
+  TESSERA_CHECK(vocab >= 2, "vocabulary size must be at least 2, got ", vocab);
+  TESSERA_CHECK(layers >= 1, "--layers must be at least 1, got ", layers);
+  TESSERA_CHECK(hidden >= 1, "--hidden must be at least 1, got ", hidden);
+  TESSERA_CHECK(heads >= 1, "--heads must be at least 1, got ", heads);
+  TESSERA_CHECK(hidden % heads == 0, "--hidden ", hidden, " is not divisible by --heads ", heads);
+  TESSERA_CHECK(max_seq >= 1, "--seq-len must be at least 1, got ", max_seq);
+  TESSERA_CHECK(pad_vocab_to >= 1, "vocabulary padding must be at least 1");
+}
+
+Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq)
+    : config_(config), device_(device), batch_(micro_batch), seq_(seq) {
+  config.validate();
+  TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
+  const int64_t c = config.hidden;
+  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
+  embed_ = nn::Embedding(store_, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std);
+  const nn::BlockConfig block{c, config.heads, 4 * c, std, proj_std};
+  blocks_.reserve(config.layers);
+  for (int64_t i = 0; i < config.layers; ++i)
+    blocks_.emplace_back(store_, "blocks." + std::to_string(i), block);
+  ln_f_ = nn::LayerNorm(store_, "ln_f", c);
+  store_.allocate(device, seed);
+
+  auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
+  const int64_t b = micro_batch, t = seq, n = b * t;
+  inputs_ = act({b, t}, DType::i32);
+  targets_ = act({b, t}, DType::i32);
+  for (int64_t i = 0; i <= config.layers; ++i) residual_.push_back(act({b, t, c}));
+  for (const auto& blk : blocks_) saved_.push_back(blk.allocate(b, t, device));
+  scratch_ = blocks_.front().allocate_scratch(b, t, device);
+  lnf_ = act({b, t, c});
+  lnf_mean_ = act({n});
+  lnf_rstd_ = act({n});
+  logits_ = act({b, t, embed_.padded_vocab()});
+  losses_ = act({n});
+  lse_ = act({n});
+  dres_ = act({b, t, c});
+  host_rows_ = Tensor::empty({2, b, t}, DType::i32);
+  host_losses_ = Tensor::empty({n});
+}
+
+double Gpt::flops_per_token() const {
+  return 6.0 * static_cast<double>(store_.logical_numel()) +
+         6.0 * static_cast<double>(config_.layers * seq_ * config_.hidden);
+}
+
+void Gpt::load_batch(const int32_t* rows) {
+  int32_t* in = host_rows_.data<int32_t>();
+  int32_t* tg = in + batch_ * seq_;
+  for (int64_t b = 0; b < batch_; ++b)
+    for (int64_t t = 0; t < seq_; ++t) {
+      in[b * seq_ + t] = rows[b * (seq_ + 1) + t];
+      tg[b * seq_ + t] = rows[b * (seq_ + 1) + t + 1];
+    }
+  inputs_.copy_from(host_rows_.rows(0, 1));
+  targets_.copy_from(host_rows_.rows(1, 1));
+}
+
+float Gpt::run_forward() {
+  embed_.forward(residual_[0], inputs_);
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i]);
+  ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, residual_.back());
+  // Tied LM head: logits = ln_f(x) @ wte^T over the padded vocabulary.
+  ops::matmul(lnf_, false, store_.value(embed_.tokens_id()), true, logits_);
+  ops::softmax_xent_forward(losses_, lse_, logits_, targets_, config_.vocab);
+  host_losses_.copy_from(losses_);
+  const float* l = host_losses_.data<float>();
+  const double sum = std::accumulate(l, l + host_losses_.numel(), 0.0);
+  return static_cast<float>(sum / static_cast<double>(host_losses_.numel()));
+}
+
+float Gpt::forward(const int32_t* rows) {
+  load_batch(rows);
+  return run_forward();
+}
+
+float Gpt::forward_backward(const int32_t* rows, float grad_scale) {
+  load_batch(rows);
+  const float loss = run_forward();
+  const Tensor& wte = store_.value(embed_.tokens_id());
+  Tensor& dwte = store_.grad(embed_.tokens_id());
+  // d(mean loss)/dlogits, written over the logits.
+  ops::softmax_xent_backward(logits_, logits_, targets_, lse_, config_.vocab,
+                             grad_scale / static_cast<float>(batch_ * seq_));
+  ops::matmul(logits_, true, lnf_, false, dwte, 1.0f, 1.0f);
+  ops::matmul(logits_, false, wte, false, scratch_.d_c);
+  dres_.zero();
+  ln_f_.backward(dres_, scratch_.d_c, residual_.back(), lnf_mean_, lnf_rstd_);
+  for (size_t i = blocks_.size(); i-- > 0;) blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
+  embed_.backward(dres_, inputs_);
+  return loss;
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,55 @@
+// GPT-2 style language model: token + position embedding, pre-LN transformer blocks, final
+// LayerNorm, LM head tied to the token embedding, mean cross-entropy over all positions.
+#pragma once
+#include <vector>
+
+#include "nn/embedding.h"
+#include "nn/layer_norm.h"
+#include "nn/transformer_block.h"
+
+namespace tessera::models {
+
+struct GptConfig {
+  int64_t vocab = 0, max_seq = 0, layers = 0, hidden = 0, heads = 0;
+  int64_t pad_vocab_to = 64;  // LM-head rows are padded to this multiple (masked in the loss)
+  void validate() const;      // throws tessera::Error naming the first bad field
+};
+
+class Gpt {
+ public:
+  Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq);
+
+  // One micro-batch: rows [B, T+1] int32 (inputs = row[:T], targets = row[1:]) on the host.
+  // Returns the mean loss of the micro-batch. Backward adds grad_scale * d(mean loss)/d(params)
+  // into the gradient buffer (grad_scale = 1 / micro-batches per step for accumulation).
+  float forward_backward(const int32_t* rows, float grad_scale);
+  float forward(const int32_t* rows);  // loss only (evaluation)
+
+  nn::ParamStore& params() { return store_; }
+  const GptConfig& config() const { return config_; }
+  const Tensor& logits() const { return logits_; }  // [B, T, Vp] of the last forward (until backward)
+  // Training FLOPs per token: 6 x parameters + 6 x layers x seq x hidden (attention), as in PaLM.
+  double flops_per_token() const;
+
+ private:
+  void load_batch(const int32_t* rows);
+  float run_forward();
+
+  GptConfig config_;
+  Device device_;
+  int64_t batch_, seq_;
+  nn::ParamStore store_;
+  nn::Embedding embed_;
+  std::vector<nn::TransformerBlock> blocks_;
+  nn::LayerNorm ln_f_;
+
+  // Activations for one micro-batch, sized at construction.
+  Tensor inputs_, targets_;                 // [B, T] int32 on the device
+  std::vector<Tensor> residual_;            // layers + 1 tensors [B, T, C]: block inputs, last = output
+  std::vector<nn::TransformerBlock::Saved> saved_;
+  nn::TransformerBlock::Scratch scratch_;
+  Tensor lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lse_, dres_;
+  Tensor host_rows_, host_losses_;
+};
+
+}  // namespace tessera::models

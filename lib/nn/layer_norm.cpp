@@ -1,0 +1,23 @@
+// LayerNorm: parameters and the kernel calls.
+#include "nn/layer_norm.h"
+
+#include "kernels/ops.h"
+
+namespace tessera::nn {
+
+LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channels, float eps)
+    : store_(&store), eps_(eps) {
+  weight_ = store.add(name + ".weight", {channels}, Init::Ones(), false);
+  bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false);
+}
+
+void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
+  ops::layernorm_forward(y, mean, rstd, x, store_->value(weight_), store_->value(bias_), eps_);
+}
+
+void LayerNorm::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                         const Tensor& rstd) const {
+  ops::layernorm_backward(dx, store_->grad(weight_), store_->grad(bias_), dy, x, store_->value(weight_), mean, rstd);
+}
+
+}  // namespace tessera::nn

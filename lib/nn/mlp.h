@@ -1,0 +1,29 @@
+// Mlp: fc (C -> 4C), GELU (tanh), proj (4C -> C). Local module.
+#pragma once
+#include <string>
+
+#include "nn/linear.h"
+
+namespace tessera::nn {
+
+class Mlp {
+ public:
+  struct Saved {
+    Tensor fc;    // [N, 4C] pre-activation
+    Tensor gelu;  // [N, 4C]
+  };
+
+  Mlp() = default;
+  Mlp(ParamStore& store, const std::string& name, int64_t channels, int64_t hidden, float init_std,
+      float proj_init_std);
+  Saved allocate(int64_t rows, Device device) const;
+
+  void forward(Tensor& y, const Tensor& x, Saved& saved) const;
+  // dx = d/dx (overwritten); dhidden_scratch [N, 4C] is workspace.
+  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dhidden_scratch) const;
+
+ private:
+  Linear fc_, proj_;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,74 @@
+// ParamStore: every parameter of a model (or of one pipeline stage) as a view into one flat value
+// buffer and one flat gradient buffer, with its logical name, global shape and shard. Zeroing the
+// gradients is one memset; optimizers, gradient sync and checkpoints work on ranges of the buffers.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tessera::nn {
+
+// How a parameter is initialised: from Philox keyed by (seed, name, global element index).
+struct Init {
+  enum Kind { normal, zeros, ones } kind = normal;
+  float std = 0.02f;
+  static Init Normal(float std) { return {normal, std}; }
+  static Init Zeros() { return {zeros, 0.0f}; }
+  static Init Ones() { return {ones, 0.0f}; }
+};
+
+// Which slice of the global tensor this rank holds: along `dim`, global indices
+// [start, start + local_extent). Elements at or past the global extent are padding: zero, and
+// excluded from checkpoints and norms. dim = -1: the whole tensor.
+struct Shard {
+  int dim = -1;
+  int64_t start = 0;
+  int64_t local_extent = 0;
+};
+
+struct ParamSpec {
+  std::string name;        // logical name, e.g. "blocks.3.attn.qkv.weight"
+  Shape global_shape;      // logical shape of the whole parameter
+  Shape local_shape;       // what this rank stores (global_shape unless sharded or padded)
+  Shard shard;
+  Init init;
+  bool weight_decay = true;
+  int64_t offset = 0;      // first element in the flat buffers
+};
+
+class ParamStore {
+ public:
+  // Registers a parameter; returns its id. Views are valid after allocate().
+  int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
+  // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
+  void allocate(Device device, uint64_t seed);
+
+  int size() const { return static_cast<int>(specs_.size()); }
+  const ParamSpec& spec(int id) const { return specs_[id]; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  int find(const std::string& name) const;  // id, or -1
+  Tensor& value(int id) { return values_[id]; }
+  Tensor& grad(int id) { return grads_[id]; }
+  const Tensor& value(int id) const { return values_[id]; }
+  const Tensor& grad(int id) const { return grads_[id]; }
+  Tensor& flat_values() { return flat_values_; }
+  Tensor& flat_grads() { return flat_grads_; }
+  int64_t numel() const { return total_; }
+  int64_t logical_numel() const;  // parameters of the model, padding excluded
+  void zero_grads() { flat_grads_.zero(); }
+
+  // The logical (unpadded, this shard's) part of a parameter's local tensor, as a CPU copy, and
+  // back: what checkpoints and tests see.
+  Tensor logical_copy(const Tensor& local, int id) const;
+  void assign_logical(Tensor& local, int id, const Tensor& logical);
+  Shape logical_local_shape(int id) const;
+
+ private:
+  std::vector<ParamSpec> specs_;
+  std::vector<Tensor> values_, grads_;
+  Tensor flat_values_, flat_grads_;
+  int64_t total_ = 0;
+};
+
+}  // namespace tessera::nn

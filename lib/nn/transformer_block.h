@@ -1,0 +1,49 @@
+// TransformerBlock (pre-LN): x + attn(ln1(x)), then + mlp(ln2(.)). Written once; GPT, ViT and MoE
+// models share it. Local module.
+#pragma once
+#include <string>
+
+#include "nn/attention.h"
+#include "nn/layer_norm.h"
+#include "nn/mlp.h"
+
+namespace tessera::nn {
+
+struct BlockConfig {
+  int64_t channels = 0, heads = 0, mlp_hidden = 0;
+  float init_std = 0.02f, proj_init_std = 0.02f;
+};
+
+class TransformerBlock {
+ public:
+  // Per micro-batch state kept from forward for backward.
+  struct Saved {
+    Tensor ln1, ln1_mean, ln1_rstd;
+    CausalSelfAttention::Saved attn;
+    Tensor mid;  // x + attn(...)
+    Tensor ln2, ln2_mean, ln2_rstd;
+    Mlp::Saved mlp;
+  };
+  // Workspace shared by all blocks' backward passes.
+  struct Scratch {
+    Tensor d_c, d_c2, d_qkv, d_hidden;
+  };
+
+  TransformerBlock() = default;
+  TransformerBlock(ParamStore& store, const std::string& name, const BlockConfig& config);
+  Saved allocate(int64_t batch, int64_t seq, Device device) const;
+  Scratch allocate_scratch(int64_t batch, int64_t seq, Device device) const;
+
+  // x, y [B, T, C]; y may not alias x.
+  void forward(Tensor& y, const Tensor& x, Saved& saved) const;
+  // dres holds dL/dy on entry and dL/dx on exit (the residual stream's gradient, updated in place).
+  void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch) const;
+
+ private:
+  BlockConfig config_;
+  LayerNorm ln1_, ln2_;
+  CausalSelfAttention attn_;
+  Mlp mlp_;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,13 @@
+// Gradient norm and clipping factor. The norm is over the whole flat gradient buffer (padding is
+// zero, so it does not count); later layers sum it over every shard of every mesh axis.
+#pragma once
+#include "nn/param_store.h"
+
+namespace tessera::optim {
+
+double grad_norm(nn::ParamStore& store);
+// The factor that brings the norm to max_norm when it is above (1 otherwise, and 1 when max_norm <= 0),
+// with PyTorch's clip_grad_norm_ convention max_norm / (norm + 1e-6).
+float clip_factor(double norm, double max_norm);
+
+}  // namespace tessera::optim

@@ -1,0 +1,170 @@
+// Trainer: the step loop, evaluation and metrics.
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/allocator.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "io/hdf5_file.h"
+#include "kernels/peak_flops.h"
+#include "optim/grad_clip.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+
+namespace tessera::train {
+
+void TrainConfig::validate(int dp) const {
+  TESSERA_CHECK(steps >= 0, "--steps must be >= 0, got ", steps);
+  TESSERA_CHECK(global_batch >= 1, "--global-batch must be >= 1, got ", global_batch);
+  TESSERA_CHECK(micro_batch >= 1, "--micro-batch must be >= 1, got ", micro_batch);
+  TESSERA_CHECK(global_batch % (micro_batch * dp) == 0, "--global-batch ", global_batch,
+                " is not a multiple of --micro-batch ", micro_batch, " x dp ", dp, " = ", micro_batch * dp,
+                " (each data-parallel rank runs whole micro-batches of the same size)");
+  TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
+  TESSERA_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive, got ", lr);
+  TESSERA_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, --lr], got ", min_lr);
+  TESSERA_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
+  TESSERA_CHECK(adamw.weight_decay >= 0, "--weight-decay must be >= 0");
+  TESSERA_CHECK(eval_every >= 0 && eval_batches >= 1, "--eval-every must be >= 0 and --eval-batches >= 1");
+  TESSERA_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
+                "AdamW betas must be in [0, 1)");
+}
+
+Trainer::Trainer(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
+                 const TrainConfig& config, comm::Communicator& dp)
+    : model_(model),
+      config_(config),
+      dp_(dp),
+      train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
+      optimizer_(model.params(), config.adamw),
+      schedule_{config.lr, config.min_lr, config.warmup, config.steps},
+      rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
+  config.validate(dp.size());
+  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch, config.seed);
+}
+
+float Trainer::train_step(int64_t step) {
+  model_.params().zero_grads();
+  const int64_t n_micro = config_.micro_batches(dp_.size());
+  const int64_t first_row = dp_.rank() * n_micro * config_.micro_batch;  // this rank's slice
+  const float grad_scale = 1.0f / static_cast<float>(n_micro * dp_.size());
+  double loss = 0.0;
+  for (int64_t m = 0; m < n_micro; ++m) {
+    train_loader_.train_rows(step - 1, first_row + m * config_.micro_batch, config_.micro_batch, rows_.data());
+    loss += model_.forward_backward(rows_.data(), grad_scale);
+  }
+  // Data parallelism: all-reduce(dp) of the flat gradient buffer, so every replica holds the
+  // gradient of the global batch's mean loss.
+  dp_.all_reduce_sum(model_.params().flat_grads());
+  return static_cast<float>(dp_.all_reduce_sum(loss) / static_cast<double>(n_micro * dp_.size()));
+}
+
+float Trainer::evaluate() {
+  const int64_t batches = std::min(config_.eval_batches, val_loader_->eval_batches());
+  double loss = 0.0;
+  for (int64_t i = 0; i < batches; ++i) {
+    val_loader_->eval_rows(i, 0, config_.micro_batch, rows_.data());
+    loss += model_.forward(rows_.data());
+  }
+  return static_cast<float>(loss / static_cast<double>(batches));
+}
+
+TrainResult Trainer::run() {
+  const Device device = model_.params().flat_values().device();
+  const double peak_tflops = config_.peak_tflops > 0 ? config_.peak_tflops : kernels::peak_tflops(device);
+  const double flops_per_token = model_.flops_per_token();
+  const int64_t tokens_per_step = config_.global_batch * config_.seq_len;
+  const bool root = dp_.rank() == 0;
+  MetricsWriter metrics(root ? config_.metrics_path : std::string());
+  Progress progress(config_.steps, config_.log_every);
+  TESSERA_CHECK(config_.dump_path.empty() || dp_.size() == 1, "--dump runs on one rank only");
+  if (!config_.dump_path.empty()) dump_initial();
+
+  TrainResult result;
+  for (int64_t step = 1; step <= config_.steps; ++step) {
+    reset_peak_memory(device);
+    const int64_t comm_bytes_before = dp_.stats().bytes;
+    Timer timer;
+    const float loss = train_step(step);
+    if (step == 1 && !config_.dump_path.empty()) dump_first_step();
+    const double norm = optim::grad_norm(model_.params());
+    TESSERA_CHECK(std::isfinite(loss) && std::isfinite(norm), "step ", step, ": loss ", loss, ", gradient norm ",
+                  norm, " is not finite; stopping (lower --lr or raise --warmup)");
+    const double lr = schedule_.at(step);
+    optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip));
+    const double ms = timer.millis();
+
+    const double tokens_per_s = static_cast<double>(tokens_per_step) / (ms / 1e3);
+    const double tflops = tokens_per_s * flops_per_token / 1e12;
+    JsonLine line;
+    line.add("step", step).add("loss", static_cast<double>(loss)).add("lr", lr).add("grad_norm", norm)
+        .add("step_ms", ms).add("tokens_per_s", tokens_per_s).add("tflops", tflops)
+        .add("mfu", tflops / peak_tflops).add("peak_mem_bytes", memory_stats(device).peak_bytes)
+        .add("comm_bytes", dp_.stats().bytes - comm_bytes_before).add("loss_scale", 1.0);
+    metrics.write(line);
+    result.last_loss = loss;
+    char summary[160];
+    std::snprintf(summary, sizeof summary, "loss %.4f | lr %.2e | grad_norm %.3f | %.0f ms | %.0f tok/s", loss, lr,
+                  norm, ms, tokens_per_s);
+    if (root) progress.step(step, summary);
+
+    const bool eval_now = val_loader_ && config_.eval_every > 0 &&
+                          (step % config_.eval_every == 0 || step == config_.steps);
+    if (eval_now) {
+      const float eval_loss = evaluate();
+      result.last_eval_loss = eval_loss;
+      metrics.write(JsonLine().add("step", step).add("eval_loss", static_cast<double>(eval_loss)));
+      if (root) progress.message("step " + std::to_string(step) + " eval_loss " + std::to_string(eval_loss));
+    }
+  }
+  progress.finish();
+  return result;
+}
+
+void Trainer::dump_initial() {
+  io::H5File f = io::H5File::create(config_.dump_path);
+  const models::GptConfig& m = model_.config();
+  f.set_attr("/", "layers", m.layers);
+  f.set_attr("/", "hidden", m.hidden);
+  f.set_attr("/", "heads", m.heads);
+  f.set_attr("/", "seq_len", config_.seq_len);
+  f.set_attr("/", "vocab_size", m.vocab);
+  f.set_attr("/", "global_batch", config_.global_batch);
+  f.set_attr("/", "steps", config_.steps);
+  f.set_attr("/", "beta1", static_cast<double>(config_.adamw.beta1));
+  f.set_attr("/", "beta2", static_cast<double>(config_.adamw.beta2));
+  f.set_attr("/", "eps", static_cast<double>(config_.adamw.eps));
+  f.set_attr("/", "weight_decay", static_cast<double>(config_.adamw.weight_decay));
+  f.set_attr("/", "grad_clip", static_cast<double>(config_.grad_clip));
+  nn::ParamStore& store = model_.params();
+  for (int i = 0; i < store.size(); ++i) f.write("/init/" + store.spec(i).name, store.logical_copy(store.value(i), i));
+  for (int64_t step = 1; step <= config_.steps; ++step) {
+    Tensor rows = Tensor::empty({config_.global_batch, config_.seq_len + 1}, DType::i32);
+    train_loader_.train_rows(step - 1, 0, config_.global_batch, rows.data<int32_t>());
+    f.write("/batches/step_" + std::to_string(step), rows);
+  }
+}
+
+void Trainer::dump_first_step() {
+  TESSERA_CHECK(config_.micro_batches() == 1, "--dump needs --micro-batch equal to --global-batch");
+  io::H5File f = io::H5File::open_rw(config_.dump_path);
+  nn::ParamStore& store = model_.params();
+  for (int i = 0; i < store.size(); ++i)
+    f.write("/step_1/grads/" + store.spec(i).name, store.logical_copy(store.grad(i), i));
+  // Logits of the same batch, without touching the gradients.
+  train_loader_.train_rows(0, 0, config_.micro_batch, rows_.data());
+  const float loss = model_.forward(rows_.data());
+  const Tensor all = model_.logits().to(Device::cpu);
+  const int64_t vp = all.dim(2), v = model_.config().vocab, n = all.numel() / vp;
+  Tensor logits = Tensor::empty({all.dim(0), all.dim(1), v});
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < v; ++j) logits.data<float>()[r * v + j] = all.data<float>()[r * vp + j];
+  f.write("/step_1/logits", logits);
+  Tensor l = Tensor::empty({1});
+  l.data<float>()[0] = loss;
+  f.write("/step_1/loss", l);
+}
+
+}  // namespace tessera::train

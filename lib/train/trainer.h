@@ -1,0 +1,61 @@
+// Trainer: the step loop for a language model: each data-parallel rank takes its slice of the
+// global batch in micro-batches, gradients are summed over dp (all-reduce), then clipping, AdamW
+// with warmup + cosine, evaluation, metrics and progress (rank 0).
+#pragma once
+#include <optional>
+#include <string>
+
+#include "comm/communicator.h"
+#include "io/token_dataset.h"
+#include "io/token_loader.h"
+#include "models/gpt/gpt.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace tessera::train {
+
+struct TrainConfig {
+  int64_t steps = 100, global_batch = 8, micro_batch = 8, seq_len = 64;
+  double lr = 3e-4, min_lr = 0.0;
+  int64_t warmup = 0;
+  float grad_clip = 1.0f;
+  optim::AdamWConfig adamw;
+  uint64_t seed = 1234;
+  int64_t eval_every = 0, eval_batches = 8, log_every = 10;
+  double peak_tflops = 0.0;     // per rank; 0: measured sgemm rate (cpu) or a device default
+  std::string metrics_path;
+  std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
+  void validate(int dp = 1) const;  // throws naming the first bad option
+  // Micro-batches each of `dp` ranks runs per step.
+  int64_t micro_batches(int dp = 1) const { return global_batch / (micro_batch * dp); }
+};
+
+struct TrainResult {
+  float last_loss = 0.0f;
+  std::optional<float> last_eval_loss;
+};
+
+class Trainer {
+ public:
+  // dp: the data-parallel group (each rank holds a full model replica).
+  Trainer(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
+          const TrainConfig& config, comm::Communicator& dp);
+  TrainResult run();
+
+ private:
+  float train_step(int64_t step);  // returns the mean loss over the global batch
+  float evaluate();
+  void dump_initial();
+  void dump_first_step();
+
+  models::Gpt& model_;
+  TrainConfig config_;
+  comm::Communicator& dp_;
+  io::TokenLoader train_loader_;
+  std::optional<io::TokenLoader> val_loader_;
+  optim::AdamW optimizer_;
+  optim::LrSchedule schedule_;
+  std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,133 @@
+// gpt_train fed bad input: each case asserts a non-zero exit code and one "error:" line naming the
+// problem, and that nothing (metrics) was written for a run that never started.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <string>
+
+#include "io/hdf5_file.h"
+#include "run_command.h"
+
+namespace {
+namespace fs = std::filesystem;
+using tessera::testing::run_command;
+using tessera::testing::shell_quote;
+
+class GptTrainBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tessera_badinput_gpt_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    good_ = (dir_ / "good.h5").string();
+    const auto r = run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 50 --tokens 5000 --seed 2 --output " +
+                               shell_quote(good_));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs gpt_train with a tiny model and `args`; expects failure with `code` and `words` in stderr.
+  void expect_error(const std::string& args, int code, const std::string& words) {
+    const std::string metrics = (dir_ / "m.jsonl").string();
+    const auto r = run_command(std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train --layers 1 --hidden 16 --heads 2 " +
+                               "--seq-len 8 --global-batch 2 --micro-batch 2 --steps 2 --threads 1 --metrics " +
+                               shell_quote(metrics) + " " + args);
+    EXPECT_EQ(r.exit_code, code) << "stderr: " << r.err;
+    EXPECT_NE(r.err.find("error:"), std::string::npos) << "stderr: " << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in stderr: " << r.err;
+    EXPECT_FALSE(fs::exists(metrics) && fs::file_size(metrics) > 0) << "a failed run wrote metrics";
+  }
+
+  // A token file with the given dataset contents, written with the raw HDF5 API.
+  std::string token_file(const std::string& name, const std::vector<int32_t>& tokens, int64_t vocab) {
+    const std::string path = (dir_ / name).string();
+    auto f = tessera::io::H5File::create(path);
+    tessera::Tensor t = tessera::Tensor::empty({static_cast<int64_t>(tokens.size())}, tessera::DType::i32);
+    std::copy(tokens.begin(), tokens.end(), t.data<int32_t>());
+    f.write("/tokens", t);
+    f.set_attr("/", "vocab_size", vocab);
+    f.set_attr("/", "tokenizer", std::string("test"));
+    return path;
+  }
+
+  fs::path dir_;
+  std::string good_;
+};
+
+TEST_F(GptTrainBadInput, MissingInputFile) {
+  expect_error("--input " + shell_quote((dir_ / "nope.h5").string()), 1, "nope.h5");
+}
+
+TEST_F(GptTrainBadInput, InputIsNotHdf5) {
+  const std::string path = (dir_ / "text.h5").string();
+  std::ofstream(path) << "this is not an HDF5 file\n";
+  expect_error("--input " + shell_quote(path), 1, "text.h5");
+}
+
+TEST_F(GptTrainBadInput, MissingInputOption) { expect_error("", 2, "input"); }
+
+TEST_F(GptTrainBadInput, UnknownOption) { expect_error("--input " + shell_quote(good_) + " --layerz 3", 2, "layerz"); }
+
+TEST_F(GptTrainBadInput, MalformedNumber) { expect_error("--input " + shell_quote(good_) + " --lr fast", 2, "lr"); }
+
+TEST_F(GptTrainBadInput, HeadsDoNotDivideHidden) {
+  expect_error("--input " + shell_quote(good_) + " --heads 3", 1, "not divisible by --heads 3");
+}
+
+TEST_F(GptTrainBadInput, GlobalBatchNotMultipleOfMicroBatch) {
+  expect_error("--input " + shell_quote(good_) + " --global-batch 3", 1, "--global-batch 3");
+}
+
+TEST_F(GptTrainBadInput, TokenOutOfVocabulary) {
+  expect_error("--input " + shell_quote(token_file("oov.h5", {1, 2, 3, 9, 4, 5, 6, 7, 8, 1, 2, 3}, 9)), 1, "vocab");
+}
+
+TEST_F(GptTrainBadInput, SequenceLongerThanData) {
+  expect_error("--input " + shell_quote(token_file("short.h5", {1, 2, 3, 4, 5}, 9)), 1, "sequence length");
+}
+
+TEST_F(GptTrainBadInput, WrongDtype) {
+  const std::string path = (dir_ / "float.h5").string();
+  {
+    auto f = tessera::io::H5File::create(path);
+    f.write("/tokens", tessera::Tensor::zeros({100}, tessera::DType::f32));
+    f.set_attr("/", "vocab_size", int64_t{9});
+  }
+  expect_error("--input " + shell_quote(path), 1, "f32");
+}
+
+TEST_F(GptTrainBadInput, MissingVocabAttribute) {
+  const std::string path = (dir_ / "novocab.h5").string();
+  {
+    auto f = tessera::io::H5File::create(path);
+    f.write("/tokens", tessera::Tensor::zeros({100}, tessera::DType::i32));
+  }
+  expect_error("--input " + shell_quote(path), 1, "vocab_size");
+}
+
+TEST_F(GptTrainBadInput, UnknownDevice) { expect_error("--input " + shell_quote(good_) + " --device tpu", 1, "tpu"); }
+
+TEST_F(GptTrainBadInput, ConfigFileMissing) {
+  expect_error("--input " + shell_quote(good_) + " --config " + shell_quote((dir_ / "none.ini").string()), 2,
+               "none.ini");
+}
+
+TEST_F(GptTrainBadInput, ConfigFileUnknownKey) {
+  const std::string ini = (dir_ / "bad.ini").string();
+  std::ofstream(ini) << "layers = 2\nhiden = 64\n";
+  expect_error("--input " + shell_quote(good_) + " --config " + shell_quote(ini), 2, "hiden");
+}
+
+TEST_F(GptTrainBadInput, EvalWithoutValidationData) {
+  expect_error("--input " + shell_quote(token_file("train_only.h5", std::vector<int32_t>(200, 1), 9)) +
+                   " --eval-every 1",
+               1, "--eval-every needs validation data");
+}
+
+TEST_F(GptTrainBadInput, BatchDoesNotSplitOverRanks) {
+  // One rank: a global batch of 2 with micro-batch 4 cannot be cut into whole micro-batches.
+  expect_error("--input " + shell_quote(good_) + " --global-batch 2 --micro-batch 4", 1, "--micro-batch 4");
+}
+
+}  // namespace

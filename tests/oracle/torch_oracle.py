@@ -1,0 +1,297 @@
+#!/usr/bin/python3
+# The PyTorch oracle: rebuilds tessera's GPT in float64 from a `gpt_train --dump` file and checks
+# step 1 (loss, logits, every gradient) and the loss of every AdamW step against tessera's output;
+# when the dump also holds /final/<name> (the parameters after the last step) it checks those too.
+#
+# usage: torch_oracle.py --dump dump.h5 --metrics m.jsonl [--tol 1e-4]
+# Exit status: 0 when everything agrees, 1 on any mismatch (each one named), 2 on bad input.
+import argparse
+import json
+import math
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DTYPE = torch.float64
+
+
+def param_shapes(cfg):
+    """Logical parameter names and shapes, [out, in] for weights, in tessera's naming."""
+    V, C, T, L = cfg["vocab_size"], cfg["hidden"], cfg["seq_len"], cfg["layers"]
+    shapes = {"embed.tokens.weight": (V, C), "embed.positions.weight": (T, C)}
+    for i in range(L):
+        b = f"blocks.{i}."
+        shapes.update({
+            b + "ln1.weight": (C,), b + "ln1.bias": (C,),
+            b + "attn.qkv.weight": (3 * C, C), b + "attn.qkv.bias": (3 * C,),
+            b + "attn.proj.weight": (C, C), b + "attn.proj.bias": (C,),
+            b + "ln2.weight": (C,), b + "ln2.bias": (C,),
+            b + "mlp.fc.weight": (4 * C, C), b + "mlp.fc.bias": (4 * C,),
+            b + "mlp.proj.weight": (C, 4 * C), b + "mlp.proj.bias": (C,),
+        })
+    shapes.update({"ln_f.weight": (C,), "ln_f.bias": (C,)})
+    return shapes
+
+
+def forward(p, cfg, tokens):
+    """Logits [B, T, V] of the GPT-2 style model for int64 tokens [B, T]."""
+    B, T = tokens.shape
+    C, H, L = cfg["hidden"], cfg["heads"], cfg["layers"]
+    D = C // H
+    eps = 1e-5
+    x = p["embed.tokens.weight"][tokens] + p["embed.positions.weight"][:T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(L):
+        b = f"blocks.{i}."
+        h = F.layer_norm(x, (C,), p[b + "ln1.weight"], p[b + "ln1.bias"], eps)
+        qkv = h @ p[b + "attn.qkv.weight"].t() + p[b + "attn.qkv.bias"]
+        q, k, v = qkv.split(C, dim=-1)
+        # [B, T, C] -> [B, H, T, D]: head h owns columns h*D .. h*D+D-1 of q, k and v.
+        q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p[b + "attn.proj.weight"].t() + p[b + "attn.proj.bias"]
+        h = F.layer_norm(x, (C,), p[b + "ln2.weight"], p[b + "ln2.bias"], eps)
+        h = F.gelu(h @ p[b + "mlp.fc.weight"].t() + p[b + "mlp.fc.bias"], approximate="tanh")
+        x = x + h @ p[b + "mlp.proj.weight"].t() + p[b + "mlp.proj.bias"]
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps)
+    return x @ p["embed.tokens.weight"].t()
+
+
+def loss_of(logits, targets):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def rel_err(a, b):
+    """||a - b|| / ||b|| (the reference b is float64); absolute when ||b|| is 0."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    diff = np.linalg.norm((a - b).ravel())
+    ref = np.linalg.norm(b.ravel())
+    if not np.all(np.isfinite(a)):
+        return math.inf
+    return diff / ref if ref > 0 else diff
+
+
+def read_metrics(path):
+    steps = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"error: {path}:{n}: not JSON ({e})")
+            if "step" in obj and "loss" in obj:
+                steps[int(obj["step"])] = obj
+    return steps
+
+
+class Report:
+    def __init__(self, tol):
+        self.tol = tol
+        self.failures = []
+
+    def check(self, what, err, detail=""):
+        ok = err <= self.tol
+        if not ok:
+            self.failures.append(f"{what}: relative error {err:.3e} > {self.tol:.0e}{detail}")
+        return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--dump", required=True)
+    ap.add_argument("--metrics", required=True)
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--final-tol", type=float, default=1e-3,
+                    help="tolerance for the optional /final parameters: Adam's division by "
+                         "sqrt(v) amplifies fp32 rounding over the steps (fp32 PyTorch: ~4e-5)")
+    ap.add_argument("--show", type=int, default=8, help="how many worst gradients to print")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    rep = Report(args.tol)
+
+    with h5py.File(args.dump, "r") as f:
+        a = f.attrs
+        cfg = {k: int(np.asarray(a[k]).ravel()[0]) for k in
+               ("layers", "hidden", "heads", "seq_len", "vocab_size", "global_batch", "steps")}
+        opt = {k: float(np.asarray(a[k]).ravel()[0]) for k in
+               ("beta1", "beta2", "eps", "weight_decay", "grad_clip")}
+        shapes = param_shapes(cfg)
+        params, grads_ref = {}, {}
+        bad = []
+        for name, shape in shapes.items():
+            if f"init/{name}" not in f:
+                bad.append(f"/init/{name} missing")
+                continue
+            t = np.asarray(f[f"init/{name}"], dtype=np.float64)
+            if t.shape != shape:
+                bad.append(f"/init/{name} has shape {t.shape}, expected {shape}")
+                continue
+            params[name] = t
+            g = f.get(f"step_1/grads/{name}")
+            if g is None:
+                bad.append(f"/step_1/grads/{name} missing")
+            elif g.shape != shape:
+                bad.append(f"/step_1/grads/{name} has shape {g.shape}, expected {shape}")
+            else:
+                grads_ref[name] = np.asarray(g, dtype=np.float64)
+        extra = sorted(set(f["init"].keys()) - set(shapes)) if "init" in f else []
+        if extra:
+            bad.append(f"/init holds parameters the oracle does not know: {extra}")
+        batches = {}
+        for k in range(1, cfg["steps"] + 1):
+            ds = f.get(f"batches/step_{k}")
+            want = (cfg["global_batch"], cfg["seq_len"] + 1)
+            if ds is None:
+                bad.append(f"/batches/step_{k} missing")
+            elif ds.shape != want:
+                bad.append(f"/batches/step_{k} has shape {ds.shape}, expected {want}")
+            else:
+                batches[k] = torch.from_numpy(np.asarray(ds, dtype=np.int64))
+        # optional: the parameters after the last step, when the dump carries them
+        final_t = {n: np.asarray(f[f"final/{n}"], dtype=np.float64) for n in shapes
+                   if f"final/{n}" in f} if "final" in f else {}
+        logits_t = np.asarray(f["step_1/logits"], dtype=np.float64) if "step_1/logits" in f else None
+        loss_t = float(np.asarray(f["step_1/loss"]).ravel()[0]) if "step_1/loss" in f else None
+    if logits_t is None or loss_t is None:
+        bad.append("/step_1/logits or /step_1/loss missing")
+    if bad:
+        print("torch_oracle: the dump is not as expected:")
+        for b in bad:
+            print("  " + b)
+        return 1
+
+    metrics = read_metrics(args.metrics)
+    print(f"torch_oracle: L={cfg['layers']} C={cfg['hidden']} H={cfg['heads']} T={cfg['seq_len']} "
+          f"V={cfg['vocab_size']} B={cfg['global_batch']} steps={cfg['steps']}; "
+          f"AdamW betas=({opt['beta1']}, {opt['beta2']}) eps={opt['eps']} "
+          f"wd={opt['weight_decay']} clip={opt['grad_clip']}; tolerance {args.tol:.0e} "
+          f"(||tessera - torch64|| / ||torch64||)")
+    for k, b in batches.items():
+        if int(b.min()) < 0 or int(b.max()) >= cfg["vocab_size"]:
+            print(f"FAIL: /batches/step_{k} holds tokens outside [0, {cfg['vocab_size']})")
+            return 1
+
+    p = {n: torch.tensor(v, dtype=DTYPE, requires_grad=True) for n, v in params.items()}
+
+    # ---- step 1: loss, logits and every gradient ------------------------------------------
+    tok = batches[1]
+    logits = forward(p, cfg, tok[:, :-1])
+    loss = loss_of(logits, tok[:, 1:])
+    loss.backward()
+
+    print("\nstep 1")
+    print(f"  {'quantity':<34} {'tessera':>14} {'torch fp64':>14} {'rel err':>10}")
+    e = rel_err(loss_t, loss.item())
+    ok = rep.check("step 1 loss (dump)", e)
+    print(f"  {'loss':<34} {loss_t:>14.8f} {loss.item():>14.8f} {e:>10.2e} {'' if ok else 'FAIL'}")
+    want = tuple(logits.shape)
+    if logits_t.shape != want:
+        rep.failures.append(f"step 1 logits: shape {logits_t.shape}, expected {want}")
+        print(f"  logits: shape {logits_t.shape}, expected {want} FAIL")
+    else:
+        ref = logits.detach().numpy()
+        e = rel_err(logits_t, ref)
+        ok = rep.check("step 1 logits", e)
+        mx = np.max(np.abs(logits_t - ref))
+        print(f"  {'logits (max abs diff %.2e)' % mx:<34} {'':>14} {'':>14} {e:>10.2e} "
+              f"{'' if ok else 'FAIL'}")
+
+    rows = []
+    for name in shapes:
+        ref = p[name].grad.numpy()
+        rows.append((rel_err(grads_ref[name], ref), name, np.linalg.norm(grads_ref[name]),
+                     np.linalg.norm(ref)))
+    for err, name, _, _ in rows:
+        rep.check(f"step 1 grad {name}", err)
+    rows.sort(reverse=True)
+    nbad = sum(1 for r in rows if not r[0] <= args.tol)
+    print(f"\n  gradients: {len(rows)} tensors, {nbad} over tolerance; worst {min(args.show, len(rows))}:")
+    print(f"  {'parameter':<34} {'|g| tessera':>14} {'|g| torch64':>14} {'rel err':>10}")
+    for err, name, nt, nr in rows[: max(args.show, nbad)]:
+        print(f"  {name:<34} {nt:>14.6e} {nr:>14.6e} {err:>10.2e} {'' if err <= args.tol else 'FAIL'}")
+
+    # ---- AdamW steps, loss per step against the metrics --------------------------------------
+    names = list(shapes)
+    decay = [p[n] for n in names if p[n].dim() == 2]
+    no_decay = [p[n] for n in names if p[n].dim() != 2]
+    optim = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": opt["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=0.0, betas=(opt["beta1"], opt["beta2"]), eps=opt["eps"])
+    print(f"\ntraining: {cfg['steps']} AdamW steps, lr from the metrics")
+    print(f"  {'step':>4} {'lr':>11} {'loss tessera':>14} {'loss torch64':>14} {'rel err':>10} "
+          f"{'gnorm tessera':>14} {'gnorm torch64':>14} {'rel err':>10}")
+    for k in range(1, cfg["steps"] + 1):
+        m = metrics.get(k)
+        if m is None:
+            rep.failures.append(f"step {k}: no metrics line with step {k} and loss")
+            print(f"  {k:>4} (no metrics line) FAIL")
+            break
+        if k > 1:
+            optim.zero_grad(set_to_none=True)
+            tok = batches[k]
+            loss = loss_of(forward(p, cfg, tok[:, :-1]), tok[:, 1:])
+            loss.backward()
+        # the gradient norm over all parameters before clipping
+        gnorm = torch.sqrt(sum((q.grad ** 2).sum() for q in p.values())).item()
+        if opt["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(list(p.values()), opt["grad_clip"])
+        lr = float(m["lr"])
+        for g in optim.param_groups:
+            g["lr"] = lr
+        optim.step()
+        e = rel_err(float(m["loss"]), loss.item())
+        ok = rep.check(f"step {k} loss (metrics)", e,
+                       f" (tessera {float(m['loss']):.8f}, torch {loss.item():.8f})")
+        gcol = ""
+        if "grad_norm" in m and m["grad_norm"] is not None:
+            ge = rel_err(float(m["grad_norm"]), gnorm)
+            # informative: the metrics' grad_norm is not part of the contract the oracle asserts
+            gcol = f"{float(m['grad_norm']):>14.6e} {gnorm:>14.6e} {ge:>10.2e}"
+            if not ge <= args.tol:
+                gcol += " (warn)"
+        print(f"  {k:>4} {lr:>11.4e} {float(m['loss']):>14.8f} {loss.item():>14.8f} {e:>10.2e} "
+              f"{gcol} {'' if ok else 'FAIL'}")
+
+    if final_t:
+        def comparable(n, t):
+            # The k part of qkv.bias has a gradient that is zero in exact arithmetic (softmax is
+            # invariant to it), so Adam turns rounding noise into lr-sized steps: leave it out.
+            if n.endswith("attn.qkv.bias"):
+                C = cfg["hidden"]
+                return np.concatenate([t[:C], t[2 * C:]])
+            return t
+        rows = sorted(((rel_err(comparable(n, final_t[n]), comparable(n, p[n].detach().numpy())), n)
+                       for n in final_t), reverse=True)
+        saved_tol, rep.tol = rep.tol, args.final_tol
+        for err, n in rows:
+            rep.check(f"final parameter {n}", err)
+        rep.tol = saved_tol
+        print(f"\n  final parameters (/final, tolerance {args.final_tol:.0e}): {len(rows)} tensors, "
+              f"worst {rows[0][1]} rel err {rows[0][0]:.2e}")
+        for err, n in rows:
+            if not err <= args.final_tol:
+                print(f"  {n:<34} {err:>10.2e} FAIL")
+
+    print()
+    if rep.failures:
+        print(f"torch_oracle: FAIL, {len(rep.failures)} mismatch(es):")
+        for msg in rep.failures:
+            print("  " + msg)
+        return 1
+    print("torch_oracle: PASS (loss, logits, every gradient and every step's loss agree)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# CTest `oracle`: trains a tiny GPT with gpt_train, dumping step 1 and the batches, and checks it
+# against an independent float64 PyTorch twin (torch_oracle.py).
+# usage: torch_oracle.sh <build_dir> <source_dir>
+set -euo pipefail
+
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 <build_dir> <source_dir>" >&2
+  exit 2
+fi
+build=$1
+src=$2
+py=/usr/bin/python3
+
+# Debian's interpreter with Debian's packages; a missing one is a failure, never a silent pass.
+if [[ ! -x $py ]]; then
+  echo "FAIL: $py not found (Debian: apt-get install python3 python3-torch python3-h5py python3-numpy)" >&2
+  exit 1
+fi
+missing=()
+for pair in torch:python3-torch h5py:python3-h5py numpy:python3-numpy; do
+  mod=${pair%%:*}
+  pkg=${pair##*:}
+  if ! "$py" -c "import $mod" >/dev/null 2>&1; then
+    missing+=("$pkg")
+  fi
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "FAIL: $py cannot import what the oracle needs; install the Debian package(s): ${missing[*]}" >&2
+  echo "      (apt-get install ${missing[*]})" >&2
+  exit 1
+fi
+
+for exe in data_prep gpt_train; do
+  if [[ ! -x $build/apps/$exe ]]; then
+    echo "FAIL: $build/apps/$exe not found (build the target '$exe' first)" >&2
+    exit 1
+  fi
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-oracle.XXXXXX")
+keep=1
+cleanup() { if [[ $keep -eq 0 ]]; then rm -rf "$tmp"; else echo "torch_oracle: files kept in $tmp" >&2; fi; }
+trap cleanup EXIT
+
+run() {
+  echo "+ $*"
+  local rc=0
+  "$@" >"$tmp/log" 2>&1 || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    cat "$tmp/log"
+    echo "FAIL: command exited with status $rc: $*" >&2
+    exit 1
+  fi
+}
+
+run "$build/apps/data_prep" synth --vocab 97 --tokens 20000 --seed 3 --output "$tmp/data.h5"
+# vocab 97 is deliberately not a multiple of 64: tessera pads the vocabulary internally.
+run "$build/apps/gpt_train" --input "$tmp/data.h5" --layers 2 --hidden 48 --heads 4 --seq-len 16 \
+    --global-batch 4 --micro-batch 4 --steps 5 --lr 1e-2 --warmup 2 --min-lr 1e-3 \
+    --weight-decay 0.1 --grad-clip 1.0 --seed 7 --metrics "$tmp/m.jsonl" --dump "$tmp/dump.h5"
+
+status=0
+"$py" "$src/tests/oracle/torch_oracle.py" --dump "$tmp/dump.h5" --metrics "$tmp/m.jsonl" || status=$?
+if [[ $status -eq 0 ]]; then
+  keep=0
+fi
+exit $status
