@@ -30,10 +30,10 @@ PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
 }
 
 uint64_t stream_id(std::string_view name) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
   for (unsigned char ch : name) {
     h ^= ch;
-    h *= 1099511628211ull;
+    h *= 0x100000001b3ull;  // FNV 64 prime
   }
   return h;
 }

@@ -8,7 +8,8 @@
 namespace tessera::io {
 
 TokenDataset TokenDataset::open(const std::string& path, const std::string& split) {
-  if (split != "train" && split != "val") fail("unknown data split '", split, "' (expected train or val)");
+  if (split != "train" && split != "val")
+    fail(path, ": unknown data split '", split, "' (expected train or val)");
   const H5File file = H5File::open_read(path);
 
   // The tokens: the split's group, else a single /tokens (a file per split).

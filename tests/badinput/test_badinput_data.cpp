@@ -34,7 +34,9 @@ class BadInputData : public ::testing::Test {
   void expect_failure(const CommandResult& r, const std::string& word, int code,
                       const std::string& output = "") const {
     EXPECT_NE(r.exit_code, 0);
-    if (code >= 0) EXPECT_EQ(r.exit_code, code) << r.err;
+    if (code >= 0) {
+      EXPECT_EQ(r.exit_code, code) << r.err;
+    }
     EXPECT_NE(r.err.find("error:"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(word), std::string::npos) << "'" << word << "' not in: " << r.err;
     EXPECT_EQ(r.err.find("error:"), r.err.rfind("error:")) << "more than one error line: " << r.err;

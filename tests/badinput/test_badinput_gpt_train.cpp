@@ -30,9 +30,8 @@ class GptTrainBadInput : public ::testing::Test {
   // Runs gpt_train with a tiny model and `args`; expects failure with `code` and `words` in stderr.
   void expect_error(const std::string& args, int code, const std::string& words) {
     const std::string metrics = (dir_ / "m.jsonl").string();
-    const auto r = run_command(std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train --layers 1 --hidden 16 --heads 2 " +
-                               "--seq-len 8 --global-batch 2 --micro-batch 2 --steps 2 --threads 1 --metrics " +
-                               shell_quote(metrics) + " " + args);
+    const auto r = run_command(std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train " + shape_ +
+                               " --seq-len 8 --steps 2 --threads 1 --metrics " + shell_quote(metrics) + " " + args);
     EXPECT_EQ(r.exit_code, code) << "stderr: " << r.err;
     EXPECT_NE(r.err.find("error:"), std::string::npos) << "stderr: " << r.err;
     EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in stderr: " << r.err;
@@ -53,6 +52,7 @@ class GptTrainBadInput : public ::testing::Test {
 
   fs::path dir_;
   std::string good_;
+  std::string shape_ = "--layers 1 --hidden 16 --heads 2 --global-batch 2 --micro-batch 2";  // cases may replace it
 };
 
 TEST_F(GptTrainBadInput, MissingInputFile) {
@@ -72,10 +72,12 @@ TEST_F(GptTrainBadInput, UnknownOption) { expect_error("--input " + shell_quote(
 TEST_F(GptTrainBadInput, MalformedNumber) { expect_error("--input " + shell_quote(good_) + " --lr fast", 2, "lr"); }
 
 TEST_F(GptTrainBadInput, HeadsDoNotDivideHidden) {
+  shape_ = "--layers 1 --hidden 16 --global-batch 2 --micro-batch 2";
   expect_error("--input " + shell_quote(good_) + " --heads 3", 1, "not divisible by --heads 3");
 }
 
 TEST_F(GptTrainBadInput, GlobalBatchNotMultipleOfMicroBatch) {
+  shape_ = "--layers 1 --hidden 16 --heads 2 --micro-batch 2";
   expect_error("--input " + shell_quote(good_) + " --global-batch 3", 1, "--global-batch 3");
 }
 
@@ -127,6 +129,7 @@ TEST_F(GptTrainBadInput, EvalWithoutValidationData) {
 
 TEST_F(GptTrainBadInput, BatchDoesNotSplitOverRanks) {
   // One rank: a global batch of 2 with micro-batch 4 cannot be cut into whole micro-batches.
+  shape_ = "--layers 1 --hidden 16 --heads 2";
   expect_error("--input " + shell_quote(good_) + " --global-batch 2 --micro-batch 4", 1, "--micro-batch 4");
 }
 

@@ -1,0 +1,129 @@
+// Unit tests of the CPU GEMM kernels through ops::matmul / matmul_batched: all four transpose
+// combinations, alpha and beta (accumulate), the empty inner dimension, batched on 1 and 3 threads.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+using tessera::Shape;
+using tessera::Tensor;
+
+namespace {
+
+Tensor random_tensor(Shape shape, uint64_t stream) {
+  Tensor t = Tensor::empty(std::move(shape));
+  tessera::philox_fill_normal(t.data<float>(), t.numel(), 1234, stream, 0, 0.0f, 1.0f);
+  return t;
+}
+
+// OpenMP thread count for one scope (tests run under OMP_NUM_THREADS=1; races need more).
+struct Threads {
+  int saved = omp_get_max_threads();
+  explicit Threads(int n) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(saved); }
+};
+
+// c = alpha op(a) op(b) + beta c0 in double; x(i, j) of a stored [rows, cols] matrix, transposed or not.
+std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const float* a,
+                              const float* b, double beta, const float* c0) {
+  std::vector<double> c(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double av = ta ? a[p * m + i] : a[i * k + p];
+        const double bv = tb ? b[j * k + p] : b[p * n + j];
+        s += av * bv;
+      }
+      c[i * n + j] = alpha * s + (beta != 0.0 ? beta * c0[i * n + j] : 0.0);
+    }
+  return c;
+}
+
+// max |got - want| / max |want|: a relative error that does not blow up at near-zero entries.
+double rel_error(const float* got, const std::vector<double>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num = std::max(num, std::fabs(got[i] - want[i]));
+    den = std::max(den, std::fabs(want[i]));
+  }
+  return num / den;
+}
+
+struct Case {
+  bool ta, tb;
+};
+
+class GemmTranspose : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GemmTranspose, MatchesDoubleReferenceWithAlphaAndBeta) {
+  const auto [ta, tb] = GetParam();
+  const int64_t m = 37, n = 19, k = 53;
+  const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
+  const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
+  for (float beta : {0.0f, 1.0f, -0.5f}) {
+    Tensor c = random_tensor({m, n}, 3);
+    const Tensor c0 = c.clone();
+    tessera::ops::matmul(a, ta, b, tb, c, 0.75f, beta);
+    const auto want = reference(ta, tb, m, n, k, 0.75, a.data<float>(), b.data<float>(), beta, c0.data<float>());
+    EXPECT_LT(rel_error(c.data<float>(), want), 1e-6) << "ta=" << ta << " tb=" << tb << " beta=" << beta;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFour, GemmTranspose,
+                         ::testing::Values(Case{false, false}, Case{false, true}, Case{true, false}, Case{true, true}));
+
+TEST(Gemm, BetaZeroIgnoresNanInOutput) {
+  const Tensor a = random_tensor({4, 6}, 4), b = random_tensor({6, 5}, 5);
+  Tensor c = Tensor::empty({4, 5});
+  for (int64_t i = 0; i < c.numel(); ++i) c.data<float>()[i] = NAN;
+  tessera::ops::matmul(a, false, b, false, c);
+  const auto want = reference(false, false, 4, 5, 6, 1.0, a.data<float>(), b.data<float>(), 0.0, nullptr);
+  EXPECT_LT(rel_error(c.data<float>(), want), 1e-6);
+}
+
+TEST(Gemm, EmptyInnerDimensionScalesC) {
+  // a^T with a [0, 3], b [0, 4]: m = 3, k = 0, n = 4.
+  const Tensor a = Tensor::empty({0, 3}), b = Tensor::empty({0, 4});
+  Tensor c = random_tensor({3, 4}, 6);
+  const Tensor c0 = c.clone();
+  tessera::ops::matmul(a, true, b, false, c, 1.0f, 0.5f);
+  for (int64_t i = 0; i < c.numel(); ++i) EXPECT_EQ(c.data<float>()[i], 0.5f * c0.data<float>()[i]);
+  tessera::ops::matmul(a, true, b, false, c, 1.0f, 0.0f);
+  for (int64_t i = 0; i < c.numel(); ++i) EXPECT_EQ(c.data<float>()[i], 0.0f);
+}
+
+TEST(Gemm, BatchedMatchesPerMatrixReference) {
+  const int64_t m = 9, n = 17, k = 33;
+  for (int threads : {1, 3}) {
+    Threads scope(threads);
+    for (int64_t batch : {1, 2, 7}) {
+      for (Case cs : {Case{false, false}, Case{false, true}, Case{true, false}, Case{true, true}}) {
+        const Tensor a = random_tensor(cs.ta ? Shape{batch, k, m} : Shape{batch, m, k}, 7);
+        const Tensor b = random_tensor(cs.tb ? Shape{batch, n, k} : Shape{batch, k, n}, 8);
+        Tensor c = random_tensor({batch, m, n}, 9);
+        const Tensor c0 = c.clone();
+        tessera::ops::matmul_batched(batch, a, cs.ta, b, cs.tb, c, 1.5f, 1.0f);
+        for (int64_t i = 0; i < batch; ++i) {
+          const auto want = reference(cs.ta, cs.tb, m, n, k, 1.5, a.data<float>() + i * m * k,
+                                      b.data<float>() + i * k * n, 1.0, c0.data<float>() + i * m * n);
+          EXPECT_LT(rel_error(c.data<float>() + i * m * n, want), 1e-6)
+              << "threads=" << threads << " batch=" << batch << " matrix " << i << " ta=" << cs.ta << " tb=" << cs.tb;
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm, RejectsShapesThatDoNotFit) {
+  const Tensor a = random_tensor({4, 6}, 10), b = random_tensor({5, 5}, 11);
+  Tensor c = Tensor::empty({4, 5});
+  EXPECT_THROW(tessera::ops::matmul(a, false, b, false, c), tessera::Error);
+}
+
+}  // namespace

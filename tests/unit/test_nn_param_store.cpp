@@ -1,0 +1,208 @@
+// Unit tests of nn::ParamStore: flat-buffer layout, layout-independent Philox initialisation of sharded and padded parameters, and the logical_copy / assign_logical round trip.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "nn/param_store.h"
+
+using tessera::DType;
+using tessera::Device;
+using tessera::Shape;
+using tessera::Tensor;
+using tessera::nn::Init;
+using tessera::nn::ParamStore;
+using tessera::nn::Shard;
+
+namespace {
+
+constexpr uint64_t kSeed = 1337;
+
+// The serial value of element `global` of parameter `name` under Init::Normal(std).
+float serial_value(const std::string& name, float std, int64_t global) {
+  return std * tessera::philox_normal(kSeed, tessera::stream_id(name), static_cast<uint64_t>(global));
+}
+
+TEST(ParamStore, FlatLayoutIsContiguousInRegistrationOrder) {
+  ParamStore s;
+  const int a = s.add("a.weight", {3, 4}, Init::Normal(0.5f), true);
+  const int b = s.add("a.bias", {5}, Init::Zeros(), false);
+  const int c = s.add("ln.weight", {2, 3, 2}, Init::Ones(), false);
+  const int d = s.add("emb.weight", {5, 2}, Init::Normal(1.0f), true, Shard{0, 0, 8});  // padded rows
+  EXPECT_EQ(a, 0);
+  EXPECT_EQ(b, 1);
+  EXPECT_EQ(c, 2);
+  EXPECT_EQ(d, 3);
+  EXPECT_EQ(s.size(), 4);
+  EXPECT_EQ(s.spec(a).offset, 0);
+  EXPECT_EQ(s.spec(b).offset, 12);
+  EXPECT_EQ(s.spec(c).offset, 17);
+  EXPECT_EQ(s.spec(d).offset, 29);
+  EXPECT_EQ(s.numel(), 29 + 16);
+  EXPECT_EQ(s.logical_numel(), 29 + 10);
+  EXPECT_EQ(s.spec(d).global_shape, Shape({5, 2}));
+  EXPECT_EQ(s.spec(d).local_shape, Shape({8, 2}));
+  EXPECT_EQ(s.logical_local_shape(d), Shape({5, 2}));
+  EXPECT_EQ(s.spec(a).name, "a.weight");
+  EXPECT_TRUE(s.spec(a).weight_decay);
+  EXPECT_FALSE(s.spec(b).weight_decay);
+  EXPECT_EQ(s.find("ln.weight"), c);
+  EXPECT_EQ(s.find("nope"), -1);
+  EXPECT_THROW(s.add("a.bias", {1}, Init::Zeros(), false), tessera::Error);  // registered twice
+  EXPECT_THROW(s.add("x", {2, 2}, Init::Zeros(), false, Shard{2, 0, 1}), tessera::Error);  // shard dim
+
+  s.allocate(Device::cpu, kSeed);
+  EXPECT_EQ(s.flat_values().numel(), s.numel());
+  EXPECT_EQ(s.flat_grads().numel(), s.numel());
+  const char* vbase = static_cast<const char*>(s.flat_values().raw());
+  const char* gbase = static_cast<const char*>(s.flat_grads().raw());
+  for (int id = 0; id < s.size(); ++id) {
+    EXPECT_EQ(s.value(id).shape(), s.spec(id).local_shape) << s.spec(id).name;
+    EXPECT_EQ(static_cast<const char*>(s.value(id).raw()) - vbase, s.spec(id).offset * 4) << s.spec(id).name;
+    EXPECT_EQ(static_cast<const char*>(s.grad(id).raw()) - gbase, s.spec(id).offset * 4) << s.spec(id).name;
+    if (id + 1 < s.size()) {
+      EXPECT_EQ(s.spec(id).offset + s.spec(id).local_shape.numel(), s.spec(id + 1).offset) << "gap after " << id;
+    }
+  }
+  // Grads start at zero; the views write into the flat buffers; zero_grads clears them all.
+  for (int64_t i = 0; i < s.numel(); ++i) ASSERT_EQ(s.flat_grads().data<float>()[i], 0.0f);
+  s.grad(c).data<float>()[1] = 3.0f;
+  EXPECT_EQ(s.flat_grads().data<float>()[18], 3.0f);
+  s.value(b).data<float>()[4] = 2.0f;
+  EXPECT_EQ(s.flat_values().data<float>()[16], 2.0f);
+  s.zero_grads();
+  EXPECT_EQ(s.grad(c).data<float>()[1], 0.0f);
+  EXPECT_THROW(s.add("late", {1}, Init::Zeros(), false), tessera::Error);  // after allocate
+}
+
+TEST(ParamStore, InitKindsAndSeeds) {
+  ParamStore s, t;
+  for (ParamStore* p : {&s, &t}) {
+    p->add("w", {4, 3}, Init::Normal(0.02f), true);
+    p->add("ones", {7}, Init::Ones(), false);
+    p->add("zeros", {6}, Init::Zeros(), false);
+  }
+  s.allocate(Device::cpu, kSeed);
+  t.allocate(Device::cpu, kSeed + 1);
+  int same = 0;
+  for (int64_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(s.value(0).data<float>()[i], serial_value("w", 0.02f, i)) << i;
+    same += s.value(0).data<float>()[i] == t.value(0).data<float>()[i];
+  }
+  EXPECT_EQ(same, 0) << "another seed gives other values";
+  for (int64_t i = 0; i < 7; ++i) EXPECT_EQ(s.value(1).data<float>()[i], 1.0f);
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(s.value(2).data<float>()[i], 0.0f);
+}
+
+// Values depend on (seed, name, global index) only: not on what else is registered, nor where.
+TEST(ParamStore, InitIsIndependentOfOffsetAndNeighbours) {
+  ParamStore s, t;
+  s.add("blocks.0.w", {5, 4}, Init::Normal(0.3f), true);
+  t.add("other", {13}, Init::Normal(0.3f), true);
+  t.add("blocks.1.w", {5, 4}, Init::Normal(0.3f), true);
+  t.add("blocks.0.w", {5, 4}, Init::Normal(0.3f), true);
+  s.allocate(Device::cpu, kSeed);
+  t.allocate(Device::cpu, kSeed);
+  const int ts = t.find("blocks.0.w");
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(s.value(0).data<float>()[i], t.value(ts).data<float>()[i]) << i;
+  int same = 0;
+  for (int64_t i = 0; i < 20; ++i) same += t.value(ts).data<float>()[i] == t.value(1).data<float>()[i];
+  EXPECT_EQ(same, 0) << "another name gives other values";
+}
+
+// Shard{0, start, extent} holds exactly rows start.. of the unsharded parameter; rows past the global
+// extent are padding (zero).
+TEST(ParamStore, RowShardsHoldTheSerialRowsAndZeroPadding) {
+  const int64_t rows = 10, cols = 3;
+  ParamStore full;
+  full.add("w", {rows, cols}, Init::Normal(0.5f), true);
+  full.allocate(Device::cpu, kSeed);
+  const float* f = full.value(0).data<float>();
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(f[i], serial_value("w", 0.5f, i));
+
+  for (const int64_t start : {0, 4, 8}) {
+    ParamStore s;
+    s.add("pad_before", {3}, Init::Normal(1.0f), true);  // a neighbour, so offsets differ from `full`
+    const int id = s.add("w", {rows, cols}, Init::Normal(0.5f), true, Shard{0, start, 4});
+    s.allocate(Device::cpu, kSeed);
+    EXPECT_EQ(s.value(id).shape(), Shape({4, cols}));
+    const int64_t valid = std::min<int64_t>(4, rows - start);
+    EXPECT_EQ(s.logical_local_shape(id), Shape({valid, cols}));
+    const float* p = s.value(id).data<float>();
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        if (r < valid)
+          EXPECT_EQ(p[r * cols + c], f[(start + r) * cols + c]) << "start " << start << " row " << r;
+        else
+          EXPECT_EQ(p[r * cols + c], 0.0f) << "padding row " << r << " of the shard at " << start;
+      }
+    // Shards of a row tensor with Ones init: padding still zero.
+    ParamStore o;
+    const int oid = o.add("ones", {rows}, Init::Ones(), false, Shard{0, start, 4});
+    o.allocate(Device::cpu, kSeed);
+    for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(o.value(oid).data<float>()[r], r < valid ? 1.0f : 0.0f);
+  }
+}
+
+// A shard along an inner dimension: columns [start, start + extent) of every row.
+TEST(ParamStore, ColumnShardsHoldTheSerialColumns) {
+  ParamStore full, s;
+  full.add("w", {4, 6}, Init::Normal(1.0f), true);
+  const int id = s.add("w", {4, 6}, Init::Normal(1.0f), true, Shard{1, 4, 3});  // cols 4, 5 + 1 padding
+  full.allocate(Device::cpu, kSeed);
+  s.allocate(Device::cpu, kSeed);
+  EXPECT_EQ(s.value(id).shape(), Shape({4, 3}));
+  EXPECT_EQ(s.logical_local_shape(id), Shape({4, 2}));
+  const float* f = full.value(0).data<float>();
+  const float* p = s.value(id).data<float>();
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(p[r * 3 + 0], f[r * 6 + 4]) << r;
+    EXPECT_EQ(p[r * 3 + 1], f[r * 6 + 5]) << r;
+    EXPECT_EQ(p[r * 3 + 2], 0.0f) << r;
+  }
+  // logical_copy walks the valid region densely.
+  Tensor l = s.logical_copy(s.value(id), id);
+  EXPECT_EQ(l.shape(), Shape({4, 2}));
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(l.data<float>()[r * 2 + 0], f[r * 6 + 4]);
+    EXPECT_EQ(l.data<float>()[r * 2 + 1], f[r * 6 + 5]);
+  }
+}
+
+TEST(ParamStore, LogicalCopyAndAssignRoundTrip) {
+  ParamStore s;
+  const int w = s.add("emb", {5, 2}, Init::Normal(1.0f), true, Shard{0, 0, 8});
+  const int b = s.add("b", {3}, Init::Zeros(), false);
+  s.allocate(Device::cpu, kSeed);
+
+  Tensor l = s.logical_copy(s.value(w), w);
+  EXPECT_EQ(l.shape(), Shape({5, 2}));
+  EXPECT_NE(l.raw(), s.value(w).raw()) << "a copy, not a view";
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(l.data<float>()[i], serial_value("emb", 1.0f, i));
+
+  // New logical values in; garbage in the padding rows is cleared by assign_logical.
+  for (int64_t i = 0; i < 10; ++i) l.data<float>()[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  for (int64_t i = 10; i < 16; ++i) s.value(w).data<float>()[i] = 7.0f;
+  s.assign_logical(s.value(w), w, l);
+  const float* p = s.value(w).data<float>();
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(p[i], 0.25f * static_cast<float>(i) - 1.0f);
+  for (int64_t i = 10; i < 16; ++i) EXPECT_EQ(p[i], 0.0f) << "padding element " << i;
+  Tensor back = s.logical_copy(s.value(w), w);
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(back.data<float>()[i], l.data<float>()[i]);
+
+  // The same on the gradient buffer, and an unsharded parameter.
+  Tensor gb = Tensor::empty({3});
+  for (int i = 0; i < 3; ++i) gb.data<float>()[i] = static_cast<float>(i + 1);
+  s.assign_logical(s.grad(b), b, gb);
+  EXPECT_EQ(s.flat_grads().data<float>()[16 + 2], 3.0f);
+  EXPECT_EQ(s.logical_copy(s.grad(b), b).data<float>()[1], 2.0f);
+  EXPECT_EQ(s.flat_values().data<float>()[16], 0.0f) << "grad assignment leaves values alone";
+
+  EXPECT_THROW(s.assign_logical(s.value(w), w, Tensor::zeros({8, 2})), tessera::Error) << "padded shape";
+  EXPECT_THROW(s.assign_logical(s.value(b), b, Tensor::zeros({4})), tessera::Error);
+}
+
+}  // namespace
