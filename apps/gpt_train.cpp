@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "apps/common/cli.h"
-#include "comm/communicator.h"
+#include "comm/process_mesh.h"
 #include "comm/mpi_runtime.h"
 #include "core/log.h"
 #include "io/hdf5_file.h"
@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     std::string input, val_input, device_name = "cpu";
     int64_t seq_len = 64;
     int threads = 0;
+    comm::MeshShape mesh_shape;
     opts.add_options()
         ("input", po::value(&input)->required(), "training token data set (HDF5: /tokens, or /train/tokens)")
         ("val-input", po::value(&val_input), "validation data set (default: the /val split of --input, if any)")
@@ -47,6 +48,11 @@ int main(int argc, char** argv) {
         ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
         ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
         ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
+        ("dp", po::value(&mesh_shape.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
+        ("tp", po::value(&mesh_shape.tp)->default_value(1), "tensor-parallel ranks")
+        ("pp", po::value(&mesh_shape.pp)->default_value(1), "pipeline stages")
+        ("sp", po::value(&mesh_shape.sp)->default_value(1), "sequence-parallel ranks")
+        ("ep", po::value(&mesh_shape.ep)->default_value(1), "expert-parallel ranks")
         ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
         ("threads", po::value(&threads)->default_value(0), "CPU threads (0: OMP_NUM_THREADS or all cores)")
         ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s for MFU (0: measured sgemm rate)")
@@ -55,6 +61,11 @@ int main(int argc, char** argv) {
     if (!cli::parse(argc, argv, opts, vm, "usage: gpt_train --input DATA.h5 [options]")) return 0;
     if (threads > 0) omp_set_num_threads(threads);
 
+    // The layout is checked on every rank before any communication.
+    mesh_shape = mesh_shape.resolved(mpi.world_size());
+    TESSERA_CHECK(mesh_shape.tp == 1 && mesh_shape.pp == 1 && mesh_shape.sp == 1 && mesh_shape.ep == 1,
+                  "layout ", mesh_shape.str(), ": this build trains data-parallel only; tensor, pipeline, sequence",
+                  " and expert parallelism are not implemented yet");
     const Device device = parse_device(device_name);
     TESSERA_CHECK(device == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                   " (or this build has no CUDA)");
@@ -71,18 +82,18 @@ int main(int argc, char** argv) {
       TESSERA_CHECK(val_data->vocab_size == train_data.vocab_size, "validation vocab_size ", val_data->vocab_size,
                     " differs from training vocab_size ", train_data.vocab_size);
     tc.seq_len = seq_len;
-    tc.validate(mpi.world_size());
+    tc.validate(mesh_shape.dp);
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
     mc.validate();
 
-    if (mpi.world_rank() == 0) log::info("gpt_train: ", mpi.world_size(), " rank(s) (data parallel), ", mc.layers, " layers, hidden ", mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab,
+    if (mpi.world_rank() == 0) log::info("gpt_train: ", mpi.world_size(), " rank(s), ", mesh_shape.str(), ", ", mc.layers, " layers, hidden ", mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab,
               ", seq ", seq_len, ", global batch ", tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps,
               " steps on ", device_name, " with ", omp_get_max_threads(), " threads");
     models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len);
     if (mpi.world_rank() == 0) log::info("parameters: ", model.params().logical_numel());
-    comm::Communicator dp = comm::Communicator::world();  // every rank a data-parallel replica
-    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, dp);
+    comm::ProcessMesh mesh(mesh_shape);
+    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, mesh.group(comm::Axis::dp));
     const train::TrainResult result = trainer.run();
     if (mpi.world_rank() == 0) log::info("done: final loss ", result.last_loss,
               result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string());

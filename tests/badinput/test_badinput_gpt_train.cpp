@@ -134,3 +134,21 @@ TEST_F(GptTrainBadInput, BatchDoesNotSplitOverRanks) {
 }
 
 }  // namespace
+
+namespace {
+// Layouts that do not fit the world are refused on every rank before any communication.
+TEST(GptTrainBadLayout, TensorParallelThatDoesNotDivideTheWorld) {
+  const auto data = std::filesystem::temp_directory_path() / ("tessera_layout_" + std::to_string(::getpid()) + ".h5");
+  ASSERT_EQ(run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 20 --tokens 2000 --seed 1 --output " +
+                        shell_quote(data.string()))
+                .exit_code,
+            0);
+  const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(TESSERA_MPIEXEC) +
+                             " --oversubscribe -np 4 " + TESSERA_BUILD_DIR + "/apps/gpt_train --input " +
+                             shell_quote(data.string()) + " --tp 3 --threads 1");
+  std::filesystem::remove(data);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("error: the layout does not fit 4 ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("= 3 does not divide 4"), std::string::npos) << r.err;
+}
+}  // namespace

@@ -45,22 +45,28 @@ inline std::vector<int64_t> sample_indices(int64_t n, int64_t max_checks) {
   return idx;
 }
 
-// Central differences (f(x + h) - f(x - h)) / (x+ - x-) at x[i] for each i in idx, where x+ and x-
-// are the float values actually stored (so the rounding of x +- h does not bias the quotient).
-// x[i] is restored bit-exactly afterwards.
+// The derivative of f at x[i], for each i in idx, by central differences: the quotients
+// D(h) = (f(x + h) - f(x - h)) / (x+ - x-), with x+- the float values actually stored (so the
+// rounding of x +- h does not bias them), combined as (4 D(h) - D(2h)) / 3 (Richardson: the
+// five-point central stencil, truncation error O(h^4) instead of O(h^2), which lets h be large
+// enough for fp32 rounding in f to matter little). x[i] is restored bit-exactly afterwards.
 template <typename F>
 std::vector<double> numeric_grad(float* x, const std::vector<int64_t>& idx, float h, F&& f) {
   std::vector<double> g;
   g.reserve(idx.size());
   for (int64_t i : idx) {
     const float x0 = x[i];
-    const float xp = x0 + h, xm = x0 - h;
-    x[i] = xp;
-    const double fp = f();
-    x[i] = xm;
-    const double fm = f();
-    x[i] = x0;
-    g.push_back((fp - fm) / (static_cast<double>(xp) - static_cast<double>(xm)));
+    auto quotient = [&](float step) {
+      const float xp = x0 + step, xm = x0 - step;
+      x[i] = xp;
+      const double fp = f();
+      x[i] = xm;
+      const double fm = f();
+      x[i] = x0;
+      return (fp - fm) / (static_cast<double>(xp) - static_cast<double>(xm));
+    };
+    const double d1 = quotient(h), d2 = quotient(2.0f * h);
+    g.push_back((4.0 * d1 - d2) / 3.0);
   }
   return g;
 }

@@ -153,7 +153,7 @@ for spec in "${configs[@]}"; do
       cut -d' ' -f1 /proc/loadavg > "$work/${name}_${e}_tessera.load"
       rc=0
       "${!ref}" "$build/apps/gpt_train" --input "$data" --layers "$L" --hidden "$C" --heads "$H" \
-          --seq-len "$T" --global-batch "$B" --micro-batch "$B" --steps "$steps" --lr 3e-4 --warmup 0 \
+          --seq-len "$T" --global-batch "$B" --micro-batch "$B" --steps "$steps" --lr 3e-4 --warmup 0 --threads "$threads" \
           --metrics "$work/${name}_${e}_tessera.jsonl" > "$work/${name}_${e}_tessera.log" 2>&1 || rc=$?
       if (( rc != 0 )); then
         tail -5 "$work/${name}_${e}_tessera.log"

@@ -1,0 +1,69 @@
+// ProcessMesh on real MPI ranks: coordinates, group sizes and membership, layouts refused with
+// their arithmetic, and the communicator's collectives on each axis group.
+// ranks: 1 2 4 8
+#include <gtest/gtest.h>
+
+#include "comm/process_mesh.h"
+
+using namespace tessera;
+using namespace tessera::comm;
+
+namespace {
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+}  // namespace
+
+TEST(MeshShape, InfersDpAndStatesArithmetic) {
+  EXPECT_EQ((MeshShape{1, 0, 1, 1, 2}.resolved(8).dp), 4);
+  EXPECT_EQ((MeshShape{2, 0, 1, 2, 2}.resolved(8).dp), 1);
+  try {
+    MeshShape{1, 0, 1, 1, 3}.resolved(8);
+    FAIL() << "tp 3 on 8 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("= 3 does not divide 8"), std::string::npos) << e.what();
+  }
+  try {
+    MeshShape{2, 2, 1, 1, 4}.resolved(8);
+    FAIL() << "pp 2 x dp 2 x tp 4 on 8 ranks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("= 16"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ProcessMesh, CoordinatesRoundTripWithTpFastest) {
+  const MeshShape s = MeshShape{2, 0, 1, 2, 2}.resolved(16);  // dp = 2
+  for (int r = 0; r < 16; ++r) EXPECT_EQ(ProcessMesh::rank_of(s, ProcessMesh::coords_of(s, r)), r);
+  EXPECT_EQ(ProcessMesh::coords_of(s, 1)[static_cast<int>(Axis::tp)], 1);  // neighbours differ in tp
+  EXPECT_EQ(ProcessMesh::coords_of(s, 8)[static_cast<int>(Axis::pp)], 1);  // the outermost axis
+}
+
+TEST(ProcessMesh, GroupsJoinRanksDifferingInOneAxis) {
+  const int n = world_size();
+  const int tp = n >= 2 ? 2 : 1;
+  ProcessMesh mesh(MeshShape{1, 0, 1, 1, tp});
+  EXPECT_EQ(mesh.group(Axis::tp).size(), tp);
+  EXPECT_EQ(mesh.group(Axis::dp).size(), n / tp);
+  EXPECT_EQ(mesh.group(Axis::tp).rank(), mesh.coord(Axis::tp));
+  EXPECT_EQ(mesh.group(Axis::dp).rank(), mesh.coord(Axis::dp));
+  // Sum of world ranks over the tp group: the neighbours (r - r % tp) .. + tp - 1.
+  const double sum = mesh.group(Axis::tp).all_reduce_sum(static_cast<double>(mesh.world_rank()));
+  const int first = mesh.world_rank() - mesh.world_rank() % tp;
+  EXPECT_EQ(sum, tp * first + tp * (tp - 1) / 2);
+  // All-reduce of a tensor over dp: every element becomes the sum of the dp coordinates.
+  Tensor t = Tensor::empty({5});
+  for (int i = 0; i < 5; ++i) t.data<float>()[i] = static_cast<float>(mesh.coord(Axis::dp) + i);
+  mesh.group(Axis::dp).all_reduce_sum(t);
+  const int dp = n / tp;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(t.data<float>()[i], static_cast<float>(dp * (dp - 1) / 2 + dp * i));
+}
+
+TEST(ProcessMesh, BroadcastFromGroupRoot) {
+  ProcessMesh mesh(MeshShape{});
+  Tensor t = Tensor::empty({3}, DType::i32);
+  for (int i = 0; i < 3; ++i) t.data<int32_t>()[i] = mesh.world_rank() == 0 ? 7 + i : -1;
+  mesh.world().broadcast(t, 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(t.data<int32_t>()[i], 7 + i);
+}

@@ -1,0 +1,141 @@
+// Unit tests of the CPU LayerNorm through ops::layernorm_forward/backward: forward (out, mean,
+// rstd) against a double reference; backward (accumulating into dinp, dweight, dbias) against
+// central finite differences of the double forward under a random projection loss sum(out * R).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+using tessera::Shape;
+using tessera::Tensor;
+
+namespace {
+
+Tensor random_tensor(Shape shape, uint64_t stream, float mean = 0.0f, float std = 1.0f) {
+  Tensor t = Tensor::empty(std::move(shape));
+  tessera::philox_fill_normal(t.data<float>(), t.numel(), 7, stream, 0, mean, std);
+  return t;
+}
+
+struct Threads {
+  int saved = omp_get_max_threads();
+  explicit Threads(int n) { omp_set_num_threads(n); }
+  ~Threads() { omp_set_num_threads(saved); }
+};
+
+std::vector<double> to_double(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
+
+// out, mean, rstd in double.
+void layernorm_ref(std::vector<double>& out, std::vector<double>& mean, std::vector<double>& rstd,
+                   const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
+                   int64_t rows, int64_t cols, double eps) {
+  out.resize(x.size());
+  mean.resize(rows);
+  rstd.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mu = 0.0, var = 0.0;
+    for (int64_t c = 0; c < cols; ++c) mu += x[r * cols + c];
+    mu /= cols;
+    for (int64_t c = 0; c < cols; ++c) var += (x[r * cols + c] - mu) * (x[r * cols + c] - mu);
+    var /= cols;
+    const double rs = 1.0 / std::sqrt(var + eps);
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = (x[r * cols + c] - mu) * rs * w[c] + b[c];
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+double rel_error(const float* got, const std::vector<double>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num = std::max(num, std::fabs(got[i] - want[i]));
+    den = std::max(den, std::fabs(want[i]));
+  }
+  return num / den;
+}
+
+struct Size {
+  int64_t rows, cols;
+};
+
+class LayerNorm : public ::testing::TestWithParam<Size> {};
+
+TEST_P(LayerNorm, ForwardMatchesDoubleReference) {
+  const auto [rows, cols] = GetParam();
+  for (int threads : {1, 3}) {
+    Threads scope(threads);
+    const Tensor x = random_tensor({rows, cols}, 1, 0.5f, 2.0f);  // an offset mean tests the centring
+    const Tensor w = random_tensor({cols}, 2, 1.0f, 0.3f), b = random_tensor({cols}, 3);
+    Tensor out = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    tessera::ops::layernorm_forward(out, mean, rstd, x, w, b, 1e-5f);
+    std::vector<double> ro, rm, rr;
+    layernorm_ref(ro, rm, rr, to_double(x), to_double(w), to_double(b), rows, cols, 1e-5);
+    EXPECT_LT(rel_error(out.data<float>(), ro), 2e-6);
+    EXPECT_LT(rel_error(mean.data<float>(), rm), 2e-6);
+    EXPECT_LT(rel_error(rstd.data<float>(), rr), 2e-6);
+  }
+}
+
+// Gradients of L = sum(out * R) by central differences of the double forward (h = 1e-6 on O(1)
+// inputs: difference error ~1e-9), against the kernel, which adds them onto random prior values.
+TEST_P(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
+  const auto [rows, cols] = GetParam();
+  const Tensor x = random_tensor({rows, cols}, 4, 0.5f, 2.0f);
+  const Tensor w = random_tensor({cols}, 5, 1.0f, 0.3f), b = random_tensor({cols}, 6);
+  const Tensor proj = random_tensor({rows, cols}, 7);
+  const double eps = 1e-5;
+  Tensor out = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+  tessera::ops::layernorm_forward(out, mean, rstd, x, w, b, static_cast<float>(eps));
+
+  std::vector<double> xd = to_double(x), wd = to_double(w), bd = to_double(b), rd = to_double(proj);
+  auto loss = [&]() {
+    std::vector<double> o, m, r;
+    layernorm_ref(o, m, r, xd, wd, bd, rows, cols, eps);
+    double s = 0.0;
+    for (size_t i = 0; i < o.size(); ++i) s += o[i] * rd[i];
+    return s;
+  };
+  auto fd = [&](std::vector<double>& v) {
+    std::vector<double> g(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double h = 1e-6, keep = v[i];
+      v[i] = keep + h;
+      const double up = loss();
+      v[i] = keep - h;
+      const double down = loss();
+      v[i] = keep;
+      g[i] = (up - down) / (2 * h);
+    }
+    return g;
+  };
+  const std::vector<double> gx = fd(xd), gw = fd(wd), gb = fd(bd);
+
+  for (int threads : {1, 3}) {
+    Threads scope(threads);
+    Tensor dinp = random_tensor({rows, cols}, 8), dw = random_tensor({cols}, 9), db = random_tensor({cols}, 10);
+    const Tensor dinp0 = dinp.clone(), dw0 = dw.clone(), db0 = db.clone();
+    tessera::ops::layernorm_backward(dinp, dw, db, proj, x, w, mean, rstd);
+    auto added = [](const Tensor& now, const Tensor& before) {
+      std::vector<float> d(now.numel());
+      for (int64_t i = 0; i < now.numel(); ++i) d[i] = now.data<float>()[i] - before.data<float>()[i];
+      return d;
+    };
+    EXPECT_LT(rel_error(added(dinp, dinp0).data(), gx), 2e-5) << "dinp, threads=" << threads;
+    EXPECT_LT(rel_error(added(dw, dw0).data(), gw), 2e-5) << "dweight, threads=" << threads;
+    EXPECT_LT(rel_error(added(db, db0).data(), gb), 2e-5) << "dbias, threads=" << threads;
+  }
+}
+
+// One row; odd widths; rows x cols large enough for the multithreaded path with per-thread sums.
+INSTANTIATE_TEST_SUITE_P(Sizes, LayerNorm,
+                         ::testing::Values(Size{1, 8}, Size{5, 37}, Size{3, 64}, Size{130, 129}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.rows) + "x" + std::to_string(info.param.cols);
+                         });
+
+}  // namespace
