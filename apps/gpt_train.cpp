@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
         ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
         ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
         ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
+        ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients")
+        ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB")
         ("dp", po::value(&mesh_shape.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
         ("tp", po::value(&mesh_shape.tp)->default_value(1), "tensor-parallel ranks")
         ("pp", po::value(&mesh_shape.pp)->default_value(1), "pipeline stages")

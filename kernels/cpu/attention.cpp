@@ -32,7 +32,7 @@ HeadView head_view(int64_t b, int64_t h, int64_t seq, int64_t heads, int64_t hea
 }
 
 // kt[d * kTile + j] = rows[j][d] for j < count, zero for count <= j < kTile: a tile of keys (or
-// values) transposed, so that dot products with one query row vectorise over the keys.
+// values) transposed, so that dot products with query rows vectorise over the keys.
 void pack_transposed(float* __restrict kt, const float* __restrict first_row, int64_t stride, int64_t count,
                      int64_t dim) {
   for (int64_t j = 0; j < count; ++j) {
@@ -43,52 +43,160 @@ void pack_transposed(float* __restrict kt, const float* __restrict first_row, in
     for (int64_t d = 0; d < dim; ++d) std::fill(kt + d * kTile + count, kt + (d + 1) * kTile, 0.0f);
 }
 
-// s[j] = sum_d x[d] * kt[d][j], for all kTile columns.
-inline void dot_tile(float* __restrict s, const float* __restrict x, const float* __restrict kt, int64_t dim) {
+// The three small products below work on R query rows at once and on 16 columns at a time, so
+// that the R x 16 accumulators stay in registers (the compiler keeps fixed-size local arrays
+// there) while each loaded vector is used R times.
+// 8 rows where the ISA has 32 vector registers (AVX-512), 4 where it has 16.
+#if defined(__AVX512F__)
+constexpr int kRows = 8;
+#else
+constexpr int kRows = 4;
+#endif
+constexpr int64_t kLanes = 16;
+
+// s[r][j] = sum_d x_r[d] * kt[d][j], j < kTile, for rows x_r = x + r * x_stride.
+template <int R>
+inline void rows_times_tile(float* __restrict s, const float* __restrict x, int64_t x_stride,
+                            const float* __restrict kt, int64_t dim) {
+  for (int64_t j0 = 0; j0 < kTile; j0 += kLanes) {
+    float acc[R][kLanes] = {};
+    for (int64_t d = 0; d < dim; ++d) {
+      const float* col = kt + d * kTile + j0;
+      for (int r = 0; r < R; ++r) {
+        const float xr = x[r * x_stride + d];
 #pragma omp simd
-  for (int64_t j = 0; j < kTile; ++j) s[j] = 0.0f;
-  for (int64_t d = 0; d < dim; ++d) {
-    const float xd = x[d];
-    const float* col = kt + d * kTile;
+        for (int64_t j = 0; j < kLanes; ++j) acc[r][j] += xr * col[j];
+      }
+    }
+    for (int r = 0; r < R; ++r)
 #pragma omp simd
-    for (int64_t j = 0; j < kTile; ++j) s[j] += xd * col[j];
+      for (int64_t j = 0; j < kLanes; ++j) s[r * kTile + j0 + j] = acc[r][j];
   }
 }
 
-// acc[d] += sum_{j < count} w[j] * rows[j][d].
-inline void add_weighted_rows(float* __restrict acc, const float* __restrict w, const float* __restrict first_row,
-                              int64_t stride, int64_t count, int64_t dim) {
-  for (int64_t j = 0; j < count; ++j) {
-    const float wj = w[j];
-    const float* row = first_row + j * stride;
+// acc_r[d] += sum_{j < count} w[r][j] * rows_j[d]: R accumulator rows (acc + r * acc_stride)
+// against `count` dim-wide rows (first_row + j * stride), weights w [R][kTile].
+template <int R>
+inline void weights_times_rows(float* __restrict acc, int64_t acc_stride, const float* __restrict w,
+                               const float* __restrict first_row, int64_t stride, int64_t count, int64_t dim) {
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= dim; d0 += kLanes) {
+    float c[R][kLanes];
+    for (int r = 0; r < R; ++r)
 #pragma omp simd
-    for (int64_t d = 0; d < dim; ++d) acc[d] += wj * row[d];
+      for (int64_t d = 0; d < kLanes; ++d) c[r][d] = acc[r * acc_stride + d0 + d];
+    for (int64_t j = 0; j < count; ++j) {
+      const float* row = first_row + j * stride + d0;
+      for (int r = 0; r < R; ++r) {
+        const float wr = w[r * kTile + j];
+#pragma omp simd
+        for (int64_t d = 0; d < kLanes; ++d) c[r][d] += wr * row[d];
+      }
+    }
+    for (int r = 0; r < R; ++r)
+#pragma omp simd
+      for (int64_t d = 0; d < kLanes; ++d) acc[r * acc_stride + d0 + d] = c[r][d];
   }
+  if (d0 == dim) return;
+  for (int r = 0; r < R; ++r)  // the last dim % 16 columns
+    for (int64_t j = 0; j < count; ++j) {
+      const float wr = w[r * kTile + j];
+      const float* row = first_row + j * stride;
+#pragma omp simd
+      for (int64_t d = d0; d < dim; ++d) acc[r * acc_stride + d] += wr * row[d];
+    }
 }
 
-// rows[j][d] += w[j] * x[d] for j < count (a rank-1 update of a tile of dim-wide rows).
-inline void add_outer(float* __restrict rows, const float* __restrict w, const float* __restrict x, int64_t count,
-                      int64_t dim) {
-  for (int64_t j = 0; j < count; ++j) {
-    const float wj = w[j];
-    float* row = rows + j * dim;
+// out_j[d] += sum_r w[r][j] * x_r[d] for j < count: a tile of dim-wide rows out_j = out + j *
+// out_stride gathering R weighted rows x_r = x + r * x_stride, weights w [R][kTile].
+template <int R>
+inline void add_weighted_outer(float* __restrict out, int64_t out_stride, const float* __restrict w,
+                               const float* __restrict x, int64_t x_stride, int64_t count, int64_t dim) {
+  int64_t d0 = 0;
+  for (; d0 + kLanes <= dim; d0 += kLanes) {
+    float xs[R][kLanes];
+    for (int r = 0; r < R; ++r)
 #pragma omp simd
-    for (int64_t d = 0; d < dim; ++d) row[d] += wj * x[d];
+      for (int64_t d = 0; d < kLanes; ++d) xs[r][d] = x[r * x_stride + d0 + d];
+    for (int64_t j = 0; j < count; ++j) {
+      float* o = out + j * out_stride + d0;
+      float c[kLanes];
+#pragma omp simd
+      for (int64_t d = 0; d < kLanes; ++d) c[d] = o[d];
+      for (int r = 0; r < R; ++r) {
+        const float wr = w[r * kTile + j];
+#pragma omp simd
+        for (int64_t d = 0; d < kLanes; ++d) c[d] += wr * xs[r][d];
+      }
+#pragma omp simd
+      for (int64_t d = 0; d < kLanes; ++d) o[d] = c[d];
+    }
   }
+  if (d0 == dim) return;
+  for (int64_t j = 0; j < count; ++j)
+    for (int r = 0; r < R; ++r) {
+      const float wr = w[r * kTile + j];
+#pragma omp simd
+      for (int64_t d = d0; d < dim; ++d) out[j * out_stride + d] += wr * x[r * x_stride + d];
+    }
 }
 
-// One (batch, head, query block [q0, q1)): each query row keeps a running max m, a running sum l
-// and an unnormalised output acc; each key tile rescales them by exp(m_old - m_new).
+// Scratch of one thread: one tile of each kind, sized for head_dim.
+struct Scratch {
+  std::vector<float> buf;
+  float* take(size_t n, size_t& used) {
+    float* p = buf.data() + used;
+    used += n;
+    return p;
+  }
+};
+
+// One (batch, head, query block [q0, q1)), R rows at a time. Each query row keeps a running max
+// m, a running sum l and an unnormalised output acc; each key tile rescales them by
+// exp(m_old - m_new) and adds its own exp(s - m_new) weighted values.
+template <int R>
+void forward_rows(float* acc, float* m, float* l, const float* qs, int64_t dim, const float* kt, const float* v_first,
+                  int64_t stride, int64_t first_query, int64_t k0, int64_t nk, float* s) {
+  rows_times_tile<R>(s, qs, dim, kt, dim);
+  int64_t count = 0;  // keys any of the R rows sees in this tile
+  for (int r = 0; r < R; ++r) {
+    const int64_t n = std::min(nk, first_query + r + 1 - k0);  // causal: keys k0 .. query
+    count = std::max(count, n);
+    float* sr = s + r * kTile;
+    float tile_max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : tile_max)
+    for (int64_t j = 0; j < n; ++j) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
+    const float m_new = std::max(m[r], tile_max);
+    const float correction = simd_exp(m[r] - m_new);  // 0 on the first tile (m = -inf)
+    // Masked keys get -inf, which exp turns into 0: the exp loop itself has no condition (a call
+    // under a condition would not vectorise).
+    std::fill(sr + n, sr + kTile, -std::numeric_limits<float>::infinity());
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < kTile; ++j) {
+      sr[j] = simd_exp(sr[j] - m_new);
+      sum += sr[j];
+    }
+    l[r] = l[r] * correction + sum;
+    m[r] = m_new;
+    float* a = acc + r * dim;
+#pragma omp simd
+    for (int64_t d = 0; d < dim; ++d) a[d] *= correction;
+  }
+  weights_times_rows<R>(acc, dim, s, v_first, stride, count, dim);
+}
+
 void forward_block(float* out, float* lse, const float* qkv, const HeadView& hv, int64_t q0, int64_t q1,
-                   float scale, std::vector<float>& scratch) {
+                   float scale, Scratch& scratch) {
   const int64_t dim = hv.head_dim, nq = q1 - q0, stride = hv.qkv_stride;
-  scratch.resize(static_cast<size_t>(3 * kTile * dim + 3 * kTile));
-  float* kt = scratch.data();
-  float* qs = kt + kTile * dim;
-  float* acc = qs + kTile * dim;
-  float* m = acc + kTile * dim;
-  float* l = m + kTile;
-  float* s = l + kTile;
+  scratch.buf.resize(static_cast<size_t>(3 * kTile * dim + 2 * kTile + kRows * kTile));
+  size_t used = 0;
+  float* kt = scratch.take(kTile * dim, used);
+  float* qs = scratch.take(kTile * dim, used);
+  float* acc = scratch.take(kTile * dim, used);
+  float* m = scratch.take(kTile, used);
+  float* l = scratch.take(kTile, used);
+  float* s = scratch.take(kRows * kTile, used);
   const float* q_rows = qkv + hv.qkv_offset;
   const float* k_rows = q_rows + hv.kv_shift;
   const float* v_rows = q_rows + 2 * hv.kv_shift;
@@ -105,27 +213,13 @@ void forward_block(float* out, float* lse, const float* qkv, const HeadView& hv,
   for (int64_t k0 = 0; k0 < q1; k0 += kTile) {
     const int64_t nk = std::min(kTile, q1 - k0);
     pack_transposed(kt, k_rows + k0 * stride, stride, nk, dim);
-    for (int64_t i = std::max(q0, k0) - q0; i < nq; ++i) {
-      const int64_t n = std::min(nk, q0 + i + 1 - k0);  // causal: keys k0 .. q0 + i
-      dot_tile(s, qs + i * dim, kt, dim);
-      float tile_max = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : tile_max)
-      for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, s[j]);
-      const float m_new = std::max(m[i], tile_max);
-      const float correction = simd_exp(m[i] - m_new);  // 0 on the first tile (m = -inf)
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = simd_exp(s[j] - m_new);
-        sum += s[j];
-      }
-      l[i] = l[i] * correction + sum;
-      m[i] = m_new;
-      float* a = acc + i * dim;
-#pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) a[d] *= correction;
-      add_weighted_rows(a, s, v_rows + k0 * stride, stride, n, dim);
-    }
+    int64_t i = std::max(q0, k0) - q0;  // rows before the tile see none of it
+    for (; i + kRows <= nq; i += kRows)
+      forward_rows<kRows>(acc + i * dim, m + i, l + i, qs + i * dim, dim, kt, v_rows + k0 * stride, stride, q0 + i,
+                          k0, nk, s);
+    for (; i < nq; ++i)
+      forward_rows<1>(acc + i * dim, m + i, l + i, qs + i * dim, dim, kt, v_rows + k0 * stride, stride, q0 + i, k0,
+                      nk, s);
   }
   for (int64_t i = 0; i < nq; ++i) {
     const float inv = 1.0f / l[i];
@@ -136,66 +230,92 @@ void forward_block(float* out, float* lse, const float* qkv, const HeadView& hv,
   }
 }
 
-// One (batch, head): key tiles outside, the queries that see them inside. A tile's dK and dV
-// gather in local accumulators; dQ rows gather in this head's own slice of dqkv (zeroed first).
-//   p = exp(scale q.k - lse),  dp = dO.v,  ds = p (dp - delta),  delta = dO.O
-//   dV += p dO,  dK += scale ds q,  dQ += scale ds k
-void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                   const HeadView& hv, float scale, std::vector<float>& scratch) {
-  const int64_t dim = hv.head_dim, seq = hv.seq, stride = hv.qkv_stride, ostride = hv.out_stride;
-  scratch.resize(static_cast<size_t>(4 * kTile * dim + 3 * kTile + seq));
-  float* kt = scratch.data();
-  float* vt = kt + kTile * dim;
-  float* dk = vt + kTile * dim;
-  float* dv = dk + kTile * dim;
-  float* p = dv + kTile * dim;
-  float* dp = p + kTile;
-  float* ds = dp + kTile;
-  float* delta = ds + kTile;
-  const float* q_rows = qkv + hv.qkv_offset;
-  const float* k_rows = q_rows + hv.kv_shift;
-  const float* v_rows = q_rows + 2 * hv.kv_shift;
-  float* dq_rows = dqkv + hv.qkv_offset;
-  float* dk_rows = dq_rows + hv.kv_shift;
-  float* dv_rows = dq_rows + 2 * hv.kv_shift;
-  const float* o_rows = out + hv.out_offset;
-  const float* do_rows = dout + hv.out_offset;
-  const float* lse_row = lse + hv.lse_offset;
+// The pointers of one (batch, head) for backward.
+struct BackwardHead {
+  const float *q_rows, *k_rows, *v_rows, *o_rows, *do_rows, *lse, *delta;
+  float *dq_rows, *dk_rows, *dv_rows;
+  int64_t stride, ostride, dim;
+  float scale;
+};
 
-  for (int64_t t = 0; t < seq; ++t) {
-    const float* o = o_rows + t * ostride;
-    const float* g = do_rows + t * ostride;
+// R query rows (first_query ..) against one key tile [k0, k0 + nk):
+//   p = exp(scale q.k - lse), dp = dO.v, ds = scale p (dp - delta)
+//   dV_tile += p^T dO,  dK_tile += ds^T q,  dQ += ds K
+template <int R>
+void backward_rows(const BackwardHead& h, int64_t first_query, int64_t k0, int64_t nk, const float* kt,
+                   const float* vt, float* p, float* ds) {
+  const int64_t dim = h.dim;
+  const float* q = h.q_rows + first_query * h.stride;
+  const float* g = h.do_rows + first_query * h.ostride;
+  rows_times_tile<R>(p, q, h.stride, kt, dim);
+  rows_times_tile<R>(ds, g, h.ostride, vt, dim);  // dp, turned into ds in place below
+  int64_t count = 0;
+  for (int r = 0; r < R; ++r) {
+    const int64_t n = std::min(nk, first_query + r + 1 - k0);
+    count = std::max(count, n);
+    const float lse_r = h.lse[first_query + r], delta_r = h.delta[first_query + r], scale = h.scale;
+    float* pr = p + r * kTile;
+    float* dsr = ds + r * kTile;
+    std::fill(pr + n, pr + kTile, -std::numeric_limits<float>::infinity());  // masked: p = 0
+#pragma omp simd
+    for (int64_t j = 0; j < kTile; ++j) {
+      const float pj = simd_exp(pr[j] * scale - lse_r);
+      pr[j] = pj;
+      dsr[j] = pj * (dsr[j] - delta_r) * scale;
+    }
+  }
+  add_weighted_outer<R>(h.dv_rows + k0 * h.stride, h.stride, p, g, h.ostride, count, dim);
+  add_weighted_outer<R>(h.dk_rows + k0 * h.stride, h.stride, ds, q, h.stride, count, dim);
+  weights_times_rows<R>(h.dq_rows + first_query * h.stride, h.stride, ds, h.k_rows + k0 * h.stride, h.stride, count,
+                        dim);
+}
+
+// One (batch, head): key tiles outside, the queries that see them inside. dQ, dK and dV gather
+// in this head's own slices of dqkv, zeroed first.
+void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                   const HeadView& hv, float scale, Scratch& scratch) {
+  const int64_t dim = hv.head_dim, seq = hv.seq, stride = hv.qkv_stride, ostride = hv.out_stride;
+  scratch.buf.resize(static_cast<size_t>(2 * kTile * dim + 2 * kRows * kTile + seq));
+  size_t used = 0;
+  float* kt = scratch.take(kTile * dim, used);
+  float* vt = scratch.take(kTile * dim, used);
+  float* p = scratch.take(kRows * kTile, used);
+  float* ds = scratch.take(kRows * kTile, used);
+  float* delta = scratch.take(seq, used);
+  BackwardHead h;
+  h.q_rows = qkv + hv.qkv_offset;
+  h.k_rows = h.q_rows + hv.kv_shift;
+  h.v_rows = h.q_rows + 2 * hv.kv_shift;
+  h.o_rows = out + hv.out_offset;
+  h.do_rows = dout + hv.out_offset;
+  h.lse = lse + hv.lse_offset;
+  h.delta = delta;
+  h.dq_rows = dqkv + hv.qkv_offset;
+  h.dk_rows = h.dq_rows + hv.kv_shift;
+  h.dv_rows = h.dq_rows + 2 * hv.kv_shift;
+  h.stride = stride;
+  h.ostride = ostride;
+  h.dim = dim;
+  h.scale = scale;
+
+  for (int64_t t = 0; t < seq; ++t) {  // delta = dO.O per query; dQ, dK, dV start at zero
+    const float* o = h.o_rows + t * ostride;
+    const float* g = h.do_rows + t * ostride;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t d = 0; d < dim; ++d) sum += g[d] * o[d];
     delta[t] = sum;
-    std::fill(dq_rows + t * stride, dq_rows + t * stride + dim, 0.0f);
+    std::fill(h.dq_rows + t * stride, h.dq_rows + t * stride + dim, 0.0f);
+    std::fill(h.dk_rows + t * stride, h.dk_rows + t * stride + dim, 0.0f);
+    std::fill(h.dv_rows + t * stride, h.dv_rows + t * stride + dim, 0.0f);
   }
   for (int64_t k0 = 0; k0 < seq; k0 += kTile) {
     const int64_t nk = std::min(kTile, seq - k0);
-    pack_transposed(kt, k_rows + k0 * stride, stride, nk, dim);
-    pack_transposed(vt, v_rows + k0 * stride, stride, nk, dim);
-    std::fill(dk, dk + 2 * kTile * dim, 0.0f);  // dk and dv
-    for (int64_t i = k0; i < seq; ++i) {
-      const int64_t n = std::min(nk, i + 1 - k0);  // causal: keys k0 .. i of this tile
-      const float* q = q_rows + i * stride;
-      const float* g = do_rows + i * ostride;
-      dot_tile(p, q, kt, dim);
-      dot_tile(dp, g, vt, dim);
-      const float lse_i = lse_row[i], delta_i = delta[i];
-#pragma omp simd
-      for (int64_t j = 0; j < n; ++j) {
-        p[j] = simd_exp(p[j] * scale - lse_i);
-        ds[j] = p[j] * (dp[j] - delta_i) * scale;
-      }
-      add_outer(dv, p, g, n, dim);
-      add_outer(dk, ds, q, n, dim);
-      add_weighted_rows(dq_rows + i * stride, ds, k_rows + k0 * stride, stride, n, dim);
-    }
-    for (int64_t j = 0; j < nk; ++j) {
-      std::copy(dk + j * dim, dk + (j + 1) * dim, dk_rows + (k0 + j) * stride);
-      std::copy(dv + j * dim, dv + (j + 1) * dim, dv_rows + (k0 + j) * stride);
-    }
+    pack_transposed(kt, h.k_rows + k0 * stride, stride, nk, dim);
+    pack_transposed(vt, h.v_rows + k0 * stride, stride, nk, dim);
+    int64_t i = k0;  // queries before the tile see none of it
+    for (; i + kRows <= seq; i += kRows) backward_rows<kRows>(h, i, k0, nk, kt, vt, p, ds);
+    for (; i < seq; ++i) backward_rows<1>(h, i, k0, nk, kt, vt, p, ds);
   }
 }
 
@@ -207,7 +327,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, 
   const int64_t blocks = (seq + kTile - 1) / kTile, items = batch * heads * blocks;
 #pragma omp parallel if (items > 1)
   {
-    std::vector<float> scratch;
+    Scratch scratch;
     // Later query blocks see more keys: hand them out first, dynamically.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
@@ -225,7 +345,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const int64_t items = batch * heads;
 #pragma omp parallel if (items > 1)
   {
-    std::vector<float> scratch;
+    Scratch scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < items; ++bh) {
       const HeadView hv = head_view(bh / heads, bh % heads, seq, heads, head_dim);

@@ -32,7 +32,7 @@ void softmax_xent_forward(float* losses, float* lse, const float* logits, const 
     const float* x = logits + r * padded_vocab;
     float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < valid_vocab; ++j) mx = std::max(mx, x[j]);
+    for (int64_t j = 0; j < valid_vocab; ++j) mx = x[j] > mx ? x[j] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < valid_vocab; ++j) sum += simd_exp(x[j] - mx);

@@ -1,6 +1,5 @@
-// CUDA causal self-attention backward of kernels/cuda/cuda_ops.h, recomputing P from the saved
-// lse: delta = rowsum(dO * O); one kernel per key tile writes dK, dV, one per query tile writes dQ
-// (no atomics, deterministic). dqkv is overwritten. Synchronous.
+// CUDA causal attention backward of kernels/cuda/cuda_ops.h, recomputing P from lse: one kernel per
+// key tile writes dK, dV, one per query tile writes dQ (no atomics, deterministic). Synchronous.
 #include <cmath>
 
 #include "kernels/cuda/attention_tiles.cuh"

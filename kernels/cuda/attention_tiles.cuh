@@ -1,6 +1,5 @@
-// Tiling shared by the fused attention kernels: 64 x 64 tiles of scores, computed by 256 threads
-// in a 16 x 16 grid, each thread owning rows ty + 16 i and columns tx + 16 j (i, j < 4).
-// Tiles of q/k/v/o rows sit in shared memory with head_dim padded to DP and a row stride of DP + 1.
+// Tiling shared by the fused attention kernels: 64 x 64 score tiles over 256 threads, and tiles of
+// q/k/v/o rows in shared memory (head_dim padded to DP, row stride DP + 1).
 #pragma once
 #include <cstdint>
 
@@ -9,6 +8,7 @@
 
 namespace tessera::kernels::cuda::attention {
 
+// Thread (tx, ty) of the 16 x 16 grid owns the scores of rows ty + 16 i and columns tx + 16 j, i, j < 4.
 constexpr int kTile = 64;
 constexpr int kThreads = 256;
 constexpr int kSide = 16;             // threads per side of the 16 x 16 grid

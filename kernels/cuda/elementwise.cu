@@ -30,23 +30,37 @@ __global__ void broadcast_rows_kernel(float* out, const float* bias, int64_t n, 
   for (int64_t i = global_thread(); i < n; i += global_stride()) out[i] = bias[i % cols];
 }
 
-// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// 0.5 (1 + tanh u) = sigmoid(2u), evaluated from e = exp(-2|u|) in (0, 1] so that nothing
+// overflows and the negative tail has no cancellation: sigmoid(2u) = (u < 0 ? e : 1) / (1 + e), and
+// sigmoid'(2u) / 2 = sigmoid(2u) (1 - sigmoid(2u)) = e / (1 + e)^2.
+struct GeluLogistic {
+  float s;     // 0.5 (1 + tanh u)
+  float s_ds;  // s (1 - s) = (1 - tanh^2 u) / 4
+};
+
+__device__ __forceinline__ GeluLogistic gelu_logistic(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float e = expf(-2.0f * fabsf(u));
+  const float inv = 1.0f / (1.0f + e);
+  return {(u < 0.0f ? e : 1.0f) * inv, e * inv * inv};
+}
+
+// gelu(x) = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3).
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += global_stride()) {
     const float x = inp[i];
-    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
-    out[i] = 0.5f * x * (1.0f + t);
+    out[i] = x * gelu_logistic(x).s;
   }
 }
 
-// dinp = dout * d/dx gelu(x); dinp may alias dout (each element is read before it is written).
+// dinp = dout * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2);
+// dinp may alias dout (each element is read before it is written).
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += global_stride()) {
     const float x = inp[i];
-    const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
-    const float dtanh = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dtanh;
-    dinp[i] = grad * dout[i];
+    const GeluLogistic g = gelu_logistic(x);
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] = dout[i] * (g.s + 2.0f * x * g.s_ds * du);
   }
 }
 
@@ -56,7 +70,8 @@ __global__ void f32_to_bf16_kernel(uint16_t* out, const float* inp, int64_t n) {
 }
 
 __global__ void bf16_to_f32_kernel(float* out, const uint16_t* inp, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += global_stride()) out[i] = __bfloat162float(__ushort_as_bfloat16(inp[i]));
+  for (int64_t i = global_thread(); i < n; i += global_stride())
+    out[i] = __bfloat162float(__ushort_as_bfloat16(inp[i]));
 }
 
 __global__ void f32_to_f16_kernel(uint16_t* out, const float* inp, int64_t n) {

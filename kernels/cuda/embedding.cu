@@ -1,6 +1,5 @@
-// CUDA token + position embedding of kernels/cuda/cuda_ops.h, for a vocabulary shard starting at
-// vocab_start. Backward is deterministic without atomics: tokens are stably sorted by row
-// (cub radix sort) and each row's gradients are added in token order. Synchronous.
+// CUDA token + position embedding of kernels/cuda/cuda_ops.h, synchronous; backward without atomics:
+// tokens stably sorted by row (cub), each row's gradients added in token order (deterministic).
 #include <cub/device/device_radix_sort.cuh>
 
 #include "core/error.h"

@@ -1,6 +1,5 @@
-// CUDA GEMM of kernels/cuda/cuda_ops.h through cuBLAS, row-major by computing C^T = op(B)^T op(A)^T
-// in cuBLAS's column-major terms; one lazily created handle per device, fp32 math (no TF32).
-// Enqueued on op_stream() and synchronous, like every op here.
+// CUDA GEMM of kernels/cuda/cuda_ops.h through cuBLAS (fp32 math, no TF32), row-major as column-major
+// C^T = op(B)^T op(A)^T; one lazily created handle per device. Synchronous, like every op here.
 #include <cublas_v2.h>
 
 #include <climits>
@@ -42,10 +41,10 @@ class CublasHandle {
 // The current device's handle, bound to op_stream(). The handles are a per-process cache of
 // device resources (created on first use, destroyed at exit), not state that changes results.
 cublasHandle_t handle_for_current_device() {
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));  // first, so the runtime outlives the handles at exit
   static std::mutex mutex;
   static std::vector<std::unique_ptr<CublasHandle>> handles;
-  int device = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mutex);
   if (handles.size() <= static_cast<size_t>(device)) handles.resize(device + 1);
   if (!handles[device]) handles[device] = std::make_unique<CublasHandle>();

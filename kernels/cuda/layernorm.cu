@@ -1,5 +1,5 @@
-// CUDA layernorm of kernels/cuda/cuda_ops.h: forward (one warp per row, saving mean and rstd) and
-// backward (dinp per row; dweight, dbias as deterministic column sums). All gradients accumulate.
+// CUDA layernorm of kernels/cuda/cuda_ops.h, synchronous: forward (a warp per row, saving mean, rstd) and
+// backward (dinp per row; dweight, dbias as deterministic column sums), all gradients accumulating.
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_common.cuh"

@@ -1,7 +1,6 @@
-// CUDA softmax + cross-entropy of kernels/cuda/cuda_ops.h over padded-vocabulary logits: forward
-// (one block per row, online max/sum, saving lse) and backward (dlogits may alias logits). Synchronous.
-// Targets < 0 are ignored (loss 0, gradient row 0); a target >= valid_vocab is a caller error and
-// yields a NaN loss (its gradient row is the softmax alone), so it cannot pass unnoticed.
+// CUDA softmax + cross-entropy of kernels/cuda/cuda_ops.h over padded-vocabulary logits: forward (one
+// block per row, online max/sum, saving lse) and backward (dlogits may alias logits). Synchronous.
+#include "core/error.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -9,8 +8,33 @@
 namespace tessera::kernels::cuda {
 namespace {
 
+// Targets < 0 are ignored (loss 0, gradient row 0); a target >= valid_vocab throws, as on the CPU.
 constexpr int kThreads = 256;
+constexpr unsigned long long kNoBadRow = ~0ull;
 
+// *first_bad = the lowest row whose target is >= valid_vocab (left at kNoBadRow if none).
+__global__ void find_bad_target_kernel(unsigned long long* first_bad, const int32_t* targets, int64_t rows,
+                                       int64_t valid_vocab) {
+  for (int64_t r = global_thread(); r < rows; r += global_stride())
+    if (targets[r] >= valid_vocab) atomicMin(first_bad, static_cast<unsigned long long>(r));
+}
+
+// Throws "<op>: target X at row R is not below the vocabulary size V" for the first bad target.
+void check_targets(const int32_t* targets, int64_t rows, int64_t valid_vocab, const char* op) {
+  Scratch flag(sizeof(unsigned long long));
+  TESSERA_CUDA_CHECK(cudaMemsetAsync(flag.as<void>(), 0xff, sizeof(unsigned long long), op_stream()));
+  launch(op, find_bad_target_kernel, dim3(grid_for(rows, kThreads)), dim3(kThreads), 0,
+         flag.as<unsigned long long>(), targets, rows, valid_vocab);
+  unsigned long long bad = kNoBadRow;
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(&bad, flag.as<void>(), sizeof bad, cudaMemcpyDeviceToHost, op_stream()));
+  finish(op);
+  if (bad == kNoBadRow) return;
+  int32_t target = 0;
+  TESSERA_CUDA_CHECK(cudaMemcpy(&target, targets + bad, sizeof target, cudaMemcpyDeviceToHost));
+  fail(op, ": target ", target, " at row ", bad, " is not below the vocabulary size ", valid_vocab);
+}
+
+// lse = max + log(sum_c exp(x_c - max)) over c < valid_vocab; loss = lse - x[target], 0 if ignored.
 __global__ void softmax_xent_forward_kernel(float* losses, float* lse, const float* logits, const int32_t* targets,
                                             int64_t rows, int64_t padded_vocab, int64_t valid_vocab) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -22,7 +46,7 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* lse, const flo
       const float row_lse = acc.max + logf(acc.sum);
       const int32_t t = targets[row];
       lse[row] = row_lse;
-      losses[row] = t < 0 ? 0.0f : (t < valid_vocab ? row_lse - x[t] : NAN);
+      losses[row] = t >= 0 ? row_lse - x[t] : 0.0f;
     }
   }
 }
@@ -51,6 +75,7 @@ unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < (1 << 30) 
 void softmax_xent_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
                           int64_t padded_vocab, int64_t valid_vocab) {
   if (rows <= 0) return;
+  check_targets(targets, rows, valid_vocab, "softmax_xent_forward");
   launch("softmax_xent_forward", softmax_xent_forward_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, losses, lse,
          logits, targets, rows, padded_vocab, valid_vocab);
   finish("softmax_xent_forward");
@@ -59,6 +84,7 @@ void softmax_xent_forward(float* losses, float* lse, const float* logits, const 
 void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse,
                            int64_t rows, int64_t padded_vocab, int64_t valid_vocab, float scale) {
   if (rows <= 0 || padded_vocab <= 0) return;
+  check_targets(targets, rows, valid_vocab, "softmax_xent_backward");
   launch("softmax_xent_backward", softmax_xent_backward_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, dlogits,
          logits, targets, lse, rows, padded_vocab, valid_vocab, scale);
   finish("softmax_xent_backward");

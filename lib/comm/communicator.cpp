@@ -1,10 +1,115 @@
-// Communicator over MPI for host tensors.
+// Communicator over MPI for host tensors: argument checks, MPI-3 non-blocking collectives behind
+// every operation (a blocking call is its non-blocking form waited at once), and CommHandle.
 #include "comm/communicator.h"
 
 #include <climits>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "comm/mpi_runtime.h"
+#include "core/timer.h"
 
 namespace tessera::comm {
+
 namespace {
+// Throws naming the operation and the MPI call when MPI reports a failure (only seen where the
+// communicator's error handler returns codes; the default handler aborts the job itself).
+void mpi_check(int rc, const std::string& what, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail(what, ": ", call, " failed: ", std::string(text, len));
+}
+}  // namespace
+
+// --- CommHandle ----------------------------------------------------------------------------------
+
+struct CommHandle::Pending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::shared_ptr<CommStats> stats;
+  CommOp op = CommOp::barrier;
+  int64_t bytes = 0;
+  std::string what;  // "all_reduce(dp)", for messages
+  double timeout_s = 0;
+  Timer timer;  // started when the operation was
+  // For a receive: the elements the message must carry (-1: no check) and their MPI type.
+  int64_t expect_count = -1;
+  MPI_Datatype type = MPI_BYTE;
+  // What MPI reads or writes until completion: the tensors (their storage), counts and offsets.
+  Tensor keep[2];
+  std::vector<int> ints[4];
+
+  void finish();
+};
+
+void CommHandle::Pending::finish() {
+  MPI_Status status;
+  int rc = MPI_SUCCESS;
+  if (timeout_s > 0) {
+    int done = 0;
+    while (true) {
+      rc = MPI_Test(&request, &done, &status);
+      if (rc != MPI_SUCCESS || done) break;
+      if (timer.seconds() > timeout_s) {
+        int world_rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+        std::fprintf(stderr, "error: rank %d: %s did not complete within %g s; aborting the job\n",
+                     world_rank, what.c_str(), timeout_s);
+        abort_job(1);
+      }
+      std::this_thread::yield();
+    }
+  } else {
+    rc = MPI_Wait(&request, &status);
+  }
+  mpi_check(rc, what, timeout_s > 0 ? "MPI_Test" : "MPI_Wait");
+  stats->record(op, bytes, timer.millis());
+  if (expect_count >= 0) {
+    int got = 0;
+    MPI_Get_count(&status, type, &got);
+    TESSERA_CHECK(got == expect_count, what, ": expected a message of ", expect_count,
+                  " elements from rank ", status.MPI_SOURCE, ", got ", got);
+  }
+}
+
+CommHandle::CommHandle(std::unique_ptr<Pending> pending) : pending_(std::move(pending)) {}
+
+CommHandle::CommHandle(CommHandle&& other) noexcept : pending_(std::move(other.pending_)) {}
+
+CommHandle& CommHandle::operator=(CommHandle&& other) noexcept {
+  if (this != &other) {
+    finish_quietly();
+    pending_ = std::move(other.pending_);
+  }
+  return *this;
+}
+
+CommHandle::~CommHandle() { finish_quietly(); }
+
+void CommHandle::finish_quietly() noexcept {
+  if (!pending_) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    // No exception may leave here; the failure is still reported on this rank.
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+}
+
+void CommHandle::wait() {
+  if (!pending_) return;
+  std::unique_ptr<Pending> p = std::move(pending_);  // complete (or failed) either way
+  p->finish();
+}
+
+// --- checks --------------------------------------------------------------------------------------
+
+namespace {
+
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;
@@ -14,51 +119,366 @@ MPI_Datatype mpi_type(DType t) {
   }
   return MPI_BYTE;
 }
+
+// A tensor MPI (or a size-1 copy) may touch: defined, on the host where an exchange happens, and
+// within MPI-3's int counts.
+void check_tensor(const std::string& what, const char* label, const Tensor& t, bool exchange) {
+  TESSERA_CHECK(t.defined(), what, ": ", label, " is an undefined tensor");
+  TESSERA_CHECK(!exchange || t.device() == Device::cpu, what, ": ", label, " is a ",
+                device_name(t.device()),
+                " tensor; this communicator moves host memory (device tensors go through "
+                "NcclCommunicator)");
+  TESSERA_CHECK(t.numel() <= INT_MAX, what, ": ", label, " has ", t.numel(),
+                " elements, above the MPI-3 count limit of ", INT_MAX, "; split the call");
+}
+
+void check_reducible(const std::string& what, const Tensor& t) {
+  TESSERA_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i32, what, ": cannot reduce ",
+                dtype_name(t.dtype()), " tensors (f32 and i32 only)");
+}
+
+void check_pair(const std::string& what, const Tensor& input, const Tensor& output) {
+  TESSERA_CHECK(input.dtype() == output.dtype(), what, ": input is ", dtype_name(input.dtype()),
+                ", output is ", dtype_name(output.dtype()));
+  if (input.device() != output.device() || input.nbytes() == 0 || output.nbytes() == 0) return;
+  const char* in = static_cast<const char*>(input.raw());
+  const char* out = static_cast<const char*>(output.raw());
+  TESSERA_CHECK(out + output.nbytes() <= in || in + input.nbytes() <= out, what,
+                ": output overlaps input (this operation needs distinct buffers)");
+}
+
+// Per-rank counts as MPI ints with their offsets (rank order); returns the sum.
+int64_t to_counts(const std::string& what, const char* label, std::span<const int64_t> counts,
+                  int size, std::vector<int>& ints, std::vector<int>& offsets) {
+  TESSERA_CHECK(static_cast<int64_t>(counts.size()) == size, what, ": ", label, " has ",
+                counts.size(), " entries for a group of ", size, " ranks");
+  ints.resize(size);
+  offsets.resize(size);
+  int64_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    TESSERA_CHECK(counts[r] >= 0, what, ": ", label, "[", r, "] is ", counts[r]);
+    TESSERA_CHECK(total + counts[r] <= INT_MAX, what, ": ", label, " sum past ", INT_MAX,
+                  " elements, the MPI-3 count limit; split the call");
+    ints[r] = static_cast<int>(counts[r]);
+    offsets[r] = static_cast<int>(total);
+    total += counts[r];
+  }
+  return total;
+}
+
 }  // namespace
+
+// --- Communicator --------------------------------------------------------------------------------
 
 Communicator Communicator::world() { return Communicator(MPI_COMM_WORLD, "world"); }
 
-Communicator::Communicator(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
+Communicator::Communicator(MPI_Comm comm, std::string name)
+    : comm_(comm), name_(std::move(name)), stats_(std::make_shared<CommStats>(name_)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
 
-void Communicator::all_reduce_sum(Tensor& t) {
-  if (size_ == 1) return;  // nothing to exchange, nothing counted
-  TESSERA_CHECK(t.dtype() == DType::f32 && t.device() == Device::cpu, "all_reduce_sum(", name_,
-                "): host f32 tensors only (device tensors need the NCCL communicator)");
-  TESSERA_CHECK(t.numel() <= INT_MAX, "all_reduce_sum(", name_, "): tensor too large for one call");
-  ++stats_.calls;
-  stats_.bytes += static_cast<int64_t>(t.nbytes());
-  MPI_Allreduce(MPI_IN_PLACE, t.raw(), static_cast<int>(t.numel()), MPI_FLOAT, MPI_SUM, comm_);
+Communicator::Communicator(const Communicator& other)
+    : comm_(other.comm_), name_(other.name_), rank_(other.rank_), size_(other.size_),
+      timeout_s_(other.timeout_s_), stats_(std::make_shared<CommStats>(*other.stats_)) {}
+
+Communicator& Communicator::operator=(const Communicator& other) {
+  if (this != &other) {
+    comm_ = other.comm_;
+    name_ = other.name_;
+    rank_ = other.rank_;
+    size_ = other.size_;
+    timeout_s_ = other.timeout_s_;
+    stats_ = std::make_shared<CommStats>(*other.stats_);
+  }
+  return *this;
+}
+
+void Communicator::set_timeout(double seconds) {
+  TESSERA_CHECK(seconds >= 0, "communicator ", name_, ": timeout must be >= 0 s, got ", seconds);
+  timeout_s_ = seconds;
+}
+
+std::string Communicator::where(const char* op) const { return std::string(op) + "(" + name_ + ")"; }
+
+std::unique_ptr<CommHandle::Pending> Communicator::begin(CommOp op, int64_t bytes,
+                                                         std::string what) const {
+  auto p = std::make_unique<CommHandle::Pending>();
+  p->stats = stats_;
+  p->op = op;
+  p->bytes = bytes;
+  p->what = std::move(what);
+  p->timeout_s = timeout_s_;
+  return p;
+}
+
+// --- all-reduce ---
+
+CommHandle Communicator::all_reduce_start(Tensor& t, MPI_Op op, const char* op_name) {
+  const std::string what = where(op_name);
+  check_tensor(what, "tensor", t, size_ > 1);
+  check_reducible(what, t);
+  if (size_ == 1) return {};
+  auto p = begin(CommOp::all_reduce, static_cast<int64_t>(t.nbytes()), what);
+  p->keep[0] = t;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), op,
+                 comm_, &p->request), p->what, "MPI_Iallreduce");
+  return CommHandle(std::move(p));
+}
+
+void Communicator::all_reduce_sum(Tensor& t) { all_reduce_start(t, MPI_SUM, "all_reduce_sum").wait(); }
+void Communicator::all_reduce_max(Tensor& t) { all_reduce_start(t, MPI_MAX, "all_reduce_max").wait(); }
+CommHandle Communicator::iall_reduce_sum(Tensor& t) {
+  return all_reduce_start(t, MPI_SUM, "iall_reduce_sum");
 }
 
 double Communicator::all_reduce_sum(double value) {
   if (size_ == 1) return value;
-  ++stats_.calls;
-  stats_.bytes += sizeof(double);
-  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_);
+  auto p = begin(CommOp::all_reduce, sizeof(double), where("all_reduce_sum"));
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_, &p->request), p->what, "MPI_Iallreduce");
+  CommHandle(std::move(p)).wait();
   return value;
 }
 
 int64_t Communicator::all_reduce_max(int64_t value) {
   if (size_ == 1) return value;
-  ++stats_.calls;
-  stats_.bytes += sizeof(int64_t);
-  MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm_);
+  auto p = begin(CommOp::all_reduce, sizeof(int64_t), where("all_reduce_max"));
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm_, &p->request), p->what, "MPI_Iallreduce");
+  CommHandle(std::move(p)).wait();
   return value;
 }
 
+// --- reduce-scatter ---
+
+CommHandle Communicator::reduce_scatter_start(const Tensor& input, Tensor& output,
+                                              std::span<const int64_t> counts, bool equal,
+                                              const char* op_name) {
+  const std::string what = where(op_name);
+  check_tensor(what, "input", input, size_ > 1);
+  check_tensor(what, "output", output, size_ > 1);
+  check_pair(what, input, output);
+  check_reducible(what, input);
+  std::vector<int> ints, offsets;
+  if (equal) {
+    TESSERA_CHECK(input.numel() == size_ * output.numel(), what, ": input has ", input.numel(),
+                  " elements, not ", size_, " ranks x output's ", output.numel());
+  } else {
+    const int64_t total = to_counts(what, "counts", counts, size_, ints, offsets);
+    TESSERA_CHECK(input.numel() == total, what, ": input has ", input.numel(),
+                  " elements, counts sum to ", total);
+    TESSERA_CHECK(output.numel() == counts[rank_], what, ": output has ", output.numel(),
+                  " elements, counts[", rank_, "] is ", counts[rank_]);
+  }
+  if (size_ == 1) {
+    output.copy_from(input);
+    return {};
+  }
+  auto p = begin(CommOp::reduce_scatter, static_cast<int64_t>(input.nbytes()), what);
+  p->keep[0] = input;
+  p->keep[1] = output;
+  const MPI_Datatype type = mpi_type(input.dtype());
+  if (equal) {
+    mpi_check(MPI_Ireduce_scatter_block(input.raw(), output.raw(), static_cast<int>(output.numel()), type,
+                              MPI_SUM, comm_, &p->request), p->what, "MPI_Ireduce_scatter_block");
+  } else {
+    p->ints[0] = std::move(ints);
+    mpi_check(MPI_Ireduce_scatter(input.raw(), output.raw(), p->ints[0].data(), type, MPI_SUM, comm_,
+                        &p->request), p->what, "MPI_Ireduce_scatter");
+  }
+  return CommHandle(std::move(p));
+}
+
+void Communicator::reduce_scatter(const Tensor& input, Tensor& output) {
+  reduce_scatter_start(input, output, {}, true, "reduce_scatter").wait();
+}
+void Communicator::reduce_scatter(const Tensor& input, Tensor& output,
+                                  std::span<const int64_t> counts) {
+  reduce_scatter_start(input, output, counts, false, "reduce_scatter").wait();
+}
+CommHandle Communicator::ireduce_scatter(const Tensor& input, Tensor& output) {
+  return reduce_scatter_start(input, output, {}, true, "ireduce_scatter");
+}
+CommHandle Communicator::ireduce_scatter(const Tensor& input, Tensor& output,
+                                         std::span<const int64_t> counts) {
+  return reduce_scatter_start(input, output, counts, false, "ireduce_scatter");
+}
+
+// --- all-gather ---
+
+CommHandle Communicator::all_gather_start(const Tensor& input, Tensor& output,
+                                          std::span<const int64_t> counts, bool equal,
+                                          const char* op_name) {
+  const std::string what = where(op_name);
+  check_tensor(what, "input", input, size_ > 1);
+  check_tensor(what, "output", output, size_ > 1);
+  check_pair(what, input, output);
+  std::vector<int> ints, offsets;
+  if (equal) {
+    TESSERA_CHECK(output.numel() == size_ * input.numel(), what, ": output has ", output.numel(),
+                  " elements, not ", size_, " ranks x input's ", input.numel());
+  } else {
+    const int64_t total = to_counts(what, "counts", counts, size_, ints, offsets);
+    TESSERA_CHECK(output.numel() == total, what, ": output has ", output.numel(),
+                  " elements, counts sum to ", total);
+    TESSERA_CHECK(input.numel() == counts[rank_], what, ": input has ", input.numel(),
+                  " elements, counts[", rank_, "] is ", counts[rank_]);
+  }
+  if (size_ == 1) {
+    output.copy_from(input);
+    return {};
+  }
+  auto p = begin(CommOp::all_gather, static_cast<int64_t>(output.nbytes()), what);
+  p->keep[0] = input;
+  p->keep[1] = output;
+  const MPI_Datatype type = mpi_type(input.dtype());
+  if (equal) {
+    const int n = static_cast<int>(input.numel());
+    mpi_check(MPI_Iallgather(input.raw(), n, type, output.raw(), n, type, comm_, &p->request), p->what, "MPI_Iallgather");
+  } else {
+    p->ints[0] = std::move(ints);
+    p->ints[1] = std::move(offsets);
+    mpi_check(MPI_Iallgatherv(input.raw(), static_cast<int>(input.numel()), type, output.raw(),
+                    p->ints[0].data(), p->ints[1].data(), type, comm_, &p->request), p->what, "MPI_Iallgatherv");
+  }
+  return CommHandle(std::move(p));
+}
+
+void Communicator::all_gather(const Tensor& input, Tensor& output) {
+  all_gather_start(input, output, {}, true, "all_gather").wait();
+}
+void Communicator::all_gather(const Tensor& input, Tensor& output,
+                              std::span<const int64_t> counts) {
+  all_gather_start(input, output, counts, false, "all_gather").wait();
+}
+CommHandle Communicator::iall_gather(const Tensor& input, Tensor& output) {
+  return all_gather_start(input, output, {}, true, "iall_gather");
+}
+CommHandle Communicator::iall_gather(const Tensor& input, Tensor& output,
+                                     std::span<const int64_t> counts) {
+  return all_gather_start(input, output, counts, false, "iall_gather");
+}
+
+// --- all-to-all ---
+
+CommHandle Communicator::all_to_all_start(const Tensor& input, Tensor& output,
+                                          std::span<const int64_t> send_counts,
+                                          std::span<const int64_t> recv_counts, bool equal) {
+  const std::string what = where("all_to_all");
+  check_tensor(what, "input", input, size_ > 1);
+  check_tensor(what, "output", output, size_ > 1);
+  check_pair(what, input, output);
+  std::vector<int> sends, send_offsets, recvs, recv_offsets;
+  if (equal) {
+    TESSERA_CHECK(input.numel() == output.numel(), what, ": input has ", input.numel(),
+                  " elements, output has ", output.numel());
+    TESSERA_CHECK(input.numel() % size_ == 0, what, ": input has ", input.numel(),
+                  " elements, not divisible into ", size_, " equal blocks");
+  } else {
+    const int64_t sent = to_counts(what, "send_counts", send_counts, size_, sends, send_offsets);
+    const int64_t got = to_counts(what, "recv_counts", recv_counts, size_, recvs, recv_offsets);
+    TESSERA_CHECK(input.numel() == sent, what, ": input has ", input.numel(),
+                  " elements, send_counts sum to ", sent);
+    TESSERA_CHECK(output.numel() == got, what, ": output has ", output.numel(),
+                  " elements, recv_counts sum to ", got);
+    TESSERA_CHECK(send_counts[rank_] == recv_counts[rank_], what, ": this rank (", rank_,
+                  ") sends itself ", send_counts[rank_], " elements but receives ",
+                  recv_counts[rank_]);
+  }
+  if (size_ == 1) {
+    output.copy_from(input);
+    return {};
+  }
+  auto p = begin(CommOp::all_to_all, static_cast<int64_t>(input.nbytes()), what);
+  p->keep[0] = input;
+  p->keep[1] = output;
+  const MPI_Datatype type = mpi_type(input.dtype());
+  if (equal) {
+    const int n = static_cast<int>(input.numel() / size_);
+    mpi_check(MPI_Ialltoall(input.raw(), n, type, output.raw(), n, type, comm_, &p->request), p->what, "MPI_Ialltoall");
+  } else {
+    p->ints[0] = std::move(sends);
+    p->ints[1] = std::move(send_offsets);
+    p->ints[2] = std::move(recvs);
+    p->ints[3] = std::move(recv_offsets);
+    mpi_check(MPI_Ialltoallv(input.raw(), p->ints[0].data(), p->ints[1].data(), type, output.raw(),
+                   p->ints[2].data(), p->ints[3].data(), type, comm_, &p->request), p->what, "MPI_Ialltoallv");
+  }
+  return CommHandle(std::move(p));
+}
+
+void Communicator::all_to_all(const Tensor& input, Tensor& output) {
+  all_to_all_start(input, output, {}, {}, true).wait();
+}
+void Communicator::all_to_all(const Tensor& input, Tensor& output,
+                              std::span<const int64_t> send_counts,
+                              std::span<const int64_t> recv_counts) {
+  all_to_all_start(input, output, send_counts, recv_counts, false).wait();
+}
+
+// --- broadcast, barrier ---
+
 void Communicator::broadcast(Tensor& t, int root) {
+  const std::string what = where("broadcast");
+  check_tensor(what, "tensor", t, size_ > 1);
+  TESSERA_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of a group of ",
+                size_);
   if (size_ == 1) return;
-  TESSERA_CHECK(t.device() == Device::cpu, "broadcast(", name_, "): host tensors only");
-  ++stats_.calls;
-  stats_.bytes += static_cast<int64_t>(t.nbytes());
-  MPI_Bcast(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_);
+  auto p = begin(CommOp::broadcast, static_cast<int64_t>(t.nbytes()), what);
+  p->keep[0] = t;
+  mpi_check(MPI_Ibcast(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_, &p->request), p->what, "MPI_Ibcast");
+  CommHandle(std::move(p)).wait();
 }
 
 void Communicator::barrier() {
-  if (size_ > 1) MPI_Barrier(comm_);
+  if (size_ == 1) return;
+  auto p = begin(CommOp::barrier, 0, where("barrier"));
+  mpi_check(MPI_Ibarrier(comm_, &p->request), p->what, "MPI_Ibarrier");
+  CommHandle(std::move(p)).wait();
+}
+
+// --- point to point ---
+
+namespace {
+void check_peer(const std::string& what, const char* role, int peer, int rank, int size, int tag) {
+  TESSERA_CHECK(peer >= 0 && peer < size, what, ": ", role, " ", peer,
+                " is not a rank of a group of ", size);
+  TESSERA_CHECK(peer != rank, what, ": ", role, " ", peer,
+                " is this rank (a rank does not message itself)");
+  // MPI guarantees tags up to 32767; that is the bound tessera uses everywhere.
+  TESSERA_CHECK(tag >= 0 && tag <= 32767, what, ": tag ", tag, " is outside 0..32767");
+}
+}  // namespace
+
+CommHandle Communicator::send_start(const Tensor& t, int dest, int tag, const char* op_name) {
+  const std::string what = where(op_name);
+  check_tensor(what, "tensor", t, true);
+  check_peer(what, "destination", dest, rank_, size_, tag);
+  auto p = begin(CommOp::send, static_cast<int64_t>(t.nbytes()), what);
+  p->keep[0] = t;
+  mpi_check(MPI_Isend(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), dest, tag, comm_,
+            &p->request), p->what, "MPI_Isend");
+  return CommHandle(std::move(p));
+}
+
+CommHandle Communicator::recv_start(Tensor& t, int source, int tag, const char* op_name) {
+  const std::string what = where(op_name);
+  check_tensor(what, "tensor", t, true);
+  check_peer(what, "source", source, rank_, size_, tag);
+  auto p = begin(CommOp::recv, static_cast<int64_t>(t.nbytes()), what);
+  p->keep[0] = t;
+  p->expect_count = t.numel();
+  p->type = mpi_type(t.dtype());
+  mpi_check(MPI_Irecv(t.raw(), static_cast<int>(t.numel()), p->type, source, tag, comm_, &p->request), p->what, "MPI_Irecv");
+  return CommHandle(std::move(p));
+}
+
+void Communicator::send(const Tensor& t, int dest, int tag) { send_start(t, dest, tag, "send").wait(); }
+void Communicator::recv(Tensor& t, int source, int tag) { recv_start(t, source, tag, "recv").wait(); }
+CommHandle Communicator::isend(const Tensor& t, int dest, int tag) {
+  return send_start(t, dest, tag, "isend");
+}
+CommHandle Communicator::irecv(Tensor& t, int source, int tag) {
+  return recv_start(t, source, tag, "irecv");
 }
 
 }  // namespace tessera::comm

@@ -1,41 +1,139 @@
 // Communicator: one MPI group (the world, or a mesh axis's sub-communicator) with the collectives
-// tessera uses on host tensors, each counted in CommStats (calls and payload bytes).
+// and point-to-point messages tessera uses on host tensors, blocking and asynchronous (CommHandle).
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 
+#include "comm/comm_stats.h"
 #include "core/tensor.h"
 
 namespace tessera::comm {
 
-struct CommStats {
-  int64_t calls = 0;
-  int64_t bytes = 0;
+// An operation in flight. wait() completes it and records it in its communicator's stats (time
+// from the start to wait()'s return); the destructor waits when nobody did. Move-only; the buffers
+// it was started on stay alive until it completes. An empty handle (default, or an operation on a
+// group of one rank) is already complete.
+class CommHandle {
+ public:
+  CommHandle() = default;
+  CommHandle(CommHandle&& other) noexcept;
+  CommHandle& operator=(CommHandle&& other) noexcept;  // completes what this handle held first
+  CommHandle(const CommHandle&) = delete;
+  CommHandle& operator=(const CommHandle&) = delete;
+  ~CommHandle();
+
+  void wait();
+  bool pending() const { return pending_ != nullptr; }
+
+ private:
+  friend class Communicator;
+  struct Pending;
+  explicit CommHandle(std::unique_ptr<Pending> pending);
+  void finish_quietly() noexcept;  // wait(), reporting instead of throwing (destructor, move)
+  std::unique_ptr<Pending> pending_;
 };
 
+// Tensors here live on the host (cpu), are contiguous, and hold f32, i32, u8 or a 16-bit type
+// (u16, bf16, f16, moved as raw 16-bit words). Reductions take f32 and i32 only. Every argument is
+// checked on the calling rank before any MPI call, and a failure throws tessera::Error naming the
+// operation and the group, e.g. "reduce_scatter(dp): input has 10 elements, counts sum to 12";
+// since every rank checks the same arguments, a bad call throws everywhere and nothing hangs.
+// Element counts (and v-form displacements) above INT_MAX are refused: MPI-3 counts are ints.
+// A group of one rank makes no MPI call: in-place operations return at once, the others copy
+// input to output; its arguments are still checked (except where they live: with no exchange,
+// tensors on any device are accepted). Sending to oneself is refused in every group.
 class Communicator {
  public:
   static Communicator world();
-  Communicator(MPI_Comm comm, std::string name);  // does not take ownership
+  Communicator(MPI_Comm comm, std::string name);  // does not take ownership of comm
+  // A copy is another handle on the same MPI group with its own, copied, stats.
+  Communicator(const Communicator& other);
+  Communicator& operator=(const Communicator& other);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& name() const { return name_; }
+  MPI_Comm mpi_comm() const { return comm_; }
 
-  void all_reduce_sum(Tensor& t);         // f32 in place, elementwise sum over the group
+  // Wall-clock limit on waiting for one operation, in seconds; 0 (the default) waits forever. An
+  // operation that exceeds it prints "error: ... did not complete within N s" and aborts the job.
+  void set_timeout(double seconds);
+  double timeout() const { return timeout_s_; }
+
+  // --- all-reduce: in place, elementwise over the group ---
+  void all_reduce_sum(Tensor& t);  // f32 or i32
+  void all_reduce_max(Tensor& t);  // f32 or i32
   double all_reduce_sum(double value);
   int64_t all_reduce_max(int64_t value);
-  void broadcast(Tensor& t, int root);
+
+  // --- reduce-scatter (sum): rank r receives the sum over ranks of block r of the input ---
+  // Equal blocks: input.numel() == size() * output.numel().
+  void reduce_scatter(const Tensor& input, Tensor& output);
+  // Per-rank blocks: counts[r] elements for rank r, laid out in rank order; input.numel() ==
+  // sum(counts), output.numel() == counts[rank()].
+  void reduce_scatter(const Tensor& input, Tensor& output, std::span<const int64_t> counts);
+
+  // --- all-gather: every rank's input, concatenated in rank order, on every rank ---
+  void all_gather(const Tensor& input, Tensor& output);  // output.numel() == size() * input.numel()
+  // input.numel() == counts[rank()], output.numel() == sum(counts).
+  void all_gather(const Tensor& input, Tensor& output, std::span<const int64_t> counts);
+
+  // --- all-to-all: block j of this rank's input goes to rank j, whose output holds the blocks
+  // from every rank in rank order ---
+  // Equal blocks: input.numel() == output.numel(), divisible by size().
+  void all_to_all(const Tensor& input, Tensor& output);
+  // send_counts[j] elements go to rank j and recv_counts[i] come from rank i; input.numel() ==
+  // sum(send_counts), output.numel() == sum(recv_counts). (send_counts[j] on rank i must equal
+  // recv_counts[i] on rank j; no rank can check that alone.)
+  void all_to_all(const Tensor& input, Tensor& output, std::span<const int64_t> send_counts,
+                  std::span<const int64_t> recv_counts);
+
+  void broadcast(Tensor& t, int root);  // root's t to every rank's t (same numel and dtype)
+
+  // --- point to point: tagged, between two different ranks of the group ---
+  void send(const Tensor& t, int dest, int tag = 0);
+  void recv(Tensor& t, int source, int tag = 0);  // t.numel() must be the message's size
+
   void barrier();
-  const CommStats& stats() const { return stats_; }
+
+  // --- asynchronous forms: the same checks and results, completed by the handle ---
+  // Until the handle completes, the tensors must not be touched (by this rank's code).
+  CommHandle iall_reduce_sum(Tensor& t);
+  CommHandle ireduce_scatter(const Tensor& input, Tensor& output);
+  CommHandle ireduce_scatter(const Tensor& input, Tensor& output, std::span<const int64_t> counts);
+  CommHandle iall_gather(const Tensor& input, Tensor& output);
+  CommHandle iall_gather(const Tensor& input, Tensor& output, std::span<const int64_t> counts);
+  CommHandle isend(const Tensor& t, int dest, int tag = 0);
+  CommHandle irecv(Tensor& t, int source, int tag = 0);
+
+  const CommStats& stats() const { return *stats_; }
+  CommStats& stats() { return *stats_; }  // e.g. stats().reset()
 
  private:
+  std::string where(const char* op) const;  // "all_reduce(dp)"
+  CommHandle all_reduce_start(Tensor& t, MPI_Op op, const char* op_name);
+  CommHandle reduce_scatter_start(const Tensor& input, Tensor& output,
+                                  std::span<const int64_t> counts, bool equal,
+                                  const char* op_name);
+  CommHandle all_gather_start(const Tensor& input, Tensor& output,
+                              std::span<const int64_t> counts, bool equal, const char* op_name);
+  CommHandle all_to_all_start(const Tensor& input, Tensor& output,
+                              std::span<const int64_t> send_counts,
+                              std::span<const int64_t> recv_counts, bool equal);
+  CommHandle send_start(const Tensor& t, int dest, int tag, const char* op_name);
+  CommHandle recv_start(Tensor& t, int source, int tag, const char* op_name);
+  // Makes the record for an operation about to start on this group.
+  std::unique_ptr<CommHandle::Pending> begin(CommOp op, int64_t bytes, std::string what) const;
+
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
-  CommStats stats_;
+  double timeout_s_ = 0;
+  std::shared_ptr<CommStats> stats_;  // shared with the handles in flight
 };
 
 }  // namespace tessera::comm

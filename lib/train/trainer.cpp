@@ -27,6 +27,9 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, --lr], got ", min_lr);
   TESSERA_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
   TESSERA_CHECK(adamw.weight_decay >= 0, "--weight-decay must be >= 0");
+  TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero ", zero_stage,
+                ": stages 0, 1 and 2 are available (ZeRO-3 is not implemented yet)");
+  TESSERA_CHECK(bucket_mb > 0, "--bucket-mb must be positive, got ", bucket_mb);
   TESSERA_CHECK(eval_every >= 0 && eval_batches >= 1, "--eval-every must be >= 0 and --eval-batches >= 1");
   TESSERA_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
                 "AdamW betas must be in [0, 1)");
@@ -38,7 +41,8 @@ Trainer::Trainer(models::Gpt& model, const io::TokenDataset& train_data, const i
       config_(config),
       dp_(dp),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
-      optimizer_(model.params(), config.adamw),
+      grad_sync_(model.params(), dp, config.zero_stage, static_cast<int64_t>(config.bucket_mb * (1 << 20))),
+      optimizer_(model.params(), grad_sync_, dp, config.adamw),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
   config.validate(dp.size());
@@ -53,11 +57,11 @@ float Trainer::train_step(int64_t step) {
   double loss = 0.0;
   for (int64_t m = 0; m < n_micro; ++m) {
     train_loader_.train_rows(step - 1, first_row + m * config_.micro_batch, config_.micro_batch, rows_.data());
-    loss += model_.forward_backward(rows_.data(), grad_scale);
+    const bool last = m == n_micro - 1;  // earlier micro-batches accumulate locally
+    if (last) grad_sync_.begin();
+    loss += model_.forward_backward(rows_.data(), grad_scale, last ? &grad_sync_ : nullptr);
   }
-  // Data parallelism: all-reduce(dp) of the flat gradient buffer, so every replica holds the
-  // gradient of the global batch's mean loss.
-  dp_.all_reduce_sum(model_.params().flat_grads());
+  grad_sync_.finish();  // every bucket reduced over dp
   return static_cast<float>(dp_.all_reduce_sum(loss) / static_cast<double>(n_micro * dp_.size()));
 }
 
@@ -85,11 +89,11 @@ TrainResult Trainer::run() {
   TrainResult result;
   for (int64_t step = 1; step <= config_.steps; ++step) {
     reset_peak_memory(device);
-    const int64_t comm_bytes_before = dp_.stats().bytes;
+    const int64_t comm_bytes_before = dp_.stats().total_bytes();
     Timer timer;
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) dump_first_step();
-    const double norm = optim::grad_norm(model_.params());
+    const double norm = optimizer_.grad_norm();
     TESSERA_CHECK(std::isfinite(loss) && std::isfinite(norm), "step ", step, ": loss ", loss, ", gradient norm ",
                   norm, " is not finite; stopping (lower --lr or raise --warmup)");
     const double lr = schedule_.at(step);
@@ -102,7 +106,8 @@ TrainResult Trainer::run() {
     line.add("step", step).add("loss", static_cast<double>(loss)).add("lr", lr).add("grad_norm", norm)
         .add("step_ms", ms).add("tokens_per_s", tokens_per_s).add("tflops", tflops)
         .add("mfu", tflops / peak_tflops).add("peak_mem_bytes", memory_stats(device).peak_bytes)
-        .add("comm_bytes", dp_.stats().bytes - comm_bytes_before).add("loss_scale", 1.0);
+        .add("comm_bytes", dp_.stats().total_bytes() - comm_bytes_before)
+        .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", 1.0);
     metrics.write(line);
     result.last_loss = loss;
     char summary[160];

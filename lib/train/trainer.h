@@ -1,6 +1,7 @@
 // Trainer: the step loop for a language model: each data-parallel rank takes its slice of the
-// global batch in micro-batches, gradients are summed over dp (all-reduce), then clipping, AdamW
-// with warmup + cosine, evaluation, metrics and progress (rank 0).
+// global batch in micro-batches, gradients are reduced over dp in buckets during the last
+// micro-batch's backward (GradSync), then clipping by the global norm, AdamW under the ZeRO stage
+// (ZeroOptimizer) with warmup + cosine, evaluation, metrics and progress (rank 0).
 #pragma once
 #include <optional>
 #include <string>
@@ -9,8 +10,9 @@
 #include "io/token_dataset.h"
 #include "io/token_loader.h"
 #include "models/gpt/gpt.h"
-#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "optim/zero_optimizer.h"
+#include "parallel/grad_sync.h"
 
 namespace tessera::train {
 
@@ -19,6 +21,8 @@ struct TrainConfig {
   double lr = 3e-4, min_lr = 0.0;
   int64_t warmup = 0;
   float grad_clip = 1.0f;
+  int zero_stage = 0;           // 0: replicated; 1: optimizer states sharded over dp; 2: + gradients
+  double bucket_mb = 25.0;      // data-parallel gradient bucket size
   optim::AdamWConfig adamw;
   uint64_t seed = 1234;
   int64_t eval_every = 0, eval_batches = 8, log_every = 10;
@@ -53,7 +57,8 @@ class Trainer {
   comm::Communicator& dp_;
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
-  optim::AdamW optimizer_;
+  parallel::GradSync grad_sync_;
+  optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]
 };

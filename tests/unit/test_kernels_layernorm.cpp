@@ -93,27 +93,31 @@ TEST_P(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
   tessera::ops::layernorm_forward(out, mean, rstd, x, w, b, static_cast<float>(eps));
 
   std::vector<double> xd = to_double(x), wd = to_double(w), bd = to_double(b), rd = to_double(proj);
-  auto loss = [&]() {
+  // The loss of rows [first, last); a change of x in row r moves only row r's term.
+  auto loss = [&](int64_t first, int64_t last) {
+    const int64_t n = last - first;
     std::vector<double> o, m, r;
-    layernorm_ref(o, m, r, xd, wd, bd, rows, cols, eps);
+    std::vector<double> xs(xd.begin() + first * cols, xd.begin() + last * cols);
+    layernorm_ref(o, m, r, xs, wd, bd, n, cols, eps);
     double s = 0.0;
-    for (size_t i = 0; i < o.size(); ++i) s += o[i] * rd[i];
+    for (size_t i = 0; i < o.size(); ++i) s += o[i] * rd[first * cols + i];
     return s;
   };
-  auto fd = [&](std::vector<double>& v) {
+  auto fd = [&](std::vector<double>& v, bool per_row) {
     std::vector<double> g(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
+      const int64_t first = per_row ? static_cast<int64_t>(i) / cols : 0, last = per_row ? first + 1 : rows;
       const double h = 1e-6, keep = v[i];
       v[i] = keep + h;
-      const double up = loss();
+      const double up = loss(first, last);
       v[i] = keep - h;
-      const double down = loss();
+      const double down = loss(first, last);
       v[i] = keep;
       g[i] = (up - down) / (2 * h);
     }
     return g;
   };
-  const std::vector<double> gx = fd(xd), gw = fd(wd), gb = fd(bd);
+  const std::vector<double> gx = fd(xd, true), gw = fd(wd, false), gb = fd(bd, false);
 
   for (int threads : {1, 3}) {
     Threads scope(threads);

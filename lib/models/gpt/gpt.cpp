@@ -27,10 +27,16 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   embed_ = nn::Embedding(store_, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std);
   const nn::BlockConfig block{c, config.heads, 4 * c, std, proj_std};
   blocks_.reserve(config.layers);
-  for (int64_t i = 0; i < config.layers; ++i)
+  std::vector<int> first_param;
+  for (int64_t i = 0; i < config.layers; ++i) {
+    first_param.push_back(store_.size());
     blocks_.emplace_back(store_, "blocks." + std::to_string(i), block);
+  }
+  first_param.push_back(store_.size());
   ln_f_ = nn::LayerNorm(store_, "ln_f", c);
   store_.allocate(device, seed);
+  for (int64_t i = 0; i < config.layers; ++i) block_offset_.push_back(store_.spec(first_param[i]).offset);
+  ln_f_offset_ = store_.spec(first_param.back()).offset;
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
   const int64_t b = micro_batch, t = seq, n = b * t;
@@ -85,7 +91,7 @@ float Gpt::forward(const int32_t* rows) {
   return run_forward();
 }
 
-float Gpt::forward_backward(const int32_t* rows, float grad_scale) {
+float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync) {
   load_batch(rows);
   const float loss = run_forward();
   const Tensor& wte = store_.value(embed_.tokens_id());
@@ -97,8 +103,13 @@ float Gpt::forward_backward(const int32_t* rows, float grad_scale) {
   ops::matmul(logits_, false, wte, false, scratch_.d_c);
   dres_.zero();
   ln_f_.backward(dres_, scratch_.d_c, residual_.back(), lnf_mean_, lnf_rstd_);
-  for (size_t i = blocks_.size(); i-- > 0;) blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
+  if (sync) sync->grads_final_from(ln_f_offset_);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
+    if (sync) sync->grads_final_from(block_offset_[i]);
+  }
   embed_.backward(dres_, inputs_);
+  if (sync) sync->grads_final_from(0);
   return loss;
 }
 

@@ -6,6 +6,7 @@
 #include "nn/embedding.h"
 #include "nn/layer_norm.h"
 #include "nn/transformer_block.h"
+#include "parallel/grad_sync.h"
 
 namespace tessera::models {
 
@@ -18,11 +19,16 @@ struct GptConfig {
 class Gpt {
  public:
   Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq);
+  // Modules point into store_: a Gpt stays where it was built.
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
 
   // One micro-batch: rows [B, T+1] int32 (inputs = row[:T], targets = row[1:]) on the host.
   // Returns the mean loss of the micro-batch. Backward adds grad_scale * d(mean loss)/d(params)
-  // into the gradient buffer (grad_scale = 1 / micro-batches per step for accumulation).
-  float forward_backward(const int32_t* rows, float grad_scale);
+  // into the gradient buffer (grad_scale = 1 / micro-batches per step for accumulation). With a
+  // GradSync, backward tells it as each block's gradients become final, so their data-parallel
+  // reduction overlaps the rest of backward.
+  float forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync = nullptr);
   float forward(const int32_t* rows);  // loss only (evaluation)
 
   nn::ParamStore& params() { return store_; }
@@ -42,6 +48,8 @@ class Gpt {
   nn::Embedding embed_;
   std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_;
+  std::vector<int64_t> block_offset_;  // flat offset of each block's first parameter
+  int64_t ln_f_offset_ = 0;
 
   // Activations for one micro-batch, sized at construction.
   Tensor inputs_, targets_;                 // [B, T] int32 on the device

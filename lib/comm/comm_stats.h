@@ -1,0 +1,67 @@
+// CommStats: what one communicator group has exchanged, per kind of operation (calls, payload
+// bytes, wall time), with totals. Filled by Communicator and NcclCommunicator; read by the trainer.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace tessera::comm {
+
+// The kinds of operation a communicator counts.
+enum class CommOp : int {
+  all_reduce = 0,
+  reduce_scatter,
+  all_gather,
+  all_to_all,
+  broadcast,
+  send,
+  recv,
+  barrier,
+};
+constexpr int kCommOps = 8;
+const char* comm_op_name(CommOp op);  // "all_reduce", "reduce_scatter", ...
+
+struct OpStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;  // payload bytes, by the convention below
+  double ms = 0;      // wall time as the caller saw it
+};
+
+// Payload bytes per call, from this rank's point of view:
+//   all_reduce      the tensor's size (the buffer being reduced)
+//   reduce_scatter  the input's size (all blocks, before scattering)
+//   all_gather      the output's size (all blocks, after gathering)
+//   all_to_all      the size this rank sends
+//   broadcast       the tensor's size, on the root and on every receiver
+//   send, recv      the message's size
+//   barrier         0
+// Wall time runs from the call's start to its completion as the caller sees it: for a blocking
+// call, until it returns; for an asynchronous one, until its handle's wait() returns. A group of
+// one rank exchanges nothing and records nothing.
+class CommStats {
+ public:
+  explicit CommStats(std::string group = "") : group_(std::move(group)) {}
+
+  void record(CommOp op, int64_t bytes, double ms);
+  void reset();  // zero every counter; the group name stays
+
+  const std::string& group() const { return group_; }
+  const OpStats& op(CommOp op) const { return ops_[static_cast<int>(op)]; }
+  int64_t total_calls() const { return calls; }
+  int64_t total_bytes() const { return bytes; }
+  double total_ms() const { return ms_; }
+  // One line for logs: "dp: all_reduce 12 calls 4.0 MB 3.2 ms, barrier 1 call ..." (only kinds used).
+  std::string summary() const;
+
+  // Running totals over every kind, equal to total_calls() and total_bytes(); kept as fields for
+  // callers that read them directly (the trainer's comm_bytes).
+  int64_t calls = 0;
+  int64_t bytes = 0;
+
+ private:
+  std::string group_;
+  std::array<OpStats, kCommOps> ops_{};
+  double ms_ = 0;
+};
+
+}  // namespace tessera::comm

@@ -1,0 +1,136 @@
+// CheckpointWriter / CheckpointReader: one HDF5 checkpoint file per step, tensors in their global
+// logical shape, written collectively with parallel HDF5 (each rank its own ranges), read by any.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/shape.h"
+
+namespace tessera::io {
+
+// The file, as the design notes describe it:
+//   - one f32 dataset per tensor at its path (e.g. "/params/blocks.0.ln1.weight"), contiguous, in
+//     its global logical shape, with a uint64 attribute "checksum" (checkpoint_checksum below);
+//   - root attributes "version" = 1, whatever the caller set (step, consumed_samples, layout...),
+//     and, written last of all, "format" = "tessera-checkpoint".
+// It is written as <path>.tmp and renamed to <path> only when complete and on disk. A .tmp is never
+// a checkpoint: CheckpointReader refuses any name ending in ".tmp", and a file cut short by a crash
+// lacks "format" (written last) and is refused as "not a tessera checkpoint" whatever its name.
+//
+// Every error is a tessera::Error naming the file and, where there is one, the tensor or attribute.
+// HDF5's own error printing is off; its messages are folded into ours.
+
+inline constexpr const char* kCheckpointFormat = "tessera-checkpoint";
+inline constexpr int64_t kCheckpointVersion = 1;
+
+// The checksum of elements [begin, end) of a tensor's global row-major flattening, data[0] being
+// element `begin`: the sum mod 2^64 of mix64(bits(x_i) ^ i * golden). Order-independent, so partial
+// sums of disjoint ranges add up (mod 2^64) to the whole tensor's; any single changed bit changes it.
+uint64_t checkpoint_checksum(const float* data, int64_t begin, int64_t end);
+
+class CheckpointWriter {
+ public:
+  // Collective over comm. Creates <final_path>.tmp (truncating a stale one); nothing at final_path
+  // is touched until commit(). comm = MPI_COMM_NULL writes serially (one process, no MPI calls).
+  CheckpointWriter(const std::string& final_path, MPI_Comm comm);
+  // Without commit(): closes the .tmp and rank 0 removes it. Closing a parallel HDF5 file is itself
+  // collective, so when an exception is unwinding that may be this rank's alone (not one this class
+  // raised on every rank) the handle is abandoned instead, never closed: the job is about to abort.
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  const std::string& path() const { return final_path_; }
+  const std::string& tmp_path() const { return tmp_path_; }
+
+  // Every method below is collective: every rank calls it, in the same order, with the same name
+  // (and shape, key, value). A failure on any rank, bad arguments included, throws the same
+  // tessera::Error on every rank (naming the first failing rank), so no rank is left waiting.
+
+  // A new f32 dataset at `name` ("/params/wte.weight"; intermediate groups are created).
+  void create(const std::string& name, const Shape& global_shape);
+  // This rank's elements [begin, end) of the tensor's global flattening (empty is fine), `data`
+  // holding end - begin values. Ranges of different ranks must not overlap; a tensor may take
+  // several rounds of write_range. By commit() the ranks must have covered every element once.
+  void write_range(const std::string& name, int64_t begin, int64_t end, const float* data);
+  // Root attributes; rank 0's value is the one written. "format" and "version" are reserved.
+  void set_attr(const std::string& key, int64_t v);
+  void set_attr(const std::string& key, double v);
+  void set_attr(const std::string& key, const std::string& v);
+  void set_attr(const std::string& key, const char* v) { set_attr(key, std::string(v)); }
+  void set_attr(const std::string& key, int v) { set_attr(key, static_cast<int64_t>(v)); }
+  // Checks that every tensor was written whole, writes the checksums, then "format", flushes,
+  // closes and fsyncs, then rank 0 renames <path>.tmp to <path> (atomic) and syncs the directory;
+  // returns on every rank once the rename is done. Test hook: with TESSERA_CKPT_CRASH_BEFORE_RENAME
+  // set in the environment, the process raises SIGKILL after the fsync, before the rename.
+  void commit();
+
+ private:
+  struct Entry {
+    std::string name;
+    Shape shape;
+    uint64_t checksum = 0;  // this rank's partial sum
+    uint64_t written = 0;   // elements this rank wrote
+  };
+  // Throws on every rank if `ok` is false on any, or if `args` (a hash of the call's arguments)
+  // differs between ranks. io: the failure was in the file, which can no longer be committed.
+  void agree(bool ok, const std::string& message, uint64_t args, bool io);
+  void check_usable(const char* op) const;
+  Entry& entry(const std::string& name);
+  void write_root_attr(const std::string& key, int kind, const void* value);
+  void close_file() noexcept;
+
+  std::string final_path_, tmp_path_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  int64_t file_ = -1;  // hid_t of the open .tmp, -1 once closed
+  std::vector<Entry> tensors_;
+  bool committed_ = false;
+  bool broken_ = false;             // an I/O step failed: the file can no longer be committed
+  bool failed_everywhere_ = false;  // an error was raised on every rank by agree()
+};
+
+class CheckpointReader {
+ public:
+  enum class AttrType { int64, float64, string, other };
+
+  // Opens read-only: collectively through MPI-IO when comm != MPI_COMM_NULL, serially otherwise.
+  // Refuses, with a clear message: a missing file, a .tmp (uncommitted) file, a file that is not
+  // HDF5 or is truncated, one without format = "tessera-checkpoint", an unsupported version.
+  CheckpointReader(const std::string& path, MPI_Comm comm);
+  ~CheckpointReader();  // collective when opened with a comm (see ~CheckpointWriter)
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Tensors: dataset paths such as "/params/wte.weight" (a missing leading '/' is added).
+  bool has(const std::string& name) const;
+  Shape shape(const std::string& name) const;
+  std::vector<std::string> tensors() const;  // every dataset path, sorted
+  // Elements [begin, end) of the tensor's global flattening into out (end - begin values); an
+  // independent read, any range on any rank.
+  void read_range(const std::string& name, int64_t begin, int64_t end, float* out) const;
+
+  // Root attributes. attr_int wants an integer; attr_double takes any number.
+  bool has_attr(const std::string& key) const;
+  std::vector<std::string> attr_keys() const;  // sorted
+  AttrType attr_type(const std::string& key) const;
+  int64_t attr_int(const std::string& key) const;
+  double attr_double(const std::string& key) const;
+  std::string attr_string(const std::string& key) const;
+
+  // Reads every tensor whole and checks it against its "checksum" attribute; throws naming the
+  // first (in sorted order) tensor whose data does not match or cannot be read.
+  void verify() const;
+
+ private:
+  std::string path_;
+  bool parallel_ = false;
+  int64_t file_ = -1;  // hid_t
+};
+
+}  // namespace tessera::io

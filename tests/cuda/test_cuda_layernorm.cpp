@@ -1,0 +1,40 @@
+// CUDA layernorm against the CPU twin: forward (out, mean, rstd within 1e-5 + 1e-5 |x|) and backward
+// accumulating onto nonzero dinp, dweight, dbias (within 1e-4 + 1e-5 |x|; the weight and bias
+// gradients are sums over rows), on widths below, at and above a warp's multiple.
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace cpu = tessera::kernels::cpu;
+namespace gpu = tessera::kernels::cuda;
+using namespace tessera::cuda_test;
+
+TEST(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
+  TESSERA_REQUIRE_CUDA();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{67, 300}, {5, 1024}, {1000, 20}, {1, 1}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const auto x = normal(rows * cols, 41, 2.0f, 0.5f), w = normal(cols, 42, 0.5f, 1.0f), b = normal(cols, 43);
+    const auto dy = normal(rows * cols, 44);
+    std::vector<float> out(rows * cols), mean(rows), rstd(rows);
+    DeviceBuffer<float> dx(x), dw(w), db(b), ddy(dy), dout(rows * cols), dmean(rows), drstd(rows);
+    dout.fill_bytes(0xff);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, cols, 1e-5f);
+    gpu::layernorm_forward(dout.get(), dmean.get(), drstd.get(), dx.get(), dw.get(), db.get(), rows, cols, 1e-5f);
+    EXPECT_TRUE(all_close(dout.host(), out, 1e-5, 1e-5)) << "out";
+    EXPECT_TRUE(all_close(dmean.host(), mean, 1e-6, 1e-5)) << "mean";
+    EXPECT_TRUE(all_close(drstd.host(), rstd, 1e-6, 1e-5)) << "rstd";
+
+    // Backward from the CPU's saved statistics on both sides, so only the backward is compared.
+    auto dinp = normal(rows * cols, 45), dweight = normal(cols, 46), dbias = normal(cols, 47);
+    DeviceBuffer<float> ddinp(dinp), ddweight(dweight), ddbias(dbias), cmean(mean), crstd(rstd);
+    cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dy.data(), x.data(), w.data(), mean.data(),
+                            rstd.data(), rows, cols);
+    gpu::layernorm_backward(ddinp.get(), ddweight.get(), ddbias.get(), ddy.get(), dx.get(), dw.get(), cmean.get(),
+                            crstd.get(), rows, cols);
+    EXPECT_TRUE(all_close(ddinp.host(), dinp, 1e-4, 1e-5)) << "dinp";
+    EXPECT_TRUE(all_close(ddweight.host(), dweight, 1e-4, 1e-5)) << "dweight";
+    EXPECT_TRUE(all_close(ddbias.host(), dbias, 1e-4, 1e-5)) << "dbias";
+  }
+}
