@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
         ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
         ("threads", po::value(&threads)->default_value(0), "CPU threads (0: OMP_NUM_THREADS or all cores)")
         ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s for MFU (0: measured sgemm rate)")
+        ("checkpoint-dir", po::value(&tc.checkpoint_dir), "write checkpoints (step_N.h5) here")
+        ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end)")
+        ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0), "keep only the newest K checkpoints (0: all)")
+        ("resume", po::value(&tc.resume)->default_value("none"), "none, auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint file")
         ("dump", po::value(&tc.dump_path), "debug: write initial parameters, batches and step-1 logits/gradients to this HDF5 file");
     po::variables_map vm;
     if (!cli::parse(argc, argv, opts, vm, "usage: gpt_train --input DATA.h5 [options]")) return 0;

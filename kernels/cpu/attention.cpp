@@ -141,14 +141,22 @@ inline void add_weighted_outer(float* __restrict out, int64_t out_stride, const 
     }
 }
 
-// Scratch of one thread: one tile of each kind, sized for head_dim.
-struct Scratch {
-  std::vector<float> buf;
-  float* take(size_t n, size_t& used) {
-    float* p = buf.data() + used;
-    used += n;
+// A thread's scratch (a few tiles, sized for head_dim), handed out in consecutive pieces.
+class Scratch {
+ public:
+  void reset(int64_t total) {
+    buf_.resize(static_cast<size_t>(total));
+    used_ = 0;
+  }
+  float* take(int64_t n) {
+    float* p = buf_.data() + used_;
+    used_ += n;
     return p;
   }
+
+ private:
+  std::vector<float> buf_;
+  int64_t used_ = 0;
 };
 
 // One (batch, head, query block [q0, q1)), R rows at a time. Each query row keeps a running max
@@ -189,14 +197,13 @@ void forward_rows(float* acc, float* m, float* l, const float* qs, int64_t dim, 
 void forward_block(float* out, float* lse, const float* qkv, const HeadView& hv, int64_t q0, int64_t q1,
                    float scale, Scratch& scratch) {
   const int64_t dim = hv.head_dim, nq = q1 - q0, stride = hv.qkv_stride;
-  scratch.buf.resize(static_cast<size_t>(3 * kTile * dim + 2 * kTile + kRows * kTile));
-  size_t used = 0;
-  float* kt = scratch.take(kTile * dim, used);
-  float* qs = scratch.take(kTile * dim, used);
-  float* acc = scratch.take(kTile * dim, used);
-  float* m = scratch.take(kTile, used);
-  float* l = scratch.take(kTile, used);
-  float* s = scratch.take(kRows * kTile, used);
+  scratch.reset(3 * kTile * dim + 2 * kTile + kRows * kTile);
+  float* kt = scratch.take(kTile * dim);
+  float* qs = scratch.take(kTile * dim);
+  float* acc = scratch.take(kTile * dim);
+  float* m = scratch.take(kTile);
+  float* l = scratch.take(kTile);
+  float* s = scratch.take(kRows * kTile);
   const float* q_rows = qkv + hv.qkv_offset;
   const float* k_rows = q_rows + hv.kv_shift;
   const float* v_rows = q_rows + 2 * hv.kv_shift;
@@ -275,13 +282,12 @@ void backward_rows(const BackwardHead& h, int64_t first_query, int64_t k0, int64
 void backward_head(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                    const HeadView& hv, float scale, Scratch& scratch) {
   const int64_t dim = hv.head_dim, seq = hv.seq, stride = hv.qkv_stride, ostride = hv.out_stride;
-  scratch.buf.resize(static_cast<size_t>(2 * kTile * dim + 2 * kRows * kTile + seq));
-  size_t used = 0;
-  float* kt = scratch.take(kTile * dim, used);
-  float* vt = scratch.take(kTile * dim, used);
-  float* p = scratch.take(kRows * kTile, used);
-  float* ds = scratch.take(kRows * kTile, used);
-  float* delta = scratch.take(seq, used);
+  scratch.reset(2 * kTile * dim + 2 * kRows * kTile + seq);
+  float* kt = scratch.take(kTile * dim);
+  float* vt = scratch.take(kTile * dim);
+  float* p = scratch.take(kRows * kTile);
+  float* ds = scratch.take(kRows * kTile);
+  float* delta = scratch.take(seq);
   BackwardHead h;
   h.q_rows = qkv + hv.qkv_offset;
   h.k_rows = h.q_rows + hv.kv_shift;

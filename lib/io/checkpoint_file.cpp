@@ -436,6 +436,7 @@ void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64
   });
   agree(bad.empty(), bad, ArgHash().add("write_range").add(n).h, false);
 
+  if (t->shape.numel() == 0) return;  // no storage to write to (the same on every rank)
   const std::string err = attempt([&] {
     const std::string where = "writing checkpoint " + tmp_path_ + ": tensor " + n;
     Hid d(H5Dopen2(file_, n.c_str(), H5P_DEFAULT), H5Dclose);
@@ -732,8 +733,11 @@ std::vector<std::string> CheckpointReader::tensors() const {
       [](hid_t group, const char* name, const H5L_info_t* info, void* data) -> herr_t {
         if (info->type != H5L_TYPE_HARD) return 0;
         Hid o(H5Oopen(group, name, H5P_DEFAULT), H5Oclose);
-        if (o.valid() && H5Iget_type(o.get()) == H5I_DATASET)
-          static_cast<std::vector<std::string>*>(data)->push_back("/" + std::string(name));
+        if (o.valid() && H5Iget_type(o.get()) == H5I_DATASET) {
+          std::string full(1, '/');
+          full.append(name);
+          static_cast<std::vector<std::string>*>(data)->push_back(std::move(full));
+        }
         return 0;
       },
       &names);

@@ -29,6 +29,9 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(adamw.weight_decay >= 0, "--weight-decay must be >= 0");
   TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero ", zero_stage,
                 ": stages 0, 1 and 2 are available (ZeRO-3 is not implemented yet)");
+  TESSERA_CHECK(checkpoint_every >= 0 && keep_checkpoints >= 0, "--checkpoint-every and --keep-checkpoints must be >= 0");
+  TESSERA_CHECK(resume == "none" || resume == "auto" || !resume.empty(), "--resume: none, auto or a file");
+  TESSERA_CHECK(resume != "auto" || !checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   TESSERA_CHECK(bucket_mb > 0, "--bucket-mb must be positive, got ", bucket_mb);
   TESSERA_CHECK(eval_every >= 0 && eval_batches >= 1, "--eval-every must be >= 0 and --eval-batches >= 1");
   TESSERA_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
@@ -87,7 +90,8 @@ TrainResult Trainer::run() {
   if (!config_.dump_path.empty()) dump_initial();
 
   TrainResult result;
-  for (int64_t step = 1; step <= config_.steps; ++step) {
+  const int64_t first_step = resume() + 1;
+  for (int64_t step = first_step; step <= config_.steps; ++step) {
     reset_peak_memory(device);
     const int64_t comm_bytes_before = dp_.stats().total_bytes();
     Timer timer;
@@ -123,9 +127,50 @@ TrainResult Trainer::run() {
       metrics.write(JsonLine().add("step", step).add("eval_loss", static_cast<double>(eval_loss)));
       if (root) progress.message("step " + std::to_string(step) + " eval_loss " + std::to_string(eval_loss));
     }
+    const bool save_now = !config_.checkpoint_dir.empty() &&
+                          ((config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0) || step == config_.steps);
+    if (save_now) {
+      save(step);
+      if (root) progress.message("saved checkpoint of step " + std::to_string(step));
+    }
   }
   progress.finish();
   return result;
+}
+
+CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
+  const models::GptConfig& m = model_.config();
+  CheckpointInfo info;
+  info.step = step;
+  info.consumed_samples = step * config_.global_batch;
+  info.model = "gpt";
+  info.layout = "dp=" + std::to_string(dp_.size()) + " zero=" + std::to_string(config_.zero_stage);
+  info.model_config = {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab},
+                       {"max_seq", m.max_seq}};
+  return info;
+}
+
+void Trainer::save(int64_t step) {
+  CheckpointState state{model_.params(), optimizer_.adamw(), dp_};
+  save_checkpoint(config_.checkpoint_dir, checkpoint_info(step), state);
+  prune_checkpoints(config_.checkpoint_dir, config_.keep_checkpoints, dp_);
+}
+
+int64_t Trainer::resume() {
+  std::optional<std::string> path;
+  if (config_.resume == "auto") {
+    path = newest_checkpoint(config_.checkpoint_dir, dp_);
+    if (!path && dp_.rank() == 0) log::info("--resume auto: no checkpoint in ", config_.checkpoint_dir, ", starting fresh");
+  } else if (config_.resume != "none") {
+    path = config_.resume;
+  }
+  if (!path) return 0;
+  CheckpointState state{model_.params(), optimizer_.adamw(), dp_};
+  const CheckpointInfo info = load_checkpoint(*path, checkpoint_info(0), state);
+  TESSERA_CHECK(info.step <= config_.steps, "checkpoint ", *path, " is of step ", info.step, ", past --steps ",
+                config_.steps);
+  if (dp_.rank() == 0) log::info("resumed from ", *path, " (step ", info.step, ", saved under ", info.layout, ")");
+  return info.step;
 }
 
 void Trainer::dump_initial() {

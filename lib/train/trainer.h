@@ -13,6 +13,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/zero_optimizer.h"
 #include "parallel/grad_sync.h"
+#include "train/checkpointing.h"
 
 namespace tessera::train {
 
@@ -28,6 +29,10 @@ struct TrainConfig {
   int64_t eval_every = 0, eval_batches = 8, log_every = 10;
   double peak_tflops = 0.0;     // per rank; 0: measured sgemm rate (cpu) or a device default
   std::string metrics_path;
+  std::string checkpoint_dir;   // empty: no checkpoints
+  int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
+  int keep_checkpoints = 0;     // keep the newest K (0: all)
+  std::string resume = "none";  // none, auto (newest valid in checkpoint_dir) or a file
   std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
   void validate(int dp = 1) const;  // throws naming the first bad option
   // Micro-batches each of `dp` ranks runs per step.
@@ -49,6 +54,9 @@ class Trainer {
  private:
   float train_step(int64_t step);  // returns the mean loss over the global batch
   float evaluate();
+  int64_t resume();  // returns the step to continue after (0: a fresh start)
+  void save(int64_t step);
+  CheckpointInfo checkpoint_info(int64_t step) const;
   void dump_initial();
   void dump_first_step();
 

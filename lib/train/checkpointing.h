@@ -1,0 +1,46 @@
+// Checkpoints of a training run (the schema of DESIGN.md): /params/<name>, /optim/<name>/exp_avg,
+// /optim/<name>/exp_avg_sq in their global logical shapes, plus the step, the model and the
+// layout as attributes. Each data-parallel rank writes its FlatShards piece of the flat order;
+// loading reads what the *current* layout needs, so any layout resumes any checkpoint of the model.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "optim/adamw.h"
+#include "parallel/flat_shards.h"
+
+namespace tessera::train {
+
+struct CheckpointInfo {
+  int64_t step = 0;              // optimizer steps taken
+  int64_t consumed_samples = 0;  // sequences (or images) seen
+  std::string model;             // "gpt"
+  std::string layout;            // the mesh and ZeRO stage it was saved from (informational)
+  std::vector<std::pair<std::string, int64_t>> model_config;  // e.g. {"layers", 12}: must match to load
+};
+
+// What a checkpoint covers on this rank: the parameters, the optimizer (its states cover
+// optimizer.shard() of the flat order) and the dp group whose FlatShards split the writing.
+struct CheckpointState {
+  nn::ParamStore& params;
+  optim::AdamW& optimizer;
+  comm::Communicator& dp;
+};
+
+// Writes <dir>/step_<N>.h5 (through a .tmp and an atomic rename); returns its path.
+std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, CheckpointState& state);
+
+// Loads a checkpoint into the state; throws naming the first mismatch (model, tensor, shape).
+// Returns the info it was saved with.
+CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& expected, CheckpointState& state);
+
+// The newest step_<N>.h5 in dir that opens as a complete checkpoint (rank 0 decides, every rank
+// gets the answer); nullopt when there is none.
+std::optional<std::string> newest_checkpoint(const std::string& dir, comm::Communicator& world);
+
+// Removes all but the newest `keep` step_<N>.h5 files of dir (rank 0; keep <= 0 keeps all).
+void prune_checkpoints(const std::string& dir, int keep, comm::Communicator& world);
+
+}  // namespace tessera::train
