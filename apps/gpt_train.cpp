@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
         ("heads", po::value(&mc.heads)->default_value(4), "attention heads (must divide --hidden)")
         ("seq-len", po::value(&seq_len)->default_value(64), "tokens per sequence")
         ("global-batch", po::value(&tc.global_batch)->default_value(8), "sequences per optimizer step")
-        ("micro-batch", po::value(&tc.micro_batch)->default_value(8), "sequences per forward/backward")
+        ("micro-batch", po::value(&tc.micro_batch)->default_value(0), "sequences per forward/backward on a rank (0: global-batch / dp, no accumulation)")
         ("steps", po::value(&tc.steps)->default_value(100), "optimizer steps")
         ("lr", po::value(&tc.lr)->default_value(1e-3), "peak learning rate")
         ("min-lr", po::value(&tc.min_lr)->default_value(1e-4), "learning rate at the last step (cosine)")
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
         ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
         ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
         ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
-        ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients")
+        ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
         ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB")
         ("dp", po::value(&mesh_shape.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
         ("tp", po::value(&mesh_shape.tp)->default_value(1), "tensor-parallel ranks")
@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
       TESSERA_CHECK(val_data->vocab_size == train_data.vocab_size, "validation vocab_size ", val_data->vocab_size,
                     " differs from training vocab_size ", train_data.vocab_size);
     tc.seq_len = seq_len;
+    if (tc.micro_batch == 0) {
+      TESSERA_CHECK(tc.global_batch % mesh_shape.dp == 0, "--global-batch ", tc.global_batch,
+                    " does not split over dp = ", mesh_shape.dp, " ranks");
+      tc.micro_batch = tc.global_batch / mesh_shape.dp;
+    }
     tc.validate(mesh_shape.dp);
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
@@ -96,10 +101,11 @@ int main(int argc, char** argv) {
     if (mpi.world_rank() == 0) log::info("gpt_train: ", mpi.world_size(), " rank(s), ", mesh_shape.str(), ", ", mc.layers, " layers, hidden ", mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab,
               ", seq ", seq_len, ", global batch ", tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps,
               " steps on ", device_name, " with ", omp_get_max_threads(), " threads");
-    models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len);
-    if (mpi.world_rank() == 0) log::info("parameters: ", model.params().logical_numel());
     comm::ProcessMesh mesh(mesh_shape);
-    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, mesh.group(comm::Axis::dp));
+    comm::Communicator& dp = mesh.group(comm::Axis::dp);
+    models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len, tc.zero_stage == 3 ? &dp : nullptr);
+    if (mpi.world_rank() == 0) log::info("parameters: ", model.params().logical_numel());
+    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, dp);
     const train::TrainResult result = trainer.run();
     if (mpi.world_rank() == 0) log::info("done: final loss ", result.last_loss,
               result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string());

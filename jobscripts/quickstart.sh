@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quickstart: installs what is missing, builds, makes the default data (a synthetic Markov corpus
-# with a known entropy floor) and trains a small GPT on it with RANKS (default 2) data-parallel ranks.
+# with a known entropy floor) and trains a small GPT on it with RANKS (default 4) data-parallel ranks.
 # usage: RANKS=4 jobscripts/quickstart.sh [extra gpt_train options]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,7 +14,7 @@ data="$run/synth_v64.h5"
 [ -f "$data" ] || "$build/apps/data_prep" synth --vocab 64 --tokens 400000 --seed 1 --output "$data"
 floor=$(h5dump -a /entropy_rate "$data" 2>/dev/null | awk '/\(0\)/ {print $2}')
 
-ranks=${RANKS:-2}
+ranks=${RANKS:-4}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun --oversubscribe -np "$ranks" "$build/apps/gpt_train" --config "$root/inputs/gpt_tiny.ini" \
   --input "$data" --threads 1 --metrics "$run/metrics.jsonl" "$@"

@@ -114,22 +114,16 @@ inline void add_weighted_outer(float* __restrict out, int64_t out_stride, const 
                                const float* __restrict x, int64_t x_stride, int64_t count, int64_t dim) {
   int64_t d0 = 0;
   for (; d0 + kLanes <= dim; d0 += kLanes) {
-    float xs[R][kLanes];
-    for (int r = 0; r < R; ++r)
-#pragma omp simd
-      for (int64_t d = 0; d < kLanes; ++d) xs[r][d] = x[r * x_stride + d0 + d];
     for (int64_t j = 0; j < count; ++j) {
       float* o = out + j * out_stride + d0;
-      float c[kLanes];
+      float wj[R];
+      for (int r = 0; r < R; ++r) wj[r] = w[r * kTile + j];
 #pragma omp simd
-      for (int64_t d = 0; d < kLanes; ++d) c[d] = o[d];
-      for (int r = 0; r < R; ++r) {
-        const float wr = w[r * kTile + j];
-#pragma omp simd
-        for (int64_t d = 0; d < kLanes; ++d) c[d] += wr * xs[r][d];
+      for (int64_t d = 0; d < kLanes; ++d) {
+        float c = o[d];
+        for (int r = 0; r < R; ++r) c += wj[r] * x[r * x_stride + d0 + d];
+        o[d] = c;
       }
-#pragma omp simd
-      for (int64_t d = 0; d < kLanes; ++d) o[d] = c[d];
     }
   }
   if (d0 == dim) return;

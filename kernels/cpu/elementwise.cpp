@@ -25,7 +25,8 @@ constexpr float kGeluCubic = 0.044715f;
 // stops vectorisation) and without overflow: t = exp(-2|u|) is in (0, 1], and
 //   sigmoid(2u) = (u < 0 ? t : 1) / (1 + t),   sigmoid(2u) (1 - sigmoid(2u)) = t / (1 + t)^2.
 struct Logistic {
-  float s, s_ds;
+  float sigmoid;  // sigmoid(2u) = 0.5 (1 + tanh u)
+  float slope;    // sigmoid(2u) (1 - sigmoid(2u)) = (1 - tanh^2 u) / 4
 };
 inline Logistic gelu_logistic(float u) {
   const float t = simd_exp(-2.0f * std::fabs(u));
@@ -104,12 +105,12 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = x * gelu_logistic(u).s;
+    out[i] = x * gelu_logistic(u).sigmoid;
   }
 }
 
-// d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u', where 0.5 (1 + tanh u) = s = sigmoid(2u),
-// 1 - tanh^2 u = 4 s (1 - s), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+// d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u' = sigmoid + 2 x slope u',
+// u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
@@ -117,7 +118,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
     const float u = kGeluScale * (x + kGeluCubic * x * x * x);
     const Logistic g = gelu_logistic(u);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] = dout[i] * (g.s + 2.0f * x * g.s_ds * du);
+    dinp[i] = dout[i] * (g.sigmoid + 2.0f * x * g.slope * du);
   }
 }
 

@@ -1,21 +1,35 @@
 // simd_exp: an expf that the compiler can vectorise (an OpenMP `declare simd` function), used by
 // the softmax, attention and GELU kernels; callers declare it themselves (no private header).
 #include <bit>
-#include <cmath>
 #include <cstdint>
 
 namespace tessera::kernels::cpu {
+namespace {
+// A signed integer that orders like the float whose bits it is given (and back: the map is its own
+// inverse). Clamping through it takes integer min/max only: a float comparison, which may trap,
+// is not if-converted under the default -ftrapping-math, and the function would not vectorise.
+constexpr int32_t ordered(int32_t bits) { return bits ^ ((bits >> 31) & 0x7fffffff); }
+constexpr int32_t kLow = ordered(std::bit_cast<int32_t>(-87.0f));  // below: 0 (no subnormals)
+constexpr int32_t kHigh = ordered(std::bit_cast<int32_t>(89.0f));  // above: inf in float
+}  // namespace
 
 // exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]; exp(r) by its
 // degree-7 Taylor polynomial (|error| < 1e-8 on that interval), so the result is within ~1.5 ulp.
-// 2^n is applied in two halves so that subnormal results come out right; exp(-inf) = 0,
-// exp(x > 88.72) = inf, NaN stays NaN.
+// x is first clamped to [-87, 89]: above, the result is inf anyway; below, it is returned as 0
+// rather than as a subnormal (exp(-87) = 1.6e-38), because arithmetic that produces subnormals
+// takes a microcode assist of ~100 cycles on x86, and softmax feeds exp(-inf) for every masked
+// key. 2^n is applied in two halves so that n = 128 (x near 88.7) stays finite. exp(-inf) = 0,
+// exp(inf) = inf, NaN stays NaN.
 #pragma omp declare simd notinbranch
 float simd_exp(float x) {
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  const int32_t bits = std::bit_cast<int32_t>(x);
+  const int32_t key = ordered(bits);
+  const int32_t raised = key < kLow ? kLow : key;
+  const int32_t zero_mask = (key - raised) >> 31;  // all ones where x < -87: the result is 0
+  const float xc = std::bit_cast<float>(ordered(raised > kHigh ? kHigh : raised));
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  float r = xc - n * 0.693359375f;     // ln 2, high part (exact product)
-  r = r - n * -2.12194440e-4f;         // ln 2, low part
+  float r = xc - n * 0.693359375f;  // ln 2, high part (exact product)
+  r = r - n * -2.12194440e-4f;      // ln 2, low part
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
@@ -26,12 +40,10 @@ float simd_exp(float x) {
   p = p * r + 1.0f;
   const int32_t ni = static_cast<int32_t>(n);
   const int32_t half = ni >> 1;
-  const float scale_a = std::bit_cast<float>((half + 127) << 23);
-  const float scale_b = std::bit_cast<float>((ni - half + 127) << 23);
-  float y = p * scale_a * scale_b;
-  y = x < -104.0f ? 0.0f : y;
-  y = x > 88.72283935546875f ? INFINITY : y;
-  return y;
+  const float y =
+      p * std::bit_cast<float>((half + 127) << 23) * std::bit_cast<float>((ni - half + 127) << 23);
+  const int32_t nan_mask = (0x7f800000 - (bits & 0x7fffffff)) >> 31;  // all ones iff x is NaN
+  return std::bit_cast<float>((std::bit_cast<int32_t>(y) & ~(zero_mask | nan_mask)) | (bits & nan_mask));
 }
 
 }  // namespace tessera::kernels::cpu

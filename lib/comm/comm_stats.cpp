@@ -7,14 +7,22 @@ namespace tessera::comm {
 
 const char* comm_op_name(CommOp op) {
   switch (op) {
-    case CommOp::all_reduce: return "all_reduce";
-    case CommOp::reduce_scatter: return "reduce_scatter";
-    case CommOp::all_gather: return "all_gather";
-    case CommOp::all_to_all: return "all_to_all";
-    case CommOp::broadcast: return "broadcast";
-    case CommOp::send: return "send";
-    case CommOp::recv: return "recv";
-    case CommOp::barrier: return "barrier";
+    case CommOp::all_reduce:
+      return "all_reduce";
+    case CommOp::reduce_scatter:
+      return "reduce_scatter";
+    case CommOp::all_gather:
+      return "all_gather";
+    case CommOp::all_to_all:
+      return "all_to_all";
+    case CommOp::broadcast:
+      return "broadcast";
+    case CommOp::send:
+      return "send";
+    case CommOp::recv:
+      return "recv";
+    case CommOp::barrier:
+      return "barrier";
   }
   return "unknown";
 }
@@ -24,15 +32,15 @@ void CommStats::record(CommOp op, int64_t op_bytes, double op_ms) {
   ++s.calls;
   s.bytes += op_bytes;
   s.ms += op_ms;
-  ++calls;
-  bytes += op_bytes;
+  ++calls_;
+  bytes_ += op_bytes;
   ms_ += op_ms;
 }
 
 void CommStats::reset() {
   ops_ = {};
-  calls = 0;
-  bytes = 0;
+  calls_ = 0;
+  bytes_ = 0;
   ms_ = 0;
 }
 

@@ -47,20 +47,16 @@ class CommStats {
 
   const std::string& group() const { return group_; }
   const OpStats& op(CommOp op) const { return ops_[static_cast<int>(op)]; }
-  int64_t total_calls() const { return calls; }
-  int64_t total_bytes() const { return bytes; }
+  int64_t total_calls() const { return calls_; }
+  int64_t total_bytes() const { return bytes_; }
   double total_ms() const { return ms_; }
-  // One line for logs: "dp: all_reduce 12 calls 4.0 MB 3.2 ms, barrier 1 call ..." (only kinds used).
+  // One line for logs, kinds used only: "dp: all_reduce 12 calls 4.000 MB 3.200 ms, barrier ...".
   std::string summary() const;
-
-  // Running totals over every kind, equal to total_calls() and total_bytes(); kept as fields for
-  // callers that read them directly (the trainer's comm_bytes).
-  int64_t calls = 0;
-  int64_t bytes = 0;
 
  private:
   std::string group_;
   std::array<OpStats, kCommOps> ops_{};
+  int64_t calls_ = 0, bytes_ = 0;  // totals over every kind
   double ms_ = 0;
 };
 

@@ -4,7 +4,6 @@
 
 #include <climits>
 #include <cstdio>
-#include <cstring>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -76,6 +75,7 @@ void CommHandle::Pending::finish() {
   }
 }
 
+CommHandle::CommHandle() = default;
 CommHandle::CommHandle(std::unique_ptr<Pending> pending) : pending_(std::move(pending)) {}
 
 CommHandle::CommHandle(CommHandle&& other) noexcept : pending_(std::move(other.pending_)) {}
@@ -112,10 +112,16 @@ namespace {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::i32: return MPI_INT32_T;
-    case DType::u16: case DType::bf16: case DType::f16: return MPI_UINT16_T;
-    case DType::u8: return MPI_UINT8_T;
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::u16:
+    case DType::bf16:
+    case DType::f16:
+      return MPI_UINT16_T;
+    case DType::u8:
+      return MPI_UINT8_T;
   }
   return MPI_BYTE;
 }
@@ -123,7 +129,7 @@ MPI_Datatype mpi_type(DType t) {
 // A tensor MPI (or a size-1 copy) may touch: defined, on the host where an exchange happens, and
 // within MPI-3's int counts.
 void check_tensor(const std::string& what, const char* label, const Tensor& t, bool exchange) {
-  TESSERA_CHECK(t.defined(), what, ": ", label, " is an undefined tensor");
+  TESSERA_CHECK(t.defined(), what, ": ", label, " is undefined (a tensor without storage)");
   TESSERA_CHECK(!exchange || t.device() == Device::cpu, what, ": ", label, " is a ",
                 device_name(t.device()),
                 " tensor; this communicator moves host memory (device tensors go through "
@@ -179,8 +185,12 @@ Communicator::Communicator(MPI_Comm comm, std::string name)
 }
 
 Communicator::Communicator(const Communicator& other)
-    : comm_(other.comm_), name_(other.name_), rank_(other.rank_), size_(other.size_),
-      timeout_s_(other.timeout_s_), stats_(std::make_shared<CommStats>(*other.stats_)) {}
+    : comm_(other.comm_),
+      name_(other.name_),
+      rank_(other.rank_),
+      size_(other.size_),
+      timeout_s_(other.timeout_s_),
+      stats_(std::make_shared<CommStats>(*other.stats_)) {}
 
 Communicator& Communicator::operator=(const Communicator& other) {
   if (this != &other) {
@@ -199,7 +209,9 @@ void Communicator::set_timeout(double seconds) {
   timeout_s_ = seconds;
 }
 
-std::string Communicator::where(const char* op) const { return std::string(op) + "(" + name_ + ")"; }
+std::string Communicator::where(const char* op) const {
+  return std::string(op) + "(" + name_ + ")";
+}
 
 std::unique_ptr<CommHandle::Pending> Communicator::begin(CommOp op, int64_t bytes,
                                                          std::string what) const {
@@ -221,13 +233,18 @@ CommHandle Communicator::all_reduce_start(Tensor& t, MPI_Op op, const char* op_n
   if (size_ == 1) return {};
   auto p = begin(CommOp::all_reduce, static_cast<int64_t>(t.nbytes()), what);
   p->keep[0] = t;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), op,
-                 comm_, &p->request), p->what, "MPI_Iallreduce");
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()),
+                           op, comm_, &p->request),
+            p->what, "MPI_Iallreduce");
   return CommHandle(std::move(p));
 }
 
-void Communicator::all_reduce_sum(Tensor& t) { all_reduce_start(t, MPI_SUM, "all_reduce_sum").wait(); }
-void Communicator::all_reduce_max(Tensor& t) { all_reduce_start(t, MPI_MAX, "all_reduce_max").wait(); }
+void Communicator::all_reduce_sum(Tensor& t) {
+  all_reduce_start(t, MPI_SUM, "all_reduce_sum").wait();
+}
+void Communicator::all_reduce_max(Tensor& t) {
+  all_reduce_start(t, MPI_MAX, "all_reduce_max").wait();
+}
 CommHandle Communicator::iall_reduce_sum(Tensor& t) {
   return all_reduce_start(t, MPI_SUM, "iall_reduce_sum");
 }
@@ -235,7 +252,8 @@ CommHandle Communicator::iall_reduce_sum(Tensor& t) {
 double Communicator::all_reduce_sum(double value) {
   if (size_ == 1) return value;
   auto p = begin(CommOp::all_reduce, sizeof(double), where("all_reduce_sum"));
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_, &p->request), p->what, "MPI_Iallreduce");
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_, &p->request),
+            p->what, "MPI_Iallreduce");
   CommHandle(std::move(p)).wait();
   return value;
 }
@@ -243,7 +261,8 @@ double Communicator::all_reduce_sum(double value) {
 int64_t Communicator::all_reduce_max(int64_t value) {
   if (size_ == 1) return value;
   auto p = begin(CommOp::all_reduce, sizeof(int64_t), where("all_reduce_max"));
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm_, &p->request), p->what, "MPI_Iallreduce");
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm_, &p->request),
+            p->what, "MPI_Iallreduce");
   CommHandle(std::move(p)).wait();
   return value;
 }
@@ -278,12 +297,14 @@ CommHandle Communicator::reduce_scatter_start(const Tensor& input, Tensor& outpu
   p->keep[1] = output;
   const MPI_Datatype type = mpi_type(input.dtype());
   if (equal) {
-    mpi_check(MPI_Ireduce_scatter_block(input.raw(), output.raw(), static_cast<int>(output.numel()), type,
-                              MPI_SUM, comm_, &p->request), p->what, "MPI_Ireduce_scatter_block");
+    mpi_check(MPI_Ireduce_scatter_block(input.raw(), output.raw(), static_cast<int>(output.numel()),
+                                        type, MPI_SUM, comm_, &p->request),
+              p->what, "MPI_Ireduce_scatter_block");
   } else {
     p->ints[0] = std::move(ints);
-    mpi_check(MPI_Ireduce_scatter(input.raw(), output.raw(), p->ints[0].data(), type, MPI_SUM, comm_,
-                        &p->request), p->what, "MPI_Ireduce_scatter");
+    mpi_check(MPI_Ireduce_scatter(input.raw(), output.raw(), p->ints[0].data(), type, MPI_SUM,
+                                  comm_, &p->request),
+              p->what, "MPI_Ireduce_scatter");
   }
   return CommHandle(std::move(p));
 }
@@ -333,12 +354,14 @@ CommHandle Communicator::all_gather_start(const Tensor& input, Tensor& output,
   const MPI_Datatype type = mpi_type(input.dtype());
   if (equal) {
     const int n = static_cast<int>(input.numel());
-    mpi_check(MPI_Iallgather(input.raw(), n, type, output.raw(), n, type, comm_, &p->request), p->what, "MPI_Iallgather");
+    mpi_check(MPI_Iallgather(input.raw(), n, type, output.raw(), n, type, comm_, &p->request),
+              p->what, "MPI_Iallgather");
   } else {
     p->ints[0] = std::move(ints);
     p->ints[1] = std::move(offsets);
     mpi_check(MPI_Iallgatherv(input.raw(), static_cast<int>(input.numel()), type, output.raw(),
-                    p->ints[0].data(), p->ints[1].data(), type, comm_, &p->request), p->what, "MPI_Iallgatherv");
+                              p->ints[0].data(), p->ints[1].data(), type, comm_, &p->request),
+              p->what, "MPI_Iallgatherv");
   }
   return CommHandle(std::move(p));
 }
@@ -394,14 +417,16 @@ CommHandle Communicator::all_to_all_start(const Tensor& input, Tensor& output,
   const MPI_Datatype type = mpi_type(input.dtype());
   if (equal) {
     const int n = static_cast<int>(input.numel() / size_);
-    mpi_check(MPI_Ialltoall(input.raw(), n, type, output.raw(), n, type, comm_, &p->request), p->what, "MPI_Ialltoall");
+    mpi_check(MPI_Ialltoall(input.raw(), n, type, output.raw(), n, type, comm_, &p->request),
+              p->what, "MPI_Ialltoall");
   } else {
     p->ints[0] = std::move(sends);
     p->ints[1] = std::move(send_offsets);
     p->ints[2] = std::move(recvs);
     p->ints[3] = std::move(recv_offsets);
     mpi_check(MPI_Ialltoallv(input.raw(), p->ints[0].data(), p->ints[1].data(), type, output.raw(),
-                   p->ints[2].data(), p->ints[3].data(), type, comm_, &p->request), p->what, "MPI_Ialltoallv");
+                             p->ints[2].data(), p->ints[3].data(), type, comm_, &p->request),
+              p->what, "MPI_Ialltoallv");
   }
   return CommHandle(std::move(p));
 }
@@ -425,7 +450,9 @@ void Communicator::broadcast(Tensor& t, int root) {
   if (size_ == 1) return;
   auto p = begin(CommOp::broadcast, static_cast<int64_t>(t.nbytes()), what);
   p->keep[0] = t;
-  mpi_check(MPI_Ibcast(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_, &p->request), p->what, "MPI_Ibcast");
+  mpi_check(MPI_Ibcast(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_,
+                       &p->request),
+            p->what, "MPI_Ibcast");
   CommHandle(std::move(p)).wait();
 }
 
@@ -456,7 +483,8 @@ CommHandle Communicator::send_start(const Tensor& t, int dest, int tag, const ch
   auto p = begin(CommOp::send, static_cast<int64_t>(t.nbytes()), what);
   p->keep[0] = t;
   mpi_check(MPI_Isend(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), dest, tag, comm_,
-            &p->request), p->what, "MPI_Isend");
+                      &p->request),
+            p->what, "MPI_Isend");
   return CommHandle(std::move(p));
 }
 
@@ -468,12 +496,18 @@ CommHandle Communicator::recv_start(Tensor& t, int source, int tag, const char* 
   p->keep[0] = t;
   p->expect_count = t.numel();
   p->type = mpi_type(t.dtype());
-  mpi_check(MPI_Irecv(t.raw(), static_cast<int>(t.numel()), p->type, source, tag, comm_, &p->request), p->what, "MPI_Irecv");
+  mpi_check(
+      MPI_Irecv(t.raw(), static_cast<int>(t.numel()), p->type, source, tag, comm_, &p->request),
+      p->what, "MPI_Irecv");
   return CommHandle(std::move(p));
 }
 
-void Communicator::send(const Tensor& t, int dest, int tag) { send_start(t, dest, tag, "send").wait(); }
-void Communicator::recv(Tensor& t, int source, int tag) { recv_start(t, source, tag, "recv").wait(); }
+void Communicator::send(const Tensor& t, int dest, int tag) {
+  send_start(t, dest, tag, "send").wait();
+}
+void Communicator::recv(Tensor& t, int source, int tag) {
+  recv_start(t, source, tag, "recv").wait();
+}
 CommHandle Communicator::isend(const Tensor& t, int dest, int tag) {
   return send_start(t, dest, tag, "isend");
 }

@@ -19,7 +19,7 @@ namespace tessera::comm {
 // group of one rank) is already complete.
 class CommHandle {
  public:
-  CommHandle() = default;
+  CommHandle();  // empty: nothing pending
   CommHandle(CommHandle&& other) noexcept;
   CommHandle& operator=(CommHandle&& other) noexcept;  // completes what this handle held first
   CommHandle(const CommHandle&) = delete;
@@ -42,7 +42,8 @@ class CommHandle {
 // checked on the calling rank before any MPI call, and a failure throws tessera::Error naming the
 // operation and the group, e.g. "reduce_scatter(dp): input has 10 elements, counts sum to 12";
 // since every rank checks the same arguments, a bad call throws everywhere and nothing hangs.
-// Element counts (and v-form displacements) above INT_MAX are refused: MPI-3 counts are ints.
+// A tensor, or per-rank counts summing, above INT_MAX elements is refused: MPI-3 counts and
+// displacements are ints (split such a call).
 // A group of one rank makes no MPI call: in-place operations return at once, the others copy
 // input to output; its arguments are still checked (except where they live: with no exchange,
 // tensors on any device are accepted). Sending to oneself is refused in every group.
@@ -59,8 +60,9 @@ class Communicator {
   const std::string& name() const { return name_; }
   MPI_Comm mpi_comm() const { return comm_; }
 
-  // Wall-clock limit on waiting for one operation, in seconds; 0 (the default) waits forever. An
-  // operation that exceeds it prints "error: ... did not complete within N s" and aborts the job.
+  // Wall-clock limit on one operation, from its start to its completion, in seconds; 0 (the
+  // default) waits forever. An operation past it prints "error: rank R: all_reduce_sum(dp) did not
+  // complete within N s" and aborts the whole job (the same rule in NcclCommunicator).
   void set_timeout(double seconds);
   double timeout() const { return timeout_s_; }
 
@@ -117,10 +119,9 @@ class Communicator {
   std::string where(const char* op) const;  // "all_reduce(dp)"
   CommHandle all_reduce_start(Tensor& t, MPI_Op op, const char* op_name);
   CommHandle reduce_scatter_start(const Tensor& input, Tensor& output,
-                                  std::span<const int64_t> counts, bool equal,
-                                  const char* op_name);
-  CommHandle all_gather_start(const Tensor& input, Tensor& output,
-                              std::span<const int64_t> counts, bool equal, const char* op_name);
+                                  std::span<const int64_t> counts, bool equal, const char* op_name);
+  CommHandle all_gather_start(const Tensor& input, Tensor& output, std::span<const int64_t> counts,
+                              bool equal, const char* op_name);
   CommHandle all_to_all_start(const Tensor& input, Tensor& output,
                               std::span<const int64_t> send_counts,
                               std::span<const int64_t> recv_counts, bool equal);

@@ -54,11 +54,16 @@ class NcclGroup {
 // Reductions run on the element type; data movement runs on bytes, so every dtype moves.
 ncclDataType_t reduce_type(const std::string& what, DType t) {
   switch (t) {
-    case DType::f32: return ncclFloat32;
-    case DType::bf16: return ncclBfloat16;
-    case DType::f16: return ncclFloat16;
-    case DType::i32: return ncclInt32;
-    default: break;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::i32:
+      return ncclInt32;
+    default:
+      break;
   }
   fail(what, ": cannot reduce ", dtype_name(t), " tensors (f32, bf16, f16 and i32 only)");
 }
@@ -72,7 +77,7 @@ size_t bytes_of(const Tensor& t, int64_t elements) {
 }
 
 void check_tensor(const std::string& what, const char* label, const Tensor& t, bool exchange) {
-  TESSERA_CHECK(t.defined(), what, ": ", label, " is an undefined tensor");
+  TESSERA_CHECK(t.defined(), what, ": ", label, " is undefined (a tensor without storage)");
   TESSERA_CHECK(!exchange || t.device() == Device::cuda, what, ": ", label, " is a ",
                 device_name(t.device()),
                 " tensor; NCCL moves device memory (host tensors go through Communicator)");
@@ -221,8 +226,8 @@ void NcclCommunicator::reduce_scatter(const Tensor& input, Tensor& output) {
   if (size_ == 1) return output.copy_from(input);
   Timer timer;
   begin_on_stream(what);
-  nccl_check(ncclReduceScatter(input.raw(), output.raw(), static_cast<size_t>(output.numel()),
-                               type, ncclSum, nccl_, stream_),
+  nccl_check(ncclReduceScatter(input.raw(), output.raw(), static_cast<size_t>(output.numel()), type,
+                               ncclSum, nccl_, stream_),
              what, "ncclReduceScatter", nccl_);
   finish(what, CommOp::reduce_scatter, static_cast<int64_t>(input.nbytes()), timer);
 }
@@ -250,9 +255,9 @@ void NcclCommunicator::reduce_scatter(const Tensor& input, Tensor& output,
     // Only the root's receive buffer is written; the others pass their block (in place).
     char* block = at(input, offsets[r]);
     void* sum = r == rank_ ? output.raw() : block;
-    nccl_check(ncclReduce(block, sum, static_cast<size_t>(counts[r]), type, ncclSum, r, nccl_,
-                          stream_),
-               what, "ncclReduce", nccl_);
+    nccl_check(
+        ncclReduce(block, sum, static_cast<size_t>(counts[r]), type, ncclSum, r, nccl_, stream_),
+        what, "ncclReduce", nccl_);
   }
   group.end();
   finish(what, CommOp::reduce_scatter, static_cast<int64_t>(input.nbytes()), timer);
@@ -296,9 +301,9 @@ void NcclCommunicator::all_gather(const Tensor& input, Tensor& output,
     if (counts[r] == 0) continue;
     char* block = at(output, offsets[r]);
     const void* source = r == rank_ ? input.raw() : block;  // read on the root only
-    nccl_check(ncclBroadcast(source, block, bytes_of(output, counts[r]), ncclUint8, r, nccl_,
-                             stream_),
-               what, "ncclBroadcast", nccl_);
+    nccl_check(
+        ncclBroadcast(source, block, bytes_of(output, counts[r]), ncclUint8, r, nccl_, stream_),
+        what, "ncclBroadcast", nccl_);
   }
   group.end();
   finish(what, CommOp::all_gather, static_cast<int64_t>(output.nbytes()), timer);
@@ -340,22 +345,22 @@ void NcclCommunicator::all_to_all(const Tensor& input, Tensor& output,
   Timer timer;
   begin_on_stream(what);
   if (send_counts[rank_] > 0) {
-    cuda_check(cudaMemcpyAsync(at(output, recv_offsets[rank_]), at(input, send_offsets[rank_]),
-                               bytes_of(input, send_counts[rank_]), cudaMemcpyDeviceToDevice,
-                               stream_),
-               what, "cudaMemcpyAsync");
+    cuda_check(
+        cudaMemcpyAsync(at(output, recv_offsets[rank_]), at(input, send_offsets[rank_]),
+                        bytes_of(input, send_counts[rank_]), cudaMemcpyDeviceToDevice, stream_),
+        what, "cudaMemcpyAsync");
   }
   NcclGroup group(what, nccl_);
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     if (send_counts[r] > 0) {
-      nccl_check(ncclSend(at(input, send_offsets[r]), bytes_of(input, send_counts[r]), ncclUint8,
-                          r, nccl_, stream_),
+      nccl_check(ncclSend(at(input, send_offsets[r]), bytes_of(input, send_counts[r]), ncclUint8, r,
+                          nccl_, stream_),
                  what, "ncclSend", nccl_);
     }
     if (recv_counts[r] > 0) {
-      nccl_check(ncclRecv(at(output, recv_offsets[r]), bytes_of(output, recv_counts[r]),
-                          ncclUint8, r, nccl_, stream_),
+      nccl_check(ncclRecv(at(output, recv_offsets[r]), bytes_of(output, recv_counts[r]), ncclUint8,
+                          r, nccl_, stream_),
                  what, "ncclRecv", nccl_);
     }
   }
@@ -415,8 +420,8 @@ void NcclCommunicator::send_recv(const Tensor& send, int dest, Tensor& recv, int
   Timer timer;
   begin_on_stream(what);
   NcclGroup group(what, nccl_);
-  nccl_check(ncclSend(send.raw(), send.nbytes(), ncclUint8, dest, nccl_, stream_), what,
-             "ncclSend", nccl_);
+  nccl_check(ncclSend(send.raw(), send.nbytes(), ncclUint8, dest, nccl_, stream_), what, "ncclSend",
+             nccl_);
   nccl_check(ncclRecv(recv.raw(), recv.nbytes(), ncclUint8, source, nccl_, stream_), what,
              "ncclRecv", nccl_);
   group.end();

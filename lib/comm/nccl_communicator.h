@@ -78,9 +78,9 @@ class NcclCommunicator {
   std::string name_;
   int rank_ = 0, size_ = 1, device_ = 0;
   double timeout_s_ = 0;
-  ncclComm* nccl_ = nullptr;        // null in a group of one rank
-  CUstream_st* stream_ = nullptr;   // null in a group of one rank
-  CUevent_st* ready_ = nullptr;     // marks the default stream's work before each op
+  ncclComm* nccl_ = nullptr;       // null in a group of one rank
+  CUstream_st* stream_ = nullptr;  // null in a group of one rank
+  CUevent_st* ready_ = nullptr;    // marks the default stream's work before each op
   CommStats stats_;
 };
 

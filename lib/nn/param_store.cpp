@@ -73,25 +73,49 @@ Shape ParamStore::logical_local_shape(int id) const {
   return Shape(dims);
 }
 
+// Initial values of flat elements [begin, end) into out[0, end - begin) (zeroed by the caller).
+void ParamStore::fill_init(float* out, int64_t begin, int64_t end, uint64_t seed) const {
+  for (const ParamSpec& s : specs_) {
+    if (s.offset >= end || s.offset + s.local_shape.numel() <= begin || s.init.kind == Init::zeros) continue;
+    const uint64_t stream = stream_id(s.name);
+    for_each_logical(s, [&](int64_t local, int64_t global) {
+      const int64_t flat = s.offset + local;
+      if (flat < begin || flat >= end) return;
+      out[flat - begin] = s.init.kind == Init::ones
+                              ? 1.0f
+                              : s.init.std * philox_normal(seed, stream, static_cast<uint64_t>(global));
+    });
+  }
+}
+
+void ParamStore::allocate_shard(Device device, uint64_t seed, int64_t begin, int64_t end) {
+  TESSERA_CHECK(0 <= begin && begin <= end && end <= total_, "allocate_shard: [", begin, ", ", end, ") outside ", total_);
+  Tensor host = Tensor::zeros({end - begin});
+  fill_init(host.data<float>(), begin, end, seed);
+  shard_values_ = device == Device::cpu ? host : host.to(device);
+  shard_grads_ = Tensor::zeros({end - begin}, DType::f32, device);
+  sharded_ = true;
+  device_ = device;
+  shard_begin_ = begin;
+  values_.assign(specs_.size(), Tensor());
+  grads_.assign(specs_.size(), Tensor());
+}
+
+void ParamStore::bind(int id, Tensor value, Tensor grad) {
+  TESSERA_CHECK(value.shape() == specs_[id].local_shape, "bind ", specs_[id].name, ": shape ", value.shape().str());
+  values_[id] = std::move(value);
+  grads_[id] = std::move(grad);
+}
+
+void ParamStore::unbind(int id) {
+  values_[id] = Tensor();
+  grads_[id] = Tensor();
+}
+
 void ParamStore::allocate(Device device, uint64_t seed) {
   Tensor host = Tensor::zeros({total_});
-  float* h = host.data<float>();
-  for (const ParamSpec& s : specs_) {
-    float* p = h + s.offset;
-    const uint64_t stream = stream_id(s.name);
-    switch (s.init.kind) {
-      case Init::normal:
-        for_each_logical(s, [&](int64_t local, int64_t global) {
-          p[local] = s.init.std * philox_normal(seed, stream, static_cast<uint64_t>(global));
-        });
-        break;
-      case Init::ones:
-        for_each_logical(s, [&](int64_t local, int64_t) { p[local] = 1.0f; });
-        break;
-      case Init::zeros:
-        break;
-    }
-  }
+  fill_init(host.data<float>(), 0, total_, seed);
+  device_ = device;
   flat_values_ = device == Device::cpu ? host : host.to(device);
   flat_grads_ = Tensor::zeros({total_}, DType::f32, device);
   values_.clear();

@@ -43,20 +43,33 @@ class ParamStore {
   int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
   // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
   void allocate(Device device, uint64_t seed);
+  // ZeRO-3: only elements [begin, end) of the flat order are resident (shard_values/shard_grads,
+  // initialised with exactly the values allocate() would put there); a parameter's views exist
+  // only while bind() points them into a gathered buffer.
+  void allocate_shard(Device device, uint64_t seed, int64_t begin, int64_t end);
+  bool sharded() const { return sharded_; }
+  Device device() const { return device_; }
+  int64_t shard_begin() const { return shard_begin_; }
+  Tensor& shard_values() { return shard_values_; }
+  Tensor& shard_grads() { return shard_grads_; }
+  void bind(int id, Tensor value, Tensor grad);  // grad may be undefined (forward only)
+  void unbind(int id);
 
   int size() const { return static_cast<int>(specs_.size()); }
   const ParamSpec& spec(int id) const { return specs_[id]; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   int find(const std::string& name) const;  // id, or -1
-  Tensor& value(int id) { return values_[id]; }
-  Tensor& grad(int id) { return grads_[id]; }
-  const Tensor& value(int id) const { return values_[id]; }
-  const Tensor& grad(int id) const { return grads_[id]; }
+  // The parameter's local tensor and gradient (under ZeRO-3 only while bound: a use outside a
+  // gather is an error naming the parameter).
+  Tensor& value(int id) { return checked(values_[id], id, "value"); }
+  Tensor& grad(int id) { return checked(grads_[id], id, "gradient"); }
+  const Tensor& value(int id) const { return checked(values_[id], id, "value"); }
+  const Tensor& grad(int id) const { return checked(grads_[id], id, "gradient"); }
   Tensor& flat_values() { return flat_values_; }
   Tensor& flat_grads() { return flat_grads_; }
   int64_t numel() const { return total_; }
   int64_t logical_numel() const;  // parameters of the model, padding excluded
-  void zero_grads() { flat_grads_.zero(); }
+  void zero_grads() { (sharded_ ? shard_grads_ : flat_grads_).zero(); }
 
   // The logical (unpadded, this shard's) part of a parameter's local tensor, as a CPU copy, and
   // back: what checkpoints and tests see.
@@ -65,9 +78,20 @@ class ParamStore {
   Shape logical_local_shape(int id) const;
 
  private:
+  template <typename T>
+  T& checked(T& t, int id, const char* what) const {
+    TESSERA_CHECK(t.defined(), "parameter ", specs_[id].name, ": ", what, " used while not gathered (ZeRO-3)");
+    return t;
+  }
+  void fill_init(float* out, int64_t begin, int64_t end, uint64_t seed) const;
+
   std::vector<ParamSpec> specs_;
   std::vector<Tensor> values_, grads_;
   Tensor flat_values_, flat_grads_;
+  bool sharded_ = false;
+  Device device_ = Device::cpu;
+  int64_t shard_begin_ = 0;
+  Tensor shard_values_, shard_grads_;
   int64_t total_ = 0;
 };
 

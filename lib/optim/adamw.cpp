@@ -19,7 +19,7 @@ AdamW::AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range s
     else
       ranges_.push_back({begin, end, s.weight_decay});
   }
-  const Device device = store.flat_values().device();
+  const Device device = store.device();
   exp_avg_ = Tensor::zeros({shard.size()}, DType::f32, device);
   exp_avg_sq_ = Tensor::zeros({shard.size()}, DType::f32, device);
 }

@@ -5,43 +5,48 @@
 
 namespace tessera::optim {
 namespace {
-parallel::Range optimizer_range(nn::ParamStore& store, parallel::GradSync& sync) {
-  return sync.zero_stage() == 0 ? parallel::Range{0, store.numel()} : sync.my_shard();
+parallel::Range optimizer_range(nn::ParamStore& store, int zero, comm::Communicator& dp) {
+  return zero == 0 ? parallel::Range{0, store.numel()} : parallel::FlatShards(store.numel(), dp.size()).shard(dp.rank());
 }
 }  // namespace
 
-ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, parallel::GradSync& sync, comm::Communicator& dp,
+ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
                              const AdamWConfig& config)
-    : store_(store), sync_(sync), dp_(dp), adamw_(store, config, optimizer_range(store, sync)) {
-  if (sync.zero_stage() > 0)
-    gather_input_ = Tensor::empty({adamw_.shard().size()}, DType::f32, store.flat_values().device());
+    : store_(store), zero_(zero_stage), sync_(sync), dp_(dp), adamw_(store, config, optimizer_range(store, zero_stage, dp)) {
+  TESSERA_CHECK((zero_stage == 3) == store.sharded() && (zero_stage == 3 || sync),
+                "ZeroOptimizer: ZeRO stage ", zero_stage, " does not match how the parameters are held");
+  if (zero_ == 1 || zero_ == 2) gather_input_ = Tensor::empty({adamw_.shard().size()}, DType::f32, store.device());
 }
 
+Tensor ZeroOptimizer::shard_grads() { return zero_ == 3 ? store_.shard_grads() : sync_->shard_grads(); }
+
 double ZeroOptimizer::grad_norm() {
-  if (sync_.zero_stage() < 2) return std::sqrt(ops::sum_squares(store_.flat_grads()));
-  return std::sqrt(dp_.all_reduce_sum(ops::sum_squares(sync_.shard_grads())));
+  if (zero_ < 2) return std::sqrt(ops::sum_squares(store_.flat_grads()));
+  return std::sqrt(dp_.all_reduce_sum(ops::sum_squares(shard_grads())));
 }
 
 void ZeroOptimizer::step(float lr, float grad_scale) {
-  if (sync_.zero_stage() == 0) {
+  if (zero_ == 0) {
     adamw_.step(lr, grad_scale);
     return;
   }
   const parallel::Range mine = adamw_.shard();
-  Tensor params = store_.flat_values().slice(mine.begin, {mine.size()});
-  const Tensor grads = sync_.shard_grads();
+  Tensor params = zero_ == 3 ? store_.shard_values() : store_.flat_values().slice(mine.begin, {mine.size()});
+  const Tensor grads = shard_grads();
   adamw_.step(lr, grad_scale, params, grads);
+  if (zero_ == 3) return;  // the shard is all this rank holds
   // all-gather(dp): every rank's updated shard into every rank's full parameter buffer.
   gather_input_.copy_from(params);
   std::vector<int64_t> counts(dp_.size());
-  for (int r = 0; r < dp_.size(); ++r) counts[r] = sync_.shards().shard(r).size();
+  for (int r = 0; r < dp_.size(); ++r) counts[r] = sync_->shards().shard(r).size();
   dp_.all_gather(gather_input_, store_.flat_values(), counts);
 }
 
 int64_t ZeroOptimizer::state_bytes() const {
   const int64_t f = sizeof(float);
   const int64_t n = store_.numel(), shard = adamw_.shard().size();
-  const int64_t grads = sync_.zero_stage() == 2 ? n + shard : n;  // zero 2: the flat buffer + the reduced shard
+  if (zero_ == 3) return f * 4 * shard;  // parameters, gradients, two states: all sharded
+  const int64_t grads = zero_ == 2 ? n + shard : n;  // zero 2: the flat buffer + the reduced shard
   return f * (n + grads + 2 * shard);
 }
 

@@ -1,10 +1,11 @@
-// ZeroOptimizer: AdamW under a ZeRO stage on the dp group, after GradSync has reduced the
-// gradients.
+// ZeroOptimizer: AdamW under a ZeRO stage on the dp group, once the gradients are reduced (by
+// GradSync under zero 0-2, by the model's ShardedParams under zero 3).
 //   zero 0: every rank updates every parameter (replicated states).
 //   zero 1, 2: each rank updates its shard of the flat order (states sized to the shard), then
 //              all-gather(dp) reassembles the parameters on every rank.
+//   zero 3: each rank updates its shard, which is all it holds: no all-gather.
 // The gradient norm for clipping is over the whole model: local under zero 0/1 (every rank holds
-// the summed gradient), the sum of the shards' squares all-reduced(dp) under zero 2.
+// the summed gradient), the sum of the shards' squares all-reduced(dp) under zero 2 and 3.
 #pragma once
 #include "optim/adamw.h"
 #include "parallel/grad_sync.h"
@@ -13,7 +14,9 @@ namespace tessera::optim {
 
 class ZeroOptimizer {
  public:
-  ZeroOptimizer(nn::ParamStore& store, parallel::GradSync& sync, comm::Communicator& dp, const AdamWConfig& config);
+  // sync: the GradSync of zero 0-2 (nullptr under zero 3, where the store holds only the shard).
+  ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
+                const AdamWConfig& config);
 
   double grad_norm();
   void step(float lr, float grad_scale);
@@ -24,8 +27,11 @@ class ZeroOptimizer {
   int64_t state_bytes() const;
 
  private:
+  Tensor shard_grads();
+
   nn::ParamStore& store_;
-  parallel::GradSync& sync_;
+  int zero_;
+  parallel::GradSync* sync_;
   comm::Communicator& dp_;
   AdamW adamw_;
   Tensor gather_input_;  // zero 1/2: this rank's updated shard, sent by the all-gather

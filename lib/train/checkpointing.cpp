@@ -81,7 +81,10 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   // optimizer.shard(), which contains that piece under every ZeRO stage.
   const parallel::Range mine = parallel::FlatShards(st.params.numel(), st.dp.size()).shard(st.dp.rank());
   const parallel::Range opt = st.optimizer.shard();
-  const Tensor values = st.params.flat_values().to(Device::cpu);
+  // The parameters this rank holds: all of them, or under ZeRO-3 its shard (which is `mine`).
+  const bool sharded = st.params.sharded();
+  const int64_t values_begin = sharded ? st.params.shard_begin() : 0;
+  const Tensor values = (sharded ? st.params.shard_values() : st.params.flat_values()).to(Device::cpu);
   const Tensor m = st.optimizer.exp_avg().to(Device::cpu), v = st.optimizer.exp_avg_sq().to(Device::cpu);
   for (int i = 0; i < st.params.size(); ++i) {
     const nn::ParamSpec& s = st.params.spec(i);
@@ -89,7 +92,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
     const parallel::Range p = piece(s, shape.numel(), mine);
     const int64_t flat = s.offset + p.begin;  // where the piece starts in the flat order
     w.create("/params/" + s.name, s.global_shape);
-    w.write_range("/params/" + s.name, p.begin, p.end, values.data<float>() + flat);
+    w.write_range("/params/" + s.name, p.begin, p.end, values.data<float>() + (flat - values_begin));
     w.create("/optim/" + s.name + "/exp_avg", s.global_shape);
     w.write_range("/optim/" + s.name + "/exp_avg", p.begin, p.end, m.data<float>() + (flat - opt.begin));
     w.create("/optim/" + s.name + "/exp_avg_sq", s.global_shape);
@@ -124,21 +127,26 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
                   r.shape(name).str(), " there, ", s.global_shape.str(), " here");
   }
 
-  // Parameters: every rank holds all of them (ZeRO <= 2). Optimizer states: the optimizer's range.
-  Tensor values = Tensor::zeros({st.params.numel()});
+  // Parameters: every rank holds all of them, or under ZeRO-3 its shard. Optimizer states: the
+  // optimizer's range.
+  const bool sharded = st.params.sharded();
+  const parallel::Range held = sharded ? parallel::Range{st.params.shard_begin(),
+                                                         st.params.shard_begin() + st.params.shard_values().numel()}
+                                       : parallel::Range{0, st.params.numel()};
+  Tensor values = Tensor::zeros({held.size()});
   const parallel::Range opt = st.optimizer.shard();
   Tensor m = Tensor::zeros({opt.size()}), v = Tensor::zeros({opt.size()});
   for (int i = 0; i < st.params.size(); ++i) {
     const nn::ParamSpec& s = st.params.spec(i);
     const int64_t logical = st.params.logical_local_shape(i).numel();
-    const parallel::Range all = piece(s, logical, {0, st.params.numel()});
-    r.read_range("/params/" + s.name, all.begin, all.end, values.data<float>() + s.offset);
+    const parallel::Range h = piece(s, logical, held);
+    r.read_range("/params/" + s.name, h.begin, h.end, values.data<float>() + (s.offset + h.begin - held.begin));
     const parallel::Range p = piece(s, logical, opt);
     const int64_t at = s.offset + p.begin - opt.begin;
     r.read_range("/optim/" + s.name + "/exp_avg", p.begin, p.end, m.data<float>() + at);
     r.read_range("/optim/" + s.name + "/exp_avg_sq", p.begin, p.end, v.data<float>() + at);
   }
-  st.params.flat_values().copy_from(values);
+  (sharded ? st.params.shard_values() : st.params.flat_values()).copy_from(values);
   st.optimizer.exp_avg().copy_from(m);
   st.optimizer.exp_avg_sq().copy_from(v);
   st.optimizer.set_steps_taken(r.attr_int("optimizer_steps"));

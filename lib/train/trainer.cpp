@@ -27,8 +27,7 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, --lr], got ", min_lr);
   TESSERA_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
   TESSERA_CHECK(adamw.weight_decay >= 0, "--weight-decay must be >= 0");
-  TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 2, "--zero ", zero_stage,
-                ": stages 0, 1 and 2 are available (ZeRO-3 is not implemented yet)");
+  TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero ", zero_stage, ": the stages are 0, 1, 2 and 3");
   TESSERA_CHECK(checkpoint_every >= 0 && keep_checkpoints >= 0, "--checkpoint-every and --keep-checkpoints must be >= 0");
   TESSERA_CHECK(resume == "none" || resume == "auto" || !resume.empty(), "--resume: none, auto or a file");
   TESSERA_CHECK(resume != "auto" || !checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
@@ -44,8 +43,11 @@ Trainer::Trainer(models::Gpt& model, const io::TokenDataset& train_data, const i
       config_(config),
       dp_(dp),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
-      grad_sync_(model.params(), dp, config.zero_stage, static_cast<int64_t>(config.bucket_mb * (1 << 20))),
-      optimizer_(model.params(), grad_sync_, dp, config.adamw),
+      grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
+                                             model.params(), dp, config.zero_stage,
+                                             static_cast<int64_t>(config.bucket_mb * (1 << 20)))
+                                       : nullptr),
+      optimizer_(model.params(), config.zero_stage, grad_sync_.get(), dp, config.adamw),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
   config.validate(dp.size());
@@ -61,10 +63,11 @@ float Trainer::train_step(int64_t step) {
   for (int64_t m = 0; m < n_micro; ++m) {
     train_loader_.train_rows(step - 1, first_row + m * config_.micro_batch, config_.micro_batch, rows_.data());
     const bool last = m == n_micro - 1;  // earlier micro-batches accumulate locally
-    if (last) grad_sync_.begin();
-    loss += model_.forward_backward(rows_.data(), grad_scale, last ? &grad_sync_ : nullptr);
+    parallel::GradSync* sync = last ? grad_sync_.get() : nullptr;
+    if (sync) sync->begin();
+    loss += model_.forward_backward(rows_.data(), grad_scale, sync);
   }
-  grad_sync_.finish();  // every bucket reduced over dp
+  if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
   return static_cast<float>(dp_.all_reduce_sum(loss) / static_cast<double>(n_micro * dp_.size()));
 }
 
@@ -86,7 +89,8 @@ TrainResult Trainer::run() {
   const bool root = dp_.rank() == 0;
   MetricsWriter metrics(root ? config_.metrics_path : std::string());
   Progress progress(config_.steps, config_.log_every);
-  TESSERA_CHECK(config_.dump_path.empty() || dp_.size() == 1, "--dump runs on one rank only");
+  TESSERA_CHECK(config_.dump_path.empty() || (dp_.size() == 1 && config_.zero_stage < 3),
+                "--dump runs on one rank without ZeRO-3");
   if (!config_.dump_path.empty()) dump_initial();
 
   TrainResult result;

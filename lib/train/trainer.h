@@ -3,6 +3,7 @@
 // micro-batch's backward (GradSync), then clipping by the global norm, AdamW under the ZeRO stage
 // (ZeroOptimizer) with warmup + cosine, evaluation, metrics and progress (rank 0).
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -65,7 +66,7 @@ class Trainer {
   comm::Communicator& dp_;
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
-  parallel::GradSync grad_sync_;
+  std::unique_ptr<parallel::GradSync> grad_sync_;  // zero 0-2; under zero 3 the model reduces
   optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resume parity: 20 steps straight equal 10 steps + checkpoint + 10 resumed steps, where the
-# checkpoint is saved at dp=4 ZeRO-2 and resumed at dp=2 ZeRO-1, at one rank, and at dp=4 ZeRO-0
-# with other micro-batching; and --resume auto skips a newer, corrupt checkpoint.
+# checkpoint is saved at dp=4 ZeRO-3 and resumed at dp=2 ZeRO-1, at one rank, at dp=4 ZeRO-0 and
+# at dp=2 ZeRO-3 with other micro-batching; --resume auto skips a newer, corrupt checkpoint.
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -12,7 +12,7 @@ common=(--input "$tmp/data.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --g
         --lr 3e-3 --warmup 2 --seed 11 --threads 1)
 "$build/apps/gpt_train" "${common[@]}" --micro-batch 8 --metrics "$tmp/ref.jsonl" >/dev/null
 
-mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --micro-batch 2 --zero 2 --checkpoint-dir "$tmp/ck" \
+mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --micro-batch 2 --zero 3 --checkpoint-dir "$tmp/ck" \
   --checkpoint-every 10 --metrics "$tmp/first.jsonl" >/dev/null
 test -f "$tmp/ck/step_10.h5" && test -f "$tmp/ck/step_20.h5"
 ls "$tmp/ck" | grep -q tmp && { echo "error: a .tmp checkpoint was left behind"; exit 1; }
@@ -30,6 +30,8 @@ resume_case() {  # name, ranks, extra options
 resume_case "dp2-zero1" 2 --micro-batch 4 --zero 1
 resume_case "one-rank" 1 --micro-batch 8
 resume_case "dp4-zero0" 4 --micro-batch 1 --zero 0
+resume_case "dp2-zero3" 2 --micro-batch 2 --zero 3
+resume_case "dp4-zero2" 4 --micro-batch 2 --zero 2
 
 # --resume auto takes the newest checkpoint that validates: corrupt step_20 and expect step_10.
 size=$(stat -c %s "$tmp/ck/step_20.h5")  # the middle of the file is tensor data

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parity: data parallelism on 2 and 4 ranks, under ZeRO 0, 1 and 2, with one and several
+# Parity: data parallelism on 2 and 4 ranks, under ZeRO 0, 1, 2 and 3, with one and several
 # micro-batches per rank and small gradient buckets (many overlapped reductions), reproduces the
 # one-rank loss curve to a relative 1e-5.
 set -euo pipefail
@@ -10,7 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 common=(--input "$tmp/data.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --steps 10
         --lr 3e-3 --warmup 2 --seed 11 --threads 1 --bucket-mb 0.01)
 "$build/apps/gpt_train" "${common[@]}" --micro-batch 8 --metrics "$tmp/ref.jsonl" >/dev/null
-for zero in 0 1 2; do
+for zero in 0 1 2 3; do
   for case in "2 4" "2 2" "4 2" "4 1"; do
     set -- $case
     echo -n "dp=$1 micro-batch=$2 zero=$zero: "

@@ -18,7 +18,8 @@ void GptConfig::validate() const {
   TESSERA_CHECK(pad_vocab_to >= 1, "vocabulary padding must be at least 1");
 }
 
-Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq)
+Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq,
+         comm::Communicator* zero3_dp)
     : config_(config), device_(device), batch_(micro_batch), seq_(seq) {
   config.validate();
   TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
@@ -34,7 +35,13 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   }
   first_param.push_back(store_.size());
   ln_f_ = nn::LayerNorm(store_, "ln_f", c);
-  store_.allocate(device, seed);
+  if (zero3_dp) {
+    const parallel::Range mine = parallel::FlatShards(store_.numel(), zero3_dp->size()).shard(zero3_dp->rank());
+    store_.allocate_shard(device, seed, mine.begin, mine.end);
+    sharded_ = std::make_unique<parallel::ShardedParams>(store_, *zero3_dp);
+  } else {
+    store_.allocate(device, seed);
+  }
   for (int64_t i = 0; i < config.layers; ++i) block_offset_.push_back(store_.spec(first_param[i]).offset);
   ln_f_offset_ = store_.spec(first_param.back()).offset;
 
@@ -73,12 +80,37 @@ void Gpt::load_batch(const int32_t* rows) {
   targets_.copy_from(host_rows_.rows(1, 1));
 }
 
-float Gpt::run_forward() {
+parallel::Range Gpt::block_unit(size_t i) const {
+  return {block_offset_[i], i + 1 < block_offset_.size() ? block_offset_[i + 1] : ln_f_offset_};
+}
+
+void Gpt::grads_done(parallel::Range unit, parallel::GradSync* sync) {
+  if (sharded_) {
+    sharded_->reduce_grads(unit);
+    sharded_->release(unit);
+  } else if (sync) {
+    sync->grads_final_from(unit.begin);
+  }
+}
+
+// Under ZeRO-3 the embedding and final norm stay gathered from their forward to their backward
+// (training), the blocks are gathered for forward and again for backward.
+float Gpt::run_forward(bool training) {
+  gather(embed_unit(), training);
   embed_.forward(residual_[0], inputs_);
-  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i]);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    gather(block_unit(i), false);
+    blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i]);
+    release(block_unit(i));
+  }
+  gather(ln_f_unit(), training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, residual_.back());
   // Tied LM head: logits = ln_f(x) @ wte^T over the padded vocabulary.
   ops::matmul(lnf_, false, store_.value(embed_.tokens_id()), true, logits_);
+  if (!training) {
+    release(ln_f_unit());
+    release(embed_unit());
+  }
   ops::softmax_xent_forward(losses_, lse_, logits_, targets_, config_.vocab);
   host_losses_.copy_from(losses_);
   const float* l = host_losses_.data<float>();
@@ -88,12 +120,12 @@ float Gpt::run_forward() {
 
 float Gpt::forward(const int32_t* rows) {
   load_batch(rows);
-  return run_forward();
+  return run_forward(false);
 }
 
 float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync) {
   load_batch(rows);
-  const float loss = run_forward();
+  const float loss = run_forward(true);
   const Tensor& wte = store_.value(embed_.tokens_id());
   Tensor& dwte = store_.grad(embed_.tokens_id());
   // d(mean loss)/dlogits, written over the logits.
@@ -103,13 +135,14 @@ float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::Gra
   ops::matmul(logits_, false, wte, false, scratch_.d_c);
   dres_.zero();
   ln_f_.backward(dres_, scratch_.d_c, residual_.back(), lnf_mean_, lnf_rstd_);
-  if (sync) sync->grads_final_from(ln_f_offset_);
+  grads_done(ln_f_unit(), sync);
   for (size_t i = blocks_.size(); i-- > 0;) {
+    gather(block_unit(i), true);
     blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
-    if (sync) sync->grads_final_from(block_offset_[i]);
+    grads_done(block_unit(i), sync);
   }
   embed_.backward(dres_, inputs_);
-  if (sync) sync->grads_final_from(0);
+  grads_done(embed_unit(), sync);
   return loss;
 }
 
