@@ -6,11 +6,10 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/simd_math.h"
 
 namespace tessera::kernels::cpu {
 
-#pragma omp declare simd notinbranch
-float simd_exp(float x);  // simd_exp.cpp
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all

@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/simd_math.h"
 
 namespace tessera::kernels::cpu {
 
-#pragma omp declare simd notinbranch
-float simd_exp(float x);  // simd_exp.cpp
 
 namespace {
 // Below this many elements a loop runs on the calling thread (a parallel region costs microseconds).
