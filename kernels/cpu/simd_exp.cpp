@@ -1,5 +1,7 @@
 // simd_exp: an expf that the compiler can vectorise (an OpenMP `declare simd` function), used by
 // the softmax, attention and GELU kernels; callers declare it themselves (no private header).
+#include "kernels/cpu/simd_math.h"
+
 #include <bit>
 #include <cstdint>
 

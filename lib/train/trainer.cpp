@@ -98,6 +98,7 @@ TrainResult Trainer::run() {
   for (int64_t step = first_step; step <= config_.steps; ++step) {
     reset_peak_memory(device);
     const int64_t comm_bytes_before = dp_.stats().total_bytes();
+    const double comm_ms_before = dp_.stats().total_ms();
     Timer timer;
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) dump_first_step();
@@ -115,6 +116,7 @@ TrainResult Trainer::run() {
         .add("step_ms", ms).add("tokens_per_s", tokens_per_s).add("tflops", tflops)
         .add("mfu", tflops / peak_tflops).add("peak_mem_bytes", memory_stats(device).peak_bytes)
         .add("comm_bytes", dp_.stats().total_bytes() - comm_bytes_before)
+        .add("comm_ms", dp_.stats().total_ms() - comm_ms_before)
         .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", 1.0);
     metrics.write(line);
     result.last_loss = loss;

@@ -137,18 +137,46 @@ TEST_F(GptTrainBadInput, BatchDoesNotSplitOverRanks) {
 
 namespace {
 // Layouts that do not fit the world are refused on every rank before any communication.
-TEST(GptTrainBadLayout, TensorParallelThatDoesNotDivideTheWorld) {
-  const auto data = std::filesystem::temp_directory_path() / ("tessera_layout_" + std::to_string(::getpid()) + ".h5");
-  ASSERT_EQ(run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 20 --tokens 2000 --seed 1 --output " +
-                        shell_quote(data.string()))
-                .exit_code,
-            0);
-  const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(TESSERA_MPIEXEC) +
-                             " --oversubscribe -np 4 " + TESSERA_BUILD_DIR + "/apps/gpt_train --input " +
-                             shell_quote(data.string()) + " --tp 3 --threads 1");
-  std::filesystem::remove(data);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("error: the layout does not fit 4 ranks"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("= 3 does not divide 4"), std::string::npos) << r.err;
+class GptTrainBadLayout : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = std::filesystem::temp_directory_path() / ("tessera_layout_" + std::to_string(::getpid()) + ".h5");
+    ASSERT_EQ(run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 20 --tokens 2000 --seed 1 --output " +
+                          shell_quote(data_.string()))
+                  .exit_code,
+              0);
+  }
+  void TearDown() override { std::filesystem::remove(data_); }
+
+  // Runs gpt_train on `ranks` ranks; expects a non-zero exit and every rank's "error:" line to
+  // contain `words`.
+  void expect_refused(int ranks, const std::string& args, const std::string& words) {
+    const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(TESSERA_MPIEXEC) +
+                               " --oversubscribe -np " + std::to_string(ranks) + " " + TESSERA_BUILD_DIR +
+                               "/apps/gpt_train --layers 1 --hidden 16 --heads 2 --seq-len 8 --steps 1 --threads 1 --input " +
+                               shell_quote(data_.string()) + " " + args);
+    EXPECT_NE(r.exit_code, 0);
+    size_t lines = 0;
+    for (size_t at = r.err.find("error: "); at != std::string::npos; at = r.err.find("error: ", at + 1)) ++lines;
+    EXPECT_EQ(lines, static_cast<size_t>(ranks)) << "one error line per rank expected: " << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << r.err;
+  }
+  std::filesystem::path data_;
+};
+
+TEST_F(GptTrainBadLayout, TensorParallelThatDoesNotDivideTheWorld) {
+  expect_refused(4, "--tp 3", "the layout does not fit 4 ranks: --pp 1 x --ep 1 x --sp 1 x --tp 3 = 3 does not divide 4");
 }
+
+TEST_F(GptTrainBadLayout, ExplicitSizesWhoseProductIsNotTheWorld) {
+  expect_refused(4, "--dp 2 --pp 3", "--pp 3 x --dp 2 x --ep 1 x --sp 1 x --tp 1 = 6");
+}
+
+TEST_F(GptTrainBadLayout, NegativeSize) { expect_refused(2, "--tp -2", "mesh sizes must be positive"); }
+
+TEST_F(GptTrainBadLayout, GlobalBatchDoesNotSplitOverDp) {
+  expect_refused(4, "--global-batch 6", "--global-batch 6 does not split over dp = 4 ranks");
+}
+
+TEST_F(GptTrainBadLayout, UnknownZeroStage) { expect_refused(2, "--zero 4", "--zero 4"); }
 }  // namespace
