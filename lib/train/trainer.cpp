@@ -141,6 +141,11 @@ TrainResult Trainer::run() {
     }
   }
   progress.finish();
+  if (!config_.dump_path.empty()) {  // the parameters after the last step
+    io::H5File f = io::H5File::open_rw(config_.dump_path);
+    nn::ParamStore& store = model_.params();
+    for (int i = 0; i < store.size(); ++i) f.write("/final/" + store.spec(i).name, store.logical_copy(store.value(i), i));
+  }
   return result;
 }
 
