@@ -1,6 +1,7 @@
 // Command-line parsing with config files, and the top-level error handler of the apps.
 #include "apps/common/cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -12,6 +13,19 @@ namespace {
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Keeps the last occurrence of each option: a later --steps overrides an earlier one.
+po::parsed_options last_wins(po::parsed_options parsed) {
+  std::vector<po::option> kept;
+  for (auto it = parsed.options.rbegin(); it != parsed.options.rend(); ++it) {
+    const bool seen = std::any_of(kept.begin(), kept.end(), [&](const po::option& o) {
+      return !it->string_key.empty() && o.string_key == it->string_key;
+    });
+    if (!seen) kept.push_back(*it);
+  }
+  parsed.options.assign(kept.rbegin(), kept.rend());
+  return parsed;
+}
 }  // namespace
 
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
@@ -21,7 +35,7 @@ bool parse(int argc, char** argv, const po::options_description& options, po::va
       "config", po::value<std::string>(), "read options from an .ini file (keys are long option names)");
   all.add(options);
   try {
-    po::store(po::parse_command_line(argc, argv, all), vm);
+    po::store(last_wins(po::parse_command_line(argc, argv, all)), vm);
     if (vm.count("help")) {
       std::cout << usage << "\n\n" << all << "\n";
       return false;

@@ -13,7 +13,8 @@ namespace po = boost::program_options;
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 
-// Parses argv (and the --config file, if given: command-line values win) into `vm`.
+// Parses argv (and the --config file, if given: command-line values win; a repeated option takes
+// its last value) into `vm`.
 // Returns false when --help was printed.
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
            const std::string& usage);

@@ -317,21 +317,12 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
     }
     throw;
   }
-  try {
-    const int64_t version = kCheckpointVersion;
-    write_root_attr("version", kInt, &version);
-  } catch (...) {
-    close_file();
-    if (rank_ == 0) {
-      std::error_code ec;
-      fs::remove(tmp_path_, ec);
-    }
-    throw;
-  }
+  const int64_t version = kCheckpointVersion;
+  write_root_attr("version", kInt, &version);  // on failure, agree() has discarded the .tmp
 }
 
 CheckpointWriter::~CheckpointWriter() {
-  if (committed_) return;
+  if (committed_ || broken_) return;  // after an I/O failure, agree() already discarded the .tmp
   // With an exception in flight that this class did not raise on every rank, peers may be elsewhere:
   // a collective close could wait forever, so the handle is abandoned (the job is about to abort).
   const bool everyone_here = comm_ == MPI_COMM_NULL || std::uncaught_exceptions() == 0 || failed_everywhere_;
@@ -350,18 +341,41 @@ void CheckpointWriter::close_file() noexcept {
   H5Eclear2(H5E_DEFAULT);
 }
 
-void CheckpointWriter::agree(bool ok, const std::string& message, uint64_t args, bool io) {
+void CheckpointWriter::agree(bool ok, const std::string& message, uint64_t args, Failure kind) {
   try {
     agree_on(comm_, ok, message, args, "a CheckpointWriter method");
   } catch (...) {
     failed_everywhere_ = true;
-    if (io) broken_ = true;
+    if (kind != Failure::args && !broken_) discard_after_failure(kind == Failure::hdf5);
     throw;
   }
 }
 
+// After an I/O failure, with every rank here: rank 0 truncates the .tmp to nothing first (giving
+// its disk space back, so that what the close still writes finds room), the file is closed, and
+// the .tmp removed. Where HDF5 itself failed a write, flush or close, the handle is abandoned
+// instead of closed: HDF5 1.10's parallel close then diverges between ranks (some wait in a
+// barrier, others in a broadcast) or crashes. Failures met by reserve_space leave HDF5 sound.
+void CheckpointWriter::discard_after_failure(bool hdf5_failed) noexcept {
+  broken_ = true;
+  if (rank_ == 0) {
+    if (::truncate(tmp_path_.c_str(), 0) != 0) {
+      // nothing to give back (already gone, or closed and renamed)
+    }
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Barrier(comm_);
+  if (hdf5_failed) file_ = -1;
+  else close_file();
+  if (rank_ == 0) {
+    std::error_code ec;
+    fs::remove(tmp_path_, ec);
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Barrier(comm_);
+}
+
 void CheckpointWriter::check_usable(const char* op) const {
   if (committed_) fail("writing checkpoint ", final_path_, ": ", op, " after commit()");
+  if (incomplete_) fail("writing checkpoint ", final_path_, ": ", op, " after commit() found tensors not fully written");
   if (broken_ || file_ < 0)
     fail("writing checkpoint ", final_path_, ": ", op, " after an earlier write error (the checkpoint cannot be completed)");
 }
@@ -379,7 +393,41 @@ void CheckpointWriter::write_root_attr(const std::string& key, int kind, const v
     if (!root.valid()) fail(with_detail("writing checkpoint " + tmp_path_ + ": cannot open the root group"));
     write_attr(root.get(), "writing checkpoint " + tmp_path_, key, kind, value);
   });
-  agree(err.empty(), err, 0, true);
+  agree(err.empty(), err, 0, Failure::hdf5);
+}
+
+// Rank 0 allocates the disk blocks of the .tmp up to byte `end` (posix_fallocate), so that HDF5's
+// later writes below it cannot fail for want of space: a full disk (or quota, or file size limit)
+// is met here, in one call of ours, before HDF5 has written anything there, and raised on every
+// rank at once. HDF5 1.10 does not survive a failed write in parallel: its ranks diverge inside
+// its own collectives (observed: a hang in H5Fclose/H5Fflush, a crash at MPI_Finalize).
+// past_eof: the range may lie past HDF5's end of file (the metadata yet to come), so the file's size
+// is left alone (FALLOC_FL_KEEP_SIZE): where that is unsupported, nothing is reserved.
+void CheckpointWriter::reserve_space(uint64_t end, const std::string& what, bool past_eof) {
+  const std::string err = attempt([&] {
+    if (rank_ != 0 || end <= reserved_) return;
+    const int fd = ::open(tmp_path_.c_str(), O_WRONLY);
+    if (fd < 0) fail("writing checkpoint ", tmp_path_, ": cannot open to reserve space: ", std::strerror(errno));
+    const auto from = static_cast<off_t>(reserved_), len = static_cast<off_t>(end - reserved_);
+    int rc = 0;
+    const char* limit = std::getenv("TESSERA_CKPT_DISK_LIMIT_BYTES");  // test hook: a disk this small
+    if (limit != nullptr && end > std::strtoull(limit, nullptr, 10)) {
+      rc = ENOSPC;
+    } else if (!past_eof) {
+      rc = ::posix_fallocate(fd, from, len);
+    } else if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, from, len) != 0) {
+      rc = errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL ? 0 : errno;
+    }
+    ::close(fd);
+    if (rc == ENOSPC || rc == EDQUOT)
+      fail("writing checkpoint ", final_path_, rc == ENOSPC ? ": no space left on device (" : ": disk quota exceeded (",
+           end - reserved_, " more bytes of ", tmp_path_, " needed for ", what, ")");
+    if (rc != 0)
+      fail("writing checkpoint ", final_path_, ": cannot reserve ", end - reserved_, " more bytes of ", tmp_path_,
+           " for ", what, ": ", std::strerror(rc));
+  });
+  agree(err.empty(), err, 0, Failure::disk);
+  reserved_ = std::max(reserved_, end);
 }
 
 void CheckpointWriter::create(const std::string& name, const Shape& global_shape) {
@@ -396,8 +444,9 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
       TESSERA_CHECK(d >= 0, "writing checkpoint ", final_path_, ": tensor ", n, " has a negative extent in ",
                     global_shape.str());
   });
-  agree(bad.empty(), bad, args.h, false);
+  agree(bad.empty(), bad, args.h, Failure::args);
 
+  uint64_t data_end = 0;  // where the tensor's data ends in the file (the same on every rank)
   const std::string err = attempt([&] {
     const std::vector<int64_t>& dims = global_shape.dims();
     Hid space;
@@ -416,9 +465,14 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
     Hid d(H5Dcreate2(file_, n.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
           H5Dclose);
     if (!d.valid()) fail(with_detail("writing checkpoint " + tmp_path_ + ": cannot create tensor " + n));
+    const haddr_t offset = H5Dget_offset(d.get());  // undefined for a tensor without elements
+    if (offset != HADDR_UNDEF) data_end = static_cast<uint64_t>(offset) + H5Dget_storage_size(d.get());
+    H5Eclear2(H5E_DEFAULT);
   });
-  agree(err.empty(), err, 0, true);
+  agree(err.empty(), err, 0, Failure::hdf5);
   tensors_.push_back(Entry{n, global_shape, 0, 0});
+  data_end_ = std::max(data_end_, data_end);
+  reserve_space(data_end_, "tensor " + n, false);
 }
 
 void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64_t end, const float* data) {
@@ -434,7 +488,7 @@ void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64
     TESSERA_CHECK(begin == end || data != nullptr, "writing checkpoint ", final_path_, ": tensor ", n,
                   ": no data for range [", begin, ", ", end, ")");
   });
-  agree(bad.empty(), bad, ArgHash().add("write_range").add(n).h, false);
+  agree(bad.empty(), bad, ArgHash().add("write_range").add(n).h, Failure::args);
 
   if (t->shape.numel() == 0) return;  // no storage to write to (the same on every rank)
   const std::string err = attempt([&] {
@@ -452,7 +506,7 @@ void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64
     if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl.get(), begin < end ? data : &dummy) < 0)
       fail(with_detail(where + ": write failed", true));
   });
-  agree(err.empty(), err, 0, true);
+  agree(err.empty(), err, 0, Failure::hdf5);
   t->checksum += checkpoint_checksum(data, begin, end);
   t->written += static_cast<uint64_t>(end - begin);
 }
@@ -463,7 +517,7 @@ void CheckpointWriter::set_attr(const std::string& key, int64_t v) {
     TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
                   ": attribute name '", key, "' is reserved or empty");
   });
-  agree(bad.empty(), bad, ArgHash().add("set_attr int").add(key).h, false);
+  agree(bad.empty(), bad, ArgHash().add("set_attr int").add(key).h, Failure::args);
   if (comm_ != MPI_COMM_NULL) MPI_Bcast(&v, 1, MPI_INT64_T, 0, comm_);
   write_root_attr(key, kInt, &v);
 }
@@ -474,7 +528,7 @@ void CheckpointWriter::set_attr(const std::string& key, double v) {
     TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
                   ": attribute name '", key, "' is reserved or empty");
   });
-  agree(bad.empty(), bad, ArgHash().add("set_attr double").add(key).h, false);
+  agree(bad.empty(), bad, ArgHash().add("set_attr double").add(key).h, Failure::args);
   if (comm_ != MPI_COMM_NULL) MPI_Bcast(&v, 1, MPI_DOUBLE, 0, comm_);
   write_root_attr(key, kDouble, &v);
 }
@@ -487,7 +541,7 @@ void CheckpointWriter::set_attr(const std::string& key, const std::string& v) {
     TESSERA_CHECK(v.find('\0') == std::string::npos, "writing checkpoint ", final_path_, ": attribute ", key,
                   " holds a NUL character");
   });
-  agree(bad.empty(), bad, ArgHash().add("set_attr string").add(key).h, false);
+  agree(bad.empty(), bad, ArgHash().add("set_attr string").add(key).h, Failure::args);
   std::string value = v;
   if (comm_ != MPI_COMM_NULL) {
     int64_t len = static_cast<int64_t>(value.size());
@@ -501,7 +555,7 @@ void CheckpointWriter::set_attr(const std::string& key, const std::string& v) {
 
 void CheckpointWriter::commit() {
   const std::string bad = attempt([&] { check_usable("commit"); });
-  agree(bad.empty(), bad, ArgHash().add("commit").add(static_cast<int64_t>(tensors_.size())).h, false);
+  agree(bad.empty(), bad, ArgHash().add("commit").add(static_cast<int64_t>(tensors_.size())).h, Failure::args);
 
   // Whole-tensor checksums and element counts: the sums of every rank's partial ones.
   const size_t n = tensors_.size();
@@ -515,7 +569,7 @@ void CheckpointWriter::commit() {
   for (size_t i = 0; i < n; ++i) {
     const auto numel = static_cast<uint64_t>(tensors_[i].shape.numel());
     if (sums[n + i] != numel) {  // the same sums on every rank: every rank throws here
-      failed_everywhere_ = broken_ = true;
+      failed_everywhere_ = incomplete_ = true;
       fail("writing checkpoint ", final_path_, ": tensor ", tensors_[i].name, " ", tensors_[i].shape.str(),
            ": the ranks wrote ", sums[n + i], " of its ", numel, " elements (",
            sums[n + i] < numel ? "missing" : "overlapping", " ranges); not committed");
@@ -531,22 +585,33 @@ void CheckpointWriter::commit() {
       write_attr(d.get(), where, "checksum", kUInt, &sums[i]);
     }
   });
-  agree(err.empty(), err, 0, true);
+  agree(err.empty(), err, 0, Failure::hdf5);
   const char* format = kCheckpointFormat;
   write_root_attr("format", kString, &format);
+  // The metadata still to be written lies below the last tensor's data or just past it; what this
+  // over-reserves is released after the close.
+  reserve_space(data_end_ + (64 << 10) + 4096 * static_cast<uint64_t>(n), "the metadata", true);
   err = attempt([&] {
     errno = 0;
     if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(with_detail("writing checkpoint " + tmp_path_ + ": flush failed", true));
   });
-  agree(err.empty(), err, 0, true);
+  agree(err.empty(), err, 0, Failure::hdf5);
   err = attempt([&] {
     errno = 0;
     const herr_t closed = H5Fclose(file_);
     file_ = -1;
     if (closed < 0) fail(with_detail("writing checkpoint " + tmp_path_ + ": close failed", true));
   });
-  agree(err.empty(), err, 0, true);
+  agree(err.empty(), err, 0, Failure::hdf5);
   err = attempt([&] {  // each rank pushes its own node's cached pages of the file to disk
+    // Rank 0 first gives back the blocks reserved past the end (a truncate to the same size).
+    if (rank_ == 0) {
+      std::error_code ec;
+      const auto size = fs::file_size(tmp_path_, ec);
+      if (!ec && ::truncate(tmp_path_.c_str(), static_cast<off_t>(size)) != 0) {
+        // best effort: the blocks merely stay reserved
+      }
+    }
     const int fd = ::open(tmp_path_.c_str(), O_RDONLY);
     if (fd < 0) fail("writing checkpoint ", tmp_path_, ": cannot reopen for fsync: ", std::strerror(errno));
     const int rc = ::fsync(fd);
@@ -554,7 +619,7 @@ void CheckpointWriter::commit() {
     ::close(fd);
     if (rc != 0) fail("writing checkpoint ", tmp_path_, ": fsync failed: ", std::strerror(e));
   });
-  agree(err.empty(), err, 0, true);
+  agree(err.empty(), err, 0, Failure::disk);
 
   if (std::getenv("TESSERA_CKPT_CRASH_BEFORE_RENAME") != nullptr) std::raise(SIGKILL);  // test hook
 
@@ -570,7 +635,7 @@ void CheckpointWriter::commit() {
       ::close(dfd);
     }
   });
-  agree(err.empty(), err, 0, true);  // also the barrier: the final file exists on return
+  agree(err.empty(), err, 0, Failure::disk);  // also the barrier: the final file exists on return
   committed_ = true;
 }
 

@@ -17,8 +17,8 @@ namespace tessera::io {
 //   - root attributes "version" = 1, whatever the caller set (step, consumed_samples, layout...),
 //     and, written last of all, "format" = "tessera-checkpoint".
 // It is written as <path>.tmp and renamed to <path> only when complete and on disk. A .tmp is never
-// a checkpoint: CheckpointReader refuses any name ending in ".tmp", and a file cut short by a crash
-// lacks "format" (written last) and is refused as "not a tessera checkpoint" whatever its name.
+// a checkpoint: CheckpointReader refuses any name ending in ".tmp"; and a file cut short before
+// commit() is refused whatever its name, lacking "format" (written last) if it is HDF5 at all.
 //
 // Every error is a tessera::Error naming the file and, where there is one, the tensor or attribute.
 // HDF5's own error printing is off; its messages are folded into ours.
@@ -40,6 +40,14 @@ class CheckpointWriter {
   // collective, so when an exception is unwinding that may be this rank's alone (not one this class
   // raised on every rank) the handle is abandoned instead, never closed: the job is about to abort.
   ~CheckpointWriter();
+  // Disk space is reserved (posix_fallocate, rank 0) as tensors are created, so a full disk shows
+  // as "no space left on device" from create() or commit() before HDF5 writes into the space.
+  // Any I/O failure throws on every rank at once, having already closed the file and removed the
+  // .tmp; the writer is then dead (every later call throws). Only if HDF5 itself failed a write
+  // is its handle abandoned rather than closed, as HDF5 1.10 cannot reliably close a parallel file
+  // then (its ranks diverge); apps end the job on such an error, as on any, which releases it.
+  // Test hook: TESSERA_CKPT_DISK_LIMIT_BYTES=N makes the reservation fail, as a full disk would,
+  // for any file growing past N bytes.
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
@@ -75,10 +83,15 @@ class CheckpointWriter {
     uint64_t checksum = 0;  // this rank's partial sum
     uint64_t written = 0;   // elements this rank wrote
   };
+  // What failed: the caller's arguments (the writer stays usable), HDF5 (a write, flush or close
+  // failed inside it), or the disk (space reservation, fsync, rename) with HDF5 still sound.
+  enum class Failure { args, hdf5, disk };
   // Throws on every rank if `ok` is false on any, or if `args` (a hash of the call's arguments)
-  // differs between ranks. io: the failure was in the file, which can no longer be committed.
-  void agree(bool ok, const std::string& message, uint64_t args, bool io);
+  // differs between ranks; after an hdf5 or disk failure the .tmp is discarded first.
+  void agree(bool ok, const std::string& message, uint64_t args, Failure kind);
   void check_usable(const char* op) const;
+  void discard_after_failure(bool hdf5_failed) noexcept;
+  void reserve_space(uint64_t end, const std::string& what, bool past_eof);
   Entry& entry(const std::string& name);
   void write_root_attr(const std::string& key, int kind, const void* value);
   void close_file() noexcept;
@@ -87,9 +100,12 @@ class CheckpointWriter {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   int64_t file_ = -1;  // hid_t of the open .tmp, -1 once closed
+  uint64_t data_end_ = 0;  // the end of the last tensor data in the .tmp
+  uint64_t reserved_ = 0;  // bytes of the .tmp whose disk blocks are allocated (posix_fallocate)
   std::vector<Entry> tensors_;
   bool committed_ = false;
-  bool broken_ = false;             // an I/O step failed: the file can no longer be committed
+  bool broken_ = false;             // an I/O step failed: the .tmp is gone, the handle abandoned
+  bool incomplete_ = false;         // commit() found a tensor not wholly written
   bool failed_everywhere_ = false;  // an error was raised on every rank by agree()
 };
 

@@ -75,6 +75,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   w.set_attr("model", info.model);
   w.set_attr("layout", info.layout);
   w.set_attr("optimizer_steps", st.optimizer.steps_taken());
+  w.set_attr("seed", static_cast<int64_t>(info.seed));
   for (const auto& [key, value] : info.model_config) w.set_attr("model." + key, value);
 
   // This rank writes its FlatShards piece of every tensor; the optimizer states it holds cover
@@ -113,18 +114,19 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   info.layout = r.attr_string("layout");
   TESSERA_CHECK(info.model == expected.model, "checkpoint ", path, " holds a ", info.model, " model, not ",
                 expected.model);
-  for (const auto& [key, value] : expected.model_config) {
-    TESSERA_CHECK(r.has_attr("model." + key), "checkpoint ", path, " does not record model.", key);
-    const int64_t saved = r.attr_int("model." + key);
-    TESSERA_CHECK(saved == value, "checkpoint ", path, " is of another model: ", key, " ", saved,
-                  " there, ", value, " here");
-  }
+  // The tensors first: the message names the first that differs, with both shapes.
   for (int i = 0; i < st.params.size(); ++i) {
     const nn::ParamSpec& s = st.params.spec(i);
     const std::string name = "/params/" + s.name;
-    TESSERA_CHECK(r.has(name), "checkpoint ", path, " has no tensor ", s.name, " (another model?)");
+    TESSERA_CHECK(r.has(name), "checkpoint ", path, " is of another model: it has no tensor ", s.name);
     TESSERA_CHECK(r.shape(name) == s.global_shape, "checkpoint ", path, " is of another model: ", s.name, " is ",
                   r.shape(name).str(), " there, ", s.global_shape.str(), " here");
+  }
+  for (const auto& [key, value] : expected.model_config) {
+    TESSERA_CHECK(r.has_attr("model." + key), "checkpoint ", path, " does not record model.", key);
+    const int64_t saved = r.attr_int("model." + key);
+    TESSERA_CHECK(saved == value, "checkpoint ", path, " is of another model: ", key, " ", saved, " there, ", value,
+                  " here");
   }
 
   // Parameters: every rank holds all of them, or under ZeRO-3 its shard. Optimizer states: the

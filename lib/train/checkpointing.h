@@ -16,6 +16,7 @@ namespace tessera::train {
 struct CheckpointInfo {
   int64_t step = 0;              // optimizer steps taken
   int64_t consumed_samples = 0;  // sequences (or images) seen
+  uint64_t seed = 0;             // initialisation, data order and dropout all derive from it and the step
   std::string model;             // "gpt"
   std::string layout;            // the mesh and ZeRO stage it was saved from (informational)
   std::vector<std::pair<std::string, int64_t>> model_config;  // e.g. {"layers", 12}: must match to load

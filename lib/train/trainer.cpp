@@ -154,6 +154,7 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   CheckpointInfo info;
   info.step = step;
   info.consumed_samples = step * config_.global_batch;
+  info.seed = config_.seed;
   info.model = "gpt";
   info.layout = "dp=" + std::to_string(dp_.size()) + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab},

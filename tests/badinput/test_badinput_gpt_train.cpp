@@ -148,8 +148,9 @@ class GptTrainBadLayout : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove(data_); }
 
-  // Runs gpt_train on `ranks` ranks; expects a non-zero exit and every rank's "error:" line to
-  // contain `words`.
+  // Runs gpt_train on `ranks` ranks; expects a non-zero exit and an "error:" line containing
+  // `words`. (Every rank finds the problem, but the first to abort the job may end the others
+  // before they print, so the number of lines is not fixed.)
   void expect_refused(int ranks, const std::string& args, const std::string& words) {
     const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(TESSERA_MPIEXEC) +
                                " --oversubscribe -np " + std::to_string(ranks) + " " + TESSERA_BUILD_DIR +
@@ -158,7 +159,8 @@ class GptTrainBadLayout : public ::testing::Test {
     EXPECT_NE(r.exit_code, 0);
     size_t lines = 0;
     for (size_t at = r.err.find("error: "); at != std::string::npos; at = r.err.find("error: ", at + 1)) ++lines;
-    EXPECT_EQ(lines, static_cast<size_t>(ranks)) << "one error line per rank expected: " << r.err;
+    EXPECT_GE(lines, 1u) << r.err;
+    EXPECT_LE(lines, static_cast<size_t>(ranks)) << r.err;
     EXPECT_NE(r.err.find(words), std::string::npos) << r.err;
   }
   std::filesystem::path data_;
@@ -179,4 +181,31 @@ TEST_F(GptTrainBadLayout, GlobalBatchDoesNotSplitOverDp) {
 }
 
 TEST_F(GptTrainBadLayout, UnknownZeroStage) { expect_refused(2, "--zero 4", "--zero 4"); }
+}  // namespace
+
+namespace {
+// A checkpoint of another model is refused naming the first tensor that differs and both shapes;
+// the checkpoint itself is left as it was.
+TEST(GptTrainBadCheckpoint, ResumeFromAnotherModel) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessera_ckpt_model_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string data = (dir / "d.h5").string(), ck = (dir / "ck").string();
+  const std::string app = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train --input " + shell_quote(data) +
+                          " --layers 1 --heads 2 --seq-len 8 --global-batch 2 --steps 2 --threads 1 ";
+  ASSERT_EQ(run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 20 --tokens 2000 --seed 1 --output " +
+                        shell_quote(data))
+                .exit_code,
+            0);
+  const auto saved = run_command(app + "--hidden 16 --checkpoint-dir " + shell_quote(ck));
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  const auto before = fs::file_size(fs::path(ck) / "step_2.h5");
+  const auto r = run_command(app + "--hidden 32 --steps 4 --checkpoint-dir " + shell_quote(ck) + " --resume auto");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is of another model: embed.tokens.weight is [20, 16] there, [20, 32] here"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(fs::file_size(fs::path(ck) / "step_2.h5"), before);
+  EXPECT_FALSE(fs::exists(fs::path(ck) / "step_4.h5"));
+  fs::remove_all(dir);
+}
 }  // namespace

@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
-#include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -477,40 +475,60 @@ TEST_F(CheckpointFile, TmpFilesAreNeverCheckpoints) {
   expect_error([&] { CheckpointReader r(file("copied.h5"), MPI_COMM_NULL); }, {"copied.h5", "cannot open checkpoint"});
 }
 
-TEST_F(CheckpointFile, FailedWriteThrowsEverywhereRemovesTmpAndKeepsOldFiles) {
-  // A file size limit stands in for a full disk: writes past it fail (EFBIG) as they would (ENOSPC).
+TEST_F(CheckpointFile, FullDiskThrowsEverywhereRemovesTmpAndKeepsOldFiles) {
+  // The writer's fault hook makes its space reservation fail with ENOSPC once the file would grow
+  // past 256 KiB: the same path a full disk takes. (A real full disk was tried by hand on a small
+  // tmpfs; tests/unit/test_io_checkpoint_crash.cpp also meets a real kernel error, EFBIG.)
   const std::string old_path = file("step_10.h5"), path = file("step_20.h5");
   write_checkpoint(old_path, kShapes);
-  signal(SIGXFSZ, SIG_IGN);
-  rlimit saved{};
-  getrlimit(RLIMIT_FSIZE, &saved);
-  rlimit limited = saved;
-  limited.rlim_cur = 256 * 1024;
-  setrlimit(RLIMIT_FSIZE, &limited);
+  setenv("TESSERA_CKPT_DISK_LIMIT_BYTES", "262144", 1);
   const int64_t n = 1 << 20;  // 4 MiB of floats
   {
     CheckpointWriter w(path, MPI_COMM_WORLD);
-    w.create("/params/huge", Shape{n});
+    w.create("/params/small", Shape{1000});  // fits
     const auto [b, e] = uneven_range(n, world_rank(), world_size());
     const std::vector<float> v = values(0, b, e);
     bool threw = false;
     try {
+      w.create("/params/huge", Shape{n});
       w.write_range("/params/huge", b, e, v.data());
       w.commit();
-    } catch (const Error& e) {
+    } catch (const Error& ex) {  // on every rank, with rank 0's message
       threw = true;
-      const std::string msg = e.what();
-      EXPECT_NE(msg.find("writing checkpoint"), std::string::npos) << msg;
-      EXPECT_NE(msg.find("step_20.h5"), std::string::npos) << msg;
+      const std::string msg = ex.what();
+      EXPECT_NE(msg.find("writing checkpoint " + path + ": no space left on device"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("/params/huge"), std::string::npos) << msg;
     }
     EXPECT_TRUE(threw);
+    EXPECT_FALSE(fs::exists(path + ".tmp"));  // removed before the error reached the caller
     expect_error([&] { w.commit(); }, {"earlier write error"});
+    expect_error([&] { w.create("/x", Shape{1}); }, {"earlier write error"});
   }
-  setrlimit(RLIMIT_FSIZE, &saved);
-  signal(SIGXFSZ, SIG_DFL);
+  unsetenv("TESSERA_CKPT_DISK_LIMIT_BYTES");
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
   CheckpointReader r(old_path, MPI_COMM_NULL);
   expect_contents(r, kShapes);
   EXPECT_NO_THROW(r.verify());
+  // A later checkpoint in the same process still works.
+  write_checkpoint(file("step_30.h5"), kShapes);
+  EXPECT_NO_THROW(CheckpointReader(file("step_30.h5"), MPI_COMM_NULL).verify());
+}
+
+TEST_F(CheckpointFile, FullDiskAtCommitIsCaughtBeforeTheMetadataIsWritten) {
+  // Room for the data but not for the metadata reservation that commit() makes.
+  const std::string path = file("step_40.h5");
+  const int64_t n = 64 * 1024;  // 256 KiB of floats
+  setenv("TESSERA_CKPT_DISK_LIMIT_BYTES", std::to_string(4 * n + 16 * 1024).c_str(), 1);
+  {
+    CheckpointWriter w(path, MPI_COMM_WORLD);
+    w.create("/params/w", Shape{n});
+    const auto [b, e] = uneven_range(n, world_rank(), world_size());
+    const std::vector<float> v = values(0, b, e);
+    w.write_range("/params/w", b, e, v.data());
+    expect_error([&] { w.commit(); }, {"no space left on device", "the metadata"});
+    EXPECT_FALSE(fs::exists(path + ".tmp"));
+  }
+  unsetenv("TESSERA_CKPT_DISK_LIMIT_BYTES");
+  EXPECT_FALSE(fs::exists(path));
 }

@@ -1,0 +1,141 @@
+// ckpt_tool: looks into tessera checkpoints without MPI: `inspect` (attributes, and each tensor's
+// shape and L2 norm) and `verify` (every tensor against its checksum).
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "apps/common/cli.h"
+#include "core/error.h"
+#include "io/checkpoint_file.h"
+
+namespace po = boost::program_options;
+using tessera::io::CheckpointReader;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: ckpt_tool <command> FILE\n"
+    "\n"
+    "Looks into a tessera checkpoint (HDF5, one file per step).\n"
+    "\n"
+    "commands:\n"
+    "  inspect FILE   step, consumed samples, layout, every root attribute, and a table of the\n"
+    "                 tensors: name, shape, L2 norm\n"
+    "  verify FILE    reads every tensor and checks it against its checksum; prints\n"
+    "                 \"ok: FILE (N tensors)\" and exits 0, or \"error: ...\" and exits 1\n";
+
+// A mistake on the command line: cli::run_main reports po::error with exit code 2.
+[[noreturn]] void usage_error(const std::string& what) { throw po::error(what); }
+
+// The FILE argument of a command (and --help), parsed from what follows the command name.
+bool parse_file(const std::string& command, const std::vector<std::string>& args, std::string& file) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "show this help")("file", po::value(&file), "the checkpoint (.h5)");
+  po::positional_options_description positional;
+  positional.add("file", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << kUsage << "\n" << desc;
+    return false;
+  }
+  po::notify(vm);
+  if (file.empty()) usage_error("ckpt_tool " + command + " needs a checkpoint FILE");
+  return true;
+}
+
+std::string attr_text(const CheckpointReader& r, const std::string& key) {
+  switch (r.attr_type(key)) {
+    case CheckpointReader::AttrType::int64: return std::to_string(r.attr_int(key));
+    case CheckpointReader::AttrType::float64: {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.10g", r.attr_double(key));
+      return buf;
+    }
+    case CheckpointReader::AttrType::string: return r.attr_string(key);
+    case CheckpointReader::AttrType::other: return "(a value of another type)";
+  }
+  return "";
+}
+
+// The L2 norm of a whole tensor, accumulated in double, read in slices.
+double l2_norm(const CheckpointReader& r, const std::string& name, int64_t numel) {
+  constexpr int64_t kSlice = int64_t{1} << 20;
+  std::vector<float> buf;
+  double sum = 0;
+  for (int64_t b = 0; b < numel; b += kSlice) {
+    const int64_t e = std::min(numel, b + kSlice);
+    buf.resize(static_cast<size_t>(e - b));
+    r.read_range(name, b, e, buf.data());
+    for (float x : buf) sum += static_cast<double>(x) * x;
+  }
+  return std::sqrt(sum);
+}
+
+int run_inspect(const std::vector<std::string>& args) {
+  std::string file;
+  if (!parse_file("inspect", args, file)) return 0;
+  const CheckpointReader r(file, MPI_COMM_NULL);
+  const std::vector<std::string> keys = r.attr_keys();
+  auto shown = [&](const std::string& key) { return r.has_attr(key) ? attr_text(r, key) : "(not recorded)"; };
+  std::cout << "checkpoint: " << file << "\n"
+            << "step: " << shown("step") << "\n"
+            << "consumed samples: " << shown("consumed_samples") << "\n"
+            << "layout: " << shown("layout") << "\n"
+            << "attributes (" << keys.size() << "):\n";
+  for (const std::string& key : keys) std::cout << "  " << key << " = " << attr_text(r, key) << "\n";
+
+  const std::vector<std::string> names = r.tensors();
+  std::vector<tessera::Shape> shapes;
+  size_t name_w = 4, shape_w = 5;
+  int64_t total = 0;
+  for (const std::string& n : names) {
+    shapes.push_back(r.shape(n));
+    name_w = std::max(name_w, n.size());
+    shape_w = std::max(shape_w, shapes.back().str().size());
+    total += shapes.back().numel();
+  }
+  std::cout << "tensors (" << names.size() << ", " << total << " elements):\n";
+  std::printf("  %-*s  %-*s  %s\n", static_cast<int>(name_w), "name", static_cast<int>(shape_w), "shape", "l2 norm");
+  std::fflush(stdout);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const double norm = l2_norm(r, names[i], shapes[i].numel());
+    std::printf("  %-*s  %-*s  %.6g\n", static_cast<int>(name_w), names[i].c_str(), static_cast<int>(shape_w),
+                shapes[i].str().c_str(), norm);
+  }
+  return 0;
+}
+
+int run_verify(const std::vector<std::string>& args) {
+  std::string file;
+  if (!parse_file("verify", args, file)) return 0;
+  const CheckpointReader r(file, MPI_COMM_NULL);
+  r.verify();
+  std::cout << "ok: " << file << " (" << r.tensors().size() << " tensors)\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return tessera::cli::run_main([&] {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) usage_error("missing command (inspect or verify)");
+    const std::string command = args[0];
+    args.erase(args.begin());
+    if (command == "--help" || command == "-h" || command == "help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (command == "inspect") return run_inspect(args);
+    if (command == "verify") return run_verify(args);
+    if (!command.empty() && command[0] == '-')
+      usage_error("expected a command (inspect or verify) before the option '" + command + "'");
+    usage_error("unknown command '" + command + "' (expected inspect or verify)");
+  });
+}
