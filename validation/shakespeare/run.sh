@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains a small byte-level GPT on tinyshakespeare and records its eval-loss curve.
 # usage: validation/shakespeare/run.sh [--data PATH/tinyshakespeare.txt] [--out DIR] [--steps N] [--build DIR]
-# Not part of CI: on 2 cores 1000 steps of the default config take about half an hour.
+# Not part of CI: on 2 cores 600 steps of the default config take about five minutes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 data=$root/../shared/data/tinyshakespeare.txt
