@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
     std::string input, val_input, device_name = "cpu";
     int64_t seq_len = 64;
     int threads = 0;
+    double comm_timeout = 600;
+    bool check_collectives = false;
     comm::MeshShape mesh_shape;
     opts.add_options()
         ("input", po::value(&input)->required(), "training token data set (HDF5: /tokens, or /train/tokens)")
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
         ("pp", po::value(&mesh_shape.pp)->default_value(1), "pipeline stages")
         ("sp", po::value(&mesh_shape.sp)->default_value(1), "sequence-parallel ranks")
         ("ep", po::value(&mesh_shape.ep)->default_value(1), "expert-parallel ranks")
+        ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
+        ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
         ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
         ("threads", po::value(&threads)->default_value(0), "CPU threads (0: OMP_NUM_THREADS or all cores)")
         ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s for MFU (0: measured sgemm rate)")
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
         ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end)")
         ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0), "keep only the newest K checkpoints (0: all)")
         ("resume", po::value(&tc.resume)->default_value("none"), "none, auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint file")
+        ("on-nan", po::value(&tc.on_nan)->default_value("stop"), "a non-finite loss or gradient: stop (naming the parameter and the last good checkpoint) or skip the step")
         ("dump", po::value(&tc.dump_path), "debug: write initial parameters, batches and step-1 logits/gradients to this HDF5 file");
     po::variables_map vm;
     if (!cli::parse(argc, argv, opts, vm, "usage: gpt_train --input DATA.h5 [options]")) return 0;
@@ -87,6 +92,7 @@ int main(int argc, char** argv) {
     if (val_data)
       TESSERA_CHECK(val_data->vocab_size == train_data.vocab_size, "validation vocab_size ", val_data->vocab_size,
                     " differs from training vocab_size ", train_data.vocab_size);
+    TESSERA_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0, got ", comm_timeout);
     tc.seq_len = seq_len;
     if (tc.micro_batch == 0) {
       TESSERA_CHECK(tc.global_batch % mesh_shape.dp == 0, "--global-batch ", tc.global_batch,
@@ -102,6 +108,10 @@ int main(int argc, char** argv) {
               ", seq ", seq_len, ", global batch ", tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps,
               " steps on ", device_name, " with ", omp_get_max_threads(), " threads");
     comm::ProcessMesh mesh(mesh_shape);
+    for (int a = 0; a < comm::kAxes; ++a) {  // the watchdog and the debug check on every group
+      mesh.group(static_cast<comm::Axis>(a)).set_timeout(comm_timeout);
+      mesh.group(static_cast<comm::Axis>(a)).set_check_collectives(check_collectives);
+    }
     comm::Communicator& dp = mesh.group(comm::Axis::dp);
     models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len, tc.zero_stage == 3 ? &dp : nullptr);
     if (mpi.world_rank() == 0) log::info("parameters: ", model.params().logical_numel());

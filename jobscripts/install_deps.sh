@@ -7,6 +7,8 @@ pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmp
       libboost-program-options-dev libopenblas-dev libopenblas0-openmp libgtest-dev)
 if [ "$what" = test ]; then
   pkgs+=(python3-torch python3-h5py python3-numpy)
+  # the sanitizer and fuzz trees (tests/fuzz): clang, its libFuzzer/ASan runtimes, its OpenMP
+  pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,5 +1,6 @@
 // Communicator over MPI for host tensors: argument checks, MPI-3 non-blocking collectives behind
-// every operation (a blocking call is its non-blocking form waited at once), and CommHandle.
+// every operation (a blocking call is its non-blocking form waited at once), CommHandle with its
+// watchdog, and the collective fingerprint check.
 #include "comm/communicator.h"
 
 #include <climits>
@@ -33,6 +34,8 @@ struct CommHandle::Pending {
   CommOp op = CommOp::barrier;
   int64_t bytes = 0;
   std::string what;  // "all_reduce(dp)", for messages
+  std::shared_ptr<const std::string> peers, context;  // for the watchdog's message
+  bool record = true;  // false: not an operation of the caller's (a fingerprint exchange)
   double timeout_s = 0;
   Timer timer;  // started when the operation was
   // For a receive: the elements the message must carry (-1: no check) and their MPI type.
@@ -56,8 +59,10 @@ void CommHandle::Pending::finish() {
       if (timer.seconds() > timeout_s) {
         int world_rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-        std::fprintf(stderr, "error: rank %d: %s did not complete within %g s; aborting the job\n",
-                     world_rank, what.c_str(), timeout_s);
+        const std::string line = timeout_message(world_rank, what, peers ? *peers : "",
+                                                 timeout_s, context ? *context : "");
+        std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
         abort_job(1);
       }
       std::this_thread::yield();
@@ -66,7 +71,7 @@ void CommHandle::Pending::finish() {
     rc = MPI_Wait(&request, &status);
   }
   mpi_check(rc, what, timeout_s > 0 ? "MPI_Test" : "MPI_Wait");
-  stats->record(op, bytes, timer.millis());
+  if (record) stats->record(op, bytes, timer.millis());
   if (expect_count >= 0) {
     int got = 0;
     MPI_Get_count(&status, type, &got);
@@ -179,9 +184,24 @@ int64_t to_counts(const std::string& what, const char* label, std::span<const in
 Communicator Communicator::world() { return Communicator(MPI_COMM_WORLD, "world"); }
 
 Communicator::Communicator(MPI_Comm comm, std::string name)
-    : comm_(comm), name_(std::move(name)), stats_(std::make_shared<CommStats>(name_)) {
+    : comm_(comm),
+      name_(std::move(name)),
+      context_(std::make_shared<const std::string>()),
+      stats_(std::make_shared<CommStats>(name_)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  // The members as world ranks, for messages.
+  std::vector<int> mine(size_), world(size_);
+  for (int r = 0; r < size_; ++r) mine[r] = r;
+  MPI_Group group, world_group;
+  MPI_Comm_group(comm_, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_translate_ranks(group, size_, mine.data(), world_group, world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  peers_ = std::make_shared<const std::string>(format_peers(world));
+  world_ranks_ = std::make_shared<const std::vector<int>>(std::move(world));
 }
 
 Communicator::Communicator(const Communicator& other)
@@ -190,6 +210,11 @@ Communicator::Communicator(const Communicator& other)
       rank_(other.rank_),
       size_(other.size_),
       timeout_s_(other.timeout_s_),
+      check_collectives_(other.check_collectives_),
+      world_rank_(other.world_rank_),
+      world_ranks_(other.world_ranks_),
+      peers_(other.peers_),
+      context_(other.context_),
       stats_(std::make_shared<CommStats>(*other.stats_)) {}
 
 Communicator& Communicator::operator=(const Communicator& other) {
@@ -199,6 +224,11 @@ Communicator& Communicator::operator=(const Communicator& other) {
     rank_ = other.rank_;
     size_ = other.size_;
     timeout_s_ = other.timeout_s_;
+    check_collectives_ = other.check_collectives_;
+    world_rank_ = other.world_rank_;
+    world_ranks_ = other.world_ranks_;
+    peers_ = other.peers_;
+    context_ = other.context_;
     stats_ = std::make_shared<CommStats>(*other.stats_);
   }
   return *this;
@@ -207,6 +237,10 @@ Communicator& Communicator::operator=(const Communicator& other) {
 void Communicator::set_timeout(double seconds) {
   TESSERA_CHECK(seconds >= 0, "communicator ", name_, ": timeout must be >= 0 s, got ", seconds);
   timeout_s_ = seconds;
+}
+
+void Communicator::set_context(std::string context) {
+  context_ = std::make_shared<const std::string>(std::move(context));
 }
 
 std::string Communicator::where(const char* op) const {
@@ -221,7 +255,28 @@ std::unique_ptr<CommHandle::Pending> Communicator::begin(CommOp op, int64_t byte
   p->bytes = bytes;
   p->what = std::move(what);
   p->timeout_s = timeout_s_;
+  p->peers = peers_;
+  p->context = context_;
   return p;
+}
+
+bool Communicator::enter_collective(const std::string& what, const char* op, const char* dtype,
+                                    int64_t count, std::span<const int64_t> counts,
+                                    bool has_counts, int root) {
+  const FaultAction fault = next_collective_fault(world_rank_);
+  if (fault == FaultAction::skip) return false;  // test hook: this rank never arrives
+  if (!check_collectives_) return true;
+  CollectiveFingerprint fp = make_fingerprint(op, dtype, count, counts, has_counts, root);
+  if (fault == FaultAction::mismatch) ++fp.count;  // test hook: a wrong count, only in the print
+  std::vector<CollectiveFingerprint> all(size_);
+  auto p = begin(CommOp::all_gather, 0, what + " fingerprint exchange");
+  p->record = false;
+  mpi_check(MPI_Iallgather(&fp, sizeof fp, MPI_BYTE, all.data(), sizeof fp, MPI_BYTE, comm_,
+                           &p->request),
+            p->what, "MPI_Iallgather");
+  CommHandle(std::move(p)).wait();
+  if (auto mismatch = find_mismatch(all, *world_ranks_, name_, *context_)) throw Error(*mismatch);
+  return true;
 }
 
 // --- all-reduce ---
@@ -231,6 +286,9 @@ CommHandle Communicator::all_reduce_start(Tensor& t, MPI_Op op, const char* op_n
   check_tensor(what, "tensor", t, size_ > 1);
   check_reducible(what, t);
   if (size_ == 1) return {};
+  if (!enter_collective(what, op == MPI_SUM ? "all_reduce_sum" : "all_reduce_max",
+                        dtype_name(t.dtype()), t.numel()))
+    return {};
   auto p = begin(CommOp::all_reduce, static_cast<int64_t>(t.nbytes()), what);
   p->keep[0] = t;
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()),
@@ -251,7 +309,9 @@ CommHandle Communicator::iall_reduce_sum(Tensor& t) {
 
 double Communicator::all_reduce_sum(double value) {
   if (size_ == 1) return value;
-  auto p = begin(CommOp::all_reduce, sizeof(double), where("all_reduce_sum"));
+  const std::string what = where("all_reduce_sum");
+  if (!enter_collective(what, "all_reduce_sum", "f64", 1)) return value;
+  auto p = begin(CommOp::all_reduce, sizeof(double), what);
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_, &p->request),
             p->what, "MPI_Iallreduce");
   CommHandle(std::move(p)).wait();
@@ -260,7 +320,9 @@ double Communicator::all_reduce_sum(double value) {
 
 int64_t Communicator::all_reduce_max(int64_t value) {
   if (size_ == 1) return value;
-  auto p = begin(CommOp::all_reduce, sizeof(int64_t), where("all_reduce_max"));
+  const std::string what = where("all_reduce_max");
+  if (!enter_collective(what, "all_reduce_max", "i64", 1)) return value;
+  auto p = begin(CommOp::all_reduce, sizeof(int64_t), what);
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm_, &p->request),
             p->what, "MPI_Iallreduce");
   CommHandle(std::move(p)).wait();
@@ -292,6 +354,9 @@ CommHandle Communicator::reduce_scatter_start(const Tensor& input, Tensor& outpu
     output.copy_from(input);
     return {};
   }
+  if (!enter_collective(what, "reduce_scatter", dtype_name(input.dtype()), input.numel(), counts,
+                        !equal))
+    return {};
   auto p = begin(CommOp::reduce_scatter, static_cast<int64_t>(input.nbytes()), what);
   p->keep[0] = input;
   p->keep[1] = output;
@@ -348,6 +413,9 @@ CommHandle Communicator::all_gather_start(const Tensor& input, Tensor& output,
     output.copy_from(input);
     return {};
   }
+  if (!enter_collective(what, "all_gather", dtype_name(input.dtype()),
+                        equal ? input.numel() : output.numel(), counts, !equal))
+    return {};
   auto p = begin(CommOp::all_gather, static_cast<int64_t>(output.nbytes()), what);
   p->keep[0] = input;
   p->keep[1] = output;
@@ -411,6 +479,10 @@ CommHandle Communicator::all_to_all_start(const Tensor& input, Tensor& output,
     output.copy_from(input);
     return {};
   }
+  // Per-rank send counts differ between ranks by design: only op and dtype are compared then.
+  if (!enter_collective(what, "all_to_all", dtype_name(input.dtype()), equal ? input.numel() : -1,
+                        {}, !equal))
+    return {};
   auto p = begin(CommOp::all_to_all, static_cast<int64_t>(input.nbytes()), what);
   p->keep[0] = input;
   p->keep[1] = output;
@@ -448,6 +520,8 @@ void Communicator::broadcast(Tensor& t, int root) {
   TESSERA_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of a group of ",
                 size_);
   if (size_ == 1) return;
+  if (!enter_collective(what, "broadcast", dtype_name(t.dtype()), t.numel(), {}, false, root))
+    return;
   auto p = begin(CommOp::broadcast, static_cast<int64_t>(t.nbytes()), what);
   p->keep[0] = t;
   mpi_check(MPI_Ibcast(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_,
@@ -458,7 +532,9 @@ void Communicator::broadcast(Tensor& t, int root) {
 
 void Communicator::barrier() {
   if (size_ == 1) return;
-  auto p = begin(CommOp::barrier, 0, where("barrier"));
+  const std::string what = where("barrier");
+  if (!enter_collective(what, "barrier", "-", 0)) return;
+  auto p = begin(CommOp::barrier, 0, what);
   mpi_check(MPI_Ibarrier(comm_, &p->request), p->what, "MPI_Ibarrier");
   CommHandle(std::move(p)).wait();
 }

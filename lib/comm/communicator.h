@@ -7,7 +7,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "comm/collective_check.h"
 #include "comm/comm_stats.h"
 #include "core/tensor.h"
 
@@ -60,11 +62,34 @@ class Communicator {
   const std::string& name() const { return name_; }
   MPI_Comm mpi_comm() const { return comm_; }
 
+  // The group's members as world ranks, in group rank order.
+  const std::vector<int>& world_ranks() const { return *world_ranks_; }
+
   // Wall-clock limit on one operation, from its start to its completion, in seconds; 0 (the
-  // default) waits forever. An operation past it prints "error: rank R: all_reduce_sum(dp) did not
-  // complete within N s" and aborts the whole job (the same rule in NcclCommunicator).
+  // default) waits forever. An operation past it prints "error: rank R: all_reduce_sum(dp) [peers:
+  // world ranks 0,1,2,3] did not complete within N s at <context>; aborting the job" (R: world
+  // rank; the text is timeout_message() of collective_check.h) and aborts the whole job with exit
+  // code 1 (MPI_Abort). The same rule holds in NcclCommunicator.
   void set_timeout(double seconds);
   double timeout() const { return timeout_s_; }
+
+  // Where the caller is, e.g. "step 12, micro-batch 3": named by the watchdog's message and a
+  // collective mismatch. An operation keeps the context it was started under; "" (the default)
+  // names none.
+  void set_context(std::string context);
+  const std::string& context() const { return *context_; }
+
+  // When on, every collective is preceded by an exchange of fingerprints over the group (op,
+  // dtype, element count or per-rank counts hash, root; an MPI_Allgather of a fixed-size record,
+  // under the same timeout): if any member's differs, every rank throws tessera::Error
+  // "collective mismatch in group dp at <context>: rank 0 calls all_reduce_sum f32 x 1024, rank 2
+  // calls all_gather f32 x 256" (world ranks; the first member differing from member 0) before
+  // the collective is called. Apps turn that into "error: ..." and abort the job. Point-to-point
+  // messages are not fingerprinted, nor is all_to_all's per-rank count vector (counts differ per
+  // rank by design; op and dtype still are). Must be the same on every member of the group (an
+  // exchange only some members start would hang). Off by default.
+  void set_check_collectives(bool on) { check_collectives_ = on; }
+  bool check_collectives() const { return check_collectives_; }
 
   // --- all-reduce: in place, elementwise over the group ---
   void all_reduce_sum(Tensor& t);  // f32 or i32
@@ -129,11 +154,22 @@ class Communicator {
   CommHandle recv_start(Tensor& t, int source, int tag, const char* op_name);
   // Makes the record for an operation about to start on this group.
   std::unique_ptr<CommHandle::Pending> begin(CommOp op, int64_t bytes, std::string what) const;
+  // Called by every collective once its arguments passed and right before its MPI call: applies
+  // the fault hooks (false: skip the call) and, when checking, exchanges the fingerprint.
+  bool enter_collective(const std::string& what, const char* op, const char* dtype, int64_t count,
+                        std::span<const int64_t> counts = {}, bool has_counts = false,
+                        int root = -1);
 
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0, size_ = 1;
   double timeout_s_ = 0;
+  bool check_collectives_ = false;
+  int world_rank_ = 0;
+  // Shared with copies and with the operations in flight (both immutable once made).
+  std::shared_ptr<const std::vector<int>> world_ranks_;
+  std::shared_ptr<const std::string> peers_;    // format_peers(world_ranks)
+  std::shared_ptr<const std::string> context_;  // set_context
   std::shared_ptr<CommStats> stats_;  // shared with the handles in flight
 };
 

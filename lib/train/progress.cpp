@@ -4,13 +4,23 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/log.h"
 
 namespace tessera::train {
 
+namespace {
+// A live line only on a real terminal: under mpirun (whose pseudo-terminal makes isatty true even
+// when the job's output goes to a file) or a batch scheduler, plain lines.
+bool live_terminal() {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_RANK") || std::getenv("SLURM_JOB_ID")) return false;
+  return isatty(STDOUT_FILENO) != 0;
+}
+}  // namespace
+
 Progress::Progress(int64_t total_steps, int64_t log_every)
-    : live_(isatty(STDOUT_FILENO) != 0), total_(total_steps), log_every_(log_every < 1 ? 1 : log_every) {}
+    : live_(live_terminal()), total_(total_steps), log_every_(log_every < 1 ? 1 : log_every) {}
 
 void Progress::step(int64_t step, const std::string& summary) {
   if (live_) {

@@ -1,4 +1,5 @@
-// Progress display: a live, rewritten line when stdout is a terminal; plain log lines otherwise.
+// Progress display: a live, rewritten line when stdout is a terminal (and not under mpirun or a
+// batch scheduler); plain log lines otherwise.
 #pragma once
 #include <string>
 

@@ -2,7 +2,12 @@
 #include "train/trainer.h"
 
 #include <cmath>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
 
 #include "core/allocator.h"
 #include "core/log.h"
@@ -31,6 +36,7 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(checkpoint_every >= 0 && keep_checkpoints >= 0, "--checkpoint-every and --keep-checkpoints must be >= 0");
   TESSERA_CHECK(resume == "none" || resume == "auto" || !resume.empty(), "--resume: none, auto or a file");
   TESSERA_CHECK(resume != "auto" || !checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
+  TESSERA_CHECK(on_nan == "stop" || on_nan == "skip", "--on-nan must be stop or skip, got '", on_nan, "'");
   TESSERA_CHECK(bucket_mb > 0, "--bucket-mb must be positive, got ", bucket_mb);
   TESSERA_CHECK(eval_every >= 0 && eval_batches >= 1, "--eval-every must be >= 0 and --eval-batches >= 1");
   TESSERA_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
@@ -49,7 +55,8 @@ Trainer::Trainer(models::Gpt& model, const io::TokenDataset& train_data, const i
                                        : nullptr),
       optimizer_(model.params(), config.zero_stage, grad_sync_.get(), dp, config.adamw),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
-      rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
+      rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))),
+      faults_(FaultHooks::from_environment()) {
   config.validate(dp.size());
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch, config.seed);
 }
@@ -61,6 +68,7 @@ float Trainer::train_step(int64_t step) {
   const float grad_scale = 1.0f / static_cast<float>(n_micro * dp_.size());
   double loss = 0.0;
   for (int64_t m = 0; m < n_micro; ++m) {
+    dp_.set_context("step " + std::to_string(step) + ", micro-batch " + std::to_string(m + 1));
     train_loader_.train_rows(step - 1, first_row + m * config_.micro_batch, config_.micro_batch, rows_.data());
     const bool last = m == n_micro - 1;  // earlier micro-batches accumulate locally
     parallel::GradSync* sync = last ? grad_sync_.get() : nullptr;
@@ -82,7 +90,7 @@ float Trainer::evaluate() {
 }
 
 TrainResult Trainer::run() {
-  const Device device = model_.params().flat_values().device();
+  const Device device = model_.params().device();
   const double peak_tflops = config_.peak_tflops > 0 ? config_.peak_tflops : kernels::peak_tflops(device);
   const double flops_per_token = model_.flops_per_token();
   const int64_t tokens_per_step = config_.global_batch * config_.seq_len;
@@ -94,19 +102,38 @@ TrainResult Trainer::run() {
   if (!config_.dump_path.empty()) dump_initial();
 
   TrainResult result;
+  check_checkpoint_dir();
   const int64_t first_step = resume() + 1;
   for (int64_t step = first_step; step <= config_.steps; ++step) {
+    if (step == faults_.kill_step && dp_.rank() == faults_.kill_rank) std::raise(SIGKILL);
     reset_peak_memory(device);
     const int64_t comm_bytes_before = dp_.stats().total_bytes();
     const double comm_ms_before = dp_.stats().total_ms();
     Timer timer;
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) dump_first_step();
+    if (step == faults_.nan_step) poison_gradient();
     const double norm = optimizer_.grad_norm();
-    TESSERA_CHECK(std::isfinite(loss) && std::isfinite(norm), "step ", step, ": loss ", loss, ", gradient norm ",
-                  norm, " is not finite; stopping (lower --lr or raise --warmup)");
     const double lr = schedule_.at(step);
-    optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip));
+    // Numerical guard: loss and norm are the same on every rank (all-reduced), so every rank
+    // takes the same branch.
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
+    if (!finite) {
+      const std::string param = first_nonfinite_gradient();
+      const std::string what = "step " + std::to_string(step) + ": loss " + std::to_string(loss) +
+                               ", gradient norm " + std::to_string(norm) + " is not finite" +
+                               (param.empty() ? std::string() : "; first non-finite gradient: " + param);
+      if (config_.on_nan == "stop") {
+        std::optional<std::string> last;
+        if (!config_.checkpoint_dir.empty()) last = newest_checkpoint(config_.checkpoint_dir, dp_);
+        fail(what, "; last good checkpoint: ", last ? *last : std::string("none"),
+             " (lower --lr, raise --warmup, or --on-nan skip)");
+      }
+      ++result.skipped_steps;
+      if (root) progress.message(what + "; step skipped (--on-nan skip)");
+    } else {
+      optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip));
+    }
     const double ms = timer.millis();
 
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (ms / 1e3);
@@ -117,7 +144,8 @@ TrainResult Trainer::run() {
         .add("mfu", tflops / peak_tflops).add("peak_mem_bytes", memory_stats(device).peak_bytes)
         .add("comm_bytes", dp_.stats().total_bytes() - comm_bytes_before)
         .add("comm_ms", dp_.stats().total_ms() - comm_ms_before)
-        .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", 1.0);
+        .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", 1.0)
+        .add("skipped_steps", result.skipped_steps);
     metrics.write(line);
     result.last_loss = loss;
     char summary[160];
@@ -147,6 +175,71 @@ TrainResult Trainer::run() {
     for (int i = 0; i < store.size(); ++i) f.write("/final/" + store.spec(i).name, store.logical_copy(store.value(i), i));
   }
   return result;
+}
+
+void Trainer::check_checkpoint_dir() {
+  if (config_.checkpoint_dir.empty()) return;
+  std::string problem;
+  if (dp_.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(config_.checkpoint_dir, ec);
+    const std::filesystem::path probe = std::filesystem::path(config_.checkpoint_dir) / ".tessera_write_probe";
+    if (ec) {
+      problem = ec.message();
+    } else if (FILE* f = std::fopen(probe.c_str(), "w")) {
+      std::fclose(f);
+      std::filesystem::remove(probe, ec);
+    } else {
+      problem = std::strerror(errno);
+    }
+  }
+  dp_.barrier();
+  const double failed = dp_.all_reduce_sum(problem.empty() ? 0.0 : 1.0);
+  TESSERA_CHECK(failed == 0.0, "cannot write checkpoints to --checkpoint-dir ", config_.checkpoint_dir,
+                problem.empty() ? std::string() : ": " + problem);
+}
+
+Tensor Trainer::held_gradients(int64_t& begin) {
+  nn::ParamStore& store = model_.params();
+  if (store.sharded()) {  // zero 3
+    begin = store.shard_begin();
+    return store.shard_grads();
+  }
+  if (config_.zero_stage == 2) {
+    begin = grad_sync_->my_shard().begin;
+    return grad_sync_->shard_grads();
+  }
+  begin = 0;
+  return store.flat_grads();
+}
+
+std::string Trainer::first_nonfinite_gradient() {
+  nn::ParamStore& store = model_.params();
+  int64_t held_begin = 0;
+  const Tensor held = held_gradients(held_begin);
+  int64_t first = store.size();
+  for (int i = 0; i < store.size() && first == store.size(); ++i) {
+    const nn::ParamSpec& s = store.spec(i);
+    const int64_t b = std::max(s.offset, held_begin);
+    const int64_t e = std::min(s.offset + s.local_shape.numel(), held_begin + held.numel());
+    if (b < e && !std::isfinite(ops::sum_squares(held.slice(b - held_begin, {e - b})))) first = i;
+  }
+  first = -dp_.all_reduce_max(-first);  // the lowest index over the dp group
+  return first < store.size() ? store.spec(static_cast<int>(first)).name : std::string();
+}
+
+void Trainer::poison_gradient() {
+  nn::ParamStore& store = model_.params();
+  const int id = store.find("blocks.0.mlp.fc.weight");
+  if (id < 0) return;
+  const int64_t at = store.spec(id).offset;
+  int64_t begin = 0;
+  Tensor grads = held_gradients(begin);
+  if (at < begin || at >= begin + grads.numel()) return;  // another rank's shard holds it
+  Tensor nan = Tensor::empty({1});
+  nan.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  Tensor cell = grads.slice(at - begin, {1});
+  cell.copy_from(nan);
 }
 
 CheckpointInfo Trainer::checkpoint_info(int64_t step) const {

@@ -15,6 +15,7 @@
 #include "optim/zero_optimizer.h"
 #include "parallel/grad_sync.h"
 #include "train/checkpointing.h"
+#include "train/fault_hooks.h"
 
 namespace tessera::train {
 
@@ -34,6 +35,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 0;     // keep the newest K (0: all)
   std::string resume = "none";  // none, auto (newest valid in checkpoint_dir) or a file
+  std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop (naming it) or skip the step
   std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
   void validate(int dp = 1) const;  // throws naming the first bad option
   // Micro-batches each of `dp` ranks runs per step.
@@ -42,6 +44,7 @@ struct TrainConfig {
 
 struct TrainResult {
   float last_loss = 0.0f;
+  int64_t skipped_steps = 0;  // --on-nan skip
   std::optional<float> last_eval_loss;
 };
 
@@ -56,6 +59,11 @@ class Trainer {
   float train_step(int64_t step);  // returns the mean loss over the global batch
   float evaluate();
   int64_t resume();  // returns the step to continue after (0: a fresh start)
+  void check_checkpoint_dir();  // before step 1: the folder can be written, on every rank's word
+  // The reduced gradients this rank holds (all, or its ZeRO shard starting at flat offset `begin`).
+  Tensor held_gradients(int64_t& begin);
+  std::string first_nonfinite_gradient();  // over every rank's gradients; "" if none
+  void poison_gradient();  // test hook (TESSERA_FAULT_NAN_STEP)
   void save(int64_t step);
   CheckpointInfo checkpoint_info(int64_t step) const;
   void dump_initial();
@@ -70,6 +78,7 @@ class Trainer {
   optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]
+  FaultHooks faults_;
 };
 
 }  // namespace tessera::train

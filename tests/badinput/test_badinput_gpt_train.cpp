@@ -108,6 +108,21 @@ TEST_F(GptTrainBadInput, MissingVocabAttribute) {
   expect_error("--input " + shell_quote(path), 1, "vocab_size");
 }
 
+TEST_F(GptTrainBadInput, UnwritableCheckpointFolder) {
+  const std::string file = (dir_ / "plain_file").string();
+  std::ofstream(file) << "x";
+  expect_error("--input " + shell_quote(good_) + " --checkpoint-dir " + shell_quote(file + "/ck"), 1,
+               "cannot write checkpoints to --checkpoint-dir");
+}
+
+TEST_F(GptTrainBadInput, UnknownOnNanPolicy) {
+  expect_error("--input " + shell_quote(good_) + " --on-nan ignore", 1, "--on-nan must be stop or skip");
+}
+
+TEST_F(GptTrainBadInput, NegativeCommTimeout) {
+  expect_error("--input " + shell_quote(good_) + " --comm-timeout -1", 1, "--comm-timeout must be >= 0");
+}
+
 TEST_F(GptTrainBadInput, UnknownDevice) { expect_error("--input " + shell_quote(good_) + " --device tpu", 1, "tpu"); }
 
 TEST_F(GptTrainBadInput, ConfigFileMissing) {

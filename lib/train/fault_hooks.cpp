@@ -1,0 +1,23 @@
+// FaultHooks: parsing of the TESSERA_FAULT_* variables.
+#include "train/fault_hooks.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace tessera::train {
+
+FaultHooks FaultHooks::from_environment() {
+  FaultHooks h;
+  if (const char* kill = std::getenv("TESSERA_FAULT_KILL")) {
+    long long step = -1;
+    TESSERA_CHECK(std::sscanf(kill, "%d:%lld", &h.kill_rank, &step) == 2,
+                  "TESSERA_FAULT_KILL must be <rank>:<step>, got '", kill, "'");
+    h.kill_step = step;
+  }
+  if (const char* nan = std::getenv("TESSERA_FAULT_NAN_STEP")) h.nan_step = std::atoll(nan);
+  return h;
+}
+
+}  // namespace tessera::train
