@@ -1,5 +1,5 @@
-// gpt_train fed bad input: each case asserts a non-zero exit code and one "error:" line naming the
-// problem, and that nothing (metrics) was written for a run that never started.
+// gpt_train fed bad input, on one rank and on four: each case asserts a non-zero exit code within a
+// bounded time, an "error:" line naming the problem, and that nothing (metrics) was written.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -27,15 +27,21 @@ class GptTrainBadInput : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // Runs gpt_train with a tiny model and `args`; expects failure with `code` and `words` in stderr.
+  // Runs gpt_train with a tiny model and `args`, on one rank and on four (mpirun); expects failure
+  // with `code` and `words` in stderr each time, within a bounded time (timeout(1) would exit 124).
   void expect_error(const std::string& args, int code, const std::string& words) {
     const std::string metrics = (dir_ / "m.jsonl").string();
-    const auto r = run_command(std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train " + shape_ +
-                               " --seq-len 8 --steps 2 --threads 1 --metrics " + shell_quote(metrics) + " " + args);
-    EXPECT_EQ(r.exit_code, code) << "stderr: " << r.err;
-    EXPECT_NE(r.err.find("error:"), std::string::npos) << "stderr: " << r.err;
-    EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in stderr: " << r.err;
-    EXPECT_FALSE(fs::exists(metrics) && fs::file_size(metrics) > 0) << "a failed run wrote metrics";
+    const std::string command = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train " + shape_ +
+                                " --seq-len 8 --steps 2 --threads 1 --metrics " + shell_quote(metrics) + " " + args;
+    const std::string four_ranks = std::string(TESSERA_MPIEXEC) + " --oversubscribe -np 4 ";
+    for (const std::string& launcher : {std::string(), four_ranks}) {
+      SCOPED_TRACE(launcher.empty() ? "one rank" : "four ranks");
+      const auto r = run_command("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " + launcher + command);
+      EXPECT_EQ(r.exit_code, code) << "stderr: " << r.err;
+      EXPECT_NE(r.err.find("error:"), std::string::npos) << "stderr: " << r.err;
+      EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in stderr: " << r.err;
+      EXPECT_FALSE(fs::exists(metrics) && fs::file_size(metrics) > 0) << "a failed run wrote metrics";
+    }
   }
 
   // A token file with the given dataset contents, written with the raw HDF5 API.
@@ -52,7 +58,7 @@ class GptTrainBadInput : public ::testing::Test {
 
   fs::path dir_;
   std::string good_;
-  std::string shape_ = "--layers 1 --hidden 16 --heads 2 --global-batch 2 --micro-batch 2";  // cases may replace it
+  std::string shape_ = "--layers 1 --hidden 16 --heads 2 --global-batch 4";  // cases may replace it
 };
 
 TEST_F(GptTrainBadInput, MissingInputFile) {
@@ -72,7 +78,7 @@ TEST_F(GptTrainBadInput, UnknownOption) { expect_error("--input " + shell_quote(
 TEST_F(GptTrainBadInput, MalformedNumber) { expect_error("--input " + shell_quote(good_) + " --lr fast", 2, "lr"); }
 
 TEST_F(GptTrainBadInput, HeadsDoNotDivideHidden) {
-  shape_ = "--layers 1 --hidden 16 --global-batch 2 --micro-batch 2";
+  shape_ = "--layers 1 --hidden 16 --global-batch 4";
   expect_error("--input " + shell_quote(good_) + " --heads 3", 1, "not divisible by --heads 3");
 }
 
