@@ -71,6 +71,39 @@ TEST_F(GptTrainBadInput, InputIsNotHdf5) {
   expect_error("--input " + shell_quote(path), 1, "text.h5");
 }
 
+TEST_F(GptTrainBadInput, TruncatedHdf5) {
+  const std::string path = (dir_ / "cut.h5").string();
+  fs::copy_file(good_, path);
+  fs::resize_file(path, fs::file_size(path) / 2);
+  expect_error("--input " + shell_quote(path), 1, "cut.h5");
+}
+
+TEST_F(GptTrainBadInput, EmptyFile) {
+  const std::string path = (dir_ / "empty.h5").string();
+  std::ofstream{path};
+  expect_error("--input " + shell_quote(path), 1, "empty.h5");
+}
+
+TEST_F(GptTrainBadInput, TokensOfWrongRank) {
+  const std::string path = (dir_ / "rank2.h5").string();
+  {
+    auto f = tessera::io::H5File::create(path);
+    f.write("/tokens", tessera::Tensor::zeros({10, 10}, tessera::DType::i32));
+    f.set_attr("/", "vocab_size", int64_t{9});
+  }
+  expect_error("--input " + shell_quote(path), 1, "rank");
+}
+
+TEST_F(GptTrainBadInput, MissingTokensDataset) {
+  const std::string path = (dir_ / "notokens.h5").string();
+  {
+    auto f = tessera::io::H5File::create(path);
+    f.write("/other", tessera::Tensor::zeros({10}, tessera::DType::i32));
+    f.set_attr("/", "vocab_size", int64_t{9});
+  }
+  expect_error("--input " + shell_quote(path), 1, "tokens");
+}
+
 TEST_F(GptTrainBadInput, MissingInputOption) { expect_error("", 2, "input"); }
 
 TEST_F(GptTrainBadInput, UnknownOption) { expect_error("--input " + shell_quote(good_) + " --layerz 3", 2, "layerz"); }

@@ -6,7 +6,7 @@ set -uo pipefail
 build=$1; src=$2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-"$build/apps/gpt_train" --help | grep -q -- --check-collectives \
+help=$("$build/apps/gpt_train" --help 2>&1); grep -q -- --check-collectives <<<"$help" \
   || { echo "error: $build/apps/gpt_train has no --check-collectives option"; exit 1; }
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/D.h5" >/dev/null || exit 1
 common=(--input "$tmp/D.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8

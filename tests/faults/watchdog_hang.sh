@@ -6,7 +6,7 @@ set -uo pipefail
 build=$1; src=$2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-"$build/apps/gpt_train" --help | grep -q -- --comm-timeout \
+help=$("$build/apps/gpt_train" --help 2>&1); grep -q -- --comm-timeout <<<"$help" \
   || { echo "error: $build/apps/gpt_train has no --comm-timeout option"; exit 1; }
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/D.h5" >/dev/null || exit 1
 # Collectives per step on dp=4, ZeRO 0, one bucket: the gradient all-reduce, then the loss's. The
