@@ -19,68 +19,16 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/hdf5_handle.h"
 
 namespace tessera::io {
 namespace {
 
 namespace fs = std::filesystem;
-static_assert(sizeof(hid_t) == sizeof(int64_t), "checkpoint files store hid_t as int64_t");
-
-// One HDF5 identifier and the function that releases it.
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
-  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, -1)), closer_(o.closer_) {}
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = std::exchange(o.id_, -1);
-      closer_ = o.closer_;
-    }
-    return *this;
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  ~Hid() { reset(); }
-  void reset() {
-    if (id_ >= 0 && closer_) closer_(id_);
-    id_ = -1;
-  }
-  bool valid() const { return id_ >= 0; }
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*closer_)(hid_t) = nullptr;
-};
-
-void silence_hdf5() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
-}
-
-// Every distinct message on HDF5's error stack, innermost first, then the stack cleared.
-std::string hdf5_detail() {
-  std::vector<std::string> parts;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_UPWARD,
-      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-        auto& v = *static_cast<std::vector<std::string>*>(data);
-        if (e->desc && *e->desc && std::find(v.begin(), v.end(), e->desc) == v.end()) v.emplace_back(e->desc);
-        return 0;
-      },
-      &parts);
-  H5Eclear2(H5E_DEFAULT);
-  std::string out;
-  for (size_t i = 0; i < parts.size() && i < 3; ++i) out += (i ? "; " : "") + parts[i];
-  return out;
-}
-
 // `msg`, plus what HDF5 (and, for a write, the OS: errno) said; a full disk is named outright.
 std::string with_detail(const std::string& msg, bool write = false) {
   const int err = write ? errno : 0;
-  const std::string d = hdf5_detail();
+  const std::string d = hdf5_detail(3);
   std::string out = msg;
   const bool full = err == ENOSPC || d.find("No space left") != std::string::npos ||
                     d.find("errno = 28") != std::string::npos;
@@ -726,7 +674,7 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm)
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
   std::string open_err;
   if (file_ < 0) {
-    const std::string d = hdf5_detail();
+    const std::string d = hdf5_detail(3);
     const bool truncated = d.find("truncated") != std::string::npos;
     open_err = "cannot open checkpoint " + path + (truncated ? ": the file is truncated" : ": corrupt HDF5 file") +
                (d.empty() ? "" : " (HDF5: " + d + ")");

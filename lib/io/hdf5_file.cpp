@@ -12,59 +12,10 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/hdf5_handle.h"
 
 namespace tessera::io {
 namespace {
-
-static_assert(sizeof(hid_t) == sizeof(int64_t), "H5File stores hid_t as int64_t");
-
-// One HDF5 identifier and the function that releases it.
-class Hid {
- public:
-  Hid() = default;
-  Hid(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
-  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, -1)), closer_(o.closer_) {}
-  Hid& operator=(Hid&& o) noexcept {
-    if (this != &o) {
-      reset();
-      id_ = std::exchange(o.id_, -1);
-      closer_ = o.closer_;
-    }
-    return *this;
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  ~Hid() { reset(); }
-  void reset() {
-    if (id_ >= 0 && closer_) closer_(id_);
-    id_ = -1;
-  }
-  bool valid() const { return id_ >= 0; }
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_ = -1;
-  herr_t (*closer_)(hid_t) = nullptr;
-};
-
-void silence_hdf5() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
-}
-
-// HDF5's most specific message on the current error stack ("" if none), then the stack cleared.
-std::string hdf5_detail() {
-  std::string out;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_UPWARD,
-      [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-        if (n == 0 && e->desc) *static_cast<std::string*>(data) = e->desc;
-        return 0;
-      },
-      &out);
-  H5Eclear2(H5E_DEFAULT);
-  return out;
-}
 
 std::string with_detail(const std::string& msg) {
   const std::string d = hdf5_detail();

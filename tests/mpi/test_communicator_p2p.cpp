@@ -15,45 +15,8 @@ using namespace tessera::comm;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-// An MPI sub-communicator freed at the end of the scope.
-class SplitComm {
- public:
-  SplitComm(int color, int key) { MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm_); }
-  ~SplitComm() { MPI_Comm_free(&comm_); }
-  SplitComm(const SplitComm&) = delete;
-  SplitComm& operator=(const SplitComm&) = delete;
-  MPI_Comm get() const { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
-
 Tensor f32(int64_t n) { return Tensor::zeros({n}, DType::f32); }
 Tensor i32(int64_t n) { return Tensor::zeros({n}, DType::i32); }
-
-// Uneven counts with a zero among them on most group sizes: 2, 0, 1, 2, ...
-std::vector<int64_t> uneven_counts(int size) {
-  std::vector<int64_t> c(size);
-  for (int r = 0; r < size; ++r) c[r] = (r + 2) % 3;
-  return c;
-}
-int64_t offset_of(const std::vector<int64_t>& counts, int rank) {
-  int64_t o = 0;
-  for (int r = 0; r < rank; ++r) o += counts[r];
-  return o;
-}
-int64_t sum_of(const std::vector<int64_t>& counts) {
-  return offset_of(counts, static_cast<int>(counts.size()));
-}
-
-// Elements rank i sends rank j in the uneven all-to-all.
-int64_t a2a_count(int i, int j) { return (i + 2 * j) % 3; }
 
 // Runs `call`, which must throw tessera::Error containing `expected`.
 template <typename F>

@@ -1,0 +1,49 @@
+// What every HDF5 user in lib/io shares: Hid (one HDF5 identifier, released by RAII), turning off
+// HDF5's own error printing, and reading HDF5's error stack into our messages.
+#pragma once
+#include <hdf5.h>
+
+#include <string>
+#include <utility>
+
+namespace tessera::io {
+
+static_assert(sizeof(hid_t) == sizeof(int64_t), "lib/io stores hid_t as int64_t");
+
+// One HDF5 identifier and the function that releases it.
+class Hid {
+ public:
+  Hid() = default;
+  Hid(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
+  Hid(Hid&& o) noexcept : id_(std::exchange(o.id_, -1)), closer_(o.closer_) {}
+  Hid& operator=(Hid&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, -1);
+      closer_ = o.closer_;
+    }
+    return *this;
+  }
+  Hid(const Hid&) = delete;
+  Hid& operator=(const Hid&) = delete;
+  ~Hid() { reset(); }
+  void reset() {
+    if (id_ >= 0 && closer_) closer_(id_);
+    id_ = -1;
+  }
+  bool valid() const { return id_ >= 0; }
+  hid_t get() const { return id_; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*closer_)(hid_t) = nullptr;
+};
+
+// Turns HDF5's automatic error printing off (once per process): our errors say what happened.
+void silence_hdf5();
+
+// HDF5's messages on the current error stack, innermost (most specific) first, at most `max`
+// distinct ones joined by "; " ("" if none); the stack is cleared.
+std::string hdf5_detail(int max = 1);
+
+}  // namespace tessera::io
