@@ -10,6 +10,7 @@
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
+#include "train/preemption.h"
 #include "train/trainer.h"
 
 using namespace tessera;
@@ -116,12 +117,14 @@ int main(int argc, char** argv) {
     models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len, tc.zero_stage == 3 ? &dp : nullptr);
     if (mpi.world_rank() == 0) log::info("parameters: ", model.params().logical_numel());
     train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, dp);
+    train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();
+    if (result.preempted) return train::kExitPreempted;
     if (mpi.world_rank() == 0) log::info("done: final loss ", result.last_loss,
               result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string());
     return 0;
   });
   // A failing rank ends the whole job: no peer is left waiting in a collective.
-  if (code != 0 && mpi.world_size() > 1) comm::abort_job(code);
+  if (code != 0 && code != train::kExitPreempted && mpi.world_size() > 1) comm::abort_job(code);
   return code;
 }

@@ -26,6 +26,26 @@ po::parsed_options last_wins(po::parsed_options parsed) {
   parsed.options.assign(kept.rbegin(), kept.rend());
   return parsed;
 }
+// The message of a Boost.Program_options error, safely. Boost 1.74's what() substitutes
+// placeholders such as %canonical_option% with user text in a loop that never ends when that text
+// itself contains the placeholder (`--%canonical_option%`, or such a key in a config file): every
+// '%' in the substituted values is swapped for a byte Boost ignores and restored afterwards.
+std::string error_message(const po::error& e) {
+  const auto* named = dynamic_cast<const po::error_with_option_name*>(&e);
+  if (!named) return e.what();
+  struct Defused : po::error_with_option_name {
+    explicit Defused(const po::error_with_option_name& from) : po::error_with_option_name(from) {
+      for (auto& entry : m_substitutions) std::replace(entry.second.begin(), entry.second.end(), '%', '\x01');
+      for (auto& entry : m_substitution_defaults) {
+        std::replace(entry.second.first.begin(), entry.second.first.end(), '%', '\x01');
+        std::replace(entry.second.second.begin(), entry.second.second.end(), '%', '\x01');
+      }
+    }
+  };
+  std::string message = Defused(*named).what();
+  std::replace(message.begin(), message.end(), '\x01', '%');
+  return message;
+}
 }  // namespace
 
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
@@ -48,7 +68,7 @@ bool parse(int argc, char** argv, const po::options_description& options, po::va
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw UsageError(e.what());
+    throw UsageError(error_message(e));
   }
   return true;
 }
@@ -60,7 +80,7 @@ int run_main(const std::function<int()>& body) {
     std::fprintf(stderr, "error: %s (see --help)\n", e.what());
     return kExitUsage;
   } catch (const po::error& e) {
-    std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "error: %s (see --help)\n", error_message(e).c_str());
     return kExitUsage;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -17,6 +17,12 @@ FaultHooks FaultHooks::from_environment() {
     h.kill_step = step;
   }
   if (const char* nan = std::getenv("TESSERA_FAULT_NAN_STEP")) h.nan_step = std::atoll(nan);
+  if (const char* sig = std::getenv("TESSERA_FAULT_SIGNAL")) {
+    long long step = -1;
+    TESSERA_CHECK(std::sscanf(sig, "%d:%lld", &h.signal_rank, &step) == 2,
+                  "TESSERA_FAULT_SIGNAL must be <rank>:<step>, got '", sig, "'");
+    h.signal_step = step;
+  }
   return h;
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/peak_flops.h"
 #include "optim/grad_clip.h"
 #include "train/metrics.h"
+#include "train/preemption.h"
 #include "train/progress.h"
 
 namespace tessera::train {
@@ -106,6 +107,7 @@ TrainResult Trainer::run() {
   const int64_t first_step = resume() + 1;
   for (int64_t step = first_step; step <= config_.steps; ++step) {
     if (step == faults_.kill_step && dp_.rank() == faults_.kill_rank) std::raise(SIGKILL);
+    if (step == faults_.signal_step && dp_.rank() == faults_.signal_rank) std::raise(SIGUSR1);
     reset_peak_memory(device);
     const int64_t comm_bytes_before = dp_.stats().total_bytes();
     const double comm_ms_before = dp_.stats().total_ms();
@@ -134,6 +136,8 @@ TrainResult Trainer::run() {
     } else {
       optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip));
     }
+    // Preemption: every rank learns whether any rank was signalled (all-reduce max over dp).
+    result.preempted = dp_.all_reduce_max(int64_t{preemption_requested()}) != 0;
     const double ms = timer.millis();
 
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (ms / 1e3);
@@ -162,10 +166,15 @@ TrainResult Trainer::run() {
       if (root) progress.message("step " + std::to_string(step) + " eval_loss " + std::to_string(eval_loss));
     }
     const bool save_now = !config_.checkpoint_dir.empty() &&
-                          ((config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0) || step == config_.steps);
+                          ((config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0) ||
+                           step == config_.steps || result.preempted);
     if (save_now) {
       save(step);
       if (root) progress.message("saved checkpoint of step " + std::to_string(step));
+    }
+    if (result.preempted) {
+      if (root) progress.message("preempted at step " + std::to_string(step) + ": stopping (resume with --resume auto)");
+      break;
     }
   }
   progress.finish();

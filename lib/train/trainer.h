@@ -45,6 +45,7 @@ struct TrainConfig {
 struct TrainResult {
   float last_loss = 0.0f;
   int64_t skipped_steps = 0;  // --on-nan skip
+  bool preempted = false;     // stopped on SIGTERM/SIGUSR1 after checkpointing
   std::optional<float> last_eval_loss;
 };
 
