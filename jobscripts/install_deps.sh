@@ -6,7 +6,7 @@ what=${1:-build}
 pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
       libboost-program-options-dev libopenblas-dev libopenblas0-openmp libgtest-dev)
 if [ "$what" = test ]; then
-  pkgs+=(python3-torch python3-h5py python3-numpy)
+  pkgs+=(python3-torch python3-h5py python3-numpy slurmd slurmctld slurm-client munge libpmix-dev)
   # the sanitizer and fuzz trees (tests/fuzz): clang, its libFuzzer/ASan runtimes, its OpenMP
   pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of a TESSERA_FUZZ build for a fixed time on fresh seeds; fails on a crash.
-# usage: tests/fuzz/run_fuzz_ci.sh BUILD_DIR SRC_DIR [SECONDS_PER_TARGET=60]
+# usage: tests/fuzz/run_fuzz_ci.sh BUILD_DIR SRC_DIR [SECONDS_PER_TARGET=60] [RUNS_PER_TARGET]
+# With RUNS_PER_TARGET (what CI passes) libFuzzer runs exactly that many inputs from a fixed seed
+# (-seed=1), so a CI run is reproducible; the seconds are then only a safety limit.
 # Output under BUILD_DIR/fuzz/: seeds/, corpus/ (what the run found), artifacts/<target>/ (crashes),
 # logs/<target>.log. Exit 1 naming each reproducer when any target crashed, leaked, hung or ran out
 # of memory; validation/fuzz/README.md says how to turn a reproducer into a regression test.
@@ -9,6 +11,7 @@ set -uo pipefail
 build=$(cd "$1" && pwd) || exit 2
 src=$(cd "$2" && pwd) || exit 2
 secs=${3:-60}
+runs=${4:-}
 work="$build/fuzz"
 # target name -> seed folder
 declare -A seeds=([fuzz_token_dataset]=token_dataset [fuzz_checkpoint_reader]=checkpoint [fuzz_config_file]=config)
@@ -28,9 +31,10 @@ for t in fuzz_token_dataset fuzz_checkpoint_reader fuzz_config_file; do
   corpus="$work/corpus/$t"; art="$work/artifacts/$t"; log="$work/logs/$t.log"
   rm -rf "$corpus" "$art"; mkdir -p "$corpus" "$art" "$(dirname "$log")"
   start=$(date +%s)
-  # -timeout: one input over 20 s is a hang; -rss_limit_mb also limits any single malloc.
+  # -timeout: one input over 20 s is a hang; -rss_limit_mb: memory actually used; single mallocs up
+  # to 8 GiB are allowed (HDF5 sizes buffers from header fields, then fails cleanly on a short file).
   "$build/tests/fuzz/$t" "$corpus" "$work/seeds/${seeds[$t]}" -max_total_time="$secs" \
-      -timeout=20 -rss_limit_mb=2048 -artifact_prefix="$art/" -print_final_stats=1 >"$log" 2>&1
+      ${runs:+-runs=$runs -seed=1} -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb=8192 -artifact_prefix="$art/" -print_final_stats=1 >"$log" 2>&1
   rc=$?
   repro=$(ls "$art" 2>/dev/null | sed "s|^|$art/|")
   stats=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}')
@@ -49,4 +53,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "error: fuzzing found problems in: ${failed[*]}" >&2
   exit 1
 fi
-echo "fuzz: all targets ran ${secs} s each without a finding"
+echo "fuzz: every target ran ${runs:-for $secs s} ${runs:+inputs} without a finding"

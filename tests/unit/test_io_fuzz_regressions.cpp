@@ -1,0 +1,43 @@
+// Regression tests for what the fuzzers (tests/fuzz) found, each fed the reproducer's bytes.
+// fuzz_config_file: Boost 1.74's error message looped forever on an option named with a placeholder.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "../badinput/run_command.h"
+
+namespace {
+using tessera::testing::CommandResult;
+using tessera::testing::run_command;
+// The app is MPI-singleton-started: LeakSanitizer is off for it (see tests/run_all.sh); 60 s bound.
+const std::string kNoLeakCheck = "env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 timeout 60 ";
+// The reproducer of fuzz_config_file (timeout-cd3d7c5e...): an unknown key "inputoption '%canonical_option%'...".
+const unsigned char kConfigHang[] = {
+    0x69, 0x6e, 0x70, 0x75, 0x74, 0x6f, 0x70, 0x74, 0x69, 0x6f, 0x6e, 0x20, 0x27, 0x25, 0x63, 0x61, 0x6e,
+    0x6f, 0x6e, 0x69, 0x63, 0x61, 0x6c, 0x5f, 0x6f, 0x70, 0x74, 0x69, 0x6f, 0x6e, 0x25, 0x27, 0x20, 0x3d,
+    0x20, 0x31, 0x0a};
+
+TEST(FuzzRegression, ConfigKeyWithBoostPlaceholderIsRefusedNotHung) {
+  const std::string path = "/tmp/tessera_fuzz_regression_" + std::to_string(getpid()) + ".ini";
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(kConfigHang, 1, sizeof kConfigHang, f);
+  std::fclose(f);
+  const std::string app = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train";
+  const CommandResult r = run_command(kNoLeakCheck + app + " --config " + path);
+  std::remove(path.c_str());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("unrecognised option"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("%canonical_option%"), std::string::npos) << r.err;
+}
+
+TEST(FuzzRegression, CommandLineOptionWithBoostPlaceholderIsRefusedNotHung) {
+  const std::string app = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train";
+  const CommandResult r = run_command(kNoLeakCheck + app + " '--%canonical_option%=1'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'--%canonical_option%=1'"), std::string::npos) << r.err;
+}
+}  // namespace
