@@ -1,6 +1,7 @@
 // gpt_train: train a GPT language model on an HDF5 token data set.
 #include <omp.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "apps/common/cli.h"
@@ -115,7 +116,12 @@ int main(int argc, char** argv) {
     }
     comm::Communicator& dp = mesh.group(comm::Axis::dp);
     models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len, tc.zero_stage == 3 ? &dp : nullptr);
-    if (mpi.world_rank() == 0) log::info("parameters: ", model.params().logical_numel());
+    if (mpi.world_rank() == 0) {
+      log::info("parameters: ", model.params().logical_numel());
+      if (const char* job = std::getenv("SLURM_JOB_ID"))
+        log::info("slurm job ", job, " on nodes ", std::getenv("SLURM_JOB_NODELIST") ? std::getenv("SLURM_JOB_NODELIST") : "?",
+                  " (restart ", std::getenv("SLURM_RESTART_COUNT") ? std::getenv("SLURM_RESTART_COUNT") : "0", ")");
+    }
     train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, dp);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();

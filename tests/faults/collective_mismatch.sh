@@ -15,9 +15,10 @@ fail() { echo "error: $*"; exit 1; }
 # Normal traffic passes the check.
 timeout 60 mpirun --oversubscribe -np 4 "$build/apps/gpt_train" "${common[@]}" --check-collectives \
   >"$tmp/ok.out" 2>"$tmp/ok.err" || { cat "$tmp/ok.err"; fail "a clean run failed under --check-collectives"; }
-# The 3rd collective is step 2's gradient all-reduce (one bucket, then the loss's all-reduce).
+# The 4th collective is step 2's gradient all-reduce (per step: one bucket, the loss's all-reduce,
+# the preemption flag's).
 start=$SECONDS
-TESSERA_FAULT_MISMATCH_COLLECTIVE=1:3 timeout 60 mpirun --oversubscribe -np 4 \
+TESSERA_FAULT_MISMATCH_COLLECTIVE=1:4 timeout 60 mpirun --oversubscribe -np 4 \
   "$build/apps/gpt_train" "${common[@]}" --check-collectives >"$tmp/out" 2>"$tmp/err"
 rc=$?
 elapsed=$((SECONDS - start))

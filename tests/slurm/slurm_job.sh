@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# jobscripts/gpt_train.sbatch on a real one-node Slurm (Debian's slurmctld/slurmd, munge), started
+# here as root in a temporary folder (own munge socket and key, own ports, no systemd, no accounting):
+#   1. a 2-rank, 20-step job completes: sbatch --wait exits 0, the job is COMPLETED, the metrics have
+#      steps 1..20 and step_20.h5 exists;
+#   2. a longer job gets SIGUSR1 from `scancel --signal=USR1 --batch` while it trains: gpt_train
+#      checkpoints and exits 3, the script requeues it, the requeued job resumes from the checkpoint
+#      (its first step is the one after it) and completes; steps 1..N are each logged exactly once.
+# Everything runs under `timeout`; the daemons and any job processes are stopped on exit.
+# usage: tests/slurm/slurm_job.sh BUILD SRC   (as root; needs: slurmctld slurmd slurm-client munge libpmix-dev)
+set -euo pipefail
+# a bound on the whole test: the inner run cleans up on SIGTERM; -k kills it 15 s later if it does not
+if [ -z "${TESSERA_SLURM_TEST_INNER:-}" ]; then
+  set +e
+  TESSERA_SLURM_TEST_INNER=1 timeout -k 15 "${TESSERA_SLURM_TEST_TIMEOUT:-170}" bash "$0" "$@"
+  rc=$?
+  [ $rc -eq 124 ] && echo "error: the Slurm test ran over ${TESSERA_SLURM_TEST_TIMEOUT:-170} s" >&2
+  exit $rc
+fi
+build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
+t_start=$(date +%s)
+
+fail() { echo "error: $*" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || fail "the Slurm test starts slurmd, which must run as root"
+missing=()
+for c in munged slurmctld slurmd sbatch sinfo scontrol scancel squeue python3; do
+  command -v "$c" >/dev/null || missing+=("$c")
+done
+plugdir=$(dirname "$(ls /usr/lib/*/slurm-wlm/mpi_pmix.so /usr/lib/slurm/mpi_pmix.so 2>/dev/null | head -1)" 2>/dev/null || true)
+[ -n "$plugdir" ] && [ -f "$plugdir/mpi_pmix.so" ] || missing+=("mpi_pmix.so (slurm-wlm-basic-plugins)")
+grep -q 'libpmix\.so ' <<<"$(ldconfig -p)" || missing+=("libpmix.so (libpmix-dev)")
+[ ${#missing[@]} -eq 0 ] ||
+  fail "missing for the Slurm test: ${missing[*]} (install with: jobscripts/install_deps.sh test)"
+[ -x "$build/apps/gpt_train" ] && [ -x "$build/apps/data_prep" ] || fail "no gpt_train/data_prep in $build/apps"
+
+tmp=$(mktemp -d /tmp/tessera-slurm.XXXXXX)
+conf=$tmp/slurm.conf
+pids=()
+cleanup() {
+  set +e
+  trap - EXIT INT TERM
+  if [ -f "$conf" ] && [ ${#pids[@]} -gt 0 ]; then
+    timeout 5 scancel --full --quiet --user=root >/dev/null 2>&1
+  fi
+  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
+  # anything still running with this cluster's SLURM_CONF (slurmstepd, job tasks) is ours
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    left=()
+    for e in /proc/[0-9]*/environ; do
+      p=${e#/proc/}; p=${p%/environ}
+      [ "$p" = $$ ] && continue
+      { tr '\0' '\n' < "$e"; } 2>/dev/null | grep -qx "SLURM_CONF=$conf" && left+=("$p")
+    done
+    [ ${#left[@]} -eq 0 ] && break
+    if [ "$i" -lt 10 ]; then kill -TERM "${left[@]}" 2>/dev/null; sleep 0.5; else kill -KILL "${left[@]}" 2>/dev/null; fi
+  done
+  for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null; done
+  [ -n "${TESSERA_KEEP_TMP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+logs() {
+  for f in "$tmp"/munged.log "$tmp"/slurmctld.log "$tmp"/slurmd.log "$tmp"/*.out; do
+    [ -f "$f" ] && { echo "----- $f (last 40 lines)"; tail -40 "$f"; }
+  done
+  return 0
+}
+die() { logs; fail "$*"; }
+
+# --- munge: own key, socket and state, in $tmp ---------------------------------------------------
+mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/runs" "$tmp/tmpfs"
+chmod 700 "$tmp/munge"
+dd if=/dev/urandom of="$tmp/munge/munge.key" bs=1024 count=1 status=none
+chmod 400 "$tmp/munge/munge.key"
+sock=$tmp/munge/munge.socket
+setsid munged --foreground --force --socket="$sock" --key-file="$tmp/munge/munge.key" \
+  --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/munged.seed" \
+  --log-file="$tmp/munged.log" >>"$tmp/munged.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || die "munged did not start (no socket $sock)"
+
+# --- slurm.conf: free loopback ports, everything under $tmp --------------------------------------
+read -r port_ctld port_d < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+# job ids (and so PMIx's /tmp-style names) differ between concurrent runs of this test
+first_job_id=$(( 1000 + RANDOM % 60000 ))
+cat > "$conf" <<EOF
+ClusterName=tessera
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+SlurmctldPort=$port_ctld
+SlurmdPort=$port_d
+AuthType=auth/munge
+AuthInfo=socket=$sock
+CredType=cred/munge
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+PluginDir=$plugdir
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=pmix
+SlurmdParameters=config_overrides
+ReturnToService=2
+SchedulerType=sched/builtin
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MailProg=/bin/true
+MinJobAge=600
+FirstJobId=$first_job_id
+TmpFS=$tmp/tmpfs
+KillWait=5
+InactiveLimit=0
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOF
+export SLURM_CONF=$conf
+setsid slurmctld -D -i -f "$conf" >>"$tmp/slurmctld.log" 2>&1 &
+pids+=($!)
+setsid slurmd -D -N localhost -f "$conf" >>"$tmp/slurmd.log" 2>&1 &
+pids+=($!)
+
+state=
+for _ in $(seq 60); do
+  state=$(timeout 5 sinfo -h -n localhost -o %T 2>/dev/null || true)
+  [ "$state" = idle ] && break
+  sleep 0.5
+done
+[ "$state" = idle ] || die "the node is not idle after 30 s (sinfo: '${state}')"
+echo "slurm up in $(( $(date +%s) - t_start )) s: slurmctld :$port_ctld, slurmd :$port_d"
+
+# --- the jobs --------------------------------------------------------------------------------------
+export TESSERA_ROOT=$src BUILD_DIR=$build RUNS_DIR=$tmp/runs
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+unset DATA LAUNCHER CONFIG
+cd "$tmp"
+job_field() {  # job_field JOBID Key -> the value of Key= in `scontrol show job`
+  timeout 10 scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
+}
+steps_of() {  # the logged training steps of a metrics file, one a line
+  python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d = json.loads(l)
+    if "loss" in d: print(d["step"])' "$1"
+}
+sbatch_args=(--parsable --ntasks=2 --nodes=1 --cpus-per-task=1 --time=5)
+
+# 1. a short job to the end
+t0=$(date +%s)
+set +e
+id1=$(timeout 60 sbatch "${sbatch_args[@]}" --wait -J short "$src/jobscripts/gpt_train.sbatch" \
+      "$src/inputs/gpt_slurm_tiny.ini")
+code=$?
+set -e
+id1=${id1%%;*}
+[ "$code" -eq 0 ] || die "sbatch --wait of the short job exited $code (124: timed out)"
+st=$(job_field "$id1" JobState)
+[ "$st" = COMPLETED ] || die "short job $id1 is $st, not COMPLETED"
+m=$tmp/runs/short-$id1/metrics.0.jsonl
+[ -f "$m" ] || die "no metrics file $m"
+got=$(steps_of "$m" | tr '\n' ' ')
+[ "$got" = "$(seq -s ' ' 1 20) " ] || die "short job logged steps '$got', not 1..20"
+[ -f "$tmp/runs/short/checkpoints/step_20.h5" ] || die "no checkpoint step_20.h5 of the short job"
+[ -f "$tmp/runs/synth_v64.h5" ] || die "the job did not make the synthetic data set"
+echo "short job $id1: COMPLETED, steps 1..20 logged, step_20.h5 written ($(( $(date +%s) - t0 )) s)"
+
+# 2. preemption: SIGUSR1 to the batch shell while it trains -> exit 3 -> requeue -> resume -> done
+t0=$(date +%s)
+nsteps=1000
+id2=$(timeout 30 sbatch "${sbatch_args[@]}" -J preempt "$src/jobscripts/gpt_train.sbatch" \
+      "$src/inputs/gpt_slurm_tiny.ini" --steps "$nsteps" --layers 4 --hidden 64 --log-every 100)
+id2=${id2%%;*}
+m0=$tmp/runs/preempt-$id2/metrics.0.jsonl
+m1=$tmp/runs/preempt-$id2/metrics.1.jsonl
+ok=
+for _ in $(seq 300); do   # 30 s
+  if [ -s "$m0" ] && [ "$(wc -l < "$m0")" -ge 3 ]; then ok=1; break; fi
+  sleep 0.1
+done
+[ -n "$ok" ] || die "the preempt job $id2 logged no steps within 30 s (state $(job_field "$id2" JobState))"
+timeout 10 scancel --signal=USR1 --batch "$id2" || die "scancel --signal=USR1 --batch $id2 failed"
+echo "sent SIGUSR1 to job $id2 after step $(tail -1 "$m0" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')"
+
+st=; restarts=0
+for _ in $(seq 120); do   # 60 s
+  st=$(job_field "$id2" JobState); restarts=$(job_field "$id2" Restarts)
+  case $st in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE) break ;;
+    PENDING)  # a requeued job waits for its BeginTime (Slurm holds it a little): start it now
+      [ "${restarts:-0}" -ge 1 ] && timeout 10 scontrol update JobId="$id2" StartTime=now >/dev/null 2>&1 || true ;;
+  esac
+  sleep 0.5
+done
+[ "$st" = COMPLETED ] || die "preempted job $id2 ended $st (restarts ${restarts:-?}), not COMPLETED"
+[ "${restarts:-0}" -ge 1 ] || die "job $id2 completed without being requeued (Restarts=$restarts): the signal came too late?"
+[ -f "$m1" ] || die "the requeued job wrote no $m1"
+grep -q "preempted (exit code 3)" "$tmp/preempt-$id2.out" || die "the job log does not show exit code 3"
+first=$(steps_of "$m0"); second=$(steps_of "$m1")
+stopped=$(echo "$first" | tail -1); resumed=$(echo "$second" | head -1)
+[ "$stopped" -lt "$nsteps" ] || die "the first run reached the last step $stopped: not preempted"
+[ "$resumed" -eq $((stopped + 1)) ] || die "the requeued job started at step $resumed, not at $((stopped + 1)) (resume)"
+[ -f "$tmp/runs/preempt/checkpoints/step_$stopped.h5" ] || die "no checkpoint step_$stopped.h5"
+grep -q "resumed from .*/step_$stopped.h5" "$tmp/preempt-$id2.out" || die "the requeued job did not resume from step_$stopped.h5"
+[ -f "$tmp/runs/preempt/checkpoints/step_$nsteps.h5" ] || die "no final checkpoint step_$nsteps.h5"
+got=$(printf '%s\n%s\n' "$first" "$second" | tr '\n' ' ')
+[ "$got" = "$(seq -s ' ' 1 "$nsteps") " ] || die "the two runs together did not log steps 1..$nsteps once each"
+python3 - "$m0" "$m1" <<'EOF' || die "the loss curve does not continue across the requeue"
+import json, sys
+la = [json.loads(l)["loss"] for l in open(sys.argv[1]) if "loss" in l]
+lb = [json.loads(l)["loss"] for l in open(sys.argv[2]) if "loss" in l]
+print(f"losses: first {la[0]:.3f}, at the stop {la[-1]:.3f}, after the requeue {lb[0]:.3f}, last {lb[-1]:.3f}")
+# a job restarted from scratch would repeat the first loss exactly (same seed, same data order)
+assert lb[0] < la[0] - 0.05, "the requeued job starts from the initial loss: not resumed"
+assert lb[-1] < la[0] - 1.0, "the run did not train"
+EOF
+echo "preempted job $id2: stopped at step $stopped (exit 3), requeued (Restarts=$restarts), resumed at step $resumed, COMPLETED ($(( $(date +%s) - t0 )) s)"
+# 3. (by hand: TESSERA_SLURM_TEST_MPIRUN=1) the mpirun launcher inside the allocation
+if [ -n "${TESSERA_SLURM_TEST_MPIRUN:-}" ]; then
+  set +e
+  id3=$(LAUNCHER=mpirun timeout 60 sbatch "${sbatch_args[@]}" --wait -J viampirun \
+        "$src/jobscripts/gpt_train.sbatch" "$src/inputs/gpt_slurm_tiny.ini")
+  code=$?
+  set -e
+  id3=${id3%%;*}
+  [ "$code" -eq 0 ] || die "sbatch --wait of the mpirun job exited $code"
+  [ "$(steps_of "$tmp/runs/viampirun-$id3/metrics.0.jsonl" | tail -1)" = 20 ] || die "the mpirun job did not log step 20"
+  echo "mpirun job $id3: COMPLETED, 20 steps"
+fi
+echo "slurm test passed in $(( $(date +%s) - t_start )) s"
