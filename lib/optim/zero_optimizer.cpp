@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "optim/grad_clip.h"
+
 namespace tessera::optim {
 namespace {
 parallel::Range optimizer_range(nn::ParamStore& store, int zero, comm::Communicator& dp) {
@@ -21,7 +23,7 @@ ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::Gr
 Tensor ZeroOptimizer::shard_grads() { return zero_ == 3 ? store_.shard_grads() : sync_->shard_grads(); }
 
 double ZeroOptimizer::grad_norm() {
-  if (zero_ < 2) return std::sqrt(ops::sum_squares(store_.flat_grads()));
+  if (zero_ < 2) return optim::grad_norm(store_);  // every rank holds the summed gradient
   return std::sqrt(dp_.all_reduce_sum(ops::sum_squares(shard_grads())));
 }
 

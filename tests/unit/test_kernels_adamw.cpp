@@ -8,17 +8,14 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 using tessera::Tensor;
 
 namespace {
 
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
+using Threads = tessera::testing::ScopedThreads;
 
 // torch.optim.AdamW, one element, in double:
 //   p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;

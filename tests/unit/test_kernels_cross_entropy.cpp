@@ -9,6 +9,7 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 using tessera::DType;
@@ -17,11 +18,7 @@ using tessera::Tensor;
 
 namespace {
 
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
+using Threads = tessera::testing::ScopedThreads;
 
 struct Case {
   int64_t rows, padded, valid;

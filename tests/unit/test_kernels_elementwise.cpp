@@ -10,6 +10,7 @@
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 using tessera::Shape;
@@ -18,16 +19,10 @@ using tessera::Tensor;
 namespace {
 
 Tensor random_tensor(Shape shape, uint64_t stream, float std = 1.0f) {
-  Tensor t = Tensor::empty(std::move(shape));
-  tessera::philox_fill_normal(t.data<float>(), t.numel(), 99, stream, 0, 0.0f, std);
-  return t;
+  return tessera::testing::random_tensor(std::move(shape), 99, stream, 0.0f, std);
 }
 
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
+using Threads = tessera::testing::ScopedThreads;
 
 double gelu_ref(double x) {
   const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);

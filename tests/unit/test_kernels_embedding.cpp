@@ -9,6 +9,7 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 using tessera::DType;
@@ -18,16 +19,10 @@ using tessera::Tensor;
 namespace {
 
 Tensor random_tensor(Shape shape, uint64_t stream) {
-  Tensor t = Tensor::empty(std::move(shape));
-  tessera::philox_fill_normal(t.data<float>(), t.numel(), 3, stream, 0, 0.0f, 1.0f);
-  return t;
+  return tessera::testing::random_tensor(std::move(shape), 3, stream, 0.0f, 1.0f);
 }
 
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
+using Threads = tessera::testing::ScopedThreads;
 
 // Token ids drawn from [0, id_range), with repeats.
 Tensor random_tokens(int64_t batch, int64_t seq, int64_t id_range, uint64_t stream) {

@@ -8,6 +8,7 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 using tessera::Shape;
@@ -16,17 +17,11 @@ using tessera::Tensor;
 namespace {
 
 Tensor random_tensor(Shape shape, uint64_t stream) {
-  Tensor t = Tensor::empty(std::move(shape));
-  tessera::philox_fill_normal(t.data<float>(), t.numel(), 1234, stream, 0, 0.0f, 1.0f);
-  return t;
+  return tessera::testing::random_tensor(std::move(shape), 1234, stream, 0.0f, 1.0f);
 }
 
 // OpenMP thread count for one scope (tests run under OMP_NUM_THREADS=1; races need more).
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
+using Threads = tessera::testing::ScopedThreads;
 
 // c = alpha op(a) op(b) + beta c0 in double; x(i, j) of a stored [rows, cols] matrix, transposed or not.
 std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const float* a,

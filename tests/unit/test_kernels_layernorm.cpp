@@ -9,6 +9,7 @@
 
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 using tessera::Shape;
@@ -17,16 +18,10 @@ using tessera::Tensor;
 namespace {
 
 Tensor random_tensor(Shape shape, uint64_t stream, float mean = 0.0f, float std = 1.0f) {
-  Tensor t = Tensor::empty(std::move(shape));
-  tessera::philox_fill_normal(t.data<float>(), t.numel(), 7, stream, 0, mean, std);
-  return t;
+  return tessera::testing::random_tensor(std::move(shape), 7, stream, mean, std);
 }
 
-struct Threads {
-  int saved = omp_get_max_threads();
-  explicit Threads(int n) { omp_set_num_threads(n); }
-  ~Threads() { omp_set_num_threads(saved); }
-};
+using Threads = tessera::testing::ScopedThreads;
 
 std::vector<double> to_double(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
 
