@@ -200,8 +200,13 @@ for _ in $(seq 120); do   # 60 s
   st=$(job_field "$id2" JobState); restarts=$(job_field "$id2" Restarts)
   case $st in
     COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE) break ;;
-    PENDING)  # a requeued job waits for its BeginTime (Slurm holds it a little): start it now
-      [ "${restarts:-0}" -ge 1 ] && timeout 10 scontrol update JobId="$id2" StartTime=now >/dev/null 2>&1 || true ;;
+    PENDING)  # a requeued job waits for its BeginTime (Slurm holds it a little): start it soon; not in
+              # the second of the requeue, whose revoked job credential slurmd would still refuse
+      if [ "${restarts:-0}" -ge 1 ] && [ -z "${kicked:-}" ]; then
+        sleep 2  # past the second of the requeue
+        timeout 10 scontrol update JobId="$id2" StartTime=now >/dev/null 2>&1 || true
+        kicked=1
+      fi ;;
   esac
   sleep 0.5
 done
