@@ -3,6 +3,8 @@
 // watchdog, and the collective fingerprint check.
 #include "comm/communicator.h"
 
+#include "comm/tensor_pair_check.h"
+
 #include <climits>
 #include <cstdio>
 #include <thread>
@@ -146,16 +148,6 @@ void check_tensor(const std::string& what, const char* label, const Tensor& t, b
 void check_reducible(const std::string& what, const Tensor& t) {
   TESSERA_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i32, what, ": cannot reduce ",
                 dtype_name(t.dtype()), " tensors (f32 and i32 only)");
-}
-
-void check_pair(const std::string& what, const Tensor& input, const Tensor& output) {
-  TESSERA_CHECK(input.dtype() == output.dtype(), what, ": input is ", dtype_name(input.dtype()),
-                ", output is ", dtype_name(output.dtype()));
-  if (input.device() != output.device() || input.nbytes() == 0 || output.nbytes() == 0) return;
-  const char* in = static_cast<const char*>(input.raw());
-  const char* out = static_cast<const char*>(output.raw());
-  TESSERA_CHECK(out + output.nbytes() <= in || in + input.nbytes() <= out, what,
-                ": output overlaps input (this operation needs distinct buffers)");
 }
 
 // Per-rank counts as MPI ints with their offsets (rank order); returns the sum.

@@ -2,6 +2,8 @@
 // communicator's stream and waited for (watching NCCL's asynchronous errors and the timeout).
 #include "comm/nccl_communicator.h"
 
+#include "comm/tensor_pair_check.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -81,16 +83,6 @@ void check_tensor(const std::string& what, const char* label, const Tensor& t, b
   TESSERA_CHECK(!exchange || t.device() == Device::cuda, what, ": ", label, " is a ",
                 device_name(t.device()),
                 " tensor; NCCL moves device memory (host tensors go through Communicator)");
-}
-
-void check_pair(const std::string& what, const Tensor& input, const Tensor& output) {
-  TESSERA_CHECK(input.dtype() == output.dtype(), what, ": input is ", dtype_name(input.dtype()),
-                ", output is ", dtype_name(output.dtype()));
-  if (input.device() != output.device() || input.nbytes() == 0 || output.nbytes() == 0) return;
-  const char* in = static_cast<const char*>(input.raw());
-  const char* out = static_cast<const char*>(output.raw());
-  TESSERA_CHECK(out + output.nbytes() <= in || in + input.nbytes() <= out, what,
-                ": output overlaps input (this operation needs distinct buffers)");
 }
 
 // Offsets (rank order) of per-rank counts; returns the sum.

@@ -190,13 +190,6 @@ std::vector<int64_t> dataspace_dims(hid_t space) {
 
 enum AttrKind { kInt = 0, kDouble = 1, kString = 2, kUInt = 3 };
 
-Hid vlen_string_type() {
-  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(t.get(), H5T_VARIABLE);
-  H5Tset_cset(t.get(), H5T_CSET_UTF8);
-  return t;
-}
-
 // A scalar attribute on obj, replacing one of that name. value: int64_t*, double*, const char**
 // or uint64_t* by kind. Throws with HDF5's detail.
 void write_attr(hid_t obj, const std::string& where, const std::string& key, int kind, const void* value) {
@@ -632,21 +625,8 @@ AttrHandle open_root_attr(hid_t file, const std::string& path, const std::string
 
 std::string read_string_attr(const AttrHandle& a, const std::string& path, const std::string& key) {
   if (H5Tget_class(a.type.get()) != H5T_STRING) fail(path, ": attribute ", key, " is not a string");
-  if (H5Tis_variable_str(a.type.get()) > 0) {
-    Hid mem = vlen_string_type();
-    char* p = nullptr;
-    if (H5Aread(a.attr.get(), mem.get(), &p) < 0) fail(with_detail(path + ": cannot read attribute " + key));
-    std::string s = p ? p : "";
-    if (p) H5free_memory(p);
-    return s;
-  }
-  const size_t n = H5Tget_size(a.type.get());
-  Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(mem.get(), n);
-  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
-  std::string s(n, '\0');
-  if (H5Aread(a.attr.get(), mem.get(), s.data()) < 0) fail(with_detail(path + ": cannot read attribute " + key));
-  s.resize(std::strlen(s.c_str()));
+  std::string s;
+  if (!read_string_attribute(a.attr.get(), a.type.get(), s)) fail(with_detail(path + ": cannot read attribute " + key));
   return s;
 }
 }  // namespace

@@ -408,13 +408,6 @@ void write_attr(hid_t file, const std::string& path, const std::string& obj, boo
     fail(with_detail(path + ": " + obj + ": cannot write attribute " + key));
 }
 
-Hid vlen_string_type() {
-  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(t.get(), H5T_VARIABLE);
-  H5Tset_cset(t.get(), H5T_CSET_UTF8);
-  return t;
-}
-
 // An open attribute holding exactly one element, with its stored type.
 struct OpenAttr {
   Hid attr, type;
@@ -489,23 +482,9 @@ std::string H5File::attr_string(const std::string& object, const std::string& ke
   OpenAttr a = open_attr(*this, id_, obj, key);
   if (H5Tget_class(a.type.get()) != H5T_STRING)
     fail(path_, ": ", obj, ": attribute ", key, " is a ", type_name(a.type.get()), ", expected a string");
-  if (H5Tis_variable_str(a.type.get()) > 0) {
-    Hid mem = vlen_string_type();
-    char* p = nullptr;
-    if (H5Aread(a.attr.get(), mem.get(), &p) < 0)
-      fail(with_detail(path_ + ": " + obj + ": cannot read attribute " + key));
-    std::string s = p ? p : "";
-    if (p) H5free_memory(p);
-    return s;
-  }
-  const size_t n = H5Tget_size(a.type.get());
-  Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(mem.get(), n);
-  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
-  std::string s(n, '\0');
-  if (H5Aread(a.attr.get(), mem.get(), s.data()) < 0)
+  std::string s;
+  if (!read_string_attribute(a.attr.get(), a.type.get(), s))
     fail(with_detail(path_ + ": " + obj + ": cannot read attribute " + key));
-  s.resize(std::strlen(s.c_str()));
   return s;
 }
 

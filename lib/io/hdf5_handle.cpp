@@ -2,10 +2,37 @@
 #include "io/hdf5_handle.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
 namespace tessera::io {
+
+Hid vlen_string_type() {
+  Hid t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  return t;
+}
+
+bool read_string_attribute(hid_t attr, hid_t type, std::string& out) {
+  if (H5Tis_variable_str(type) > 0) {
+    Hid mem = vlen_string_type();
+    char* p = nullptr;
+    if (H5Aread(attr, mem.get(), &p) < 0) return false;
+    out = p ? p : "";
+    if (p) H5free_memory(p);
+    return true;
+  }
+  const size_t n = H5Tget_size(type);
+  Hid mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(mem.get(), n);
+  H5Tset_strpad(mem.get(), H5T_STR_NULLPAD);
+  out.assign(n, '\0');
+  if (H5Aread(attr, mem.get(), out.data()) < 0) return false;
+  out.resize(std::strlen(out.c_str()));
+  return true;
+}
 
 void silence_hdf5() {
   static std::once_flag once;

@@ -39,6 +39,13 @@ class Hid {
   herr_t (*closer_)(hid_t) = nullptr;
 };
 
+// A variable-length UTF-8 string type (as h5py writes str attributes).
+Hid vlen_string_type();
+
+// Reads a string attribute (variable- or fixed-length) of string type `type` into `out`; false
+// when HDF5 cannot read it (the caller names file, object and key).
+bool read_string_attribute(hid_t attr, hid_t type, std::string& out);
+
 // Turns HDF5's automatic error printing off (once per process): our errors say what happened.
 void silence_hdf5();
 
