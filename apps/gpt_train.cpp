@@ -3,14 +3,17 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include "apps/common/cli.h"
-#include "comm/process_mesh.h"
 #include "comm/mpi_runtime.h"
+#include "comm/process_mesh.h"
 #include "core/log.h"
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
+#include "parallel/sequence_parallel.h"
+#include "parallel/tensor_parallel.h"
 #include "train/preemption.h"
 #include "train/trainer.h"
 
@@ -30,6 +33,7 @@ int main(int argc, char** argv) {
     double comm_timeout = 600;
     bool check_collectives = false;
     comm::MeshShape mesh_shape;
+    std::string tp_mode, sp_mode;
     opts.add_options()
         ("input", po::value(&input)->required(), "training token data set (HDF5: /tokens, or /train/tokens)")
         ("val-input", po::value(&val_input), "validation data set (default: the /val split of --input, if any)")
@@ -55,9 +59,11 @@ int main(int argc, char** argv) {
         ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
         ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB")
         ("dp", po::value(&mesh_shape.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
-        ("tp", po::value(&mesh_shape.tp)->default_value(1), "tensor-parallel ranks")
+        ("tp", po::value(&mesh_shape.tp)->default_value(1), "tensor-parallel ranks (must divide --heads)")
+        ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split)")
         ("pp", po::value(&mesh_shape.pp)->default_value(1), "pipeline stages")
-        ("sp", po::value(&mesh_shape.sp)->default_value(1), "sequence-parallel ranks")
+        ("sp", po::value(&mesh_shape.sp)->default_value(1), "sequence-parallel ranks (must divide --seq-len)")
+        ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)")
         ("ep", po::value(&mesh_shape.ep)->default_value(1), "expert-parallel ranks")
         ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
         ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
@@ -76,9 +82,17 @@ int main(int argc, char** argv) {
 
     // The layout is checked on every rank before any communication.
     mesh_shape = mesh_shape.resolved(mpi.world_size());
-    TESSERA_CHECK(mesh_shape.tp == 1 && mesh_shape.pp == 1 && mesh_shape.sp == 1 && mesh_shape.ep == 1,
-                  "layout ", mesh_shape.str(), ": this build trains data-parallel only; tensor, pipeline, sequence",
-                  " and expert parallelism are not implemented yet");
+    TESSERA_CHECK(mesh_shape.pp == 1 && mesh_shape.ep == 1, "layout ", mesh_shape.str(),
+                  ": this build trains data-, tensor- and sequence-parallel layouts; pipeline and expert",
+                  " parallelism are not implemented yet");
+    TESSERA_CHECK(sp_mode != "split_gather", "--sp-mode split_gather: not implemented yet (this build has all_to_all",
+                  " and ring)");
+    const parallel::SequenceMode sequence_mode = parallel::parse_sequence_mode(sp_mode);
+    TESSERA_CHECK(seq_len % mesh_shape.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", mesh_shape.sp,
+                  " (sequence parallelism gives each rank an equal share of the positions)");
+    TESSERA_CHECK(tp_mode == "1d" || tp_mode == "2d" || tp_mode == "2.5d" || tp_mode == "3d", "--tp-mode ", tp_mode,
+                  ": expected 1d, 2d, 2.5d or 3d");
+    TESSERA_CHECK(tp_mode == "1d", "--tp-mode ", tp_mode, ": not implemented yet (this build has 1d)");
     const Device device = parse_device(device_name);
     TESSERA_CHECK(device == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                   " (or this build has no CUDA)");
@@ -104,25 +118,32 @@ int main(int argc, char** argv) {
     tc.validate(mesh_shape.dp);
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
-    mc.validate();
+    mc.validate(mesh_shape.tp);
 
     if (mpi.world_rank() == 0) log::info("gpt_train: ", mpi.world_size(), " rank(s), ", mesh_shape.str(), ", ", mc.layers, " layers, hidden ", mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab,
               ", seq ", seq_len, ", global batch ", tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps,
               " steps on ", device_name, " with ", omp_get_max_threads(), " threads");
     comm::ProcessMesh mesh(mesh_shape);
-    for (int a = 0; a < comm::kAxes; ++a) {  // the watchdog and the debug check on every group
-      mesh.group(static_cast<comm::Axis>(a)).set_timeout(comm_timeout);
-      mesh.group(static_cast<comm::Axis>(a)).set_check_collectives(check_collectives);
+    for (comm::Communicator* g : mesh.all_groups()) {  // the watchdog and the debug check on every group
+      g->set_timeout(comm_timeout);
+      g->set_check_collectives(check_collectives);
     }
-    comm::Communicator& dp = mesh.group(comm::Axis::dp);
-    models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len, tc.zero_stage == 3 ? &dp : nullptr);
+    const parallel::TensorParallel1D tensor_layout(mesh.group(comm::Axis::tp));
+    std::optional<parallel::SequenceParallel> sequence_layout;
+    models::GptLayout layout{&tensor_layout};
+    if (mesh_shape.sp > 1) {
+      layout.sequence = &sequence_layout.emplace(sequence_mode, mesh.group(comm::Axis::sp), mc.heads / mesh_shape.tp,
+                                                 mc.hidden / mc.heads);
+    }
+    if (tc.zero_stage == 3) layout.zero3 = &mesh.data_group();
+    models::Gpt model(mc, device, tc.seed, tc.micro_batch, seq_len, layout);
     if (mpi.world_rank() == 0) {
-      log::info("parameters: ", model.params().logical_numel());
+      log::info("parameters: ", model.params().global_numel());
       if (const char* job = std::getenv("SLURM_JOB_ID"))
         log::info("slurm job ", job, " on nodes ", std::getenv("SLURM_JOB_NODELIST") ? std::getenv("SLURM_JOB_NODELIST") : "?",
                   " (restart ", std::getenv("SLURM_RESTART_COUNT") ? std::getenv("SLURM_RESTART_COUNT") : "0", ")");
     }
-    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, dp);
+    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();
     if (result.preempted) return train::kExitPreempted;

@@ -187,6 +187,53 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
                    out.data<float>(), lse.data<float>(), d.batch, d.seq, d.heads, d.head_dim);
 }
 
+namespace {
+// The block kernels' operands, checked: q [B, Tq, >= C], kv [B, Tk, >= 2C], out [B, Tq, C] with
+// C = heads x head_dim, lse [B, H, Tq]; on the CPU.
+kernels::cpu::AttentionBlockShape attention_block_shape(const Tensor& out, const Tensor& lse, const Tensor& q,
+                                                        const Tensor& kv, int64_t n_heads, bool causal,
+                                                        const char* op) {
+  TESSERA_CHECK(out.device() == Device::cpu, op, ": not implemented on CUDA yet (cpu tensors only)");
+  TESSERA_CHECK(q.shape().rank() == 3 && kv.shape().rank() == 3 && out.shape().rank() == 3, op,
+                ": q, kv and out must be [B, T, columns], got ", q.shape().str(), ", ", kv.shape().str(), ", ",
+                out.shape().str());
+  const int64_t batch = q.dim(0), tq = q.dim(1), tk = kv.dim(1), c = out.dim(2);
+  TESSERA_CHECK(n_heads > 0 && c > 0 && c % n_heads == 0, op, ": out's C = ", c, " is not heads (", n_heads,
+                ") x head_dim");
+  TESSERA_CHECK(kv.dim(0) == batch && out.dim(0) == batch && out.dim(1) == tq, op, ": q ", q.shape().str(),
+                ", kv ", kv.shape().str(), " and out ", out.shape().str(), " do not agree on B and Tq");
+  TESSERA_CHECK(q.dim(2) >= c && kv.dim(2) >= 2 * c, op, ": q rows need C = ", c, " columns and kv rows 2C, got ",
+                q.dim(2), " and ", kv.dim(2));
+  TESSERA_CHECK(tk > 0, op, ": an empty key/value block");
+  TESSERA_CHECK(!causal || tq == tk, op, ": a causal (diagonal) block needs Tq == Tk, got ", tq, " and ", tk);
+  TESSERA_CHECK(lse.numel() == batch * n_heads * tq, op, ": lse has ", lse.numel(), " elements, not B x H x Tq = ",
+                batch * n_heads * tq);
+  return {batch, tq, tk, n_heads, c / n_heads, q.dim(2), kv.dim(2), causal};
+}
+}  // namespace
+
+void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& kv, int64_t n_heads,
+                             bool causal, bool merge) {
+  same_device("attention_block_forward", {&out, &lse, &q, &kv});
+  const auto s = attention_block_shape(out, lse, q, kv, n_heads, causal, "attention_block_forward");
+  const float* k = kv.data<float>() + s.kv_stride - 2 * s.heads * s.head_dim;
+  kernels::cpu::attention_block_forward(out.data<float>(), lse.data<float>(), q.data<float>(), k,
+                                        k + s.heads * s.head_dim, s, merge);
+}
+
+void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& q, const Tensor& kv,
+                              const Tensor& out, const Tensor& lse, int64_t n_heads, bool causal) {
+  same_device("attention_block_backward", {&dq, &dkv, &dout, &q, &kv, &out, &lse});
+  const auto s = attention_block_shape(out, lse, q, kv, n_heads, causal, "attention_block_backward");
+  expect(dq.shape() == q.shape() && dkv.shape() == kv.shape() && dout.shape() == out.shape(),
+         "attention_block_backward", "dq, dkv and dout must be shaped as q, kv and out");
+  const int64_t c = s.heads * s.head_dim, kv_first = s.kv_stride - 2 * c;
+  const float* k = kv.data<float>() + kv_first;
+  float* dk = dkv.data<float>() + kv_first;
+  kernels::cpu::attention_block_backward(dq.data<float>(), dk, dk + c, dout.data<float>(), q.data<float>(), k,
+                                         k + c, out.data<float>(), lse.data<float>(), s);
+}
+
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                        int64_t vocab_start) {
   same_device("embedding_forward", {&out, &tokens, &wte, &wpe});
@@ -221,14 +268,34 @@ void softmax_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, con
 }
 
 void softmax_xent_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                           int64_t valid_vocab, float scale) {
+                           int64_t valid_vocab, float scale, int64_t vocab_start) {
   same_device("softmax_xent_backward", {&dlogits, &logits, &targets, &lse});
   const int64_t rows = rows_of(logits), vp = last_dim(logits);
   expect(dlogits.numel() == logits.numel() && lse.numel() == rows && targets.numel() == rows &&
              valid_vocab <= vp,
          "softmax_xent_backward", "shapes do not fit");
   TESSERA_DISPATCH(logits.device(), softmax_xent_backward, dlogits.data<float>(), logits.data<float>(),
-                   targets.data<int32_t>(), lse.data<float>(), rows, vp, valid_vocab, scale);
+                   targets.data<int32_t>(), lse.data<float>(), rows, vp, valid_vocab, scale, vocab_start);
+}
+
+void softmax_xent_row_max(Tensor& row_max, const Tensor& logits, int64_t valid_vocab) {
+  same_device("softmax_xent_row_max", {&row_max, &logits});
+  const int64_t rows = rows_of(logits), vp = last_dim(logits);
+  expect(row_max.numel() == rows && valid_vocab >= 0 && valid_vocab <= vp, "softmax_xent_row_max",
+         "shapes do not fit");
+  TESSERA_DISPATCH(logits.device(), softmax_xent_row_max, row_max.data<float>(), logits.data<float>(), rows, vp,
+                   valid_vocab);
+}
+
+void softmax_xent_partial(Tensor& sums, const Tensor& logits, const Tensor& targets, const Tensor& max,
+                          int64_t valid_vocab, int64_t vocab_start, int64_t vocab) {
+  same_device("softmax_xent_partial", {&sums, &logits, &targets, &max});
+  const int64_t rows = rows_of(logits), vp = last_dim(logits);
+  expect(sums.numel() == 2 * rows && targets.numel() == rows && max.numel() == rows && valid_vocab >= 0 &&
+             valid_vocab <= vp && vocab_start >= 0 && (valid_vocab == 0 || vocab_start + valid_vocab <= vocab),
+         "softmax_xent_partial", "shapes do not fit");
+  TESSERA_DISPATCH(logits.device(), softmax_xent_partial, sums.data<float>(), logits.data<float>(),
+                   targets.data<int32_t>(), max.data<float>(), rows, vp, valid_vocab, vocab_start, vocab);
 }
 
 void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWArgs& args) {

@@ -47,6 +47,24 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_he
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t n_heads);
 
+// ---- attention between a query block and a key/value block --------------------------------------
+// The pieces of sequence-parallel (ring) attention, and non-causal attention. C = H x D is out's
+// last dimension. q [B, Tq, Wq]: the first C columns of each row are its queries (Wq = C, or a qkv
+// row, 3C); kv [B, Tk, Wkv]: the last 2C columns of each row are its keys then its values (Wkv =
+// 2C, or a qkv row), so one qkv [B, T, 3C] may be passed as both. causal: query i sees key j iff
+// j <= i (the diagonal block: Tq == Tk, the same positions); otherwise every key is seen.
+// out [B, Tq, C], lse [B, H, Tq]: merge = false overwrites them with this block's attention;
+// merge = true takes them as the attention over other keys (a row with lse = -inf: none yet) and
+// makes them the attention over those keys and this block's together (an online-softmax merge).
+// CPU only for now: cuda tensors are refused.
+void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& kv, int64_t n_heads,
+                             bool causal, bool merge);
+// out, lse: the final attention over every key block (after the last merge), dout its gradient.
+// Adds this block's share of the gradients: dq (shaped as q: its first C columns) and dkv (shaped
+// as kv: its last 2C columns) accumulate, other columns untouched; dq and dkv may be one tensor.
+void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& q, const Tensor& kv,
+                              const Tensor& out, const Tensor& lse, int64_t n_heads, bool causal);
+
 // ---- embedding -------------------------------------------------------------------------------------
 // out[b, t, :] = wte[tokens[b, t] - vocab_start, :] + wpe[t, :] (wpe may be undefined); token ids
 // outside [vocab_start, vocab_start + wte rows) contribute zero (a vocab-parallel shard).
@@ -62,8 +80,17 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Te
 void softmax_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& targets,
                           int64_t valid_vocab);
 // dlogits = (softmax - onehot) * scale, padding columns and ignored rows 0; dlogits may alias logits.
+// A vocab-parallel shard: the columns are vocabulary ids [vocab_start, vocab_start + valid_vocab)
+// and lse is over the whole vocabulary; targets are global ids (checked by the forward).
 void softmax_xent_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets,
-                           const Tensor& lse, int64_t valid_vocab, float scale);
+                           const Tensor& lse, int64_t valid_vocab, float scale, int64_t vocab_start = 0);
+// The pieces of a vocab-parallel loss over a shard of the vocabulary (columns = ids
+// [vocab_start, vocab_start + valid_vocab)): row_max [N] of the valid columns (-inf if none);
+// then, given the global row maximum max [N], sums [2, N] = (sum_j exp(x_j - max), x[target] if
+// the target is in this shard else 0). Targets must be below `vocab`.
+void softmax_xent_row_max(Tensor& row_max, const Tensor& logits, int64_t valid_vocab);
+void softmax_xent_partial(Tensor& sums, const Tensor& logits, const Tensor& targets, const Tensor& max,
+                          int64_t valid_vocab, int64_t vocab_start, int64_t vocab);
 
 // ---- optimizer ---------------------------------------------------------------------------------------
 struct AdamWArgs {

@@ -35,6 +35,18 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, 
                        int64_t heads, int64_t head_dim);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+// Attention of a query block against a key/value block (attention_block.cpp), heads inside each
+// row: query row t of batch b at q + (b * tq + t) * q_stride, its head h at + h * head_dim; k, v
+// (and dk, dv) rows likewise with kv_stride; dq with q_stride; out, dout [B, Tq, H, D] dense;
+// lse [B, H, Tq]. Semantics (causal, merge, accumulation) as ops::attention_block_forward/backward.
+struct AttentionBlockShape {
+  int64_t batch, tq, tk, heads, head_dim, q_stride, kv_stride;
+  bool causal;
+};
+void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const AttentionBlockShape& shape, bool merge);
+void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const AttentionBlockShape& shape);
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                        int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
@@ -47,7 +59,12 @@ void softmax_xent_forward(float* losses, float* lse, const float* logits, const 
                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab);
 void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets,
                            const float* lse, int64_t rows, int64_t padded_vocab, int64_t valid_vocab,
-                           float scale);
+                           float scale, int64_t vocab_start);
+void softmax_xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t padded_vocab,
+                          int64_t valid_vocab);
+void softmax_xent_partial(float* sums, const float* logits, const int32_t* targets, const float* max,
+                          int64_t rows, int64_t padded_vocab, int64_t valid_vocab, int64_t vocab_start,
+                          int64_t vocab);
 
 void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
            const ops::AdamWArgs& args);

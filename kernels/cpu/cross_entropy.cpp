@@ -41,26 +41,56 @@ void softmax_xent_forward(float* losses, float* lse, const float* logits, const 
   }
 }
 
-// dlogits[j] = (exp(x_j - lse) - [j == target]) * scale for j < valid_vocab; padding columns and
-// ignored rows get 0. Each element is read before it is written, so dlogits may alias logits.
+// dlogits[j] = (exp(x_j - lse) - [j == target - vocab_start]) * scale for j < valid_vocab; padding
+// columns and ignored rows get 0. Each element is read before it is written, so dlogits may alias
+// logits.
 void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse,
-                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab, float scale) {
-  check_targets(targets, rows, valid_vocab, "softmax_xent_backward");
+                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab, float scale,
+                           int64_t vocab_start) {
 #pragma omp parallel for schedule(static) if (rows * valid_vocab > kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * padded_vocab;
     float* dx = dlogits + r * padded_vocab;
-    const int32_t target = targets[r];
-    if (target < 0) {
+    if (targets[r] < 0) {
       std::fill(dx, dx + padded_vocab, 0.0f);
       continue;
     }
+    const int64_t target = targets[r] - vocab_start;  // a column of this shard, or outside it
+    const bool here = target >= 0 && target < valid_vocab;
     const float row_lse = lse[r];
-    const float p_target = simd_exp(x[target] - row_lse);
+    const float p_target = here ? simd_exp(x[target] - row_lse) : 0.0f;
 #pragma omp simd
     for (int64_t j = 0; j < valid_vocab; ++j) dx[j] = simd_exp(x[j] - row_lse) * scale;
-    dx[target] = (p_target - 1.0f) * scale;
+    if (here) dx[target] = (p_target - 1.0f) * scale;
     std::fill(dx + valid_vocab, dx + padded_vocab, 0.0f);
+  }
+}
+
+void softmax_xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t padded_vocab,
+                          int64_t valid_vocab) {
+#pragma omp parallel for schedule(static) if (rows * valid_vocab > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * padded_vocab;
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < valid_vocab; ++j) mx = x[j] > mx ? x[j] : mx;
+    row_max[r] = mx;
+  }
+}
+
+void softmax_xent_partial(float* sums, const float* logits, const int32_t* targets, const float* max, int64_t rows,
+                          int64_t padded_vocab, int64_t valid_vocab, int64_t vocab_start, int64_t vocab) {
+  check_targets(targets, rows, vocab, "softmax_xent_partial");
+#pragma omp parallel for schedule(static) if (rows * valid_vocab > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * padded_vocab;
+    const float mx = max[r];
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < valid_vocab; ++j) sum += simd_exp(x[j] - mx);
+    const int64_t target = targets[r] - vocab_start;
+    sums[r] = sum;
+    sums[rows + r] = targets[r] >= 0 && target >= 0 && target < valid_vocab ? x[target] : 0.0f;
   }
 }
 

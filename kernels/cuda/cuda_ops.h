@@ -47,7 +47,12 @@ void softmax_xent_forward(float* losses, float* lse, const float* logits, const 
                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab);
 void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets,
                            const float* lse, int64_t rows, int64_t padded_vocab, int64_t valid_vocab,
-                           float scale);
+                           float scale, int64_t vocab_start);
+void softmax_xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t padded_vocab,
+                          int64_t valid_vocab);
+void softmax_xent_partial(float* sums, const float* logits, const int32_t* targets, const float* max,
+                          int64_t rows, int64_t padded_vocab, int64_t valid_vocab, int64_t vocab_start,
+                          int64_t vocab);
 
 void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
            const ops::AdamWArgs& args);

@@ -54,16 +54,47 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* lse, const flo
 // dlogits[c] = (exp(logit[c] - lse) - [c == target]) * scale over the valid columns, 0 elsewhere.
 __global__ void softmax_xent_backward_kernel(float* dlogits, const float* logits, const int32_t* targets,
                                              const float* lse, int64_t rows, int64_t padded_vocab,
-                                             int64_t valid_vocab, float scale) {
+                                             int64_t valid_vocab, float scale, int64_t vocab_start) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const float* x = logits + row * padded_vocab;
     float* dx = dlogits + row * padded_vocab;
-    const int32_t t = targets[row];
+    const int64_t t = targets[row] < 0 ? -1 : targets[row] - vocab_start;  // -1: ignored row
+    const bool ignored = targets[row] < 0;
     const float row_lse = lse[row];
     for (int64_t c = threadIdx.x; c < padded_vocab; c += blockDim.x) {
       float g = 0.0f;
-      if (t >= 0 && c < valid_vocab) g = (expf(x[c] - row_lse) - (c == t ? 1.0f : 0.0f)) * scale;
+      if (!ignored && c < valid_vocab) g = (expf(x[c] - row_lse) - (c == t ? 1.0f : 0.0f)) * scale;
       dx[c] = g;
+    }
+  }
+}
+
+// row_max[row] = max of the valid columns (-inf when there are none).
+__global__ void softmax_xent_row_max_kernel(float* row_max, const float* logits, int64_t rows, int64_t padded_vocab,
+                                            int64_t valid_vocab) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* x = logits + row * padded_vocab;
+    MaxSum acc{-INFINITY, 0.0f};
+    for (int64_t c = threadIdx.x; c < valid_vocab; c += blockDim.x) acc = max_sum_add(acc, x[c]);
+    acc = block_max_sum(acc);
+    if (threadIdx.x == 0) row_max[row] = acc.max;
+  }
+}
+
+// sums[row] = sum_c exp(x_c - max[row]); sums[rows + row] = x[target - vocab_start] if in this shard.
+__global__ void softmax_xent_partial_kernel(float* sums, const float* logits, const int32_t* targets,
+                                            const float* max, int64_t rows, int64_t padded_vocab,
+                                            int64_t valid_vocab, int64_t vocab_start) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float* x = logits + row * padded_vocab;
+    const float mx = max[row];
+    MaxSum acc{mx, 0.0f};
+    for (int64_t c = threadIdx.x; c < valid_vocab; c += blockDim.x) acc.sum += expf(x[c] - mx);
+    acc = block_max_sum(acc);
+    if (threadIdx.x == 0) {
+      const int64_t t = targets[row] - vocab_start;
+      sums[row] = acc.sum;
+      sums[rows + row] = targets[row] >= 0 && t >= 0 && t < valid_vocab ? x[t] : 0.0f;
     }
   }
 }
@@ -82,12 +113,29 @@ void softmax_xent_forward(float* losses, float* lse, const float* logits, const 
 }
 
 void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse,
-                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab, float scale) {
+                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab, float scale,
+                           int64_t vocab_start) {
   if (rows <= 0 || padded_vocab <= 0) return;
-  check_targets(targets, rows, valid_vocab, "softmax_xent_backward");
   launch("softmax_xent_backward", softmax_xent_backward_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, dlogits,
-         logits, targets, lse, rows, padded_vocab, valid_vocab, scale);
+         logits, targets, lse, rows, padded_vocab, valid_vocab, scale, vocab_start);
   finish("softmax_xent_backward");
+}
+
+void softmax_xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t padded_vocab,
+                          int64_t valid_vocab) {
+  if (rows <= 0) return;
+  launch("softmax_xent_row_max", softmax_xent_row_max_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, row_max,
+         logits, rows, padded_vocab, valid_vocab);
+  finish("softmax_xent_row_max");
+}
+
+void softmax_xent_partial(float* sums, const float* logits, const int32_t* targets, const float* max, int64_t rows,
+                          int64_t padded_vocab, int64_t valid_vocab, int64_t vocab_start, int64_t vocab) {
+  if (rows <= 0) return;
+  check_targets(targets, rows, vocab, "softmax_xent_partial");
+  launch("softmax_xent_partial", softmax_xent_partial_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, sums, logits,
+         targets, max, rows, padded_vocab, valid_vocab, vocab_start);
+  finish("softmax_xent_partial");
 }
 
 }  // namespace tessera::kernels::cuda

@@ -69,14 +69,37 @@ ProcessMesh::ProcessMesh(const MeshShape& shape, MPI_Comm world) {
     MPI_Comm_split(world, rank_of(shape_, key), coords_[a], &comms_[a]);
     groups_[a] = std::make_unique<Communicator>(comms_[a], axis_name(static_cast<Axis>(a)));
   }
+  // dp x sp: the ranks that differ only in their dp and sp coordinates, ordered dp-major.
+  std::array<int, kAxes> key = coords_;
+  key[static_cast<int>(Axis::dp)] = key[static_cast<int>(Axis::sp)] = 0;
+  const int order = coord(Axis::dp) * shape_.sp + coord(Axis::sp);
+  MPI_Comm_split(world, rank_of(shape_, key), order, &data_comm_);
+  data_ = std::make_unique<Communicator>(data_comm_, shape_.sp > 1 ? "dp*sp" : "dp");
+}
+
+std::vector<Communicator*> ProcessMesh::all_groups() {
+  std::vector<Communicator*> all;
+  for (auto& g : groups_) all.push_back(g.get());
+  all.push_back(data_.get());
+  all.push_back(world_.get());
+  return all;
+}
+
+std::vector<const Communicator*> ProcessMesh::all_groups() const {
+  std::vector<const Communicator*> all;
+  for (auto& g : groups_) all.push_back(g.get());
+  all.push_back(data_.get());
+  all.push_back(world_.get());
+  return all;
 }
 
 ProcessMesh::~ProcessMesh() {
-  for (MPI_Comm& c : comms_) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized && c != MPI_COMM_NULL) MPI_Comm_free(&c);
-  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm& c : comms_)
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  if (data_comm_ != MPI_COMM_NULL) MPI_Comm_free(&data_comm_);
 }
 
 }  // namespace tessera::comm

@@ -5,6 +5,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -36,7 +37,16 @@ class ProcessMesh {
   int world_size() const { return world_size_; }
   int coord(Axis a) const { return coords_[static_cast<int>(a)]; }
   Communicator& group(Axis a) { return *groups_[static_cast<int>(a)]; }
+  const Communicator& group(Axis a) const { return *groups_[static_cast<int>(a)]; }
   Communicator& world() { return *world_; }
+  const Communicator& world() const { return *world_; }
+  // dp x sp: the ranks holding the same parameters (same tp, pp and ep coordinates) that see
+  // different tokens: replicated parameters' gradients are reduced, and ZeRO shards, over it.
+  Communicator& data_group() { return *data_; }
+  const Communicator& data_group() const { return *data_; }
+  // Every communicator of the mesh: the axis groups, the data group and the world.
+  std::vector<Communicator*> all_groups();
+  std::vector<const Communicator*> all_groups() const;
 
   // The world rank at the given coordinates (pure arithmetic, no communication).
   static int rank_of(const MeshShape& shape, const std::array<int, kAxes>& coords);
@@ -49,6 +59,8 @@ class ProcessMesh {
   std::array<MPI_Comm, kAxes> comms_{};
   std::array<std::unique_ptr<Communicator>, kAxes> groups_;
   std::unique_ptr<Communicator> world_;
+  MPI_Comm data_comm_ = MPI_COMM_NULL;
+  std::unique_ptr<Communicator> data_;
 };
 
 }  // namespace tessera::comm

@@ -110,6 +110,23 @@ struct Block {
   std::vector<hsize_t> start, count;
 };
 
+int64_t elements(const std::vector<FlatRange>& runs) {
+  int64_t n = 0;
+  for (const FlatRange& r : runs) n += std::max<int64_t>(0, r.end - r.begin);
+  return n;
+}
+
+// Throws "<where>: range [b, e) is outside its N elements" (or out of order) for a bad run.
+void check_runs(const std::vector<FlatRange>& runs, int64_t numel, const std::string& where) {
+  int64_t last = 0;
+  for (const FlatRange& r : runs) {
+    if (!(0 <= r.begin && r.begin <= r.end && r.end <= numel))
+      fail(where, ": range [", r.begin, ", ", r.end, ") is outside its ", numel, " elements");
+    if (r.begin < last) fail(where, ": ranges overlap or are out of order at [", r.begin, ", ", r.end, ")");
+    if (r.end > r.begin) last = r.end;
+  }
+}
+
 // Elements [b, e) of the row-major flattening of dims[d..] (indices relative to that sub-array),
 // whose leading indices are fixed to `prefix`, as hyperslab blocks: a partial first slab, whole
 // slabs, a partial last slab, recursively. At most 3 blocks for 1-D and 2-D, 2 rank - 1 in general.
@@ -154,14 +171,14 @@ void decompose(const std::vector<int64_t>& dims, size_t d, int64_t b, int64_t e,
   if (r1 != 0) sub(i1, 0, r1);
 }
 
-// Selects [begin, end) of the flattening in `space` (the dataset's space, extent `dims`); an empty
-// range selects nothing. Returns false if HDF5 refused.
-bool select_range(hid_t space, const std::vector<int64_t>& dims, int64_t begin, int64_t end) {
-  if (begin >= end) return H5Sselect_none(space) >= 0;
+// Selects the union of the runs (ranges of the flattening) in `space` (the dataset's space, extent
+// `dims`); no elements selects nothing. Returns false if HDF5 refused.
+bool select_runs(hid_t space, const std::vector<int64_t>& dims, const std::vector<FlatRange>& runs) {
+  if (elements(runs) == 0) return H5Sselect_none(space) >= 0;
   if (dims.empty()) return H5Sselect_all(space) >= 0;  // a scalar: [0, 1)
   std::vector<Block> blocks;
   std::vector<hsize_t> prefix;
-  decompose(dims, 0, begin, end, prefix, blocks);
+  for (const FlatRange& r : runs) decompose(dims, 0, r.begin, r.end, prefix, blocks);
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (H5Sselect_hyperslab(space, i == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, blocks[i].start.data(),
                             nullptr, blocks[i].count.data(), nullptr) < 0)
@@ -417,17 +434,19 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
 }
 
 void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64_t end, const float* data) {
+  write_runs(name, {{begin, end}}, data);
+}
+
+void CheckpointWriter::write_runs(const std::string& name, const std::vector<FlatRange>& runs, const float* data) {
   const std::string n = normalize(name);
   Entry* t = nullptr;
+  const int64_t count = elements(runs);
   const std::string bad = attempt([&] {
     check_usable("write_range");
     t = &entry(n);
-    const int64_t numel = t->shape.numel();
-    if (!(0 <= begin && begin <= end && end <= numel))
-      fail("writing checkpoint ", final_path_, ": tensor ", n, " ", t->shape.str(), ": range [", begin, ", ", end,
-           ") is outside its ", numel, " elements");
-    TESSERA_CHECK(begin == end || data != nullptr, "writing checkpoint ", final_path_, ": tensor ", n,
-                  ": no data for range [", begin, ", ", end, ")");
+    check_runs(runs, t->shape.numel(), "writing checkpoint " + final_path_ + ": tensor " + n + " " + t->shape.str());
+    TESSERA_CHECK(count == 0 || data != nullptr, "writing checkpoint ", final_path_, ": tensor ", n,
+                  ": no data for ", count, " elements");
   });
   agree(bad.empty(), bad, ArgHash().add("write_range").add(n).h, Failure::args);
 
@@ -437,19 +456,22 @@ void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64
     Hid d(H5Dopen2(file_, n.c_str(), H5P_DEFAULT), H5Dclose);
     if (!d.valid()) fail(with_detail(where + ": cannot open"));
     Hid fspace(H5Dget_space(d.get()), H5Sclose);
-    Hid mspace = memory_space(end - begin);
-    if (!fspace.valid() || !mspace.valid() || !select_range(fspace.get(), t->shape.dims(), begin, end))
-      fail(with_detail(where + ": cannot select [" + std::to_string(begin) + ", " + std::to_string(end) + ")"));
+    Hid mspace = memory_space(count);
+    if (!fspace.valid() || !mspace.valid() || !select_runs(fspace.get(), t->shape.dims(), runs))
+      fail(with_detail(where + ": cannot select its " + std::to_string(runs.size()) + " range(s)"));
     Hid dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     if (comm_ != MPI_COMM_NULL) H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
     const float dummy = 0;
     errno = 0;
-    if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl.get(), begin < end ? data : &dummy) < 0)
+    if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl.get(), count > 0 ? data : &dummy) < 0)
       fail(with_detail(where + ": write failed", true));
   });
   agree(err.empty(), err, 0, Failure::hdf5);
-  t->checksum += checkpoint_checksum(data, begin, end);
-  t->written += static_cast<uint64_t>(end - begin);
+  for (const FlatRange& r : runs) {
+    t->checksum += checkpoint_checksum(data, r.begin, r.end);
+    data += r.end - r.begin;
+  }
+  t->written += static_cast<uint64_t>(count);
 }
 
 void CheckpointWriter::set_attr(const std::string& key, int64_t v) {
@@ -740,21 +762,24 @@ std::vector<std::string> CheckpointReader::tensors() const {
 }
 
 void CheckpointReader::read_range(const std::string& name, int64_t begin, int64_t end, float* out) const {
+  read_runs(name, {{begin, end}}, out);
+}
+
+void CheckpointReader::read_runs(const std::string& name, const std::vector<FlatRange>& runs, float* out) const {
   const std::string n = normalize(name);
   const OpenTensor t = open_tensor(file_, path_, n, has(n));
-  if (!(0 <= begin && begin <= end && end <= t.numel))
-    fail(path_, ": tensor ", n, " ", Shape(t.dims).str(), ": range [", begin, ", ", end, ") is outside its ",
-         t.numel, " elements");
-  if (begin == end) return;
+  check_runs(runs, t.numel, path_ + ": tensor " + n + " " + Shape(t.dims).str());
+  const int64_t count = elements(runs);
+  if (count == 0) return;
   TESSERA_CHECK(out != nullptr, path_, ": tensor ", n, ": read_range into a null buffer");
-  Hid mspace = memory_space(end - begin);
-  if (!mspace.valid() || !select_range(t.space.get(), t.dims, begin, end))
+  Hid mspace = memory_space(count);
+  if (!mspace.valid() || !select_runs(t.space.get(), t.dims, runs))
     fail(with_detail(path_ + ": tensor " + n + ": cannot select its range"));
   Hid dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   if (parallel_) H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
   if (H5Dread(t.dataset.get(), H5T_NATIVE_FLOAT, mspace.get(), t.space.get(), dxpl.get(), out) < 0)
-    fail(with_detail(path_ + ": tensor " + n + ": cannot read [" + std::to_string(begin) + ", " +
-                     std::to_string(end) + ")"));
+    fail(with_detail(path_ + ": tensor " + n + ": cannot read [" + std::to_string(runs.front().begin) + ", " +
+                     std::to_string(runs.back().end) + ")"));
 }
 
 bool CheckpointReader::has_attr(const std::string& key) const {

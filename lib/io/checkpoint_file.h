@@ -31,6 +31,11 @@ inline constexpr int64_t kCheckpointVersion = 1;
 // sums of disjoint ranges add up (mod 2^64) to the whole tensor's; any single changed bit changes it.
 uint64_t checkpoint_checksum(const float* data, int64_t begin, int64_t end);
 
+// Elements [begin, end) of a tensor's row-major flattening.
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+};
+
 class CheckpointWriter {
  public:
   // Collective over comm. Creates <final_path>.tmp (truncating a stale one); nothing at final_path
@@ -64,6 +69,9 @@ class CheckpointWriter {
   // holding end - begin values. Ranges of different ranks must not overlap; a tensor may take
   // several rounds of write_range. By commit() the ranks must have covered every element once.
   void write_range(const std::string& name, int64_t begin, int64_t end, const float* data);
+  // Several ranges at once (ascending, not overlapping; `data` holds them one after the other):
+  // a tensor-parallel slice, one range per row of a column slice. One collective write.
+  void write_runs(const std::string& name, const std::vector<FlatRange>& runs, const float* data);
   // Root attributes; rank 0's value is the one written. "format" and "version" are reserved.
   void set_attr(const std::string& key, int64_t v);
   void set_attr(const std::string& key, double v);
@@ -130,6 +138,7 @@ class CheckpointReader {
   // Elements [begin, end) of the tensor's global flattening into out (end - begin values); an
   // independent read, any range on any rank.
   void read_range(const std::string& name, int64_t begin, int64_t end, float* out) const;
+  void read_runs(const std::string& name, const std::vector<FlatRange>& runs, float* out) const;  // as write_runs
 
   // Root attributes. attr_int wants an integer; attr_double takes any number.
   bool has_attr(const std::string& key) const;

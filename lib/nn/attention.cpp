@@ -5,31 +5,40 @@
 
 namespace tessera::nn {
 
-CausalSelfAttention::CausalSelfAttention(ParamStore& store, const std::string& name, int64_t channels,
-                                         int64_t heads, float init_std, float proj_init_std)
-    : qkv_(store, name + ".qkv", channels, 3 * channels, true, init_std),
-      proj_(store, name + ".proj", channels, channels, true, proj_init_std),
-      heads_(heads) {
+namespace {
+int64_t local_heads(int64_t channels, int64_t heads, const TensorLayout& layout) {
   TESSERA_CHECK(heads > 0 && channels % heads == 0, "hidden size ", channels, " is not divisible by ", heads,
                 " heads");
+  TESSERA_CHECK(heads % layout.size() == 0, "--heads ", heads, " is not divisible by --tp ", layout.size(),
+                " (tensor parallelism splits the attention heads)");
+  return heads / layout.size();
+}
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(ParamStore& store, const std::string& name, int64_t channels,
+                                         int64_t heads, float init_std, float proj_init_std,
+                                         const TensorLayout& layout, SequenceLayout& sequence)
+    : sequence_(&sequence), heads_(local_heads(channels, heads, layout)) {
+  qkv_ = Linear(store, name + ".qkv", channels, 3 * channels, {true, init_std, Split::columns, 3}, layout);
+  proj_ = Linear(store, name + ".proj", channels, channels, {true, proj_init_std, Split::rows}, layout);
 }
 
 CausalSelfAttention::Saved CausalSelfAttention::allocate(int64_t batch, int64_t seq, Device device) const {
-  const int64_t c = proj_.out_features();
+  const int64_t c = proj_.in_features();  // this rank's heads x head size
   return {Tensor::empty({batch, seq, 3 * c}, DType::f32, device), Tensor::empty({batch, seq, c}, DType::f32, device),
-          Tensor::empty({batch, heads_, seq}, DType::f32, device)};
+          sequence_->allocate(batch, seq, heads_, c / heads_, device)};
 }
 
 void CausalSelfAttention::forward(Tensor& y, const Tensor& x, Saved& s) const {
   qkv_.forward(s.qkv, x);
-  ops::attention_forward(s.att, s.lse, s.qkv, heads_);
+  sequence_->forward(s.att, s.qkv, heads_, s.core);
   proj_.forward(y, s.att);
 }
 
 void CausalSelfAttention::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s,
                                    Tensor& dqkv, Tensor& datt) const {
   proj_.backward(&datt, dy, s.att);
-  ops::attention_backward(dqkv, datt, s.qkv, s.att, s.lse, heads_);
+  sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, s.core);
   qkv_.backward(&dx, dqkv, x);
 }
 

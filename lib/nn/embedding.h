@@ -1,10 +1,13 @@
 // Token + learned position embedding: out[b, t] = tokens_table[token] + positions_table[t].
-// The token table is padded to a multiple of `pad_to` rows (a faster tied LM head); padding rows
-// stay zero. Local module.
+// The token table is padded to a multiple of `pad_to` x tp rows (a faster tied LM head); padding
+// rows stay zero. Under a tensor-parallel layout the token table is vocab-parallel: each rank
+// holds a contiguous slice of the rows, looks up the tokens inside it (zero for the others; rank 0
+// adds the positions) and the output is all-reduced(tp): batch x seq x hidden values.
 #pragma once
 #include <string>
 
 #include "nn/param_store.h"
+#include "nn/tensor_layout.h"
 
 namespace tessera::nn {
 
@@ -12,19 +15,27 @@ class Embedding {
  public:
   Embedding() = default;
   Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t max_seq, int64_t channels,
-            int64_t pad_to, float init_std);
+            int64_t pad_to, float init_std, const TensorLayout& layout = TensorLayout::single());
 
-  void forward(Tensor& out, const Tensor& tokens) const;       // tokens [B, T] i32 -> out [B, T, C]
-  void backward(const Tensor& dout, const Tensor& tokens) const;  // accumulates both tables' grads
+  // tokens [B, T] i32 at positions [first_position, first_position + T) -> out [B, T, C].
+  void forward(Tensor& out, const Tensor& tokens, int64_t first_position = 0) const;
+  void backward(const Tensor& dout, const Tensor& tokens, int64_t first_position = 0) const;  // accumulates
 
   int tokens_id() const { return tokens_; }
   int64_t vocab() const { return vocab_; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  // This rank's rows of the token table: ids [vocab_start(), vocab_start() + local_rows()), of
+  // which the first valid_rows() are real (the rest is padding).
+  int64_t vocab_start() const { return vocab_start_; }
+  int64_t local_rows() const { return padded_vocab_ / layout_->size(); }
+  int64_t valid_rows() const;
+  const TensorLayout& layout() const { return *layout_; }
 
  private:
   ParamStore* store_ = nullptr;
   int tokens_ = -1, positions_ = -1;
-  int64_t vocab_ = 0, padded_vocab_ = 0;
+  const TensorLayout* layout_ = nullptr;
+  int64_t vocab_ = 0, padded_vocab_ = 0, vocab_start_ = 0;
 };
 
 }  // namespace tessera::nn

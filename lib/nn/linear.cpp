@@ -1,29 +1,41 @@
-// Linear forward/backward as GEMMs (bias folded in with beta = 1).
+// Linear forward/backward as GEMMs (bias folded in with beta = 1), with the tensor-parallel
+// all-reduces of column- and row-split layers.
 #include "nn/linear.h"
 
 #include "kernels/ops.h"
 
 namespace tessera::nn {
 
-Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias, float init_std)
-    : store_(&store), in_(in), out_(out) {
-  weight_ = store.add(name + ".weight", {out, in}, Init::Normal(init_std), true);
-  if (bias) bias_ = store.add(name + ".bias", {out}, Init::Zeros(), false);
+Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, const LinearOptions& o,
+               const TensorLayout& layout)
+    : store_(&store), layout_(&layout), split_(layout.size() > 1 ? o.split : Split::none), in_(in), out_(out) {
+  Shard weight_shard, bias_shard;
+  if (split_ == Split::columns) {
+    weight_shard = bias_shard = layout.split(0, out, o.groups, (name + " output features").c_str());
+    out_ = out / layout.size();
+  } else if (split_ == Split::rows) {
+    weight_shard = layout.split(1, in, 1, (name + " input features").c_str());
+    in_ = in / layout.size();
+  }
+  weight_ = store.add(name + ".weight", {out, in}, Init::Normal(o.init_std), true, weight_shard);
+  if (o.bias) bias_ = store.add(name + ".bias", {out}, Init::Zeros(), false, bias_shard);
 }
 
 void Linear::forward(Tensor& y, const Tensor& x) const {
-  if (bias_ >= 0) {
-    ops::broadcast_rows(y, store_->value(bias_));
-    ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, 1.0f);
-  } else {
-    ops::matmul(x, false, store_->value(weight_), true, y);
-  }
+  // A row-split layer's bias is added by one rank only: the all-reduce sums the partial outputs.
+  const bool with_bias = bias_ >= 0 && (split_ != Split::rows || layout_->rank() == 0);
+  if (with_bias) ops::broadcast_rows(y, store_->value(bias_));
+  ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, with_bias ? 1.0f : 0.0f);
+  if (split_ == Split::rows) layout_->all_reduce(y);
 }
 
 void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx) const {
   ops::matmul(dy, true, x, false, store_->grad(weight_), 1.0f, 1.0f);
   if (bias_ >= 0) ops::bias_backward(store_->grad(bias_), dy);
-  if (dx) ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+  if (!dx) return;
+  TESSERA_CHECK(!(accumulate_dx && split_ == Split::columns), "a column-split linear cannot accumulate into dx");
+  ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+  if (split_ == Split::columns) layout_->all_reduce(*dx);
 }
 
 }  // namespace tessera::nn

@@ -1,28 +1,46 @@
-// Linear: y = x W^T + b, W [out, in] (PyTorch layout). Local module: no communication.
+// Linear: y = x W^T + b, W [out, in] (PyTorch layout). Under a tensor-parallel layout a linear is
+//   column-split: this rank holds a slice of the output features (W rows, b), computes its slice
+//     of y from the whole x with no communication; backward all-reduces(tp) the partial dx.
+//   row-split: this rank holds a slice of the input features (W columns; b whole), takes its slice
+//     of x, and all-reduces(tp) the partial y (b added once, by tp rank 0); backward is local.
 #pragma once
 #include <string>
 
 #include "nn/param_store.h"
+#include "nn/tensor_layout.h"
 
 namespace tessera::nn {
+
+enum class Split { none, columns, rows };
+
+struct LinearOptions {
+  bool bias = true;
+  float init_std = 0.02f;
+  Split split = Split::none;
+  int64_t groups = 1;  // columns split inside each of `groups` blocks of the outputs (fused QKV: 3)
+};
 
 class Linear {
  public:
   Linear() = default;
-  Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias, float init_std);
+  Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, const LinearOptions& options,
+         const TensorLayout& layout = TensorLayout::single());
 
-  // x [N, in] -> y [N, out] (overwritten).
+  // x [N, in_local] -> y [N, out_local] (overwritten).
   void forward(Tensor& y, const Tensor& x) const;
   // dW += dy^T x, db += sum_n dy; dx = dy W (overwritten, or added when accumulate_dx). dx may be
   // left undefined when the input needs no gradient.
   void backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx = false) const;
 
+  // This rank's feature counts (the whole layer's on one rank).
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   int weight_id() const { return weight_; }
 
  private:
   ParamStore* store_ = nullptr;
+  const TensorLayout* layout_ = nullptr;
+  Split split_ = Split::none;
   int weight_ = -1, bias_ = -1;
   int64_t in_ = 0, out_ = 0;
 };

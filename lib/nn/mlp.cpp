@@ -6,9 +6,9 @@
 namespace tessera::nn {
 
 Mlp::Mlp(ParamStore& store, const std::string& name, int64_t channels, int64_t hidden, float init_std,
-         float proj_init_std)
-    : fc_(store, name + ".fc", channels, hidden, true, init_std),
-      proj_(store, name + ".proj", hidden, channels, true, proj_init_std) {}
+         float proj_init_std, const TensorLayout& layout)
+    : fc_(store, name + ".fc", channels, hidden, {true, init_std, Split::columns}, layout),
+      proj_(store, name + ".proj", hidden, channels, {true, proj_init_std, Split::rows}, layout) {}
 
 Mlp::Saved Mlp::allocate(int64_t rows, Device device) const {
   const int64_t h = fc_.out_features();

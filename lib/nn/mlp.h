@@ -1,4 +1,5 @@
-// Mlp: fc (C -> 4C), GELU (tanh), proj (4C -> C). Local module.
+// Mlp: fc (C -> 4C), GELU (tanh), proj (4C -> C). Under a tensor-parallel layout fc is
+// column-split and proj row-split: one all-reduce(tp) of y in forward, one of dx in backward.
 #pragma once
 #include <string>
 
@@ -9,17 +10,17 @@ namespace tessera::nn {
 class Mlp {
  public:
   struct Saved {
-    Tensor fc;    // [N, 4C] pre-activation
-    Tensor gelu;  // [N, 4C]
+    Tensor fc;    // [N, 4C / tp] pre-activation
+    Tensor gelu;  // [N, 4C / tp]
   };
 
   Mlp() = default;
   Mlp(ParamStore& store, const std::string& name, int64_t channels, int64_t hidden, float init_std,
-      float proj_init_std);
+      float proj_init_std, const TensorLayout& layout = TensorLayout::single());
   Saved allocate(int64_t rows, Device device) const;
 
   void forward(Tensor& y, const Tensor& x, Saved& saved) const;
-  // dx = d/dx (overwritten); dhidden_scratch [N, 4C] is workspace.
+  // dx = d/dx (overwritten); dhidden_scratch [N, 4C / tp] is workspace.
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dhidden_scratch) const;
 
  private:

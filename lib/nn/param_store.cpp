@@ -6,30 +6,23 @@
 #include "core/philox.h"
 
 namespace tessera::nn {
-namespace {
-
-// Calls fn(local_index, global_index) for every element of a shard that is not padding.
-template <typename Fn>
-void for_each_logical(const ParamSpec& s, Fn fn) {
+std::vector<Run> logical_runs(const ParamSpec& s, int64_t begin, int64_t end) {
+  std::vector<Run> runs;
+  if (begin >= end) return runs;
+  if (s.shard.dim < 0) return {{begin, begin, end - begin}};
   const Shape& g = s.global_shape;
-  const Shape& l = s.local_shape;
-  if (s.shard.dim < 0) {
-    for (int64_t i = 0; i < g.numel(); ++i) fn(i, i);
-    return;
-  }
-  // Split the index space into [outer, local_extent, inner] around the sharded dimension.
   const int d = s.shard.dim;
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < d; ++i) outer *= g[i];
+  const int64_t g_extent = g[d] / s.shard.groups;
+  const int64_t valid = std::max<int64_t>(0, std::min(s.shard.local_extent, g_extent - s.shard.start));
+  int64_t inner = 1;
   for (int i = d + 1; i < g.rank(); ++i) inner *= g[i];
-  const int64_t valid = std::max<int64_t>(0, std::min(l[d], g[d] - s.shard.start));
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < valid; ++j)
-      for (int64_t k = 0; k < inner; ++k)
-        fn((o * l[d] + j) * inner + k, (o * g[d] + s.shard.start + j) * inner + k);
+  const int64_t row = valid * inner;  // logical local elements per outer index
+  for (int64_t o = begin / row; o * row < end; ++o) {
+    const int64_t lo = std::max(begin, o * row), hi = std::min(end, (o + 1) * row);
+    runs.push_back({(o * g_extent + s.shard.start) * inner + (lo - o * row), lo, hi - lo});
+  }
+  return runs;
 }
-
-}  // namespace
 
 int ParamStore::add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard) {
   TESSERA_CHECK(!flat_values_.defined(), "parameter ", name, " added after the store was allocated");
@@ -39,8 +32,14 @@ int ParamStore::add(std::string name, Shape global_shape, Init init, bool weight
   s.local_shape = global_shape;
   if (shard.dim >= 0) {
     TESSERA_CHECK(shard.dim < global_shape.rank(), "shard dim of ", s.name, " out of range");
+    TESSERA_CHECK(shard.groups >= 1 && global_shape[shard.dim] % shard.groups == 0, "parameter ", s.name,
+                  ": dimension ", shard.dim, " of ", global_shape.str(), " does not split into ", shard.groups,
+                  " blocks");
+    const int64_t block = global_shape[shard.dim] / shard.groups;
+    TESSERA_CHECK(shard.start + shard.local_extent <= block || (shard.dim == 0 && shard.groups == 1), "parameter ",
+                  s.name, ": only a first-dimension shard may be padded");
     std::vector<int64_t> dims = global_shape.dims();
-    dims[shard.dim] = shard.local_extent;
+    dims[shard.dim] = shard.local_extent * shard.groups;
     s.local_shape = Shape(dims);
   }
   s.global_shape = std::move(global_shape);
@@ -65,11 +64,18 @@ int64_t ParamStore::logical_numel() const {
   return n;
 }
 
+int64_t ParamStore::global_numel() const {
+  int64_t n = 0;
+  for (const ParamSpec& s : specs_) n += s.global_shape.numel();
+  return n;
+}
+
 Shape ParamStore::logical_local_shape(int id) const {
   const ParamSpec& s = specs_[id];
   if (s.shard.dim < 0) return s.global_shape;
   std::vector<int64_t> dims = s.local_shape.dims();
-  dims[s.shard.dim] = std::max<int64_t>(0, std::min(dims[s.shard.dim], s.global_shape[s.shard.dim] - s.shard.start));
+  const int64_t block = s.global_shape[s.shard.dim] / s.shard.groups;
+  dims[s.shard.dim] = s.shard.groups * std::max<int64_t>(0, std::min(s.shard.local_extent, block - s.shard.start));
   return Shape(dims);
 }
 

@@ -2,6 +2,7 @@
 // buffer and one flat gradient buffer, with its logical name, global shape and shard. Zeroing the
 // gradients is one memset; optimizers, gradient sync and checkpoints work on ranges of the buffers.
 #pragma once
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,25 @@ struct Init {
 // Which slice of the global tensor this rank holds: along `dim`, global indices
 // [start, start + local_extent). Elements at or past the global extent are padding: zero, and
 // excluded from checkpoints and norms. dim = -1: the whole tensor.
+// groups > 1: `dim` is `groups` equal blocks (the q, k and v rows of a fused QKV weight) and the
+// slice is taken inside each block: this rank holds [g * extent / groups + start, + local_extent)
+// for every block g, stored block after block.
+// parts: how many ranks of the tensor-parallel group hold distinct slices (1: every rank holds the
+// same tensor, or padding is the only difference).
 struct Shard {
   int dim = -1;
   int64_t start = 0;
   int64_t local_extent = 0;
+  int64_t groups = 1;
+  int parts = 1;
+  bool split() const { return parts > 1; }
 };
+
+// Calls fn(local_index, global_index) for every element of a parameter's local tensor that is not
+// padding, in local (row-major) order.
+struct ParamSpec;
+template <typename Fn>
+void for_each_logical(const ParamSpec& s, Fn fn);
 
 struct ParamSpec {
   std::string name;        // logical name, e.g. "blocks.3.attn.qkv.weight"
@@ -36,6 +51,37 @@ struct ParamSpec {
   bool weight_decay = true;
   int64_t offset = 0;      // first element in the flat buffers
 };
+
+// Elements [begin, end) of a parameter's logical local tensor (this rank's slice, padding
+// excluded, row-major) as contiguous runs of the global tensor's row-major flattening, in order:
+// one run when the tensor is whole or sharded along its first dimension, one per outer index
+// otherwise. What checkpoints read and write.
+struct Run {
+  int64_t global_begin, local_begin, length;
+};
+std::vector<Run> logical_runs(const ParamSpec& s, int64_t begin, int64_t end);
+
+template <typename Fn>
+void for_each_logical(const ParamSpec& s, Fn fn) {
+  const Shape& g = s.global_shape;
+  const Shape& l = s.local_shape;
+  if (s.shard.dim < 0) {
+    for (int64_t i = 0; i < g.numel(); ++i) fn(i, i);
+    return;
+  }
+  // The index space as [outer, extent, inner] around the sharded dimension (its blocks folded
+  // into outer).
+  const int d = s.shard.dim;
+  const int64_t groups = s.shard.groups, g_extent = g[d] / groups, l_extent = l[d] / groups;
+  int64_t outer = groups, inner = 1;
+  for (int i = 0; i < d; ++i) outer *= g[i];
+  for (int i = d + 1; i < g.rank(); ++i) inner *= g[i];
+  const int64_t valid = std::max<int64_t>(0, std::min(l_extent, g_extent - s.shard.start));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < valid; ++j)
+      for (int64_t k = 0; k < inner; ++k)
+        fn((o * l_extent + j) * inner + k, (o * g_extent + s.shard.start + j) * inner + k);
+}
 
 class ParamStore {
  public:
@@ -68,7 +114,8 @@ class ParamStore {
   Tensor& flat_values() { return flat_values_; }
   Tensor& flat_grads() { return flat_grads_; }
   int64_t numel() const { return total_; }
-  int64_t logical_numel() const;  // parameters of the model, padding excluded
+  int64_t logical_numel() const;  // parameters this rank holds, padding excluded
+  int64_t global_numel() const;   // parameters of the whole model (every tensor-parallel slice)
   void zero_grads() { (sharded_ ? shard_grads_ : flat_grads_).zero(); }
 
   // The logical (unpadded, this shard's) part of a parameter's local tensor, as a CPU copy, and

@@ -5,12 +5,14 @@
 
 namespace tessera::nn {
 
-TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, const BlockConfig& c)
+TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, const BlockConfig& c,
+                                   const TensorLayout& layout, SequenceLayout& sequence)
     : config_(c),
+      tp_(layout.size()),
       ln1_(store, name + ".ln1", c.channels),
       ln2_(store, name + ".ln2", c.channels),
-      attn_(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std),
-      mlp_(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std) {}
+      attn_(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, layout, sequence),
+      mlp_(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout) {}
 
 TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, Device device) const {
   const int64_t n = batch * seq, c = config_.channels;
@@ -31,8 +33,8 @@ TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, D
 TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int64_t seq, Device device) const {
   const int64_t c = config_.channels;
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
-  return {act({batch, seq, c}), act({batch, seq, c}), act({batch, seq, 3 * c}),
-          act({batch * seq, config_.mlp_hidden})};
+  return {act({batch, seq, c}), act({batch, seq, c / tp_}), act({batch, seq, 3 * c / tp_}),
+          act({batch * seq, config_.mlp_hidden / tp_})};
 }
 
 void TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s) const {
@@ -49,7 +51,7 @@ void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, S
   mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden);
   ln2_.backward(dres, w.d_c, s.mid, s.ln2_mean, s.ln2_rstd);
   // Attention branch: dres now dL/dmid.
-  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_c2);
+  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att);
   ln1_.backward(dres, w.d_c, x, s.ln1_mean, s.ln1_rstd);
 }
 

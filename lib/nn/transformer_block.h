@@ -1,5 +1,6 @@
 // TransformerBlock (pre-LN): x + attn(ln1(x)), then + mlp(ln2(.)). Written once; GPT, ViT and MoE
-// models share it. Local module.
+// models share it. Under a tensor-parallel layout the attention and the MLP split (each with one
+// all-reduce(tp) forward and one backward); layer norms and the residual stream are replicated.
 #pragma once
 #include <string>
 
@@ -26,21 +27,24 @@ class TransformerBlock {
   };
   // Workspace shared by all blocks' backward passes.
   struct Scratch {
-    Tensor d_c, d_c2, d_qkv, d_hidden;
+    Tensor d_c, d_att, d_qkv, d_hidden;
   };
 
   TransformerBlock() = default;
-  TransformerBlock(ParamStore& store, const std::string& name, const BlockConfig& config);
+  TransformerBlock(ParamStore& store, const std::string& name, const BlockConfig& config,
+                   const TensorLayout& layout = TensorLayout::single(),
+                   SequenceLayout& sequence = SequenceLayout::single());
   Saved allocate(int64_t batch, int64_t seq, Device device) const;
   Scratch allocate_scratch(int64_t batch, int64_t seq, Device device) const;
 
-  // x, y [B, T, C]; y may not alias x.
+  // x, y [B, T, C] (T: this rank's positions under sequence parallelism); y may not alias x.
   void forward(Tensor& y, const Tensor& x, Saved& saved) const;
   // dres holds dL/dy on entry and dL/dx on exit (the residual stream's gradient, updated in place).
   void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch) const;
 
  private:
   BlockConfig config_;
+  int64_t tp_ = 1;
   LayerNorm ln1_, ln2_;
   CausalSelfAttention attn_;
   Mlp mlp_;

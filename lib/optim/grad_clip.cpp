@@ -1,6 +1,7 @@
 // Global gradient norm and the clipping factor applied inside the optimizer step.
 #include "optim/grad_clip.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -8,6 +9,18 @@
 namespace tessera::optim {
 
 double grad_norm(nn::ParamStore& store) { return std::sqrt(ops::sum_squares(store.flat_grads())); }
+
+double squared_norm_share(const nn::ParamStore& store, const Tensor& grads, int64_t begin, int tp) {
+  if (tp == 1) return ops::sum_squares(grads);
+  const int64_t end = begin + grads.numel();
+  double split = 0.0, replicated = 0.0;
+  for (const nn::ParamSpec& s : store.specs()) {
+    const int64_t b = std::max(s.offset, begin), e = std::min(s.offset + s.local_shape.numel(), end);
+    if (b >= e) continue;
+    (s.shard.split() ? split : replicated) += ops::sum_squares(grads.slice(b - begin, {e - b}));
+  }
+  return split + replicated / tp;
+}
 
 float clip_factor(double norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0f;

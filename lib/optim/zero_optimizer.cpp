@@ -13,8 +13,8 @@ parallel::Range optimizer_range(nn::ParamStore& store, int zero, comm::Communica
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
-                             const AdamWConfig& config)
-    : store_(store), zero_(zero_stage), sync_(sync), dp_(dp), adamw_(store, config, optimizer_range(store, zero_stage, dp)) {
+                             const AdamWConfig& config, comm::Communicator* tp)
+    : store_(store), zero_(zero_stage), sync_(sync), dp_(dp), tp_(tp), adamw_(store, config, optimizer_range(store, zero_stage, dp)) {
   TESSERA_CHECK((zero_stage == 3) == store.sharded() && (zero_stage == 3 || sync),
                 "ZeroOptimizer: ZeRO stage ", zero_stage, " does not match how the parameters are held");
   if (zero_ == 1 || zero_ == 2) gather_input_ = Tensor::empty({adamw_.shard().size()}, DType::f32, store.device());
@@ -23,8 +23,16 @@ ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::Gr
 Tensor ZeroOptimizer::shard_grads() { return zero_ == 3 ? store_.shard_grads() : sync_->shard_grads(); }
 
 double ZeroOptimizer::grad_norm() {
-  if (zero_ < 2) return optim::grad_norm(store_);  // every rank holds the summed gradient
-  return std::sqrt(dp_.all_reduce_sum(ops::sum_squares(shard_grads())));
+  const int tp = tp_ ? tp_->size() : 1;
+  double sq = 0.0;
+  if (zero_ < 2) {  // every rank holds the summed gradient
+    sq = squared_norm_share(store_, store_.flat_grads(), 0, tp);
+  } else {
+    const int64_t begin = zero_ == 3 ? store_.shard_begin() : sync_->my_shard().begin;
+    sq = dp_.all_reduce_sum(squared_norm_share(store_, shard_grads(), begin, tp));
+  }
+  if (tp > 1) sq = tp_->all_reduce_sum(sq);
+  return std::sqrt(sq);
 }
 
 void ZeroOptimizer::step(float lr, float grad_scale) {

@@ -5,7 +5,8 @@
 //              all-gather(dp) reassembles the parameters on every rank.
 //   zero 3: each rank updates its shard, which is all it holds: no all-gather.
 // The gradient norm for clipping is over the whole model: local under zero 0/1 (every rank holds
-// the summed gradient), the sum of the shards' squares all-reduced(dp) under zero 2 and 3.
+// the summed gradient), the sum of the shards' squares all-reduced(dp) under zero 2 and 3; under
+// tensor parallelism each rank's share is then all-reduced(tp).
 #pragma once
 #include "optim/adamw.h"
 #include "parallel/grad_sync.h"
@@ -15,8 +16,9 @@ namespace tessera::optim {
 class ZeroOptimizer {
  public:
   // sync: the GradSync of zero 0-2 (nullptr under zero 3, where the store holds only the shard).
+  // tp: the tensor-parallel group the store's split parameters are split over (nullptr: none).
   ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
-                const AdamWConfig& config);
+                const AdamWConfig& config, comm::Communicator* tp = nullptr);
 
   double grad_norm();
   void step(float lr, float grad_scale);
@@ -33,6 +35,7 @@ class ZeroOptimizer {
   int zero_;
   parallel::GradSync* sync_;
   comm::Communicator& dp_;
+  comm::Communicator* tp_;
   AdamW adamw_;
   Tensor gather_input_;  // zero 1/2: this rank's updated shard, sent by the all-gather
 };

@@ -12,14 +12,20 @@ namespace tessera::train {
 namespace fs = std::filesystem;
 namespace {
 
-// The part of parameter `id` inside flat range r, as [begin, end) of both the parameter's local
-// flattening and its global one (equal: only a trailing row padding is cut, never a tp shard yet).
+// The part of a parameter inside flat range r, as [begin, end) of its logical local flattening
+// (a prefix of its local elements: padding only ever trails).
 parallel::Range piece(const nn::ParamSpec& s, int64_t logical, parallel::Range r) {
-  TESSERA_CHECK(s.shard.dim <= 0 && s.shard.start == 0, "checkpoint of ", s.name,
-                ": tensor-parallel shards are not supported by this checkpoint writer yet");
   const int64_t begin = std::clamp(r.begin - s.offset, int64_t{0}, logical);
   const int64_t end = std::clamp(r.end - s.offset, int64_t{0}, logical);
   return {begin, std::max(begin, end)};
+}
+
+// Where that piece lies in the global tensor's flattening.
+std::vector<io::FlatRange> global_runs(const nn::ParamSpec& s, parallel::Range piece) {
+  std::vector<io::FlatRange> runs;
+  for (const nn::Run& r : nn::logical_runs(s, piece.begin, piece.end))
+    runs.push_back({r.global_begin, r.global_begin + r.length});
+  return runs;
 }
 
 std::string step_name(int64_t step) { return "step_" + std::to_string(step) + ".h5"; }
@@ -66,10 +72,10 @@ std::string checkpoint_problem(const std::string& path, comm::Communicator& worl
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, CheckpointState& st) {
-  if (st.dp.rank() == 0) fs::create_directories(dir);
-  st.dp.barrier();
+  if (st.world.rank() == 0) fs::create_directories(dir);
+  st.world.barrier();
   const std::string path = (fs::path(dir) / step_name(info.step)).string();
-  io::CheckpointWriter w(path, st.dp.mpi_comm());
+  io::CheckpointWriter w(path, st.world.mpi_comm());
   w.set_attr("step", info.step);
   w.set_attr("consumed_samples", info.consumed_samples);
   w.set_attr("model", info.model);
@@ -90,23 +96,25 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   for (int i = 0; i < st.params.size(); ++i) {
     const nn::ParamSpec& s = st.params.spec(i);
     const Shape shape = st.params.logical_local_shape(i);
-    const parallel::Range p = piece(s, shape.numel(), mine);
+    const bool writes = s.shard.split() || st.writes_replicated;
+    const parallel::Range p = writes ? piece(s, shape.numel(), mine) : parallel::Range{0, 0};
+    const std::vector<io::FlatRange> runs = global_runs(s, p);
     const int64_t flat = s.offset + p.begin;  // where the piece starts in the flat order
     w.create("/params/" + s.name, s.global_shape);
-    w.write_range("/params/" + s.name, p.begin, p.end, values.data<float>() + (flat - values_begin));
+    w.write_runs("/params/" + s.name, runs, values.data<float>() + (flat - values_begin));
     w.create("/optim/" + s.name + "/exp_avg", s.global_shape);
-    w.write_range("/optim/" + s.name + "/exp_avg", p.begin, p.end, m.data<float>() + (flat - opt.begin));
+    w.write_runs("/optim/" + s.name + "/exp_avg", runs, m.data<float>() + (flat - opt.begin));
     w.create("/optim/" + s.name + "/exp_avg_sq", s.global_shape);
-    w.write_range("/optim/" + s.name + "/exp_avg_sq", p.begin, p.end, v.data<float>() + (flat - opt.begin));
+    w.write_runs("/optim/" + s.name + "/exp_avg_sq", runs, v.data<float>() + (flat - opt.begin));
   }
   w.commit();
   return path;
 }
 
 CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& expected, CheckpointState& st) {
-  const std::string problem = checkpoint_problem(path, st.dp);
+  const std::string problem = checkpoint_problem(path, st.world);
   TESSERA_CHECK(problem.empty(), "cannot resume: ", problem);
-  io::CheckpointReader r(path, st.dp.mpi_comm());
+  io::CheckpointReader r(path, st.world.mpi_comm());
   CheckpointInfo info;
   info.step = r.attr_int("step");
   info.consumed_samples = r.attr_int("consumed_samples");
@@ -142,11 +150,12 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
     const nn::ParamSpec& s = st.params.spec(i);
     const int64_t logical = st.params.logical_local_shape(i).numel();
     const parallel::Range h = piece(s, logical, held);
-    r.read_range("/params/" + s.name, h.begin, h.end, values.data<float>() + (s.offset + h.begin - held.begin));
+    r.read_runs("/params/" + s.name, global_runs(s, h), values.data<float>() + (s.offset + h.begin - held.begin));
     const parallel::Range p = piece(s, logical, opt);
+    const std::vector<io::FlatRange> runs = global_runs(s, p);
     const int64_t at = s.offset + p.begin - opt.begin;
-    r.read_range("/optim/" + s.name + "/exp_avg", p.begin, p.end, m.data<float>() + at);
-    r.read_range("/optim/" + s.name + "/exp_avg_sq", p.begin, p.end, v.data<float>() + at);
+    r.read_runs("/optim/" + s.name + "/exp_avg", runs, m.data<float>() + at);
+    r.read_runs("/optim/" + s.name + "/exp_avg_sq", runs, v.data<float>() + at);
   }
   (sharded ? st.params.shard_values() : st.params.flat_values()).copy_from(values);
   st.optimizer.exp_avg().copy_from(m);

@@ -1,7 +1,9 @@
 // Checkpoints of a training run (the schema of DESIGN.md): /params/<name>, /optim/<name>/exp_avg,
 // /optim/<name>/exp_avg_sq in their global logical shapes, plus the step, the model and the
-// layout as attributes. Each data-parallel rank writes its FlatShards piece of the flat order;
-// loading reads what the *current* layout needs, so any layout resumes any checkpoint of the model.
+// layout as attributes. Each data-parallel rank writes its FlatShards piece of its flat order;
+// under tensor parallelism each tp rank writes the pieces of its slices, mapped to their place in
+// the global tensors, and tp rank 0 the replicated parameters. Loading reads what the *current*
+// layout needs, so any layout resumes any checkpoint of the model.
 #pragma once
 #include <optional>
 #include <string>
@@ -23,11 +25,14 @@ struct CheckpointInfo {
 };
 
 // What a checkpoint covers on this rank: the parameters, the optimizer (its states cover
-// optimizer.shard() of the flat order) and the dp group whose FlatShards split the writing.
+// optimizer.shard() of the flat order), the dp group whose FlatShards split the writing, and every
+// rank of the job (the file is opened over it).
 struct CheckpointState {
   nn::ParamStore& params;
   optim::AdamW& optimizer;
   comm::Communicator& dp;
+  comm::Communicator& world;
+  bool writes_replicated = true;  // false on tp ranks other than 0: they skip replicated parameters
 };
 
 // Writes <dir>/step_<N>.h5 (through a .tmp and an atomic rename); returns its path.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <utility>
 
 #include "core/allocator.h"
 #include "core/log.h"
@@ -45,20 +46,25 @@ void TrainConfig::validate(int dp) const {
 }
 
 Trainer::Trainer(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
-                 const TrainConfig& config, comm::Communicator& dp)
+                 const TrainConfig& config, comm::ProcessMesh& mesh)
     : model_(model),
       config_(config),
-      dp_(dp),
+      mesh_(mesh),
+      world_(mesh.world()),
+      dp_(mesh.group(comm::Axis::dp)),
+      data_(mesh.data_group()),
+      sp_(mesh.group(comm::Axis::sp)),
+      tp_(mesh.group(comm::Axis::tp)),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
-                                             model.params(), dp, config.zero_stage,
+                                             model.params(), data_, config.zero_stage,
                                              static_cast<int64_t>(config.bucket_mb * (1 << 20)))
                                        : nullptr),
-      optimizer_(model.params(), config.zero_stage, grad_sync_.get(), dp, config.adamw),
+      optimizer_(model.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))),
       faults_(FaultHooks::from_environment()) {
-  config.validate(dp.size());
+  config.validate(dp_.size());
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch, config.seed);
 }
 
@@ -69,7 +75,7 @@ float Trainer::train_step(int64_t step) {
   const float grad_scale = 1.0f / static_cast<float>(n_micro * dp_.size());
   double loss = 0.0;
   for (int64_t m = 0; m < n_micro; ++m) {
-    dp_.set_context("step " + std::to_string(step) + ", micro-batch " + std::to_string(m + 1));
+    set_context("step " + std::to_string(step) + ", micro-batch " + std::to_string(m + 1));
     train_loader_.train_rows(step - 1, first_row + m * config_.micro_batch, config_.micro_batch, rows_.data());
     const bool last = m == n_micro - 1;  // earlier micro-batches accumulate locally
     parallel::GradSync* sync = last ? grad_sync_.get() : nullptr;
@@ -77,7 +83,12 @@ float Trainer::train_step(int64_t step) {
     loss += model_.forward_backward(rows_.data(), grad_scale, sync);
   }
   if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
-  return static_cast<float>(dp_.all_reduce_sum(loss) / static_cast<double>(n_micro * dp_.size()));
+  // Each rank's loss is its share of its micro-batches' mean (all of it without sp).
+  return static_cast<float>(data_.all_reduce_sum(loss) / static_cast<double>(n_micro * dp_.size()));
+}
+
+void Trainer::set_context(const std::string& context) {
+  for (comm::Communicator* g : mesh_.all_groups()) g->set_context(context);
 }
 
 float Trainer::evaluate() {
@@ -87,6 +98,7 @@ float Trainer::evaluate() {
     val_loader_->eval_rows(i, 0, config_.micro_batch, rows_.data());
     loss += model_.forward(rows_.data());
   }
+  if (sp_.size() > 1) loss = sp_.all_reduce_sum(loss);  // the shares of each sequence's positions
   return static_cast<float>(loss / static_cast<double>(batches));
 }
 
@@ -95,10 +107,10 @@ TrainResult Trainer::run() {
   const double peak_tflops = config_.peak_tflops > 0 ? config_.peak_tflops : kernels::peak_tflops(device);
   const double flops_per_token = model_.flops_per_token();
   const int64_t tokens_per_step = config_.global_batch * config_.seq_len;
-  const bool root = dp_.rank() == 0;
+  const bool root = world_.rank() == 0;
   MetricsWriter metrics(root ? config_.metrics_path : std::string());
   Progress progress(config_.steps, config_.log_every);
-  TESSERA_CHECK(config_.dump_path.empty() || (dp_.size() == 1 && config_.zero_stage < 3),
+  TESSERA_CHECK(config_.dump_path.empty() || (world_.size() == 1 && config_.zero_stage < 3),
                 "--dump runs on one rank without ZeRO-3");
   if (!config_.dump_path.empty()) dump_initial();
 
@@ -106,11 +118,10 @@ TrainResult Trainer::run() {
   check_checkpoint_dir();
   const int64_t first_step = resume() + 1;
   for (int64_t step = first_step; step <= config_.steps; ++step) {
-    if (step == faults_.kill_step && dp_.rank() == faults_.kill_rank) std::raise(SIGKILL);
-    if (step == faults_.signal_step && dp_.rank() == faults_.signal_rank) std::raise(SIGUSR1);
+    if (step == faults_.kill_step && world_.rank() == faults_.kill_rank) std::raise(SIGKILL);
+    if (step == faults_.signal_step && world_.rank() == faults_.signal_rank) std::raise(SIGUSR1);
     reset_peak_memory(device);
-    const int64_t comm_bytes_before = dp_.stats().total_bytes();
-    const double comm_ms_before = dp_.stats().total_ms();
+    const auto [comm_bytes_before, comm_ms_before] = comm_totals();
     Timer timer;
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) dump_first_step();
@@ -127,7 +138,7 @@ TrainResult Trainer::run() {
                                (param.empty() ? std::string() : "; first non-finite gradient: " + param);
       if (config_.on_nan == "stop") {
         std::optional<std::string> last;
-        if (!config_.checkpoint_dir.empty()) last = newest_checkpoint(config_.checkpoint_dir, dp_);
+        if (!config_.checkpoint_dir.empty()) last = newest_checkpoint(config_.checkpoint_dir, world_);
         fail(what, "; last good checkpoint: ", last ? *last : std::string("none"),
              " (lower --lr, raise --warmup, or --on-nan skip)");
       }
@@ -136,18 +147,19 @@ TrainResult Trainer::run() {
     } else {
       optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip));
     }
-    // Preemption: every rank learns whether any rank was signalled (all-reduce max over dp).
-    result.preempted = dp_.all_reduce_max(int64_t{preemption_requested()}) != 0;
+    // Preemption: every rank learns whether any rank was signalled (all-reduce max over the job).
+    result.preempted = world_.all_reduce_max(int64_t{preemption_requested()}) != 0;
     const double ms = timer.millis();
+    const auto [comm_bytes, comm_ms] = comm_totals();
 
     const double tokens_per_s = static_cast<double>(tokens_per_step) / (ms / 1e3);
     const double tflops = tokens_per_s * flops_per_token / 1e12;
     JsonLine line;
     line.add("step", step).add("loss", static_cast<double>(loss)).add("lr", lr).add("grad_norm", norm)
         .add("step_ms", ms).add("tokens_per_s", tokens_per_s).add("tflops", tflops)
-        .add("mfu", tflops / peak_tflops).add("peak_mem_bytes", memory_stats(device).peak_bytes)
-        .add("comm_bytes", dp_.stats().total_bytes() - comm_bytes_before)
-        .add("comm_ms", dp_.stats().total_ms() - comm_ms_before)
+        .add("mfu", tflops / (peak_tflops * world_.size())).add("peak_mem_bytes", memory_stats(device).peak_bytes)
+        .add("comm_bytes", comm_bytes - comm_bytes_before)
+        .add("comm_ms", comm_ms - comm_ms_before)
         .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", 1.0)
         .add("skipped_steps", result.skipped_steps);
     metrics.write(line);
@@ -189,7 +201,7 @@ TrainResult Trainer::run() {
 void Trainer::check_checkpoint_dir() {
   if (config_.checkpoint_dir.empty()) return;
   std::string problem;
-  if (dp_.rank() == 0) {
+  if (world_.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(config_.checkpoint_dir, ec);
     const std::filesystem::path probe = std::filesystem::path(config_.checkpoint_dir) / ".tessera_write_probe";
@@ -202,8 +214,8 @@ void Trainer::check_checkpoint_dir() {
       problem = std::strerror(errno);
     }
   }
-  dp_.barrier();
-  const double failed = dp_.all_reduce_sum(problem.empty() ? 0.0 : 1.0);
+  world_.barrier();
+  const double failed = world_.all_reduce_sum(problem.empty() ? 0.0 : 1.0);
   TESSERA_CHECK(failed == 0.0, "cannot write checkpoints to --checkpoint-dir ", config_.checkpoint_dir,
                 problem.empty() ? std::string() : ": " + problem);
 }
@@ -233,7 +245,7 @@ std::string Trainer::first_nonfinite_gradient() {
     const int64_t e = std::min(s.offset + s.local_shape.numel(), held_begin + held.numel());
     if (b < e && !std::isfinite(ops::sum_squares(held.slice(b - held_begin, {e - b})))) first = i;
   }
-  first = -dp_.all_reduce_max(-first);  // the lowest index over the dp group
+  first = -world_.all_reduce_max(-first);  // the lowest index over the job
   return first < store.size() ? store.spec(static_cast<int>(first)).name : std::string();
 }
 
@@ -258,32 +270,46 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.consumed_samples = step * config_.global_batch;
   info.seed = config_.seed;
   info.model = "gpt";
-  info.layout = "dp=" + std::to_string(dp_.size()) + " zero=" + std::to_string(config_.zero_stage);
+  info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab},
                        {"max_seq", m.max_seq}};
   return info;
 }
 
+CheckpointState Trainer::checkpoint_state() {
+  return {model_.params(), optimizer_.adamw(), data_, world_, tp_.rank() == 0};
+}
+
+std::pair<int64_t, double> Trainer::comm_totals() const {
+  int64_t bytes = 0;
+  double ms = 0;
+  for (const comm::Communicator* g : std::as_const(mesh_).all_groups()) {
+    bytes += g->stats().total_bytes();
+    ms += g->stats().total_ms();
+  }
+  return {bytes, ms};
+}
+
 void Trainer::save(int64_t step) {
-  CheckpointState state{model_.params(), optimizer_.adamw(), dp_};
+  CheckpointState state = checkpoint_state();
   save_checkpoint(config_.checkpoint_dir, checkpoint_info(step), state);
-  prune_checkpoints(config_.checkpoint_dir, config_.keep_checkpoints, dp_);
+  prune_checkpoints(config_.checkpoint_dir, config_.keep_checkpoints, world_);
 }
 
 int64_t Trainer::resume() {
   std::optional<std::string> path;
   if (config_.resume == "auto") {
-    path = newest_checkpoint(config_.checkpoint_dir, dp_);
-    if (!path && dp_.rank() == 0) log::info("--resume auto: no checkpoint in ", config_.checkpoint_dir, ", starting fresh");
+    path = newest_checkpoint(config_.checkpoint_dir, world_);
+    if (!path && world_.rank() == 0) log::info("--resume auto: no checkpoint in ", config_.checkpoint_dir, ", starting fresh");
   } else if (config_.resume != "none") {
     path = config_.resume;
   }
   if (!path) return 0;
-  CheckpointState state{model_.params(), optimizer_.adamw(), dp_};
+  CheckpointState state = checkpoint_state();
   const CheckpointInfo info = load_checkpoint(*path, checkpoint_info(0), state);
   TESSERA_CHECK(info.step <= config_.steps, "checkpoint ", *path, " is of step ", info.step, ", past --steps ",
                 config_.steps);
-  if (dp_.rank() == 0) log::info("resumed from ", *path, " (step ", info.step, ", saved under ", info.layout, ")");
+  if (world_.rank() == 0) log::info("resumed from ", *path, " (step ", info.step, ", saved under ", info.layout, ")");
   return info.step;
 }
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "comm/communicator.h"
+#include "comm/process_mesh.h"
 #include "io/token_dataset.h"
 #include "io/token_loader.h"
 #include "models/gpt/gpt.h"
@@ -51,13 +51,16 @@ struct TrainResult {
 
 class Trainer {
  public:
-  // dp: the data-parallel group (each rank holds a full model replica).
+  // The model is built on the mesh's tp and sp groups (its layouts) and, under ZeRO-3, its data
+  // group (dp x sp); batches split over dp, gradients are reduced (and ZeRO shards) over dp x sp,
+  // and the whole job (world) agrees on preemption, checkpoints and the first non-finite gradient.
   Trainer(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
-          const TrainConfig& config, comm::Communicator& dp);
+          const TrainConfig& config, comm::ProcessMesh& mesh);
   TrainResult run();
 
  private:
   float train_step(int64_t step);  // returns the mean loss over the global batch
+  void set_context(const std::string& context);  // on every group, for the watchdog's messages
   float evaluate();
   int64_t resume();  // returns the step to continue after (0: a fresh start)
   void check_checkpoint_dir();  // before step 1: the folder can be written, on every rank's word
@@ -70,9 +73,18 @@ class Trainer {
   void dump_initial();
   void dump_first_step();
 
+  CheckpointState checkpoint_state();
+  // Bytes and milliseconds of every collective of this rank so far, over every mesh group.
+  std::pair<int64_t, double> comm_totals() const;
+
   models::Gpt& model_;
   TrainConfig config_;
-  comm::Communicator& dp_;
+  comm::ProcessMesh& mesh_;
+  comm::Communicator& world_;
+  comm::Communicator& dp_;    // batch slicing
+  comm::Communicator& data_;  // dp x sp: gradient reduction, ZeRO, the loss
+  comm::Communicator& sp_;
+  comm::Communicator& tp_;
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
   std::unique_ptr<parallel::GradSync> grad_sync_;  // zero 0-2; under zero 3 the model reduces

@@ -235,6 +235,29 @@ TEST_F(GptTrainBadLayout, GlobalBatchDoesNotSplitOverDp) {
 }
 
 TEST_F(GptTrainBadLayout, UnknownZeroStage) { expect_refused(2, "--zero 4", "--zero 4"); }
+
+// Tensor parallelism splits the heads (2 here) and the MLP: a tp that does not divide them is
+// refused before training, naming both numbers.
+TEST_F(GptTrainBadLayout, HeadsNotDivisibleByTensorParallel) {
+  expect_refused(4, "--tp 4", "--heads 2 is not divisible by --tp 4");
+}
+
+TEST_F(GptTrainBadLayout, UnknownTensorParallelMode) {
+  expect_refused(2, "--tp 2 --tp-mode 4d", "--tp-mode 4d");
+}
+
+TEST_F(GptTrainBadLayout, SequenceNotDivisibleBySequenceParallel) {
+  expect_refused(3, "--sp 3", "--seq-len 8 is not divisible by --sp 3");
+}
+
+// Ulysses moves whole heads between ranks: 2 heads cannot go to 4 ranks (ring attention can).
+TEST_F(GptTrainBadLayout, HeadsNotDivisibleForAllToAll) {
+  expect_refused(4, "--sp 4 --sp-mode all_to_all", "2 heads do not split evenly over sp = 4 ranks");
+}
+
+TEST_F(GptTrainBadLayout, UnknownSequenceParallelMode) {
+  expect_refused(2, "--sp 2 --sp-mode spiral", "unknown sequence-parallel mode 'spiral' (choose all_to_all or ring)");
+}
 }  // namespace
 
 namespace {

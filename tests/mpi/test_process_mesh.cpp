@@ -60,6 +60,20 @@ TEST(ProcessMesh, GroupsJoinRanksDifferingInOneAxis) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(t.data<float>()[i], static_cast<float>(dp * (dp - 1) / 2 + dp * i));
 }
 
+// The data group joins the ranks that differ in dp and sp only (same tp), ordered dp-major.
+TEST(ProcessMesh, DataGroupJoinsDpAndSp) {
+  const int n = world_size();
+  const int sp = n >= 4 ? 2 : 1, tp = n >= 8 ? 2 : 1;
+  ProcessMesh mesh(MeshShape{1, 0, 1, sp, tp});
+  comm::Communicator& data = mesh.data_group();
+  EXPECT_EQ(data.size(), n / tp);
+  EXPECT_EQ(data.rank(), mesh.coord(Axis::dp) * sp + mesh.coord(Axis::sp));
+  EXPECT_EQ(data.name(), sp > 1 ? "dp*sp" : "dp");
+  // Every member has this rank's tp coordinate.
+  EXPECT_EQ(data.all_reduce_sum(static_cast<double>(mesh.coord(Axis::tp))), mesh.coord(Axis::tp) * data.size());
+  EXPECT_EQ(mesh.all_groups().size(), static_cast<size_t>(comm::kAxes + 2));
+}
+
 TEST(ProcessMesh, BroadcastFromGroupRoot) {
   ProcessMesh mesh(MeshShape{});
   Tensor t = Tensor::empty({3}, DType::i32);

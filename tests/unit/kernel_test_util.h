@@ -1,7 +1,12 @@
-// Shared by the kernel tests: Philox-filled tensors and a scoped OpenMP thread count (kernels are
-// run on 1 and 3 threads so that a race shows even though CTest pins one).
+// Shared by the kernel tests: Philox-filled tensors, a scoped OpenMP thread count (kernels are
+// run on 1 and 3 threads so that a race shows even though CTest pins one), cutting positions out
+// of a sequence, and a max-relative comparison.
 #pragma once
 #include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "core/philox.h"
 #include "core/tensor.h"
@@ -23,5 +28,31 @@ struct ScopedThreads {
   ScopedThreads(const ScopedThreads&) = delete;
   ScopedThreads& operator=(const ScopedThreads&) = delete;
 };
+
+// Positions [t0, t0 + n) of every batch of x [B, T, ...], as a [B, n, ...] copy.
+inline Tensor take_positions(const Tensor& x, int64_t t0, int64_t n) {
+  std::vector<int64_t> dims = x.shape().dims();
+  const int64_t seq = dims[1], w = x.numel() / (dims[0] * seq);
+  dims[1] = n;
+  Tensor out = Tensor::empty(Shape(dims));
+  for (int64_t b = 0; b < dims[0]; ++b)
+    std::copy_n(x.data<float>() + (b * seq + t0) * w, n * w, out.data<float>() + b * n * w);
+  return out;
+}
+
+// max |got - want| / max |want| over columns [col0, col0 + cols) (all: cols < 0) of both viewed as
+// [rows, last dim]: a relative error that does not blow up at near-zero entries.
+inline double max_rel_error(const Tensor& got, const Tensor& want, int64_t col0 = 0, int64_t cols = -1) {
+  const int64_t w = want.shape()[-1], rows = want.numel() / w;
+  if (cols < 0) cols = w - col0;
+  double num = got.numel() == want.numel() ? 0.0 : INFINITY, den = 0.0;
+  for (int64_t r = 0; r < rows && got.numel() == want.numel(); ++r)
+    for (int64_t c = col0; c < col0 + cols; ++c) {
+      const double g = got.data<float>()[r * w + c], x = want.data<float>()[r * w + c];
+      num = std::max(num, std::fabs(g - x));
+      den = std::max(den, std::fabs(x));
+    }
+  return den > 0 ? num / den : num;
+}
 
 }  // namespace tessera::testing

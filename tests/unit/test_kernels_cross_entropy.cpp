@@ -1,9 +1,11 @@
 // Unit tests of the CPU softmax cross-entropy through ops::softmax_xent_forward/backward: a padded
 // vocabulary (padding masked), ignored targets (< 0), large logits, the in-place backward, the
-// gradient against central finite differences of the double loss, and a target past the vocabulary.
+// gradient against central finite differences of the double loss, a target past the vocabulary,
+// and the vocab-parallel pieces (row maxima, partial sums, shard backward) against the whole.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -124,6 +126,67 @@ TEST_P(CrossEntropy, InPlaceBackwardMatchesFiniteDifferences) {
               << "row " << r << " col " << j;
         }
       }
+    }
+  }
+}
+
+// The vocab-parallel pieces (what nn::LmHead does over a tensor-parallel group, here with the
+// group's all-reduces done by hand): shards of the padded vocabulary, each with its row maxima and
+// sums, combine to the whole vocabulary's lse and losses; each shard's backward with the combined
+// lse equals its columns of the whole backward. 1 to 4 shards, some holding only padding.
+TEST_P(CrossEntropy, VocabParallelShardsEqualTheWholeVocabulary) {
+  const Case c = GetParam();
+  Tensor logits, targets;
+  make_inputs(c, logits, targets);
+  Tensor losses = Tensor::empty({c.rows}), lse = Tensor::empty({c.rows});
+  tessera::ops::softmax_xent_forward(losses, lse, logits, targets, c.valid);
+  const float scale = 0.25f;
+  Tensor dwhole = Tensor::empty({c.rows, c.padded});
+  tessera::ops::softmax_xent_backward(dwhole, logits, targets, lse, c.valid, scale);
+  for (int64_t parts = 1; parts <= 4; ++parts) {
+    const int64_t width = (c.padded + parts - 1) / parts;
+    std::vector<Tensor> shards;
+    Tensor max = Tensor::empty({c.rows});
+    std::fill(max.data<float>(), max.data<float>() + c.rows, -INFINITY);
+    for (int64_t p = 0; p < parts; ++p) {
+      Tensor shard = Tensor::zeros({c.rows, width});
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t j = 0; j < width && p * width + j < c.padded; ++j)
+          shard.data<float>()[r * width + j] = logits.data<float>()[r * c.padded + p * width + j];
+      const int64_t valid = std::clamp<int64_t>(c.valid - p * width, 0, width);
+      Tensor m = Tensor::empty({c.rows});
+      tessera::ops::softmax_xent_row_max(m, shard, valid);
+      for (int64_t r = 0; r < c.rows; ++r) max.data<float>()[r] = std::max(max.data<float>()[r], m.data<float>()[r]);
+      shards.push_back(shard);
+    }
+    std::vector<double> sum(c.rows, 0.0), target(c.rows, 0.0);
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t valid = std::clamp<int64_t>(c.valid - p * width, 0, width);
+      Tensor sums = Tensor::empty({2, c.rows});
+      tessera::ops::softmax_xent_partial(sums, shards[p], targets, max, valid, p * width, c.valid);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        sum[r] += sums.data<float>()[r];
+        target[r] += sums.data<float>()[c.rows + r];
+      }
+    }
+    Tensor combined = Tensor::empty({c.rows});
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const double row_lse = max.data<float>()[r] + std::log(sum[r]);
+      combined.data<float>()[r] = static_cast<float>(row_lse);
+      EXPECT_NEAR(row_lse, lse.data<float>()[r], 2e-6 * (1 + std::abs(row_lse))) << parts << " shards, row " << r;
+      const double loss = targets.data<int32_t>()[r] >= 0 ? row_lse - target[r] : 0.0;
+      EXPECT_NEAR(loss, losses.data<float>()[r], 2e-6 * (1 + std::abs(row_lse))) << parts << " shards, row " << r;
+    }
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t valid = std::clamp<int64_t>(c.valid - p * width, 0, width);
+      Tensor d = Tensor::empty({c.rows, width});
+      tessera::ops::softmax_xent_backward(d, shards[p], targets, combined, valid, scale, p * width);
+      for (int64_t r = 0; r < c.rows; ++r)
+        for (int64_t j = 0; j < width; ++j) {
+          const int64_t col = p * width + j;
+          const float want = col < c.padded ? dwhole.data<float>()[r * c.padded + col] : 0.0f;
+          ASSERT_NEAR(d.data<float>()[r * width + j], want, 1e-6f) << parts << " shards, row " << r << ", column " << col;
+        }
     }
   }
 }

@@ -102,7 +102,7 @@ Tensor filled(Shape shape, float v) {
 
 void linear_gradcheck(bool bias) {
   nn::ParamStore s;
-  nn::Linear lin(s, "lin", 5, 7, bias, 0.3f);
+  nn::Linear lin(s, "lin", 5, 7, {bias, 0.3f});
   s.allocate(Device::cpu, 1);
   randomize(s, 0.5f);
   EXPECT_EQ(s.find("lin.bias") >= 0, bias);
@@ -136,7 +136,7 @@ TEST(GradCheck, LinearWithoutBias) { linear_gradcheck(false); }
 // dW and db accumulate; dx is overwritten, or added to with accumulate_dx; dx may be omitted.
 TEST(GradCheck, LinearBackwardSemantics) {
   nn::ParamStore s;
-  nn::Linear lin(s, "lin", 4, 3, true, 0.3f);
+  nn::Linear lin(s, "lin", 4, 3, {true, 0.3f});
   s.allocate(Device::cpu, 1);
   randomize(s, 0.5f);
   const Tensor x = gc::normal({6, 4}, "x", 1.0f), dy = gc::normal({6, 3}, "R", 1.0f);

@@ -151,25 +151,58 @@ TEST(ParamStore, RowShardsHoldTheSerialRowsAndZeroPadding) {
 TEST(ParamStore, ColumnShardsHoldTheSerialColumns) {
   ParamStore full, s;
   full.add("w", {4, 6}, Init::Normal(1.0f), true);
-  const int id = s.add("w", {4, 6}, Init::Normal(1.0f), true, Shard{1, 4, 3});  // cols 4, 5 + 1 padding
+  const int id = s.add("w", {4, 6}, Init::Normal(1.0f), true, Shard{1, 4, 2, 1, 3});  // cols 4, 5
   full.allocate(Device::cpu, kSeed);
   s.allocate(Device::cpu, kSeed);
-  EXPECT_EQ(s.value(id).shape(), Shape({4, 3}));
+  EXPECT_EQ(s.value(id).shape(), Shape({4, 2}));
   EXPECT_EQ(s.logical_local_shape(id), Shape({4, 2}));
   const float* f = full.value(0).data<float>();
   const float* p = s.value(id).data<float>();
   for (int64_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(p[r * 3 + 0], f[r * 6 + 4]) << r;
-    EXPECT_EQ(p[r * 3 + 1], f[r * 6 + 5]) << r;
-    EXPECT_EQ(p[r * 3 + 2], 0.0f) << r;
+    EXPECT_EQ(p[r * 2 + 0], f[r * 6 + 4]) << r;
+    EXPECT_EQ(p[r * 2 + 1], f[r * 6 + 5]) << r;
   }
-  // logical_copy walks the valid region densely.
-  Tensor l = s.logical_copy(s.value(id), id);
-  EXPECT_EQ(l.shape(), Shape({4, 2}));
-  for (int64_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(l.data<float>()[r * 2 + 0], f[r * 6 + 4]);
-    EXPECT_EQ(l.data<float>()[r * 2 + 1], f[r * 6 + 5]);
+  // In the global flattening the slice is one run per row.
+  const auto runs = tessera::nn::logical_runs(s.spec(id), 1, 7);
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].global_begin, 5);   // row 0, column 5 (local element 1)
+  EXPECT_EQ(runs[0].length, 1);
+  EXPECT_EQ(runs[1].global_begin, 10);  // row 1, columns 4, 5
+  EXPECT_EQ(runs[1].length, 2);
+  EXPECT_EQ(runs[3].global_begin, 22);  // row 3, column 4 (local element 6)
+  EXPECT_EQ(runs[3].length, 1);
+  // Only a first-dimension shard may be padded: a checkpoint takes the logical part as a prefix.
+  ParamStore bad;
+  EXPECT_THROW(bad.add("w", {4, 6}, Init::Normal(1.0f), true, Shard{1, 4, 3}), tessera::Error);
+}
+
+// A fused QKV weight [3C, C] split over 2 ranks inside each of its 3 blocks: rank 1 holds rows
+// [g*C + C/2, (g+1)*C) for g = q, k, v, stored block after block, with their serial values.
+TEST(ParamStore, BlockShardsHoldTheSameSliceOfEveryBlock) {
+  constexpr int64_t c = 4;
+  ParamStore full, s;
+  full.add("qkv", {3 * c, c}, Init::Normal(1.0f), true);
+  const int id = s.add("qkv", {3 * c, c}, Init::Normal(1.0f), true, Shard{0, c / 2, c / 2, 3, 2});
+  full.allocate(Device::cpu, kSeed);
+  s.allocate(Device::cpu, kSeed);
+  EXPECT_EQ(s.value(id).shape(), Shape({3 * c / 2, c}));
+  EXPECT_TRUE(s.spec(id).shard.split());
+  const float* f = full.value(0).data<float>();
+  const float* p = s.value(id).data<float>();
+  for (int64_t g = 0; g < 3; ++g)
+    for (int64_t j = 0; j < c / 2; ++j)
+      for (int64_t k = 0; k < c; ++k)
+        EXPECT_EQ(p[(g * c / 2 + j) * c + k], f[(g * c + c / 2 + j) * c + k]) << g << " " << j << " " << k;
+  const auto runs = tessera::nn::logical_runs(s.spec(id), 0, s.value(id).numel());
+  ASSERT_EQ(runs.size(), 3u);
+  for (int64_t g = 0; g < 3; ++g) {
+    EXPECT_EQ(runs[g].global_begin, (g * c + c / 2) * c);
+    EXPECT_EQ(runs[g].local_begin, g * c / 2 * c);
+    EXPECT_EQ(runs[g].length, c / 2 * c);
   }
+  // A dimension that does not split into the blocks is refused.
+  ParamStore bad;
+  EXPECT_THROW(bad.add("qkv", {10, c}, Init::Normal(1.0f), true, Shard{0, 0, 1, 3, 2}), tessera::Error);
 }
 
 TEST(ParamStore, LogicalCopyAndAssignRoundTrip) {

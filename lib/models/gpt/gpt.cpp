@@ -8,7 +8,7 @@
 
 namespace tessera::models {
 
-void GptConfig::validate() const {
+void GptConfig::validate(int tp) const {
   TESSERA_CHECK(vocab >= 2, "vocabulary size must be at least 2, got ", vocab);
   TESSERA_CHECK(layers >= 1, "--layers must be at least 1, got ", layers);
   TESSERA_CHECK(hidden >= 1, "--hidden must be at least 1, got ", hidden);
@@ -16,29 +16,36 @@ void GptConfig::validate() const {
   TESSERA_CHECK(hidden % heads == 0, "--hidden ", hidden, " is not divisible by --heads ", heads);
   TESSERA_CHECK(max_seq >= 1, "--seq-len must be at least 1, got ", max_seq);
   TESSERA_CHECK(pad_vocab_to >= 1, "vocabulary padding must be at least 1");
+  TESSERA_CHECK(heads % tp == 0, "--heads ", heads, " is not divisible by --tp ", tp,
+                " (tensor parallelism splits the attention heads)");
 }
 
 Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq,
-         comm::Communicator* zero3_dp)
-    : config_(config), device_(device), batch_(micro_batch), seq_(seq) {
-  config.validate();
+         const GptLayout& layout)
+    : config_(config),
+      device_(device),
+      batch_(micro_batch),
+      seq_(seq),
+      local_seq_(layout.sequence->local_length(seq)),
+      first_position_(layout.sequence->offset(seq)) {
+  config.validate(layout.tensor->size());
   TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
   const int64_t c = config.hidden;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
-  embed_ = nn::Embedding(store_, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std);
+  embed_ = nn::Embedding(store_, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std, *layout.tensor);
   const nn::BlockConfig block{c, config.heads, 4 * c, std, proj_std};
   blocks_.reserve(config.layers);
   std::vector<int> first_param;
   for (int64_t i = 0; i < config.layers; ++i) {
     first_param.push_back(store_.size());
-    blocks_.emplace_back(store_, "blocks." + std::to_string(i), block);
+    blocks_.emplace_back(store_, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
   }
   first_param.push_back(store_.size());
   ln_f_ = nn::LayerNorm(store_, "ln_f", c);
-  if (zero3_dp) {
-    const parallel::Range mine = parallel::FlatShards(store_.numel(), zero3_dp->size()).shard(zero3_dp->rank());
+  if (comm::Communicator* zero3 = layout.zero3) {
+    const parallel::Range mine = parallel::FlatShards(store_.numel(), zero3->size()).shard(zero3->rank());
     store_.allocate_shard(device, seed, mine.begin, mine.end);
-    sharded_ = std::make_unique<parallel::ShardedParams>(store_, *zero3_dp);
+    sharded_ = std::make_unique<parallel::ShardedParams>(store_, *zero3);
   } else {
     store_.allocate(device, seed);
   }
@@ -46,7 +53,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   ln_f_offset_ = store_.spec(first_param.back()).offset;
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
-  const int64_t b = micro_batch, t = seq, n = b * t;
+  const int64_t b = micro_batch, t = local_seq_, n = b * t;
   inputs_ = act({b, t}, DType::i32);
   targets_ = act({b, t}, DType::i32);
   for (int64_t i = 0; i <= config.layers; ++i) residual_.push_back(act({b, t, c}));
@@ -55,26 +62,24 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   lnf_ = act({b, t, c});
   lnf_mean_ = act({n});
   lnf_rstd_ = act({n});
-  logits_ = act({b, t, embed_.padded_vocab()});
-  losses_ = act({n});
-  lse_ = act({n});
+  head_ = nn::LmHead(embed_, store_, n, device);
   dres_ = act({b, t, c});
   host_rows_ = Tensor::empty({2, b, t}, DType::i32);
-  host_losses_ = Tensor::empty({n});
 }
 
 double Gpt::flops_per_token() const {
-  return 6.0 * static_cast<double>(store_.logical_numel()) +
+  return 6.0 * static_cast<double>(store_.global_numel()) +
          6.0 * static_cast<double>(config_.layers * seq_ * config_.hidden);
 }
 
 void Gpt::load_batch(const int32_t* rows) {
   int32_t* in = host_rows_.data<int32_t>();
-  int32_t* tg = in + batch_ * seq_;
+  int32_t* tg = in + batch_ * local_seq_;
   for (int64_t b = 0; b < batch_; ++b)
-    for (int64_t t = 0; t < seq_; ++t) {
-      in[b * seq_ + t] = rows[b * (seq_ + 1) + t];
-      tg[b * seq_ + t] = rows[b * (seq_ + 1) + t + 1];
+    for (int64_t t = 0; t < local_seq_; ++t) {
+      const int32_t* at = rows + b * (seq_ + 1) + first_position_ + t;
+      in[b * local_seq_ + t] = at[0];
+      tg[b * local_seq_ + t] = at[1];
     }
   inputs_.copy_from(host_rows_.rows(0, 1));
   targets_.copy_from(host_rows_.rows(1, 1));
@@ -97,7 +102,7 @@ void Gpt::grads_done(parallel::Range unit, parallel::GradSync* sync) {
 // (training), the blocks are gathered for forward and again for backward.
 float Gpt::run_forward(bool training) {
   gather(embed_unit(), training);
-  embed_.forward(residual_[0], inputs_);
+  embed_.forward(residual_[0], inputs_, first_position_);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     gather(block_unit(i), false);
     blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i]);
@@ -105,17 +110,14 @@ float Gpt::run_forward(bool training) {
   }
   gather(ln_f_unit(), training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, residual_.back());
-  // Tied LM head: logits = ln_f(x) @ wte^T over the padded vocabulary.
-  ops::matmul(lnf_, false, store_.value(embed_.tokens_id()), true, logits_);
+  const Tensor& losses = head_.forward(lnf_, targets_);  // tied to the token embedding
   if (!training) {
     release(ln_f_unit());
     release(embed_unit());
   }
-  ops::softmax_xent_forward(losses_, lse_, logits_, targets_, config_.vocab);
-  host_losses_.copy_from(losses_);
-  const float* l = host_losses_.data<float>();
-  const double sum = std::accumulate(l, l + host_losses_.numel(), 0.0);
-  return static_cast<float>(sum / static_cast<double>(host_losses_.numel()));
+  const float* l = losses.data<float>();
+  const double sum = std::accumulate(l, l + losses.numel(), 0.0);
+  return static_cast<float>(sum / static_cast<double>(batch_ * seq_));
 }
 
 float Gpt::forward(const int32_t* rows) {
@@ -126,13 +128,7 @@ float Gpt::forward(const int32_t* rows) {
 float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync) {
   load_batch(rows);
   const float loss = run_forward(true);
-  const Tensor& wte = store_.value(embed_.tokens_id());
-  Tensor& dwte = store_.grad(embed_.tokens_id());
-  // d(mean loss)/dlogits, written over the logits.
-  ops::softmax_xent_backward(logits_, logits_, targets_, lse_, config_.vocab,
-                             grad_scale / static_cast<float>(batch_ * seq_));
-  ops::matmul(logits_, true, lnf_, false, dwte, 1.0f, 1.0f);
-  ops::matmul(logits_, false, wte, false, scratch_.d_c);
+  head_.backward(scratch_.d_c, lnf_, targets_, grad_scale / static_cast<float>(batch_ * seq_));
   dres_.zero();
   ln_f_.backward(dres_, scratch_.d_c, residual_.back(), lnf_mean_, lnf_rstd_);
   grads_done(ln_f_unit(), sync);
@@ -141,7 +137,7 @@ float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::Gra
     blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
     grads_done(block_unit(i), sync);
   }
-  embed_.backward(dres_, inputs_);
+  embed_.backward(dres_, inputs_, first_position_);
   grads_done(embed_unit(), sync);
   return loss;
 }

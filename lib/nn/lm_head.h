@@ -1,0 +1,32 @@
+// LmHead: the language-model head tied to the token embedding, and its softmax
+// cross-entropy: logits = x wte^T over the (padded) vocabulary, per-row losses over the real ids.
+// Vocab-parallel under a tensor-parallel layout: each rank holds its slice of wte's rows and
+// computes only its slice of the logits; the full logits are never gathered. Communication per
+// micro-batch of N rows: all-reduce-max(tp) of the row maxima (N values), all-reduce-sum(tp) of
+// the row sums of exponentials and target logits (2N), and in backward all-reduce-sum(tp) of the
+// partial dx (N x hidden). Padding ids are masked, so the loss equals the one-rank loss.
+#pragma once
+#include "nn/embedding.h"
+
+namespace tessera::nn {
+
+class LmHead {
+ public:
+  LmHead() = default;
+  LmHead(const Embedding& embedding, ParamStore& store, int64_t rows, Device device);
+
+  // x [N, C], targets [N] (int32, global ids; < 0 ignored) -> per-row losses on the host.
+  const Tensor& forward(const Tensor& x, const Tensor& targets);
+  // dx [N, C] = d(scale x sum of losses)/dx (overwritten); the token table's gradient accumulates.
+  // Overwrites the logits.
+  void backward(Tensor& dx, const Tensor& x, const Tensor& targets, float scale);
+  const Tensor& logits() const { return logits_; }  // [N, this rank's vocabulary rows]
+
+ private:
+  const Embedding* embedding_ = nullptr;
+  ParamStore* store_ = nullptr;
+  Tensor logits_, lse_, losses_, row_max_, sums_;
+  Tensor host_losses_, host_lse_, host_max_, host_sums_;
+};
+
+}  // namespace tessera::nn

@@ -1,0 +1,38 @@
+// SequenceLayout: how each sequence is split over the sequence-parallel group, as the model sees
+// it: this rank holds the contiguous positions [offset(), offset() + local length), and causal
+// attention runs over the whole sequence from this rank's share of q, k and v. The base class is
+// one rank (the whole sequence, the local attention kernels); lib/parallel implements the
+// all-to-all (Ulysses) and ring modes, which communicate inside attention only.
+#pragma once
+#include "core/tensor.h"
+
+namespace tessera::nn {
+
+// What attention keeps from forward for backward, per block and micro-batch; a mode leaves what it
+// does not use undefined.
+struct AttentionSaved {
+  int64_t batch = 0, local_seq = 0;
+  Tensor lse;                   // log-sum-exp per query row and head
+  Tensor qkv_heads, out_heads;  // all-to-all mode: the head-sharded q, k, v and output
+};
+
+class SequenceLayout {
+ public:
+  virtual ~SequenceLayout() = default;
+  virtual int rank() const { return 0; }
+  virtual int size() const { return 1; }
+  // This rank's share of a sequence of seq positions (throws unless size() divides it).
+  int64_t local_length(int64_t seq) const;
+  int64_t offset(int64_t seq) const { return rank() * local_length(seq); }
+
+  // qkv [B, Tl, 3, H, D] of this rank's positions (H: the heads this rank holds) -> out [B, Tl, H, D].
+  virtual AttentionSaved allocate(int64_t batch, int64_t local_seq, int64_t heads, int64_t head_dim,
+                                  Device device);
+  virtual void forward(Tensor& out, const Tensor& qkv, int64_t heads, AttentionSaved& saved);
+  virtual void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t heads,
+                        const AttentionSaved& saved);
+
+  static SequenceLayout& single();  // the one-rank layout
+};
+
+}  // namespace tessera::nn

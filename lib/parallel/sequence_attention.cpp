@@ -1,0 +1,232 @@
+// SequenceAttention (sequence_attention.h): the all-to-all and ring schedules of sequence-parallel
+// causal attention, their argument checks, and the layout copies between shards and messages.
+#include "parallel/sequence_attention.h"
+
+#include <cstring>
+
+#include "kernels/ops.h"
+
+namespace tessera::parallel {
+
+namespace {
+
+constexpr int kTagKv = 41, kTagPartial = 42, kTagReturn = 43;  // ring messages
+
+// [n0, n1, w] -> [n1, n0, w], blocks of w floats.
+void swap_outer(float* dst, const float* src, int64_t n0, int64_t n1, int64_t w) {
+#pragma omp parallel for collapse(2) schedule(static) if (n0 * n1 * w > (1 << 16))
+  for (int64_t i = 0; i < n0; ++i)
+    for (int64_t j = 0; j < n1; ++j)
+      std::memcpy(dst + (j * n0 + i) * w, src + (i * n1 + j) * w, static_cast<size_t>(w) * sizeof(float));
+}
+
+// dst row i (stride dst_stride) = src row i (stride src_stride), or += with add: rows of w floats.
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int64_t w,
+               bool add) {
+#pragma omp parallel for schedule(static) if (rows * w > (1 << 16))
+  for (int64_t i = 0; i < rows; ++i) {
+    float* d = dst + i * dst_stride;
+    const float* s = src + i * src_stride;
+    if (add) {
+#pragma omp simd
+      for (int64_t x = 0; x < w; ++x) d[x] += s[x];
+    } else {
+      std::memcpy(d, s, static_cast<size_t>(w) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace
+
+const char* sequence_mode_name(SequenceMode mode) {
+  return mode == SequenceMode::ring ? "ring" : "all_to_all";
+}
+
+SequenceMode parse_sequence_mode(const std::string& name) {
+  if (name == "all_to_all") return SequenceMode::all_to_all;
+  if (name == "ring") return SequenceMode::ring;
+  fail("unknown sequence-parallel mode '", name, "' (choose all_to_all or ring)");
+}
+
+SequenceAttention::SequenceAttention(SequenceMode mode, comm::Communicator& sp, int64_t heads, int64_t head_dim)
+    : mode_(mode), sp_(sp), heads_(heads), head_dim_(head_dim) {
+  TESSERA_CHECK(heads > 0 && head_dim > 0, "sequence attention: heads (", heads, ") and head_dim (", head_dim,
+                ") must be positive");
+  TESSERA_CHECK(mode != SequenceMode::all_to_all || heads % sp.size() == 0,
+                "sequence-parallel attention (all_to_all): ", heads, " heads do not split evenly over sp = ",
+                sp.size(), " ranks (group ", sp.name(), "); use a head count divisible by ", sp.size(),
+                " or the ring mode");
+}
+
+SequenceAttention::Saved SequenceAttention::allocate(int64_t batch, int64_t local_seq, Device device) const {
+  TESSERA_CHECK(batch > 0 && local_seq > 0, "sequence attention: batch (", batch, ") and local sequence length (",
+                local_seq, ") must be positive");
+  TESSERA_CHECK(device == Device::cpu, "sequence attention: ", device_name(device),
+                " tensors are not supported yet (the sp communicator moves host memory)");
+  Saved s;
+  s.batch = batch;
+  s.local_seq = local_seq;
+  if (mode_ == SequenceMode::ring) {
+    s.lse = Tensor::empty({batch, heads_, local_seq}, DType::f32, device);
+  } else {
+    const int64_t hs = heads_ / sp_.size(), seq = local_seq * sp_.size();
+    s.lse = Tensor::empty({batch, hs, seq}, DType::f32, device);
+    s.qkv_heads = Tensor::empty({batch, seq, 3 * hs * head_dim_}, DType::f32, device);
+    s.out_heads = Tensor::empty({batch, seq, hs * head_dim_}, DType::f32, device);
+  }
+  return s;
+}
+
+// Each tensor of a call: f32 on the host, [B, Tl, ...] holding slots x H x D per position.
+void SequenceAttention::check_call(const char* op, const Tensor& a, int64_t a_slots, const Tensor& b,
+                                   int64_t b_slots, const Saved& saved) const {
+  TESSERA_CHECK(saved.batch > 0, "sequence attention ", op, ": Saved was not made by allocate()");
+  for (auto [t, slots] : {std::pair{&a, a_slots}, std::pair{&b, b_slots}}) {
+    const int64_t want = saved.batch * saved.local_seq * slots * heads_ * head_dim_;
+    TESSERA_CHECK(t->defined() && t->device() == Device::cpu && t->dtype() == DType::f32, "sequence attention ", op,
+                  ": tensors must be f32 on the cpu");
+    TESSERA_CHECK(t->shape().rank() >= 2 && t->dim(0) == saved.batch && t->dim(1) == saved.local_seq &&
+                      t->numel() == want,
+                  "sequence attention ", op, ": expected [B = ", saved.batch, ", Tl = ", saved.local_seq, ", ", slots,
+                  " x heads ", heads_, " x head_dim ", head_dim_, "] (rank ", sp_.rank(), " of sp = ", sp_.size(),
+                  "), got ", t->shape().str());
+  }
+}
+
+Tensor SequenceAttention::scratch(int i, Shape shape) {
+  if (scratch_[i].numel() < shape.numel()) scratch_[i] = Tensor::empty({shape.numel()});
+  return scratch_[i].slice(0, std::move(shape));
+}
+
+void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved) {
+  check_call("forward", qkv, 3, out, 1, saved);
+  if (mode_ == SequenceMode::ring) return ring_forward(out, qkv, saved);
+  to_heads(saved.qkv_heads, qkv, 3);
+  ops::attention_forward(saved.out_heads, saved.lse, saved.qkv_heads, heads_ / sp_.size());
+  to_sequence(out, saved.out_heads, 1);
+}
+
+void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                 const Saved& saved) {
+  check_call("backward", dqkv, 3, dout, 1, saved);
+  check_call("backward", qkv, 3, out, 1, saved);
+  if (mode_ == SequenceMode::ring) return ring_backward(dqkv, dout, qkv, out, saved);
+  const int64_t hs = heads_ / sp_.size(), seq = saved.local_seq * sp_.size();
+  // to_heads stages through scratch 0 and 1, to_sequence likewise; see their comments for why these
+  // two may live there.
+  Tensor dout_heads = scratch(0, {saved.batch, seq, hs * head_dim_});
+  to_heads(dout_heads, dout, 1);
+  Tensor dqkv_heads = scratch(1, {saved.batch, seq, 3 * hs * head_dim_});
+  ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs);
+  to_sequence(dqkv, dqkv_heads, 3);
+}
+
+// ---- all_to_all ---------------------------------------------------------------------------------
+
+// src [B, Tl, slots, sp, H/sp x D] -> send [sp, B, Tl, slots, H/sp x D] (block j for rank j) ->
+// all-to-all -> recv [sp (the position shard), B, Tl x slots x H/sp x D] -> dst [B, T, slots, H/sp, D].
+// dst may be scratch 0 (the send buffer is free once the all-to-all is done).
+void SequenceAttention::to_heads(Tensor& dst, const Tensor& src, int64_t slots) {
+  const int64_t p = sp_.size(), batch = src.dim(0), tl = src.dim(1), w = heads_ / p * head_dim_;
+  Tensor send = scratch(0, {src.numel()}), recv = scratch(1, {src.numel()});
+  swap_outer(send.data<float>(), src.data<float>(), batch * tl * slots, p, w);
+  sp_.all_to_all(send, recv);
+  swap_outer(dst.data<float>(), recv.data<float>(), p, batch, tl * slots * w);
+}
+
+// The reverse: src [B, sp, Tl x slots x H/sp x D] -> send [sp, B, ...] -> all-to-all -> recv [sp (the
+// head shard), B x Tl x slots, H/sp x D] -> dst [B, Tl, slots, sp, H/sp x D]. src may be scratch 1
+// (it is read into the send buffer before the all-to-all writes there).
+void SequenceAttention::to_sequence(Tensor& dst, const Tensor& src, int64_t slots) {
+  const int64_t p = sp_.size(), batch = dst.dim(0), tl = dst.dim(1), w = heads_ / p * head_dim_;
+  Tensor send = scratch(0, {dst.numel()}), recv = scratch(1, {dst.numel()});
+  swap_outer(send.data<float>(), src.data<float>(), batch, p, tl * slots * w);
+  sp_.all_to_all(send, recv);
+  swap_outer(dst.data<float>(), recv.data<float>(), p, batch * tl * slots, w);
+}
+
+// ---- ring -----------------------------------------------------------------------------------------
+// Rank r at step s (0 <= s <= r) attends to block r - s: its own at step 0 (causal), then one from
+// the rank below per step (full). Blocks travel packed as kv [B, Tl, 2C] (keys then values); the
+// block kernels read q (and step 0's keys and values) straight from the qkv rows.
+
+void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& saved) {
+  const int p = sp_.size(), r = sp_.rank();
+  const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
+  const Tensor q = qkv.reshape({batch, tl, 3 * c});
+  Tensor o = out.reshape({batch, tl, c});
+  const bool send_up = r + 1 < p;  // the rank above needs every block this one sees
+  Tensor kv[2] = {scratch(0, {batch, tl, 2 * c}), scratch(1, {batch, tl, 2 * c})};
+  comm::CommHandle sending[2], receiving;
+  if (send_up) {
+    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
+    sending[0] = sp_.isend(kv[0], r + 1, kTagKv);
+  }
+  if (r > 0) receiving = sp_.irecv(kv[1], r - 1, kTagKv);
+  ops::attention_block_forward(o, saved.lse, q, q, heads_, /*causal=*/true, /*merge=*/false);
+  for (int s = 1; s <= r; ++s) {
+    Tensor& cur = kv[s % 2];
+    receiving.wait();
+    if (send_up) sending[s % 2] = sp_.isend(cur, r + 1, kTagKv);  // its last send was waited below
+    if (s < r) {  // the next block, into the other buffer once its send is done
+      sending[(s + 1) % 2].wait();
+      receiving = sp_.irecv(kv[(s + 1) % 2], r - 1, kTagKv);
+    }
+    ops::attention_block_forward(o, saved.lse, q, cur, heads_, /*causal=*/false, /*merge=*/true);
+  }
+  sending[0].wait();
+  sending[1].wait();
+}
+
+// The blocks travel as in forward. For block j = r - s, this rank adds its dk/dv share into a
+// zeroed partial, then the sums of the visitors below it (received from rank r - 1, visitors are
+// j+1 .. r-1), and sends the total on to r + 1, or, on the last rank, back to the owner j. The owner
+// accumulates its own share straight into dqkv and adds the visitors' total at the end.
+void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                      const Saved& saved) {
+  const int p = sp_.size(), r = sp_.rank();
+  const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
+  const Tensor q = qkv.reshape({batch, tl, 3 * c});
+  const Tensor o = out.reshape({batch, tl, c}), g = dout.reshape({batch, tl, c});
+  Tensor d = dqkv.reshape({batch, tl, 3 * c});
+  const bool send_up = r + 1 < p, last = r + 1 == p;
+  const Shape block{batch, tl, 2 * c};
+  Tensor kv[2] = {scratch(0, block), scratch(1, block)};
+  Tensor partial[2] = {scratch(2, block), scratch(3, block)};
+  Tensor incoming = scratch(4, block), returned = scratch(5, block);
+  comm::CommHandle kv_sending[2], kv_receiving, partial_sending[2], partial_receiving, returning;
+  d.zero();
+  if (send_up) {
+    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
+    kv_sending[0] = sp_.isend(kv[0], r + 1, kTagKv);
+    returning = sp_.irecv(returned, p - 1, kTagReturn);
+  }
+  if (r > 0) kv_receiving = sp_.irecv(kv[1], r - 1, kTagKv);
+  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, /*causal=*/true);
+  for (int s = 1; s <= r; ++s) {
+    Tensor& cur = kv[s % 2];
+    Tensor& mine = partial[s % 2];
+    kv_receiving.wait();
+    if (send_up) kv_sending[s % 2] = sp_.isend(cur, r + 1, kTagKv);
+    if (s < r) {
+      kv_sending[(s + 1) % 2].wait();
+      kv_receiving = sp_.irecv(kv[(s + 1) % 2], r - 1, kTagKv);
+    }
+    if (s >= 2) partial_receiving = sp_.irecv(incoming, r - 1, kTagPartial);  // rank r - 1 visited it too
+    partial_sending[s % 2].wait();
+    mine.zero();
+    ops::attention_block_backward(d, mine, g, q, cur, o, saved.lse, heads_, /*causal=*/false);
+    if (s >= 2) {
+      partial_receiving.wait();
+      ops::add_inplace(mine, incoming);
+    }
+    partial_sending[s % 2] = last ? sp_.isend(mine, r - s, kTagReturn) : sp_.isend(mine, r + 1, kTagPartial);
+  }
+  if (send_up) {  // the visitors' total for this rank's own block
+    returning.wait();
+    copy_rows(d.data<float>() + c, 3 * c, returned.data<float>(), 2 * c, batch * tl, 2 * c, true);
+  }
+  for (auto* h : {&kv_sending[0], &kv_sending[1], &partial_sending[0], &partial_sending[1]}) h->wait();
+}
+
+}  // namespace tessera::parallel

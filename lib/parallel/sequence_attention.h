@@ -1,0 +1,77 @@
+// SequenceAttention: causal multi-head attention over a sequence cut into contiguous shards over
+// the sp group (rank r holds positions [r * Tl, (r + 1) * Tl)), in two modes: all-to-all (DeepSpeed
+// Ulysses) and ring attention.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/tensor.h"
+#include "nn/sequence_layout.h"
+
+namespace tessera::parallel {
+
+enum class SequenceMode { all_to_all, ring };
+const char* sequence_mode_name(SequenceMode mode);        // "all_to_all", "ring"
+SequenceMode parse_sequence_mode(const std::string& name);  // throws naming the choices
+
+// Causal attention of this rank's Tl queries over the T = sp x Tl positions before them, the same
+// (to fp32 rounding) as ops::attention_forward/backward on the whole sequence. Host (cpu) tensors:
+// the communicator moves host memory. E = B x Tl x H x D elements (this rank's q, k or v; H: the
+// heads this rank holds), 4 bytes each.
+//
+// all_to_all: forward: all-to-all(sp) of qkv from sequence shards to head shards (each rank gets all
+//   T positions of H / sp heads; 3E elements sent), ops::attention_forward on them, all-to-all(sp)
+//   of out back (E sent). Backward: all-to-all(sp) of dout (E), ops::attention_backward, all-to-all
+//   of dqkv back (3E). Per call 16E bytes sent (forward) and 16E (backward), counting the block a
+//   rank keeps. Needs H divisible by sp. Saves the head-shard qkv and out (4E) and lse.
+// ring: rank r keeps its queries; the key/value blocks (2E elements, 8E bytes) move one rank up the
+//   ring per step by send/recv(sp), the next block's transfer overlapping the current one's compute.
+//   Blocks from later positions are never needed, so block j goes j -> j+1 -> ... -> sp-1 only:
+//   forward, rank r receives r blocks and sends r + 1 (the last rank none), attending to its own
+//   block (causal) and the r earlier ones (full), merged by online softmax; per step at most one
+//   8E-byte block in and one out. Backward sends the blocks again, and with each block j its dk/dv
+//   partial sums (8E bytes) from visitor to visitor (j+1 -> ... -> sp-1), the last returning them
+//   to the owner j: rank r sends r such messages and receives r - 1 (r >= 2) from rank r - 1, plus
+//   its own block's sums from the last rank (r < sp - 1); per step at most two 8E-byte messages
+//   each way. Saves only lse; works for any H. The work is not balanced: rank r attends to r + 1
+//   blocks.
+// Memory per rank is O(Tl) in both modes: besides Saved, scratch buffers owned by this object and
+// reused by every call (all_to_all 2 x 3E floats, ring 6 x 2E), so one object may serve every
+// block of a stage, one call at a time.
+class SequenceAttention {
+ public:
+  SequenceAttention(SequenceMode mode, comm::Communicator& sp, int64_t heads, int64_t head_dim);
+
+  // What backward needs from forward, one per transformer block (and micro-batch in flight):
+  // ring: lse [B, H, Tl]; all_to_all: lse [B, H/sp, T], qkv_heads [B, T, 3 H/sp D] and out_heads
+  // [B, T, H/sp D] (the head-shard attention's input and output).
+  using Saved = nn::AttentionSaved;
+  Saved allocate(int64_t batch, int64_t local_seq, Device device = Device::cpu) const;
+
+  // qkv [B, Tl, 3, H, D] (or [B, Tl, 3 H D]; q, k, v of this rank's positions, heads inside) ->
+  // out [B, Tl, H, D] (overwritten).
+  void forward(Tensor& out, const Tensor& qkv, Saved& saved);
+  // dqkv (qkv's shape) overwritten, from dout (out's shape); qkv and out as given to / left by forward.
+  void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved);
+
+  SequenceMode mode() const { return mode_; }
+
+ private:
+  void check_call(const char* op, const Tensor& a, int64_t a_slots, const Tensor& b, int64_t b_slots,
+                  const Saved& saved) const;
+  // A view of scratch buffer i (grown on demand, then reused by every call: a step allocates nothing).
+  Tensor scratch(int i, Shape shape);
+  // all_to_all: [B, Tl, slots, H, D] of this rank -> [B, T, slots, H/sp, D]; and back.
+  void to_heads(Tensor& dst, const Tensor& src, int64_t slots);
+  void to_sequence(Tensor& dst, const Tensor& src, int64_t slots);
+  void ring_forward(Tensor& out, const Tensor& qkv, Saved& saved);
+  void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved);
+
+  SequenceMode mode_;
+  comm::Communicator& sp_;
+  int64_t heads_, head_dim_;
+  Tensor scratch_[6];
+};
+
+}  // namespace tessera::parallel
