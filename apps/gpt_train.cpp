@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
         ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split)")
         ("pp", po::value(&mesh_shape.pp)->default_value(1), "pipeline stages")
         ("sp", po::value(&mesh_shape.sp)->default_value(1), "sequence-parallel ranks (must divide --seq-len)")
-        ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)")
+        ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention), or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
         ("ep", po::value(&mesh_shape.ep)->default_value(1), "expert-parallel ranks")
         ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
         ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
@@ -85,9 +85,12 @@ int main(int argc, char** argv) {
     TESSERA_CHECK(mesh_shape.pp == 1 && mesh_shape.ep == 1, "layout ", mesh_shape.str(),
                   ": this build trains data-, tensor- and sequence-parallel layouts; pipeline and expert",
                   " parallelism are not implemented yet");
-    TESSERA_CHECK(sp_mode != "split_gather", "--sp-mode split_gather: not implemented yet (this build has all_to_all",
-                  " and ring)");
-    const parallel::SequenceMode sequence_mode = parallel::parse_sequence_mode(sp_mode);
+    const bool split_gather = sp_mode == "split_gather";
+    TESSERA_CHECK(!split_gather || (mesh_shape.tp > 1 && mesh_shape.sp == 1), "--sp-mode split_gather splits the",
+                  " sequence inside the tensor-parallel group: it needs --tp > 1 and takes no --sp (got ",
+                  mesh_shape.str(), ")");
+    const parallel::SequenceMode sequence_mode =
+        split_gather ? parallel::SequenceMode::all_to_all : parallel::parse_sequence_mode(sp_mode);
     TESSERA_CHECK(seq_len % mesh_shape.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", mesh_shape.sp,
                   " (sequence parallelism gives each rank an equal share of the positions)");
     TESSERA_CHECK(tp_mode == "1d" || tp_mode == "2d" || tp_mode == "2.5d" || tp_mode == "3d", "--tp-mode ", tp_mode,
@@ -128,7 +131,7 @@ int main(int argc, char** argv) {
       g->set_timeout(comm_timeout);
       g->set_check_collectives(check_collectives);
     }
-    const parallel::TensorParallel1D tensor_layout(mesh.group(comm::Axis::tp));
+    const parallel::TensorParallel1D tensor_layout(mesh.group(comm::Axis::tp), split_gather);
     std::optional<parallel::SequenceParallel> sequence_layout;
     models::GptLayout layout{&tensor_layout};
     if (mesh_shape.sp > 1) {

@@ -18,7 +18,7 @@ int64_t local_heads(int64_t channels, int64_t heads, const TensorLayout& layout)
 CausalSelfAttention::CausalSelfAttention(ParamStore& store, const std::string& name, int64_t channels,
                                          int64_t heads, float init_std, float proj_init_std,
                                          const TensorLayout& layout, SequenceLayout& sequence)
-    : sequence_(&sequence), heads_(local_heads(channels, heads, layout)) {
+    : layout_(&layout), sequence_(&sequence), heads_(local_heads(channels, heads, layout)) {
   qkv_ = Linear(store, name + ".qkv", channels, 3 * channels, {true, init_std, Split::columns, 3}, layout);
   proj_ = Linear(store, name + ".proj", channels, channels, {true, proj_init_std, Split::rows}, layout);
 }
@@ -29,17 +29,21 @@ CausalSelfAttention::Saved CausalSelfAttention::allocate(int64_t batch, int64_t 
           sequence_->allocate(batch, seq, heads_, c / heads_, device)};
 }
 
-void CausalSelfAttention::forward(Tensor& y, const Tensor& x, Saved& s) const {
-  qkv_.forward(s.qkv, x);
+void CausalSelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region) const {
+  qkv_.forward(s.qkv, layout_->enter(x, region.in));
   sequence_->forward(s.att, s.qkv, heads_, s.core);
-  proj_.forward(y, s.att);
+  Tensor& out = layout_->whole(y, region);
+  proj_.forward(out, s.att);
+  layout_->exit(y, out);
 }
 
 void CausalSelfAttention::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s,
-                                   Tensor& dqkv, Tensor& datt) const {
-  proj_.backward(&datt, dy, s.att);
+                                   Tensor& dqkv, Tensor& datt, RegionWorkspace& region) const {
+  proj_.backward(&datt, layout_->exit_backward(dy, region.out), s.att);
   sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, s.core);
-  qkv_.backward(&dx, dqkv, x);
+  Tensor& whole_dx = layout_->whole(dx, region);
+  qkv_.backward(&whole_dx, dqkv, layout_->enter(x, region.in));  // rows split: x gathered again
+  layout_->enter_backward(dx, whole_dx);
 }
 
 }  // namespace tessera::nn

@@ -1,7 +1,7 @@
 // CausalSelfAttention: qkv projection, causal multi-head attention (tiled, online softmax), output
 // projection. Under a tensor-parallel layout the heads are split: the QKV projection is
-// column-split (each rank computes q, k and v of its heads; its backward all-reduces(tp) dx) and
-// the output projection row-split (its forward all-reduces(tp) y). Under a sequence-parallel
+// column-split (each rank computes q, k and v of its heads) and the output projection row-split:
+// one tensor-parallel region, with the layout's communication at its edges. Under a sequence-parallel
 // layout x holds this rank's positions and the attention core (SequenceLayout) communicates.
 #pragma once
 #include <string>
@@ -26,14 +26,17 @@ class CausalSelfAttention {
                       SequenceLayout& sequence = SequenceLayout::single());
   Saved allocate(int64_t batch, int64_t seq, Device device) const;
 
-  void forward(Tensor& y, const Tensor& x, Saved& saved) const;  // x, y [B, T, C]
+  // x, y: the token rows this rank holds ([B, T, C], or a share of the rows when the layout splits
+  // them); region: the layout's workspace.
+  void forward(Tensor& y, const Tensor& x, Saved& saved, RegionWorkspace& region) const;
   // dx = d/dx (overwritten); dqkv_scratch and datt_scratch (the shapes of Saved's qkv and att) are
   // workspace.
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dqkv_scratch,
-                Tensor& datt_scratch) const;
+                Tensor& datt_scratch, RegionWorkspace& region) const;
 
  private:
   Linear qkv_, proj_;
+  const TensorLayout* layout_ = nullptr;
   SequenceLayout* sequence_ = nullptr;
   int64_t heads_ = 0;  // on this rank
 };

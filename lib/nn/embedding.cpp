@@ -20,17 +20,20 @@ Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, 
 
 int64_t Embedding::valid_rows() const { return std::clamp<int64_t>(vocab_ - vocab_start_, 0, local_rows()); }
 
-void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_position) const {
-  const bool adds_positions = layout_->rank() == 0;  // the all-reduce sums the ranks' outputs
+void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const {
+  const bool adds_positions = layout_->rank() == 0;  // the exit sums the ranks' outputs
   const int64_t seq = tokens.dim(1);
-  ops::embedding_forward(out, tokens, store_->value(tokens_),
+  Tensor& whole = layout_->whole(out, region);
+  ops::embedding_forward(whole, tokens, store_->value(tokens_),
                          adds_positions ? store_->value(positions_).rows(first_position, seq) : Tensor(), vocab_start_);
-  layout_->all_reduce(out);
+  layout_->exit(out, whole);
 }
 
-void Embedding::backward(const Tensor& dout, const Tensor& tokens, int64_t first_position) const {
+void Embedding::backward(const Tensor& dout, const Tensor& tokens, int64_t first_position,
+                         RegionWorkspace& region) const {
   Tensor dpositions = store_->grad(positions_).rows(first_position, tokens.dim(1));
-  ops::embedding_backward(store_->grad(tokens_), dpositions, dout, tokens, vocab_start_);
+  ops::embedding_backward(store_->grad(tokens_), dpositions, layout_->exit_backward(dout, region.out), tokens,
+                          vocab_start_);
 }
 
 }  // namespace tessera::nn

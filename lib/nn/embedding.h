@@ -1,8 +1,8 @@
 // Token + learned position embedding: out[b, t] = tokens_table[token] + positions_table[t].
 // The token table is padded to a multiple of `pad_to` x tp rows (a faster tied LM head); padding
 // rows stay zero. Under a tensor-parallel layout the token table is vocab-parallel: each rank
-// holds a contiguous slice of the rows, looks up the tokens inside it (zero for the others; rank 0
-// adds the positions) and the output is all-reduced(tp): batch x seq x hidden values.
+// holds a contiguous slice of the rows and looks up the tokens inside it (zero for the others;
+// rank 0 adds the positions): a region whose exit (nn/tensor_layout.h) sums the ranks' outputs.
 #pragma once
 #include <string>
 
@@ -17,9 +17,11 @@ class Embedding {
   Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t max_seq, int64_t channels,
             int64_t pad_to, float init_std, const TensorLayout& layout = TensorLayout::single());
 
-  // tokens [B, T] i32 at positions [first_position, first_position + T) -> out [B, T, C].
-  void forward(Tensor& out, const Tensor& tokens, int64_t first_position = 0) const;
-  void backward(const Tensor& dout, const Tensor& tokens, int64_t first_position = 0) const;  // accumulates
+  // tokens [B, T] i32 at positions [first_position, first_position + T) -> out: the token rows
+  // this rank holds ([B x T, C], or a share of them when the layout splits rows).
+  void forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const;
+  // Accumulates both tables' gradients.
+  void backward(const Tensor& dout, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const;
 
   int tokens_id() const { return tokens_; }
   int64_t vocab() const { return vocab_; }

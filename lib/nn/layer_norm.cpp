@@ -5,10 +5,15 @@
 
 namespace tessera::nn {
 
-LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channels, float eps)
+LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channels, const TensorLayout& layout,
+                     float eps)
     : store_(&store), eps_(eps) {
   weight_ = store.add(name + ".weight", {channels}, Init::Ones(), false);
   bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false);
+  if (layout.splits_rows()) {
+    store.set_row_partial_grad(weight_);
+    store.set_row_partial_grad(bias_);
+  }
 }
 
 void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {

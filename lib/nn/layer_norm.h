@@ -1,15 +1,19 @@
-// LayerNorm over the last dimension with learned weight and bias. Local module.
+// LayerNorm over the last dimension with learned weight and bias. Local: under a layout that
+// splits token rows each rank normalises its rows, and its weight and bias gradients are partial
+// (marked row_partial_grad; summed over tp once per step).
 #pragma once
 #include <string>
 
 #include "nn/param_store.h"
+#include "nn/tensor_layout.h"
 
 namespace tessera::nn {
 
 class LayerNorm {
  public:
   LayerNorm() = default;
-  LayerNorm(ParamStore& store, const std::string& name, int64_t channels, float eps = 1e-5f);
+  LayerNorm(ParamStore& store, const std::string& name, int64_t channels,
+            const TensorLayout& layout = TensorLayout::single(), float eps = 1e-5f);
 
   // x [N, C] -> y [N, C]; saves mean [N] and rstd [N] for backward.
   void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const;

@@ -1,5 +1,4 @@
-// Linear forward/backward as GEMMs (bias folded in with beta = 1), with the tensor-parallel
-// all-reduces of column- and row-split layers.
+// Linear forward/backward as GEMMs (bias folded in with beta = 1).
 #include "nn/linear.h"
 
 #include "kernels/ops.h"
@@ -26,16 +25,12 @@ void Linear::forward(Tensor& y, const Tensor& x) const {
   const bool with_bias = bias_ >= 0 && (split_ != Split::rows || layout_->rank() == 0);
   if (with_bias) ops::broadcast_rows(y, store_->value(bias_));
   ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, with_bias ? 1.0f : 0.0f);
-  if (split_ == Split::rows) layout_->all_reduce(y);
 }
 
 void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx) const {
   ops::matmul(dy, true, x, false, store_->grad(weight_), 1.0f, 1.0f);
   if (bias_ >= 0) ops::bias_backward(store_->grad(bias_), dy);
-  if (!dx) return;
-  TESSERA_CHECK(!(accumulate_dx && split_ == Split::columns), "a column-split linear cannot accumulate into dx");
-  ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
-  if (split_ == Split::columns) layout_->all_reduce(*dx);
+  if (dx) ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
 }
 
 }  // namespace tessera::nn

@@ -1,8 +1,10 @@
 // Linear: y = x W^T + b, W [out, in] (PyTorch layout). Under a tensor-parallel layout a linear is
-//   column-split: this rank holds a slice of the output features (W rows, b), computes its slice
-//     of y from the whole x with no communication; backward all-reduces(tp) the partial dx.
+//   column-split: this rank holds a slice of the output features (W rows, b) and computes its
+//     slice of y from the whole x; its dx is partial (a sum over the group completes it);
 //   row-split: this rank holds a slice of the input features (W columns; b whole), takes its slice
-//     of x, and all-reduces(tp) the partial y (b added once, by tp rank 0); backward is local.
+//     of x, and its y is partial (b is added by tp rank 0 only, so the sum adds it once).
+// The layer itself never communicates: the sums happen at the edges of the region it is part of
+// (nn/tensor_layout.h).
 #pragma once
 #include <string>
 

@@ -23,9 +23,9 @@ LmHead::LmHead(const Embedding& embedding, ParamStore& store, int64_t rows, Devi
   }
 }
 
-const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets) {
+const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets, RegionWorkspace& region) {
   const Embedding& e = *embedding_;
-  ops::matmul(x, false, store_->value(e.tokens_id()), true, logits_);
+  ops::matmul(e.layout().enter(x, region.in), false, store_->value(e.tokens_id()), true, logits_);
   if (e.layout().size() == 1) {
     ops::softmax_xent_forward(losses_, lse_, logits_, targets, e.vocab());
     host_losses_.copy_from(losses_);
@@ -53,12 +53,14 @@ const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets) {
   return host_losses_;
 }
 
-void LmHead::backward(Tensor& dx, const Tensor& x, const Tensor& targets, float scale) {
+void LmHead::backward(Tensor& dx, const Tensor& x, const Tensor& targets, float scale, RegionWorkspace& region) {
   const Embedding& e = *embedding_;
+  const TensorLayout& layout = e.layout();
   ops::softmax_xent_backward(logits_, logits_, targets, lse_, e.valid_rows(), scale, e.vocab_start());
-  ops::matmul(logits_, true, x, false, store_->grad(e.tokens_id()), 1.0f, 1.0f);
-  ops::matmul(logits_, false, store_->value(e.tokens_id()), false, dx);
-  e.layout().all_reduce(dx);
+  ops::matmul(logits_, true, layout.enter(x, region.in), false, store_->grad(e.tokens_id()), 1.0f, 1.0f);
+  Tensor& whole_dx = layout.whole(dx, region);
+  ops::matmul(logits_, false, store_->value(e.tokens_id()), false, whole_dx);
+  layout.enter_backward(dx, whole_dx);
 }
 
 }  // namespace tessera::nn

@@ -3,8 +3,8 @@
 // Vocab-parallel under a tensor-parallel layout: each rank holds its slice of wte's rows and
 // computes only its slice of the logits; the full logits are never gathered. Communication per
 // micro-batch of N rows: all-reduce-max(tp) of the row maxima (N values), all-reduce-sum(tp) of
-// the row sums of exponentials and target logits (2N), and in backward all-reduce-sum(tp) of the
-// partial dx (N x hidden). Padding ids are masked, so the loss equals the one-rank loss.
+// the row sums of exponentials and target logits (2N), and the region entry's (nn/tensor_layout.h)
+// for x and its partial dx. Padding ids are masked, so the loss equals the one-rank loss.
 #pragma once
 #include "nn/embedding.h"
 
@@ -15,11 +15,12 @@ class LmHead {
   LmHead() = default;
   LmHead(const Embedding& embedding, ParamStore& store, int64_t rows, Device device);
 
-  // x [N, C], targets [N] (int32, global ids; < 0 ignored) -> per-row losses on the host.
-  const Tensor& forward(const Tensor& x, const Tensor& targets);
-  // dx [N, C] = d(scale x sum of losses)/dx (overwritten); the token table's gradient accumulates.
-  // Overwrites the logits.
-  void backward(Tensor& dx, const Tensor& x, const Tensor& targets, float scale);
+  // x: the token rows this rank holds (all N, or a share when the layout splits rows); targets
+  // [N] (int32, global ids; < 0 ignored) -> the N rows' losses on the host.
+  const Tensor& forward(const Tensor& x, const Tensor& targets, RegionWorkspace& region);
+  // dx (x's rows) = d(scale x sum of losses)/dx (overwritten); the token table's gradient
+  // accumulates. Overwrites the logits.
+  void backward(Tensor& dx, const Tensor& x, const Tensor& targets, float scale, RegionWorkspace& region);
   const Tensor& logits() const { return logits_; }  // [N, this rank's vocabulary rows]
 
  private:

@@ -8,23 +8,29 @@ namespace tessera::nn {
 Mlp::Mlp(ParamStore& store, const std::string& name, int64_t channels, int64_t hidden, float init_std,
          float proj_init_std, const TensorLayout& layout)
     : fc_(store, name + ".fc", channels, hidden, {true, init_std, Split::columns}, layout),
-      proj_(store, name + ".proj", hidden, channels, {true, proj_init_std, Split::rows}, layout) {}
+      proj_(store, name + ".proj", hidden, channels, {true, proj_init_std, Split::rows}, layout),
+      layout_(&layout) {}
 
 Mlp::Saved Mlp::allocate(int64_t rows, Device device) const {
   const int64_t h = fc_.out_features();
   return {Tensor::empty({rows, h}, DType::f32, device), Tensor::empty({rows, h}, DType::f32, device)};
 }
 
-void Mlp::forward(Tensor& y, const Tensor& x, Saved& s) const {
-  fc_.forward(s.fc, x);
+void Mlp::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region) const {
+  fc_.forward(s.fc, layout_->enter(x, region.in));
   ops::gelu_forward(s.gelu, s.fc);
-  proj_.forward(y, s.gelu);
+  Tensor& out = layout_->whole(y, region);
+  proj_.forward(out, s.gelu);
+  layout_->exit(y, out);
 }
 
-void Mlp::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s, Tensor& dh) const {
-  proj_.backward(&dh, dy, s.gelu);
+void Mlp::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s, Tensor& dh,
+                   RegionWorkspace& region) const {
+  proj_.backward(&dh, layout_->exit_backward(dy, region.out), s.gelu);
   ops::gelu_backward(dh, s.fc, dh);
-  fc_.backward(&dx, dh, x);
+  Tensor& whole_dx = layout_->whole(dx, region);
+  fc_.backward(&whole_dx, dh, layout_->enter(x, region.in));  // rows split: x gathered again
+  layout_->enter_backward(dx, whole_dx);
 }
 
 }  // namespace tessera::nn

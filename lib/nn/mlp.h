@@ -1,5 +1,5 @@
 // Mlp: fc (C -> 4C), GELU (tanh), proj (4C -> C). Under a tensor-parallel layout fc is
-// column-split and proj row-split: one all-reduce(tp) of y in forward, one of dx in backward.
+// column-split and proj row-split: one region, with the layout's communication at its edges.
 #pragma once
 #include <string>
 
@@ -19,12 +19,15 @@ class Mlp {
       float proj_init_std, const TensorLayout& layout = TensorLayout::single());
   Saved allocate(int64_t rows, Device device) const;
 
-  void forward(Tensor& y, const Tensor& x, Saved& saved) const;
+  // x, y: the token rows this rank holds; region: the layout's workspace.
+  void forward(Tensor& y, const Tensor& x, Saved& saved, RegionWorkspace& region) const;
   // dx = d/dx (overwritten); dhidden_scratch [N, 4C / tp] is workspace.
-  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dhidden_scratch) const;
+  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dhidden_scratch,
+                RegionWorkspace& region) const;
 
  private:
   Linear fc_, proj_;
+  const TensorLayout* layout_ = nullptr;
 };
 
 }  // namespace tessera::nn

@@ -49,6 +49,9 @@ struct ParamSpec {
   Shard shard;
   Init init;
   bool weight_decay = true;
+  // Its gradient on this rank covers only the token rows this rank holds (a layer norm when the
+  // tensor-parallel layout splits rows): complete once summed over the tp group.
+  bool row_partial_grad = false;
   int64_t offset = 0;      // first element in the flat buffers
 };
 
@@ -87,6 +90,7 @@ class ParamStore {
  public:
   // Registers a parameter; returns its id. Views are valid after allocate().
   int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
+  void set_row_partial_grad(int id) { specs_[id].row_partial_grad = true; }
   // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
   void allocate(Device device, uint64_t seed);
   // ZeRO-3: only elements [begin, end) of the flat order are resident (shard_values/shard_grads,

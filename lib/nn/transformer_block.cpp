@@ -8,50 +8,50 @@ namespace tessera::nn {
 TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, const BlockConfig& c,
                                    const TensorLayout& layout, SequenceLayout& sequence)
     : config_(c),
-      tp_(layout.size()),
-      ln1_(store, name + ".ln1", c.channels),
-      ln2_(store, name + ".ln2", c.channels),
+      layout_(&layout),
+      ln1_(store, name + ".ln1", c.channels, layout),
+      ln2_(store, name + ".ln2", c.channels, layout),
       attn_(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, layout, sequence),
       mlp_(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout) {}
 
 TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, Device device) const {
-  const int64_t n = batch * seq, c = config_.channels;
+  const int64_t rows = layout_->local_rows(batch * seq), c = config_.channels;
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
   Saved s;
-  s.ln1 = act({batch, seq, c});
-  s.ln1_mean = act({n});
-  s.ln1_rstd = act({n});
+  s.ln1 = act({rows, c});
+  s.ln1_mean = act({rows});
+  s.ln1_rstd = act({rows});
   s.attn = attn_.allocate(batch, seq, device);
-  s.mid = act({batch, seq, c});
-  s.ln2 = act({batch, seq, c});
-  s.ln2_mean = act({n});
-  s.ln2_rstd = act({n});
-  s.mlp = mlp_.allocate(n, device);
+  s.mid = act({rows, c});
+  s.ln2 = act({rows, c});
+  s.ln2_mean = act({rows});
+  s.ln2_rstd = act({rows});
+  s.mlp = mlp_.allocate(batch * seq, device);
   return s;
 }
 
 TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int64_t seq, Device device) const {
-  const int64_t c = config_.channels;
+  const int64_t n = batch * seq, c = config_.channels, tp = layout_->size();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
-  return {act({batch, seq, c}), act({batch, seq, c / tp_}), act({batch, seq, 3 * c / tp_}),
-          act({batch * seq, config_.mlp_hidden / tp_})};
+  return {act({layout_->local_rows(n), c}), act({batch, seq, c / tp}), act({batch, seq, 3 * c / tp}),
+          act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device)};
 }
 
-void TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s) const {
+void TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) const {
   ln1_.forward(s.ln1, s.ln1_mean, s.ln1_rstd, x);
-  attn_.forward(y, s.ln1, s.attn);  // y as a temporary for the attention branch
+  attn_.forward(y, s.ln1, s.attn, w.region);  // y as a temporary for the attention branch
   ops::add(s.mid, x, y);
   ln2_.forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.mid);
-  mlp_.forward(y, s.ln2, s.mlp);
+  mlp_.forward(y, s.ln2, s.mlp, w.region);
   ops::add_inplace(y, s.mid);
 }
 
 void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, Scratch& w) const {
   // MLP branch: dres = dL/dy = dL/dmid (identity path) + the branch through ln2.
-  mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden);
+  mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden, w.region);
   ln2_.backward(dres, w.d_c, s.mid, s.ln2_mean, s.ln2_rstd);
   // Attention branch: dres now dL/dmid.
-  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att);
+  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region);
   ln1_.backward(dres, w.d_c, x, s.ln1_mean, s.ln1_rstd);
 }
 

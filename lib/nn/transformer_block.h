@@ -1,6 +1,7 @@
 // TransformerBlock (pre-LN): x + attn(ln1(x)), then + mlp(ln2(.)). Written once; GPT, ViT and MoE
-// models share it. Under a tensor-parallel layout the attention and the MLP split (each with one
-// all-reduce(tp) forward and one backward); layer norms and the residual stream are replicated.
+// models share it. Under a tensor-parallel layout the attention and the MLP are regions split over
+// the group (nn/tensor_layout.h: their edges communicate); layer norms and the residual stream
+// hold this rank's token rows: all of them (1D) or a share (rows split).
 #pragma once
 #include <string>
 
@@ -25,9 +26,10 @@ class TransformerBlock {
     Tensor ln2, ln2_mean, ln2_rstd;
     Mlp::Saved mlp;
   };
-  // Workspace shared by all blocks' backward passes.
+  // Workspace shared by all blocks.
   struct Scratch {
     Tensor d_c, d_att, d_qkv, d_hidden;
+    RegionWorkspace region;
   };
 
   TransformerBlock() = default;
@@ -37,14 +39,15 @@ class TransformerBlock {
   Saved allocate(int64_t batch, int64_t seq, Device device) const;
   Scratch allocate_scratch(int64_t batch, int64_t seq, Device device) const;
 
-  // x, y [B, T, C] (T: this rank's positions under sequence parallelism); y may not alias x.
-  void forward(Tensor& y, const Tensor& x, Saved& saved) const;
+  // x, y: the token rows this rank holds ([B x T, C], T: this rank's positions under sequence
+  // parallelism; a share of the rows when the tensor layout splits them); y may not alias x.
+  void forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch) const;
   // dres holds dL/dy on entry and dL/dx on exit (the residual stream's gradient, updated in place).
   void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch) const;
 
  private:
   BlockConfig config_;
-  int64_t tp_ = 1;
+  const TensorLayout* layout_ = nullptr;
   LayerNorm ln1_, ln2_;
   CausalSelfAttention attn_;
   Mlp mlp_;

@@ -1,7 +1,9 @@
 // ZeroOptimizer: the sharded update and the parameter all-gather.
 #include "optim/zero_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "optim/grad_clip.h"
 
@@ -22,15 +24,48 @@ ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::Gr
 
 Tensor ZeroOptimizer::shard_grads() { return zero_ == 3 ? store_.shard_grads() : sync_->shard_grads(); }
 
+Tensor ZeroOptimizer::held_gradients(int64_t& begin) {
+  if (zero_ < 2) {
+    begin = 0;
+    return store_.flat_grads();
+  }
+  begin = zero_ == 3 ? store_.shard_begin() : sync_->my_shard().begin;
+  return shard_grads();
+}
+
+void ZeroOptimizer::complete_row_partial_grads() {
+  if (!tp_ || tp_->size() == 1) return;
+  int64_t begin = 0;
+  Tensor held = held_gradients(begin);
+  int64_t n = 0;
+  std::vector<Tensor> pieces;
+  for (const nn::ParamSpec& s : store_.specs()) {
+    const int64_t b = std::max(s.offset, begin), e = std::min(s.offset + s.local_shape.numel(), begin + held.numel());
+    if (!s.row_partial_grad || b >= e) continue;
+    pieces.push_back(held.slice(b - begin, {e - b}));
+    n += e - b;
+  }
+  if (pieces.empty()) return;  // the same on every tp rank: their flat layouts match
+  if (packed_.numel() != n) packed_ = Tensor::empty({n}, DType::f32, store_.device());
+  int64_t at = 0;
+  for (const Tensor& p : pieces) {
+    packed_.slice(at, {p.numel()}).copy_from(p);
+    at += p.numel();
+  }
+  tp_->all_reduce_sum(packed_);
+  at = 0;
+  for (Tensor& p : pieces) {
+    p.copy_from(packed_.slice(at, {p.numel()}));
+    at += p.numel();
+  }
+}
+
 double ZeroOptimizer::grad_norm() {
   const int tp = tp_ ? tp_->size() : 1;
-  double sq = 0.0;
-  if (zero_ < 2) {  // every rank holds the summed gradient
-    sq = squared_norm_share(store_, store_.flat_grads(), 0, tp);
-  } else {
-    const int64_t begin = zero_ == 3 ? store_.shard_begin() : sync_->my_shard().begin;
-    sq = dp_.all_reduce_sum(squared_norm_share(store_, shard_grads(), begin, tp));
-  }
+  int64_t begin = 0;
+  const Tensor held = held_gradients(begin);  // sets begin
+  double sq = squared_norm_share(store_, held, begin, tp);
+  if (zero_ >= 2) sq = dp_.all_reduce_sum(sq);  // the shards' squares; under zero 0/1 every rank holds all
   if (tp > 1) sq = tp_->all_reduce_sum(sq);
   return std::sqrt(sq);
 }

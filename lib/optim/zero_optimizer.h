@@ -20,8 +20,14 @@ class ZeroOptimizer {
   ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
                 const AdamWConfig& config, comm::Communicator* tp = nullptr);
 
+  // Once the gradients are reduced over dp: sums over tp the gradients marked row_partial_grad
+  // (layer norms when the tensor layout splits rows), in one all-reduce(tp).
+  void complete_row_partial_grads();
   double grad_norm();
   void step(float lr, float grad_scale);
+  // The reduced gradients this rank holds: all, or its ZeRO-2/3 shard of the flat order from
+  // flat offset `begin`.
+  Tensor held_gradients(int64_t& begin);
 
   AdamW& adamw() { return adamw_; }
   parallel::Range shard() const { return adamw_.shard(); }
@@ -38,6 +44,7 @@ class ZeroOptimizer {
   comm::Communicator* tp_;
   AdamW adamw_;
   Tensor gather_input_;  // zero 1/2: this rank's updated shard, sent by the all-gather
+  Tensor packed_;        // the row-partial gradients, packed for one all-reduce(tp)
 };
 
 }  // namespace tessera::optim

@@ -83,6 +83,7 @@ float Trainer::train_step(int64_t step) {
     loss += model_.forward_backward(rows_.data(), grad_scale, sync);
   }
   if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
+  optimizer_.complete_row_partial_grads();
   // Each rank's loss is its share of its micro-batches' mean (all of it without sp).
   return static_cast<float>(data_.all_reduce_sum(loss) / static_cast<double>(n_micro * dp_.size()));
 }
@@ -220,24 +221,10 @@ void Trainer::check_checkpoint_dir() {
                 problem.empty() ? std::string() : ": " + problem);
 }
 
-Tensor Trainer::held_gradients(int64_t& begin) {
-  nn::ParamStore& store = model_.params();
-  if (store.sharded()) {  // zero 3
-    begin = store.shard_begin();
-    return store.shard_grads();
-  }
-  if (config_.zero_stage == 2) {
-    begin = grad_sync_->my_shard().begin;
-    return grad_sync_->shard_grads();
-  }
-  begin = 0;
-  return store.flat_grads();
-}
-
 std::string Trainer::first_nonfinite_gradient() {
   nn::ParamStore& store = model_.params();
   int64_t held_begin = 0;
-  const Tensor held = held_gradients(held_begin);
+  const Tensor held = optimizer_.held_gradients(held_begin);
   int64_t first = store.size();
   for (int i = 0; i < store.size() && first == store.size(); ++i) {
     const nn::ParamSpec& s = store.spec(i);
@@ -255,7 +242,7 @@ void Trainer::poison_gradient() {
   if (id < 0) return;
   const int64_t at = store.spec(id).offset;
   int64_t begin = 0;
-  Tensor grads = held_gradients(begin);
+  Tensor grads = optimizer_.held_gradients(begin);
   if (at < begin || at >= begin + grads.numel()) return;  // another rank's shard holds it
   Tensor nan = Tensor::empty({1});
   nan.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();

@@ -64,8 +64,6 @@ class Trainer {
   float evaluate();
   int64_t resume();  // returns the step to continue after (0: a fresh start)
   void check_checkpoint_dir();  // before step 1: the folder can be written, on every rank's word
-  // The reduced gradients this rank holds (all, or its ZeRO shard starting at flat offset `begin`).
-  Tensor held_gradients(int64_t& begin);
   std::string first_nonfinite_gradient();  // over every rank's gradients; "" if none
   void poison_gradient();  // test hook (TESSERA_FAULT_NAN_STEP)
   void save(int64_t step);

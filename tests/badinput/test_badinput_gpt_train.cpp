@@ -255,6 +255,11 @@ TEST_F(GptTrainBadLayout, HeadsNotDivisibleForAllToAll) {
   expect_refused(4, "--sp 4 --sp-mode all_to_all", "2 heads do not split evenly over sp = 4 ranks");
 }
 
+// Megatron's sequence parallelism lives inside the tp group: it needs tp and takes no sp axis.
+TEST_F(GptTrainBadLayout, SplitGatherWithoutTensorParallel) {
+  expect_refused(2, "--sp 2 --sp-mode split_gather", "it needs --tp > 1 and takes no --sp");
+}
+
 TEST_F(GptTrainBadLayout, UnknownSequenceParallelMode) {
   expect_refused(2, "--sp 2 --sp-mode spiral", "unknown sequence-parallel mode 'spiral' (choose all_to_all or ring)");
 }

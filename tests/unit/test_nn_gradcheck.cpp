@@ -25,6 +25,9 @@ namespace gc = tessera::testing;
 
 namespace {
 
+// Region edges' workspace: the one-rank layout of these tests uses none.
+tessera::nn::RegionWorkspace region;
+
 // Objectives are L = sum(out * R) (modules) or the model's mean cross-entropy, evaluated in fp32
 // and summed in double; derivatives by the five-point central stencil (gradcheck.h) with step h.
 // Tolerances bound the norm-relative error per tensor, ||a - n|| / ||n||. Measured worst cases
@@ -218,11 +221,11 @@ TEST(GradCheck, EmbeddingTokensAndPositions) {
   Tensor out = Tensor::empty({batch, seq, channels});
   const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
   auto f = [&] {
-    emb.forward(out, tokens);
+    emb.forward(out, tokens, 0, region);
     return gc::dot(out, r);
   };
   f();
-  emb.backward(r, tokens);
+  emb.backward(r, tokens, 0, region);
   const int tid = s.find("embed.tokens.weight"), pid = s.find("embed.positions.weight");
   ASSERT_GE(tid, 0);
   ASSERT_GE(pid, 0);
@@ -247,7 +250,7 @@ TEST(GradCheck, EmbeddingTokensAndPositions) {
     }
   // Backward accumulates.
   const Tensor g1 = s.flat_grads().clone();
-  emb.backward(r, tokens);
+  emb.backward(r, tokens, 0, region);
   for (int64_t i = 0; i < s.numel(); ++i)
     EXPECT_NEAR(s.flat_grads().data<float>()[i], 2.0f * g1.data<float>()[i], 1e-5f);
 }
@@ -263,13 +266,13 @@ void attention_gradcheck(int64_t batch, int64_t seq, int64_t channels, int64_t h
   nn::CausalSelfAttention::Saved saved = attn.allocate(batch, seq, Device::cpu);
   const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
   auto f = [&] {
-    attn.forward(y, x, saved);
+    attn.forward(y, x, saved, region);
     return gc::dot(y, r);
   };
   f();
   Tensor dx = filled(x.shape(), 1e3f);  // overwritten
   Tensor dqkv = Tensor::empty({batch, seq, 3 * channels}), datt = Tensor::empty({batch, seq, channels});
-  attn.backward(dx, r, x, saved, dqkv, datt);
+  attn.backward(dx, r, x, saved, dqkv, datt, region);
   const std::string tag = "attention(T=" + std::to_string(seq) + ")";
   check(tag + ".dx", x.data<float>(), x.numel(), dx, f, kTol, max_checks);
   check_params(s, tag + ":", f, kTol, max_checks);
@@ -289,9 +292,9 @@ TEST(GradCheck, CausalSelfAttentionIsCausal) {
   Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
   Tensor y2 = Tensor::empty({batch, seq, channels});
   auto saved = attn.allocate(batch, seq, Device::cpu);
-  attn.forward(y, x, saved);
+  attn.forward(y, x, saved, region);
   for (int64_t c = 0; c < channels; ++c) x.data<float>()[(0 * seq + seq - 1) * channels + c] += 1.0f;  // last token
-  attn.forward(y2, x, saved);
+  attn.forward(y2, x, saved, region);
   for (int64_t t = 0; t < seq; ++t)
     for (int64_t c = 0; c < channels; ++c) {
       const int64_t i = (0 * seq + t) * channels + c;
@@ -306,7 +309,7 @@ TEST(GradCheck, CausalSelfAttentionIsCausal) {
     for (int64_t c = 0; c < channels; ++c) dy.data<float>()[(b * seq) * channels + c] = 1.0f;
   Tensor dx = Tensor::empty({batch, seq, channels}), dqkv = Tensor::empty({batch, seq, 3 * channels});
   Tensor datt = Tensor::empty({batch, seq, channels});
-  attn.backward(dx, dy, x, saved, dqkv, datt);
+  attn.backward(dx, dy, x, saved, dqkv, datt, region);
   double first = 0;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq; ++t)
@@ -330,12 +333,12 @@ TEST(GradCheck, Mlp) {
   auto saved = mlp.allocate(rows, Device::cpu);
   const Tensor r = gc::normal({rows, channels}, "R", 1.0f);
   auto f = [&] {
-    mlp.forward(y, x, saved);
+    mlp.forward(y, x, saved, region);
     return gc::dot(y, r);
   };
   f();
   Tensor dx = filled(x.shape(), 1e3f), dh = Tensor::empty({rows, hidden});
-  mlp.backward(dx, r, x, saved, dh);
+  mlp.backward(dx, r, x, saved, dh, region);
   check("mlp.dx", x.data<float>(), x.numel(), dx, f);
   check_params(s, "mlp:", f);
 }
@@ -353,7 +356,7 @@ TEST(GradCheck, TransformerBlockResidualStream) {
   auto scratch = blk.allocate_scratch(batch, seq, Device::cpu);
   const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
   auto f = [&] {
-    blk.forward(y, x, saved);
+    blk.forward(y, x, saved, scratch);
     return gc::dot(y, r);
   };
   f();

@@ -30,6 +30,8 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       first_position_(layout.sequence->offset(seq)) {
   config.validate(layout.tensor->size());
   TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
+  TESSERA_CHECK(!(layout.tensor->splits_rows() && layout.sequence->size() > 1),
+                "--sp-mode split_gather splits the sequence inside the tp group: it takes no --sp");
   const int64_t c = config.hidden;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
   embed_ = nn::Embedding(store_, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std, *layout.tensor);
@@ -41,7 +43,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
     blocks_.emplace_back(store_, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
   }
   first_param.push_back(store_.size());
-  ln_f_ = nn::LayerNorm(store_, "ln_f", c);
+  ln_f_ = nn::LayerNorm(store_, "ln_f", c, *layout.tensor);
   if (comm::Communicator* zero3 = layout.zero3) {
     const parallel::Range mine = parallel::FlatShards(store_.numel(), zero3->size()).shard(zero3->rank());
     store_.allocate_shard(device, seed, mine.begin, mine.end);
@@ -54,16 +56,17 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
   const int64_t b = micro_batch, t = local_seq_, n = b * t;
+  const int64_t rows = layout.tensor->local_rows(n);  // token rows this rank holds between regions
   inputs_ = act({b, t}, DType::i32);
   targets_ = act({b, t}, DType::i32);
-  for (int64_t i = 0; i <= config.layers; ++i) residual_.push_back(act({b, t, c}));
+  for (int64_t i = 0; i <= config.layers; ++i) residual_.push_back(act({rows, c}));
   for (const auto& blk : blocks_) saved_.push_back(blk.allocate(b, t, device));
   scratch_ = blocks_.front().allocate_scratch(b, t, device);
-  lnf_ = act({b, t, c});
-  lnf_mean_ = act({n});
-  lnf_rstd_ = act({n});
+  lnf_ = act({rows, c});
+  lnf_mean_ = act({rows});
+  lnf_rstd_ = act({rows});
   head_ = nn::LmHead(embed_, store_, n, device);
-  dres_ = act({b, t, c});
+  dres_ = act({rows, c});
   host_rows_ = Tensor::empty({2, b, t}, DType::i32);
 }
 
@@ -102,15 +105,15 @@ void Gpt::grads_done(parallel::Range unit, parallel::GradSync* sync) {
 // (training), the blocks are gathered for forward and again for backward.
 float Gpt::run_forward(bool training) {
   gather(embed_unit(), training);
-  embed_.forward(residual_[0], inputs_, first_position_);
+  embed_.forward(residual_[0], inputs_, first_position_, scratch_.region);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     gather(block_unit(i), false);
-    blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i]);
+    blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i], scratch_);
     release(block_unit(i));
   }
   gather(ln_f_unit(), training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, residual_.back());
-  const Tensor& losses = head_.forward(lnf_, targets_);  // tied to the token embedding
+  const Tensor& losses = head_.forward(lnf_, targets_, scratch_.region);  // tied to the token embedding
   if (!training) {
     release(ln_f_unit());
     release(embed_unit());
@@ -128,7 +131,7 @@ float Gpt::forward(const int32_t* rows) {
 float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync) {
   load_batch(rows);
   const float loss = run_forward(true);
-  head_.backward(scratch_.d_c, lnf_, targets_, grad_scale / static_cast<float>(batch_ * seq_));
+  head_.backward(scratch_.d_c, lnf_, targets_, grad_scale / static_cast<float>(batch_ * seq_), scratch_.region);
   dres_.zero();
   ln_f_.backward(dres_, scratch_.d_c, residual_.back(), lnf_mean_, lnf_rstd_);
   grads_done(ln_f_unit(), sync);
@@ -137,7 +140,7 @@ float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::Gra
     blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
     grads_done(block_unit(i), sync);
   }
-  embed_.backward(dres_, inputs_, first_position_);
+  embed_.backward(dres_, inputs_, first_position_, scratch_.region);
   grads_done(embed_unit(), sync);
   return loss;
 }
