@@ -23,7 +23,7 @@ LmHead::LmHead(const Embedding& embedding, ParamStore& store, int64_t rows, Devi
   }
 }
 
-const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets, RegionWorkspace& region) {
+const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets, const int32_t* t, RegionWorkspace& region) {
   const Embedding& e = *embedding_;
   ops::matmul(e.layout().enter(x, region.in), false, store_->value(e.tokens_id()), true, logits_);
   if (e.layout().size() == 1) {
@@ -38,11 +38,9 @@ const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets, RegionWork
   e.layout().all_reduce(sums_);
   host_max_.copy_from(row_max_);
   host_sums_.copy_from(sums_);
-  Tensor host_targets = targets.to(Device::cpu);
   const int64_t n = host_losses_.numel();
   const float* mx = host_max_.data<float>();
   const float* sum = host_sums_.data<float>();
-  const int32_t* t = host_targets.data<int32_t>();
   float* lse = host_lse_.data<float>();
   float* loss = host_losses_.data<float>();
   for (int64_t r = 0; r < n; ++r) {

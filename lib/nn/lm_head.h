@@ -16,8 +16,9 @@ class LmHead {
   LmHead(const Embedding& embedding, ParamStore& store, int64_t rows, Device device);
 
   // x: the token rows this rank holds (all N, or a share when the layout splits rows); targets
-  // [N] (int32, global ids; < 0 ignored) -> the N rows' losses on the host.
-  const Tensor& forward(const Tensor& x, const Tensor& targets, RegionWorkspace& region);
+  // [N] (int32, global ids; < 0 ignored) on the device and the same on the host -> the N rows'
+  // losses on the host.
+  const Tensor& forward(const Tensor& x, const Tensor& targets, const int32_t* host_targets, RegionWorkspace& region);
   // dx (x's rows) = d(scale x sum of losses)/dx (overwritten); the token table's gradient
   // accumulates. Overwrites the logits.
   void backward(Tensor& dx, const Tensor& x, const Tensor& targets, float scale, RegionWorkspace& region);

@@ -40,6 +40,28 @@ if got != {want}:
 print(f"{want} as the formula gives")
 PY
 
+# Activation memory per rank (the tracked peak minus the persistent state) at tp 1, 2 and 4 on a
+# 1024-token sequence equals docs/parallelism.md's formula exactly.
+"$build/apps/data_prep" synth --vocab 61 --tokens 100000 --seed 5 --output "$tmp/long.h5" >/dev/null
+for tp in 1 2 4; do
+  mpirun -np $tp "$build/apps/gpt_train" --input "$tmp/long.h5" --layers 2 --hidden 32 --heads 4 --seq-len 1024 \
+    --global-batch 2 --steps 2 --threads 1 --tp $tp --metrics "$tmp/long$tp.jsonl" >/dev/null
+  echo -n "activation bytes per rank at tp $tp: "
+  /usr/bin/python3 - "$tmp/long$tp.jsonl" $tp <<'PY'
+import json, sys
+tp = int(sys.argv[2])
+L, C, H, N = 2, 32, 4, 2 * 1024
+vp = -(-61 // (64 * tp)) * 64 * tp  # the vocabulary padded to 64 x tp
+floats = (L * N * (3 * C + 12 * C // tp + 4 + H // tp) + (L + 4) * N * C + 8 * N * C // tp + N * vp // tp
+          + 9 * N + (7 * N if tp > 1 else 0))
+last = [json.loads(line) for line in open(sys.argv[1]) if '"loss"' in line][-1]
+got = last["peak_mem_bytes"] - last["state_bytes"]
+if got != 4 * floats:
+    sys.exit(f"error: {got} bytes of activations, the formula gives {4 * floats}")
+print(f"{got} as the formula gives")
+PY
+done
+
 # Resume across layouts (vocabulary 201): save at tp 2 x dp 2 ZeRO-3, resume at one rank and at
 # tp 4; save at one rank, resume at tp 2 x dp 2 ZeRO-1.
 data="$tmp/v201.h5"

@@ -113,7 +113,8 @@ float Gpt::run_forward(bool training) {
   }
   gather(ln_f_unit(), training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, residual_.back());
-  const Tensor& losses = head_.forward(lnf_, targets_, scratch_.region);  // tied to the token embedding
+  const int32_t* host_targets = host_rows_.data<int32_t>() + batch_ * local_seq_;
+  const Tensor& losses = head_.forward(lnf_, targets_, host_targets, scratch_.region);  // tied to the embedding
   if (!training) {
     release(ln_f_unit());
     release(embed_unit());
