@@ -1,9 +1,12 @@
-// data_prep: makes token data sets (HDF5) for the trainers: `text` (byte-level tokens of a file)
-// and `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it).
+// data_prep: makes the trainers' HDF5 data sets: token sets `text` (byte-level tokens of a file) and
+// `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it); image
+// sets `cifar10` (the official binary files) and `synth-images` (learnable class patterns).
 #include <boost/program_options.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -14,8 +17,11 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "io/cifar10.h"
 #include "io/hdf5_file.h"
+#include "io/image_dataset.h"
 #include "io/markov_source.h"
+#include "io/synth_images.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -29,13 +35,19 @@ namespace {
 constexpr const char* kUsage =
     "usage: data_prep <command> [options]\n"
     "\n"
-    "Makes token data sets (HDF5: /train/tokens, /val/tokens, attributes vocab_size, tokenizer).\n"
+    "Makes token data sets (HDF5: /train/tokens, /val/tokens, attributes vocab_size, tokenizer)\n"
+    "and image data sets (HDF5: /train/images uint8 [N, H, W, C], /train/labels, the same under\n"
+    "/test, attributes num_classes, class_names).\n"
     "\n"
     "commands:\n"
-    "  text    byte-level tokens of a text file (vocab 256)\n"
-    "  synth   tokens sampled from a random sparse Markov chain, with its exact entropy rate\n"
+    "  text          byte-level tokens of a text file (vocab 256)\n"
+    "  synth         tokens sampled from a random sparse Markov chain, with its exact entropy rate\n"
+    "  cifar10       the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin, batches.meta.txt)\n"
+    "  synth-images  a small learnable image set: a coloured pattern per class plus noise\n"
     "\n"
     "Run `data_prep <command> --help` for the options of a command.\n";
+
+constexpr const char* kCommands = "text, synth, cifar10 or synth-images";
 
 // A mistake on the command line: reported as "error: ..." with exit code 2.
 struct UsageError : std::runtime_error {
@@ -52,6 +64,9 @@ class AtomicOutput {
     if (!parent.empty() && !fs::is_directory(parent, ec))
       fail("cannot write ", output, ": directory ", parent.string(), " does not exist");
     if (fs::is_directory(output, ec)) fail("cannot write ", output, ": it is a directory");
+    // Create the temporary now, so an unwritable folder is reported before any work is done.
+    if (!std::ofstream(tmp_, std::ios::binary))
+      fail("cannot write ", output, ": ", std::strerror(errno), " (creating ", tmp_, ")");
   }
   AtomicOutput(const AtomicOutput&) = delete;
   AtomicOutput& operator=(const AtomicOutput&) = delete;
@@ -209,12 +224,99 @@ int run_synth(const std::vector<std::string>& args) {
   return 0;
 }
 
+// Writes an image data set through AtomicOutput and prints what it holds.
+void write_images(AtomicOutput& out, const std::string& output, const tessera::io::ImageSplits& data,
+                  const std::string& source) {
+  {
+    H5File f = H5File::create(out.tmp());
+    tessera::io::write_image_dataset(f, data);
+    f.set_attr("/", "source", source);
+    f.flush();
+  }
+  out.commit();
+  const tessera::io::ImageDataset& train = data.train;
+  std::printf("wrote %s: %lld train and %lld test images of %lldx%lldx%lld (H x W x C), %lld classes\n",
+              output.c_str(), static_cast<long long>(train.size()), static_cast<long long>(data.test.size()),
+              static_cast<long long>(train.height), static_cast<long long>(train.width),
+              static_cast<long long>(train.channels), static_cast<long long>(train.num_classes()));
+  std::printf("%-6s %-16s %8s %8s\n", "label", "class", "train", "test");
+  std::vector<int64_t> train_count(static_cast<size_t>(train.num_classes())), test_count(train_count);
+  for (int32_t l : train.labels) ++train_count[static_cast<size_t>(l)];
+  for (int32_t l : data.test.labels) ++test_count[static_cast<size_t>(l)];
+  for (size_t c = 0; c < train_count.size(); ++c)
+    std::printf("%-6zu %-16s %8lld %8lld\n", c, train.class_names[c].c_str(),
+                static_cast<long long>(train_count[c]), static_cast<long long>(test_count[c]));
+  const tessera::io::ChannelStats stats = tessera::io::channel_stats(train);
+  std::printf("train pixels in [0, 1], per channel: mean");
+  for (float m : stats.mean) std::printf(" %.4f", m);
+  std::printf(", std");
+  for (float s : stats.std) std::printf(" %.4f", s);
+  std::printf("\n");
+}
+
+int run_cifar10(const std::vector<std::string>& args) {
+  std::string input, output;
+  po::options_description desc("options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("input", po::value(&input)->required(), "folder of the CIFAR-10 binary version")
+      ("output", po::value(&output)->required(), "HDF5 file to write");
+  po::variables_map vm;
+  if (!parse(args, desc,
+             "usage: data_prep cifar10 --input DIR --output FILE.h5\n\n"
+             "Converts the CIFAR-10 binary version in DIR (data_batch_1..5.bin: 50000 train images,\n"
+             "test_batch.bin: 10000 test images, batches.meta.txt: the 10 class names) to an image\n"
+             "data set: uint8 [N, 32, 32, 3] images (HWC) and int32 labels under /train and /test.\n",
+             vm))
+    return 0;
+  AtomicOutput out(output);
+  const tessera::io::ImageSplits data = tessera::io::read_cifar10(input);
+  write_images(out, output, data, "cifar10-binary");
+  return 0;
+}
+
+int run_synth_images(const std::vector<std::string>& args) {
+  tessera::io::SynthImageSpec spec;
+  std::string output;
+  po::options_description desc("options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("classes", po::value(&spec.classes)->default_value(10), "classes K (2 to 1000)")
+      ("train", po::value(&spec.train)->default_value(1000), "train images N (at least 1)")
+      ("test", po::value(&spec.test)->default_value(200), "test images M (at least 1)")
+      ("size", po::value(&spec.size)->default_value(32), "image side S (1 to 1024): S x S x 3 images")
+      ("seed", po::value(&spec.seed)->required(), "seed of the phases and the noise")
+      ("output", po::value(&output)->required(), "HDF5 file to write");
+  po::variables_map vm;
+  if (!parse(args, desc,
+             "usage: data_prep synth-images --seed X --output FILE.h5\n"
+             "                              [--classes K] [--train N] [--test M] [--size S]\n\n"
+             "Image i of a split has label i mod K: a tint of the class's colour and a grating at\n"
+             "the class's angle, with a random phase and Philox noise: a small model learns it.\n",
+             vm))
+    return 0;
+  if (spec.classes < 2 || spec.classes > 1000)
+    throw UsageError("--classes must be in [2, 1000], got " + std::to_string(spec.classes));
+  if (spec.train < 1) throw UsageError("--train must be at least 1, got " + std::to_string(spec.train));
+  if (spec.test < 1) throw UsageError("--test must be at least 1, got " + std::to_string(spec.test));
+  if (spec.size < 1 || spec.size > 1024)
+    throw UsageError("--size must be in [1, 1024], got " + std::to_string(spec.size));
+  const double bytes = (static_cast<double>(spec.train) + static_cast<double>(spec.test)) *
+                       static_cast<double>(spec.size * spec.size * 3);
+  if (bytes > 8e9)
+    throw UsageError("--train, --test and --size ask for " + std::to_string(static_cast<int64_t>(bytes / 1e9)) +
+                     " GB of pixels (at most 8)");
+  AtomicOutput out(output);
+  write_images(out, output, tessera::io::make_synth_images(spec), "synthetic-images");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    if (args.empty()) throw UsageError("missing command (text or synth); run data_prep --help");
+    if (args.empty()) throw UsageError("missing command (" + std::string(kCommands) + "); run data_prep --help");
     const std::string command = args[0];
     args.erase(args.begin());
     if (command == "--help" || command == "-h" || command == "help") {
@@ -223,9 +325,11 @@ int main(int argc, char** argv) {
     }
     if (command == "text") return run_text(args);
     if (command == "synth") return run_synth(args);
+    if (command == "cifar10") return run_cifar10(args);
+    if (command == "synth-images") return run_synth_images(args);
     if (!command.empty() && command[0] == '-')
-      throw UsageError("expected a command (text or synth) before the option '" + command + "'");
-    throw UsageError("unknown command '" + command + "' (expected text or synth)");
+      throw UsageError("expected a command (" + std::string(kCommands) + ") before the option '" + command + "'");
+    throw UsageError("unknown command '" + command + "' (expected " + kCommands + ")");
   } catch (const UsageError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 2;

@@ -1,4 +1,4 @@
-// CausalSelfAttention forward/backward: projections around the fused attention kernel.
+// SelfAttention forward/backward: projections around the fused attention kernel.
 #include "nn/attention.h"
 
 #include "kernels/ops.h"
@@ -15,32 +15,32 @@ int64_t local_heads(int64_t channels, int64_t heads, const TensorLayout& layout)
 }
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(ParamStore& store, const std::string& name, int64_t channels,
-                                         int64_t heads, float init_std, float proj_init_std,
-                                         const TensorLayout& layout, SequenceLayout& sequence)
-    : layout_(&layout), sequence_(&sequence), heads_(local_heads(channels, heads, layout)) {
+SelfAttention::SelfAttention(ParamStore& store, const std::string& name, int64_t channels, int64_t heads,
+                             float init_std, float proj_init_std, bool causal, const TensorLayout& layout,
+                             SequenceLayout& sequence)
+    : layout_(&layout), sequence_(&sequence), heads_(local_heads(channels, heads, layout)), causal_(causal) {
   qkv_ = Linear(store, name + ".qkv", channels, 3 * channels, {true, init_std, Split::columns, 3}, layout);
   proj_ = Linear(store, name + ".proj", channels, channels, {true, proj_init_std, Split::rows}, layout);
 }
 
-CausalSelfAttention::Saved CausalSelfAttention::allocate(int64_t batch, int64_t seq, Device device) const {
+SelfAttention::Saved SelfAttention::allocate(int64_t batch, int64_t seq, Device device) const {
   const int64_t c = proj_.in_features();  // this rank's heads x head size
   return {Tensor::empty({batch, seq, 3 * c}, DType::f32, device), Tensor::empty({batch, seq, c}, DType::f32, device),
           sequence_->allocate(batch, seq, heads_, c / heads_, device)};
 }
 
-void CausalSelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region) const {
+void SelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region) const {
   qkv_.forward(s.qkv, layout_->enter(x, region.in));
-  sequence_->forward(s.att, s.qkv, heads_, s.core);
+  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core);
   Tensor& out = layout_->whole(y, region);
   proj_.forward(out, s.att);
   layout_->exit(y, out);
 }
 
-void CausalSelfAttention::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s,
+void SelfAttention::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s,
                                    Tensor& dqkv, Tensor& datt, RegionWorkspace& region) const {
   proj_.backward(&datt, layout_->exit_backward(dy, region.out), s.att);
-  sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, s.core);
+  sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, causal_, s.core);
   Tensor& whole_dx = layout_->whole(dx, region);
   qkv_.backward(&whole_dx, dqkv, layout_->enter(x, region.in));  // rows split: x gathered again
   layout_->enter_backward(dx, whole_dx);

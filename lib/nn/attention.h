@@ -1,5 +1,5 @@
-// CausalSelfAttention: qkv projection, causal multi-head attention (tiled, online softmax), output
-// projection. Under a tensor-parallel layout the heads are split: the QKV projection is
+// SelfAttention: qkv projection, multi-head attention (tiled, online softmax; causal for language
+// models, over every position for ViT), output projection. Under a tensor-parallel layout the heads are split: the QKV projection is
 // column-split (each rank computes q, k and v of its heads) and the output projection row-split:
 // one tensor-parallel region, with the layout's communication at its edges. Under a sequence-parallel
 // layout x holds this rank's positions and the attention core (SequenceLayout) communicates.
@@ -11,7 +11,7 @@
 
 namespace tessera::nn {
 
-class CausalSelfAttention {
+class SelfAttention {
  public:
   // What forward keeps for backward, for one micro-batch of B x T.
   struct Saved {
@@ -20,10 +20,10 @@ class CausalSelfAttention {
     AttentionSaved core;  // what the attention core keeps (lse, ...)
   };
 
-  CausalSelfAttention() = default;
-  CausalSelfAttention(ParamStore& store, const std::string& name, int64_t channels, int64_t heads,
-                      float init_std, float proj_init_std, const TensorLayout& layout = TensorLayout::single(),
-                      SequenceLayout& sequence = SequenceLayout::single());
+  SelfAttention() = default;
+  SelfAttention(ParamStore& store, const std::string& name, int64_t channels, int64_t heads, float init_std,
+                float proj_init_std, bool causal = true, const TensorLayout& layout = TensorLayout::single(),
+                SequenceLayout& sequence = SequenceLayout::single());
   Saved allocate(int64_t batch, int64_t seq, Device device) const;
 
   // x, y: the token rows this rank holds ([B, T, C], or a share of the rows when the layout splits
@@ -39,6 +39,7 @@ class CausalSelfAttention {
   const TensorLayout* layout_ = nullptr;
   SequenceLayout* sequence_ = nullptr;
   int64_t heads_ = 0;  // on this rank
+  bool causal_ = true;
 };
 
 }  // namespace tessera::nn

@@ -25,12 +25,13 @@ class SequenceLayout {
   int64_t local_length(int64_t seq) const;
   int64_t offset(int64_t seq) const { return rank() * local_length(seq); }
 
-  // qkv [B, Tl, 3, H, D] of this rank's positions (H: the heads this rank holds) -> out [B, Tl, H, D].
+  // qkv [B, Tl, 3, H, D] of this rank's positions (H: the heads this rank holds) -> out [B, Tl, H, D];
+  // causal: each position attends to itself and earlier ones only (language models), else to all.
   virtual AttentionSaved allocate(int64_t batch, int64_t local_seq, int64_t heads, int64_t head_dim,
                                   Device device);
-  virtual void forward(Tensor& out, const Tensor& qkv, int64_t heads, AttentionSaved& saved);
+  virtual void forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved);
   virtual void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t heads,
-                        const AttentionSaved& saved);
+                        bool causal, const AttentionSaved& saved);
 
   static SequenceLayout& single();  // the one-rank layout
 };

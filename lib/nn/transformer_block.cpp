@@ -11,7 +11,7 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, c
       layout_(&layout),
       ln1_(store, name + ".ln1", c.channels, layout),
       ln2_(store, name + ".ln2", c.channels, layout),
-      attn_(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, layout, sequence),
+      attn_(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, c.causal, layout, sequence),
       mlp_(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout) {}
 
 TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, Device device) const {

@@ -14,6 +14,7 @@ namespace tessera::nn {
 struct BlockConfig {
   int64_t channels = 0, heads = 0, mlp_hidden = 0;
   float init_std = 0.02f, proj_init_std = 0.02f;
+  bool causal = true;  // attention to earlier positions only (GPT); false: to every position (ViT)
 };
 
 class TransformerBlock {
@@ -21,7 +22,7 @@ class TransformerBlock {
   // Per micro-batch state kept from forward for backward.
   struct Saved {
     Tensor ln1, ln1_mean, ln1_rstd;
-    CausalSelfAttention::Saved attn;
+    SelfAttention::Saved attn;
     Tensor mid;  // x + attn(...)
     Tensor ln2, ln2_mean, ln2_rstd;
     Mlp::Saved mlp;
@@ -49,7 +50,7 @@ class TransformerBlock {
   BlockConfig config_;
   const TensorLayout* layout_ = nullptr;
   LayerNorm ln1_, ln2_;
-  CausalSelfAttention attn_;
+  SelfAttention attn_;
   Mlp mlp_;
 };
 

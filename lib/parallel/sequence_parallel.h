@@ -19,11 +19,13 @@ class SequenceParallel final : public nn::SequenceLayout {
   nn::AttentionSaved allocate(int64_t batch, int64_t local_seq, int64_t, int64_t, Device device) override {
     return attention_.allocate(batch, local_seq, device);
   }
-  void forward(Tensor& out, const Tensor& qkv, int64_t, nn::AttentionSaved& saved) override {
+  void forward(Tensor& out, const Tensor& qkv, int64_t, bool causal, nn::AttentionSaved& saved) override {
+    TESSERA_CHECK(causal, "sequence parallelism (--sp) runs causal attention only: train this model without --sp");
     attention_.forward(out, qkv, saved);
   }
-  void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t,
+  void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t, bool causal,
                 const nn::AttentionSaved& saved) override {
+    TESSERA_CHECK(causal, "sequence parallelism (--sp) runs causal attention only");
     attention_.backward(dqkv, dout, qkv, out, saved);
   }
 

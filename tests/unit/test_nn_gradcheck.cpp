@@ -255,15 +255,16 @@ TEST(GradCheck, EmbeddingTokensAndPositions) {
     EXPECT_NEAR(s.flat_grads().data<float>()[i], 2.0f * g1.data<float>()[i], 1e-5f);
 }
 
-// ---- CausalSelfAttention -------------------------------------------------------------------------
+// ---- SelfAttention -------------------------------------------------------------------------
 
-void attention_gradcheck(int64_t batch, int64_t seq, int64_t channels, int64_t heads, int64_t max_checks) {
+void attention_gradcheck(int64_t batch, int64_t seq, int64_t channels, int64_t heads, int64_t max_checks,
+                         bool causal = true) {
   nn::ParamStore s;
-  nn::CausalSelfAttention attn(s, "attn", channels, heads, 0.3f, 0.3f);
+  nn::SelfAttention attn(s, "attn", channels, heads, 0.3f, 0.3f, causal);
   s.allocate(Device::cpu, 1);
   randomize(s, 0.4f);
   Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
-  nn::CausalSelfAttention::Saved saved = attn.allocate(batch, seq, Device::cpu);
+  nn::SelfAttention::Saved saved = attn.allocate(batch, seq, Device::cpu);
   const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
   auto f = [&] {
     attn.forward(y, x, saved, region);
@@ -273,20 +274,23 @@ void attention_gradcheck(int64_t batch, int64_t seq, int64_t channels, int64_t h
   Tensor dx = filled(x.shape(), 1e3f);  // overwritten
   Tensor dqkv = Tensor::empty({batch, seq, 3 * channels}), datt = Tensor::empty({batch, seq, channels});
   attn.backward(dx, r, x, saved, dqkv, datt, region);
-  const std::string tag = "attention(T=" + std::to_string(seq) + ")";
+  const std::string tag = std::string(causal ? "" : "non-causal ") + "attention(T=" + std::to_string(seq) + ")";
   check(tag + ".dx", x.data<float>(), x.numel(), dx, f, kTol, max_checks);
   check_params(s, tag + ":", f, kTol, max_checks);
 }
 
-TEST(GradCheck, CausalSelfAttention) { attention_gradcheck(2, 5, 8, 2, 1 << 20); }
+TEST(GradCheck, SelfAttention) { attention_gradcheck(2, 5, 8, 2, 1 << 20); }
 // Longer than one 64-key tile of the CPU kernel: the online softmax across tiles.
-TEST(GradCheck, CausalSelfAttentionAcrossKeyTiles) { attention_gradcheck(1, 70, 4, 2, 160); }
+TEST(GradCheck, SelfAttentionAcrossKeyTiles) { attention_gradcheck(1, 70, 4, 2, 160); }
+// Every position attends to every other (ViT): the block kernels' non-causal path.
+TEST(GradCheck, NonCausalSelfAttention) { attention_gradcheck(2, 5, 8, 2, 1 << 20, false); }
+TEST(GradCheck, NonCausalSelfAttentionAcrossKeyTiles) { attention_gradcheck(1, 70, 4, 2, 160, false); }
 
 // Causality: the future does not reach the past, forward or backward.
-TEST(GradCheck, CausalSelfAttentionIsCausal) {
+TEST(GradCheck, SelfAttentionIsCausal) {
   const int64_t batch = 2, seq = 5, channels = 8;
   nn::ParamStore s;
-  nn::CausalSelfAttention attn(s, "attn", channels, 2, 0.3f, 0.3f);
+  nn::SelfAttention attn(s, "attn", channels, 2, 0.3f, 0.3f);
   s.allocate(Device::cpu, 1);
   randomize(s, 0.4f);
   Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
