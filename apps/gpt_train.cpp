@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     }
     const parallel::TensorParallel1D tensor_layout(mesh.group(comm::Axis::tp), split_gather);
     std::optional<parallel::SequenceParallel> sequence_layout;
-    models::GptLayout layout{&tensor_layout};
+    models::ModelLayout layout{&tensor_layout};
     if (mesh_shape.sp > 1) {
       layout.sequence = &sequence_layout.emplace(sequence_mode, mesh.group(comm::Axis::sp), mc.heads / mesh_shape.tp,
                                                  mc.hidden / mc.heads);

@@ -21,7 +21,7 @@ void GptConfig::validate(int tp) const {
 }
 
 Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq,
-         const GptLayout& layout)
+         const ModelLayout& layout)
     : config_(config),
       device_(device),
       batch_(micro_batch),
@@ -37,22 +37,14 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   embed_ = nn::Embedding(store_, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std, *layout.tensor);
   const nn::BlockConfig block{c, config.heads, 4 * c, std, proj_std};
   blocks_.reserve(config.layers);
-  std::vector<int> first_param;
+  std::vector<int> first_param{0};  // of each unit: the embedding, the blocks, the final norm
   for (int64_t i = 0; i < config.layers; ++i) {
     first_param.push_back(store_.size());
     blocks_.emplace_back(store_, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
   }
   first_param.push_back(store_.size());
   ln_f_ = nn::LayerNorm(store_, "ln_f", c, *layout.tensor);
-  if (comm::Communicator* zero3 = layout.zero3) {
-    const parallel::Range mine = parallel::FlatShards(store_.numel(), zero3->size()).shard(zero3->rank());
-    store_.allocate_shard(device, seed, mine.begin, mine.end);
-    sharded_ = std::make_unique<parallel::ShardedParams>(store_, *zero3);
-  } else {
-    store_.allocate(device, seed);
-  }
-  for (int64_t i = 0; i < config.layers; ++i) block_offset_.push_back(store_.spec(first_param[i]).offset);
-  ln_f_offset_ = store_.spec(first_param.back()).offset;
+  units_ = std::make_unique<parallel::ParamUnits>(store_, first_param, device, seed, layout.zero3);
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
   const int64_t b = micro_batch, t = local_seq_, n = b * t;
@@ -88,36 +80,23 @@ void Gpt::load_batch(const int32_t* rows) {
   targets_.copy_from(host_rows_.rows(1, 1));
 }
 
-parallel::Range Gpt::block_unit(size_t i) const {
-  return {block_offset_[i], i + 1 < block_offset_.size() ? block_offset_[i + 1] : ln_f_offset_};
-}
-
-void Gpt::grads_done(parallel::Range unit, parallel::GradSync* sync) {
-  if (sharded_) {
-    sharded_->reduce_grads(unit);
-    sharded_->release(unit);
-  } else if (sync) {
-    sync->grads_final_from(unit.begin);
-  }
-}
-
 // Under ZeRO-3 the embedding and final norm stay gathered from their forward to their backward
 // (training), the blocks are gathered for forward and again for backward.
 float Gpt::run_forward(bool training) {
-  gather(embed_unit(), training);
+  units_->gather(kEmbedUnit, training);
   embed_.forward(residual_[0], inputs_, first_position_, scratch_.region);
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    gather(block_unit(i), false);
+    units_->gather(block_unit(i), false);
     blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i], scratch_);
-    release(block_unit(i));
+    units_->release(block_unit(i));
   }
-  gather(ln_f_unit(), training);
+  units_->gather(ln_f_unit(), training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, residual_.back());
   const int32_t* host_targets = host_rows_.data<int32_t>() + batch_ * local_seq_;
   const Tensor& losses = head_.forward(lnf_, targets_, host_targets, scratch_.region);  // tied to the embedding
   if (!training) {
-    release(ln_f_unit());
-    release(embed_unit());
+    units_->release(ln_f_unit());
+    units_->release(kEmbedUnit);
   }
   const float* l = losses.data<float>();
   const double sum = std::accumulate(l, l + losses.numel(), 0.0);
@@ -135,14 +114,14 @@ float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::Gra
   head_.backward(scratch_.d_c, lnf_, targets_, grad_scale / static_cast<float>(batch_ * seq_), scratch_.region);
   dres_.zero();
   ln_f_.backward(dres_, scratch_.d_c, residual_.back(), lnf_mean_, lnf_rstd_);
-  grads_done(ln_f_unit(), sync);
+  units_->grads_done(ln_f_unit(), sync);
   for (size_t i = blocks_.size(); i-- > 0;) {
-    gather(block_unit(i), true);
+    units_->gather(block_unit(i), true);
     blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
-    grads_done(block_unit(i), sync);
+    units_->grads_done(block_unit(i), sync);
   }
   embed_.backward(dres_, inputs_, first_position_, scratch_.region);
-  grads_done(embed_unit(), sync);
+  units_->grads_done(kEmbedUnit, sync);
   return loss;
 }
 

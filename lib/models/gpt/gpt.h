@@ -8,10 +8,11 @@
 
 #include "nn/embedding.h"
 #include "nn/layer_norm.h"
+#include "models/model_layout.h"
 #include "nn/lm_head.h"
 #include "nn/transformer_block.h"
 #include "parallel/grad_sync.h"
-#include "parallel/sharded_params.h"
+#include "parallel/param_units.h"
 
 namespace tessera::models {
 
@@ -21,18 +22,11 @@ struct GptConfig {
   void validate(int tp = 1) const;  // throws tessera::Error naming the first bad field
 };
 
-// How a Gpt is split over the ranks (each outlives the model); by default it is not.
-struct GptLayout {
-  const nn::TensorLayout* tensor = &nn::TensorLayout::single();
-  nn::SequenceLayout* sequence = &nn::SequenceLayout::single();
-  comm::Communicator* zero3 = nullptr;  // shard the parameters over this group (ZeRO-3)
-};
-
 class Gpt {
  public:
   // seq: the whole sequence's length (a sequence-parallel rank holds seq / sp positions of it).
   Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq,
-      const GptLayout& layout = {});
+      const ModelLayout& layout = {});
   // Modules point into store_: a Gpt stays where it was built.
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -48,7 +42,7 @@ class Gpt {
   float forward(const int32_t* rows);  // loss only (evaluation)
 
   nn::ParamStore& params() { return store_; }
-  parallel::ShardedParams* sharded() { return sharded_.get(); }
+  parallel::ShardedParams* sharded() { return units_->sharded(); }
   const GptConfig& config() const { return config_; }
   // [B, T, this rank's padded vocabulary slice] of the last forward (until backward).
   Tensor logits() const { return head_.logits().reshape({batch_, local_seq_, head_.logits().dim(1)}); }
@@ -58,14 +52,10 @@ class Gpt {
  private:
   void load_batch(const int32_t* rows);
   float run_forward(bool training);
-  // ZeRO-3 units: the embedding (also the tied head), block i, the final norm.
-  parallel::Range embed_unit() const { return {0, block_offset_.front()}; }
-  parallel::Range block_unit(size_t i) const;
-  parallel::Range ln_f_unit() const { return {ln_f_offset_, store_.numel()}; }
-  void gather(parallel::Range unit, bool with_grads) { if (sharded_) sharded_->gather(unit, with_grads); }
-  void release(parallel::Range unit) { if (sharded_) sharded_->release(unit); }
-  // After a unit's backward: reduce its gradients over dp (ZeRO-3 here, GradSync otherwise).
-  void grads_done(parallel::Range unit, parallel::GradSync* sync);
+  // Parameter units: the embedding (also the tied head), block i, the final norm.
+  static constexpr size_t kEmbedUnit = 0;
+  size_t block_unit(size_t i) const { return 1 + i; }
+  size_t ln_f_unit() const { return blocks_.size() + 1; }
 
   GptConfig config_;
   Device device_;
@@ -76,9 +66,7 @@ class Gpt {
   std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_;
   nn::LmHead head_;
-  std::vector<int64_t> block_offset_;  // flat offset of each block's first parameter
-  int64_t ln_f_offset_ = 0;
-  std::unique_ptr<parallel::ShardedParams> sharded_;  // ZeRO-3
+  std::unique_ptr<parallel::ParamUnits> units_;  // allocation, ZeRO-3 gathers, gradient reduction
 
   // Activations for one micro-batch, sized at construction.
   Tensor inputs_, targets_;                 // [B, T] int32 on the device

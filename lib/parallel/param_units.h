@@ -1,0 +1,40 @@
+// ParamUnits: a model's parameters as units (contiguous ranges of whole parameters in the flat
+// order: an embedding, each block, a head) and what a unit needs around its use. Allocates the
+// store: whole, or under ZeRO-3 this rank's shard over the given group. Then, per unit: under
+// ZeRO-3 an all-gather before its forward and backward and a release after; after its backward
+// the data-parallel reduction of its gradients (ZeRO-3: reduce-scatter now; else GradSync's
+// buckets, told that everything from the unit's start is final).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "parallel/grad_sync.h"
+#include "parallel/sharded_params.h"
+
+namespace tessera::parallel {
+
+class ParamUnits {
+ public:
+  // first_params: each unit's first parameter id, ascending from 0; the last unit runs to the end.
+  ParamUnits(nn::ParamStore& store, std::vector<int> first_params, Device device, uint64_t seed,
+             comm::Communicator* zero3);
+
+  size_t size() const { return ranges_.size(); }
+  Range range(size_t unit) const { return ranges_[unit]; }
+  ShardedParams* sharded() { return sharded_.get(); }
+
+  void gather(size_t unit, bool with_grads) {
+    if (sharded_) sharded_->gather(ranges_[unit], with_grads);
+  }
+  void release(size_t unit) {
+    if (sharded_) sharded_->release(ranges_[unit]);
+  }
+  // After the unit's backward: reduce its gradients over dp (and release it under ZeRO-3).
+  void grads_done(size_t unit, GradSync* sync);
+
+ private:
+  std::vector<Range> ranges_;
+  std::unique_ptr<ShardedParams> sharded_;
+};
+
+}  // namespace tessera::parallel
