@@ -14,6 +14,7 @@
 #include "models/gpt/gpt.h"
 #include "parallel/sequence_parallel.h"
 #include "parallel/tensor_parallel.h"
+#include "train/gpt_workload.h"
 #include "train/preemption.h"
 #include "train/trainer.h"
 
@@ -146,7 +147,9 @@ int main(int argc, char** argv) {
         log::info("slurm job ", job, " on nodes ", std::getenv("SLURM_JOB_NODELIST") ? std::getenv("SLURM_JOB_NODELIST") : "?",
                   " (restart ", std::getenv("SLURM_RESTART_COUNT") ? std::getenv("SLURM_RESTART_COUNT") : "0", ")");
     }
-    train::Trainer trainer(model, train_data, val_data ? &*val_data : nullptr, tc, mesh);
+    train::GptWorkload workload(model, train_data, val_data ? &*val_data : nullptr, tc, mesh.coord(comm::Axis::dp),
+                                mesh_shape.dp, mesh.group(comm::Axis::sp));
+    train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();
     if (result.preempted) return train::kExitPreempted;

@@ -45,9 +45,8 @@ void TrainConfig::validate(int dp) const {
                 "AdamW betas must be in [0, 1)");
 }
 
-Trainer::Trainer(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
-                 const TrainConfig& config, comm::ProcessMesh& mesh)
-    : model_(model),
+Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& mesh)
+    : work_(work),
       config_(config),
       mesh_(mesh),
       world_(mesh.world()),
@@ -55,32 +54,27 @@ Trainer::Trainer(models::Gpt& model, const io::TokenDataset& train_data, const i
       data_(mesh.data_group()),
       sp_(mesh.group(comm::Axis::sp)),
       tp_(mesh.group(comm::Axis::tp)),
-      train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
-                                             model.params(), data_, config.zero_stage,
+                                             work.params(), data_, config.zero_stage,
                                              static_cast<int64_t>(config.bucket_mb * (1 << 20)))
                                        : nullptr),
-      optimizer_(model.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_),
+      optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
-      rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))),
       faults_(FaultHooks::from_environment()) {
   config.validate(dp_.size());
-  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch, config.seed);
 }
 
 float Trainer::train_step(int64_t step) {
-  model_.params().zero_grads();
+  work_.params().zero_grads();
   const int64_t n_micro = config_.micro_batches(dp_.size());
-  const int64_t first_row = dp_.rank() * n_micro * config_.micro_batch;  // this rank's slice
   const float grad_scale = 1.0f / static_cast<float>(n_micro * dp_.size());
   double loss = 0.0;
   for (int64_t m = 0; m < n_micro; ++m) {
     set_context("step " + std::to_string(step) + ", micro-batch " + std::to_string(m + 1));
-    train_loader_.train_rows(step - 1, first_row + m * config_.micro_batch, config_.micro_batch, rows_.data());
     const bool last = m == n_micro - 1;  // earlier micro-batches accumulate locally
     parallel::GradSync* sync = last ? grad_sync_.get() : nullptr;
     if (sync) sync->begin();
-    loss += model_.forward_backward(rows_.data(), grad_scale, sync);
+    loss += work_.train_micro_batch(step, m, grad_scale, sync);
   }
   if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
   optimizer_.complete_row_partial_grads();
@@ -92,32 +86,23 @@ void Trainer::set_context(const std::string& context) {
   for (comm::Communicator* g : mesh_.all_groups()) g->set_context(context);
 }
 
-float Trainer::evaluate() {
-  const int64_t batches = std::min(config_.eval_batches, val_loader_->eval_batches());
-  double loss = 0.0;
-  for (int64_t i = 0; i < batches; ++i) {
-    val_loader_->eval_rows(i, 0, config_.micro_batch, rows_.data());
-    loss += model_.forward(rows_.data());
-  }
-  if (sp_.size() > 1) loss = sp_.all_reduce_sum(loss);  // the shares of each sequence's positions
-  return static_cast<float>(loss / static_cast<double>(batches));
-}
-
 TrainResult Trainer::run() {
-  const Device device = model_.params().device();
+  const Device device = work_.params().device();
   const double peak_tflops = config_.peak_tflops > 0 ? config_.peak_tflops : kernels::peak_tflops(device);
-  const double flops_per_token = model_.flops_per_token();
-  const int64_t tokens_per_step = config_.global_batch * config_.seq_len;
+  const double flops_per_sample = work_.flops_per_sample();
+  const int64_t units_per_step = config_.global_batch * work_.units_per_sample();
+  const std::string rate_key = work_.unit() + "_per_s";
   const bool root = world_.rank() == 0;
   MetricsWriter metrics(root ? config_.metrics_path : std::string());
   Progress progress(config_.steps, config_.log_every);
   TESSERA_CHECK(config_.dump_path.empty() || (world_.size() == 1 && config_.zero_stage < 3),
                 "--dump runs on one rank without ZeRO-3");
-  if (!config_.dump_path.empty()) dump_initial();
+  if (!config_.dump_path.empty()) work_.dump_initial(config_.dump_path);
 
   TrainResult result;
   check_checkpoint_dir();
   const int64_t first_step = resume() + 1;
+  work_.start(first_step);
   for (int64_t step = first_step; step <= config_.steps; ++step) {
     if (step == faults_.kill_step && world_.rank() == faults_.kill_rank) std::raise(SIGKILL);
     if (step == faults_.signal_step && world_.rank() == faults_.signal_rank) std::raise(SIGUSR1);
@@ -125,7 +110,7 @@ TrainResult Trainer::run() {
     const auto [comm_bytes_before, comm_ms_before] = comm_totals();
     Timer timer;
     const float loss = train_step(step);
-    if (step == 1 && !config_.dump_path.empty()) dump_first_step();
+    if (step == 1 && !config_.dump_path.empty()) work_.dump_first_step(config_.dump_path);
     if (step == faults_.nan_step) poison_gradient();
     const double norm = optimizer_.grad_norm();
     const double lr = schedule_.at(step);
@@ -153,11 +138,12 @@ TrainResult Trainer::run() {
     const double ms = timer.millis();
     const auto [comm_bytes, comm_ms] = comm_totals();
 
-    const double tokens_per_s = static_cast<double>(tokens_per_step) / (ms / 1e3);
-    const double tflops = tokens_per_s * flops_per_token / 1e12;
+    const double samples_per_s = static_cast<double>(config_.global_batch) / (ms / 1e3);
+    const double units_per_s = static_cast<double>(units_per_step) / (ms / 1e3);
+    const double tflops = samples_per_s * flops_per_sample / 1e12;
     JsonLine line;
     line.add("step", step).add("loss", static_cast<double>(loss)).add("lr", lr).add("grad_norm", norm)
-        .add("step_ms", ms).add("tokens_per_s", tokens_per_s).add("tflops", tflops)
+        .add("step_ms", ms).add(rate_key, units_per_s).add("tflops", tflops)
         .add("mfu", tflops / (peak_tflops * world_.size())).add("peak_mem_bytes", memory_stats(device).peak_bytes)
         .add("comm_bytes", comm_bytes - comm_bytes_before)
         .add("comm_ms", comm_ms - comm_ms_before)
@@ -166,17 +152,25 @@ TrainResult Trainer::run() {
     metrics.write(line);
     result.last_loss = loss;
     char summary[160];
-    std::snprintf(summary, sizeof summary, "loss %.4f | lr %.2e | grad_norm %.3f | %.0f ms | %.0f tok/s", loss, lr,
-                  norm, ms, tokens_per_s);
+    std::snprintf(summary, sizeof summary, "loss %.4f | lr %.2e | grad_norm %.3f | %.0f ms | %.0f %s/s", loss, lr,
+                  norm, ms, units_per_s, work_.unit() == "tokens" ? "tok" : "samples");
     if (root) progress.step(step, summary);
 
-    const bool eval_now = val_loader_ && config_.eval_every > 0 &&
+    const bool eval_now = work_.can_evaluate() && config_.eval_every > 0 &&
                           (step % config_.eval_every == 0 || step == config_.steps);
     if (eval_now) {
-      const float eval_loss = evaluate();
-      result.last_eval_loss = eval_loss;
-      metrics.write(JsonLine().add("step", step).add("eval_loss", static_cast<double>(eval_loss)));
-      if (root) progress.message("step " + std::to_string(step) + " eval_loss " + std::to_string(eval_loss));
+      const Workload::Evaluation eval = work_.evaluate();
+      result.last_eval_loss = static_cast<float>(eval.loss);
+      JsonLine eval_line;
+      eval_line.add("step", step).add("eval_loss", eval.loss);
+      std::string said = "step " + std::to_string(step) + " eval_loss " + std::to_string(eval.loss);
+      if (eval.accuracy) {
+        result.last_eval_accuracy = static_cast<float>(*eval.accuracy);
+        eval_line.add("eval_acc", *eval.accuracy);
+        said += " eval_acc " + std::to_string(*eval.accuracy);
+      }
+      metrics.write(eval_line);
+      if (root) progress.message(said);
     }
     const bool save_now = !config_.checkpoint_dir.empty() &&
                           ((config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0) ||
@@ -193,7 +187,7 @@ TrainResult Trainer::run() {
   progress.finish();
   if (!config_.dump_path.empty()) {  // the parameters after the last step
     io::H5File f = io::H5File::open_rw(config_.dump_path);
-    nn::ParamStore& store = model_.params();
+    nn::ParamStore& store = work_.params();
     for (int i = 0; i < store.size(); ++i) f.write("/final/" + store.spec(i).name, store.logical_copy(store.value(i), i));
   }
   return result;
@@ -222,7 +216,7 @@ void Trainer::check_checkpoint_dir() {
 }
 
 std::string Trainer::first_nonfinite_gradient() {
-  nn::ParamStore& store = model_.params();
+  nn::ParamStore& store = work_.params();
   int64_t held_begin = 0;
   const Tensor held = optimizer_.held_gradients(held_begin);
   int64_t first = store.size();
@@ -237,7 +231,7 @@ std::string Trainer::first_nonfinite_gradient() {
 }
 
 void Trainer::poison_gradient() {
-  nn::ParamStore& store = model_.params();
+  nn::ParamStore& store = work_.params();
   const int id = store.find("blocks.0.mlp.fc.weight");
   if (id < 0) return;
   const int64_t at = store.spec(id).offset;
@@ -251,20 +245,18 @@ void Trainer::poison_gradient() {
 }
 
 CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
-  const models::GptConfig& m = model_.config();
   CheckpointInfo info;
   info.step = step;
   info.consumed_samples = step * config_.global_batch;
   info.seed = config_.seed;
-  info.model = "gpt";
+  info.model = work_.model_name();
   info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
-  info.model_config = {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab},
-                       {"max_seq", m.max_seq}};
+  info.model_config = work_.model_config();
   return info;
 }
 
 CheckpointState Trainer::checkpoint_state() {
-  return {model_.params(), optimizer_.adamw(), data_, world_, tp_.rank() == 0};
+  return {work_.params(), optimizer_.adamw(), data_, world_, tp_.rank() == 0};
 }
 
 std::pair<int64_t, double> Trainer::comm_totals() const {
@@ -298,50 +290,6 @@ int64_t Trainer::resume() {
                 config_.steps);
   if (world_.rank() == 0) log::info("resumed from ", *path, " (step ", info.step, ", saved under ", info.layout, ")");
   return info.step;
-}
-
-void Trainer::dump_initial() {
-  io::H5File f = io::H5File::create(config_.dump_path);
-  const models::GptConfig& m = model_.config();
-  f.set_attr("/", "layers", m.layers);
-  f.set_attr("/", "hidden", m.hidden);
-  f.set_attr("/", "heads", m.heads);
-  f.set_attr("/", "seq_len", config_.seq_len);
-  f.set_attr("/", "vocab_size", m.vocab);
-  f.set_attr("/", "global_batch", config_.global_batch);
-  f.set_attr("/", "steps", config_.steps);
-  f.set_attr("/", "beta1", static_cast<double>(config_.adamw.beta1));
-  f.set_attr("/", "beta2", static_cast<double>(config_.adamw.beta2));
-  f.set_attr("/", "eps", static_cast<double>(config_.adamw.eps));
-  f.set_attr("/", "weight_decay", static_cast<double>(config_.adamw.weight_decay));
-  f.set_attr("/", "grad_clip", static_cast<double>(config_.grad_clip));
-  nn::ParamStore& store = model_.params();
-  for (int i = 0; i < store.size(); ++i) f.write("/init/" + store.spec(i).name, store.logical_copy(store.value(i), i));
-  for (int64_t step = 1; step <= config_.steps; ++step) {
-    Tensor rows = Tensor::empty({config_.global_batch, config_.seq_len + 1}, DType::i32);
-    train_loader_.train_rows(step - 1, 0, config_.global_batch, rows.data<int32_t>());
-    f.write("/batches/step_" + std::to_string(step), rows);
-  }
-}
-
-void Trainer::dump_first_step() {
-  TESSERA_CHECK(config_.micro_batches() == 1, "--dump needs --micro-batch equal to --global-batch");
-  io::H5File f = io::H5File::open_rw(config_.dump_path);
-  nn::ParamStore& store = model_.params();
-  for (int i = 0; i < store.size(); ++i)
-    f.write("/step_1/grads/" + store.spec(i).name, store.logical_copy(store.grad(i), i));
-  // Logits of the same batch, without touching the gradients.
-  train_loader_.train_rows(0, 0, config_.micro_batch, rows_.data());
-  const float loss = model_.forward(rows_.data());
-  const Tensor all = model_.logits().to(Device::cpu);
-  const int64_t vp = all.dim(2), v = model_.config().vocab, n = all.numel() / vp;
-  Tensor logits = Tensor::empty({all.dim(0), all.dim(1), v});
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = 0; j < v; ++j) logits.data<float>()[r * v + j] = all.data<float>()[r * vp + j];
-  f.write("/step_1/logits", logits);
-  Tensor l = Tensor::empty({1});
-  l.data<float>()[0] = loss;
-  f.write("/step_1/loss", l);
 }
 
 }  // namespace tessera::train

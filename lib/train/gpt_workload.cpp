@@ -1,0 +1,86 @@
+// GptWorkload: token batches into the Gpt; evaluation; the --dump files of the PyTorch oracle.
+#include "train/gpt_workload.h"
+
+#include <algorithm>
+
+#include "io/hdf5_file.h"
+
+namespace tessera::train {
+
+GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
+                         const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp)
+    : model_(model),
+      config_(config),
+      first_row_(dp_rank * config.micro_batches(dp_size) * config.micro_batch),
+      sp_(sp),
+      train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
+      rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
+  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch, config.seed);
+}
+
+float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
+  train_loader_.train_rows(step - 1, first_row_ + micro * config_.micro_batch, config_.micro_batch, rows_.data());
+  return model_.forward_backward(rows_.data(), grad_scale, sync);
+}
+
+Workload::Evaluation GptWorkload::evaluate() {
+  const int64_t batches = std::min(config_.eval_batches, val_loader_->eval_batches());
+  double loss = 0.0;
+  for (int64_t i = 0; i < batches; ++i) {
+    val_loader_->eval_rows(i, 0, config_.micro_batch, rows_.data());
+    loss += model_.forward(rows_.data());
+  }
+  if (sp_.size() > 1) loss = sp_.all_reduce_sum(loss);  // the shares of each sequence's positions
+  return {loss / static_cast<double>(batches), std::nullopt};
+}
+
+std::vector<std::pair<std::string, int64_t>> GptWorkload::model_config() const {
+  const models::GptConfig& m = model_.config();
+  return {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab}, {"max_seq", m.max_seq}};
+}
+
+void GptWorkload::dump_initial(const std::string& path) {
+  io::H5File f = io::H5File::create(path);
+  const models::GptConfig& m = model_.config();
+  f.set_attr("/", "layers", m.layers);
+  f.set_attr("/", "hidden", m.hidden);
+  f.set_attr("/", "heads", m.heads);
+  f.set_attr("/", "seq_len", config_.seq_len);
+  f.set_attr("/", "vocab_size", m.vocab);
+  f.set_attr("/", "global_batch", config_.global_batch);
+  f.set_attr("/", "steps", config_.steps);
+  f.set_attr("/", "beta1", static_cast<double>(config_.adamw.beta1));
+  f.set_attr("/", "beta2", static_cast<double>(config_.adamw.beta2));
+  f.set_attr("/", "eps", static_cast<double>(config_.adamw.eps));
+  f.set_attr("/", "weight_decay", static_cast<double>(config_.adamw.weight_decay));
+  f.set_attr("/", "grad_clip", static_cast<double>(config_.grad_clip));
+  nn::ParamStore& store = model_.params();
+  for (int i = 0; i < store.size(); ++i) f.write("/init/" + store.spec(i).name, store.logical_copy(store.value(i), i));
+  for (int64_t step = 1; step <= config_.steps; ++step) {
+    Tensor rows = Tensor::empty({config_.global_batch, config_.seq_len + 1}, DType::i32);
+    train_loader_.train_rows(step - 1, 0, config_.global_batch, rows.data<int32_t>());
+    f.write("/batches/step_" + std::to_string(step), rows);
+  }
+}
+
+void GptWorkload::dump_first_step(const std::string& path) {
+  TESSERA_CHECK(config_.micro_batches() == 1, "--dump needs --micro-batch equal to --global-batch");
+  io::H5File f = io::H5File::open_rw(path);
+  nn::ParamStore& store = model_.params();
+  for (int i = 0; i < store.size(); ++i)
+    f.write("/step_1/grads/" + store.spec(i).name, store.logical_copy(store.grad(i), i));
+  // Logits of the same batch, without touching the gradients.
+  train_loader_.train_rows(0, 0, config_.micro_batch, rows_.data());
+  const float loss = model_.forward(rows_.data());
+  const Tensor all = model_.logits().to(Device::cpu);
+  const int64_t vp = all.dim(2), v = model_.config().vocab, n = all.numel() / vp;
+  Tensor logits = Tensor::empty({all.dim(0), all.dim(1), v});
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < v; ++j) logits.data<float>()[r * v + j] = all.data<float>()[r * vp + j];
+  f.write("/step_1/logits", logits);
+  Tensor l = Tensor::empty({1});
+  l.data<float>()[0] = loss;
+  f.write("/step_1/loss", l);
+}
+
+}  // namespace tessera::train

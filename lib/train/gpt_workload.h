@@ -1,0 +1,45 @@
+// GptWorkload: a Gpt and its token data for the Trainer. This rank's slice of each global batch
+// is rows [dp_rank x micro-batches x micro-batch, ...) of the batch the TokenLoader cuts by
+// (seed, step); evaluation runs the validation set's first batches (under sequence parallelism
+// each rank's loss is its share of the positions, summed over sp).
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "io/token_dataset.h"
+#include "io/token_loader.h"
+#include "models/gpt/gpt.h"
+#include "train/train_config.h"
+#include "train/workload.h"
+
+namespace tessera::train {
+
+class GptWorkload final : public Workload {
+ public:
+  GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
+              const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp);
+
+  nn::ParamStore& params() override { return model_.params(); }
+  float train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) override;
+  bool can_evaluate() const override { return val_loader_.has_value(); }
+  Evaluation evaluate() override;
+  std::string unit() const override { return "tokens"; }
+  int64_t units_per_sample() const override { return config_.seq_len; }
+  double flops_per_sample() const override { return model_.flops_per_token() * static_cast<double>(config_.seq_len); }
+  std::string model_name() const override { return "gpt"; }
+  std::vector<std::pair<std::string, int64_t>> model_config() const override;
+  void dump_initial(const std::string& path) override;
+  void dump_first_step(const std::string& path) override;
+
+ private:
+  models::Gpt& model_;
+  TrainConfig config_;
+  int64_t first_row_;  // of this rank's slice of a global batch
+  comm::Communicator& sp_;
+  io::TokenLoader train_loader_;
+  std::optional<io::TokenLoader> val_loader_;
+  std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,34 @@
+// TrainConfig: the options of a training run that the step loop and the workloads share.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "optim/adamw.h"
+
+namespace tessera::train {
+
+struct TrainConfig {
+  int64_t steps = 100, global_batch = 8, micro_batch = 8;
+  int64_t seq_len = 64;          // language models: tokens per sequence
+  double lr = 3e-4, min_lr = 0.0;
+  int64_t warmup = 0;
+  float grad_clip = 1.0f;
+  int zero_stage = 0;           // 0: replicated; 1: optimizer states sharded over dp; 2: + gradients
+  double bucket_mb = 25.0;      // data-parallel gradient bucket size
+  optim::AdamWConfig adamw;
+  uint64_t seed = 1234;
+  int64_t eval_every = 0, eval_batches = 8, log_every = 10;
+  double peak_tflops = 0.0;     // per rank; 0: measured sgemm rate (cpu) or a device default
+  std::string metrics_path;
+  std::string checkpoint_dir;   // empty: no checkpoints
+  int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
+  int keep_checkpoints = 0;     // keep the newest K (0: all)
+  std::string resume = "none";  // none, auto (newest valid in checkpoint_dir) or a file
+  std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop (naming it) or skip the step
+  std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
+  void validate(int dp = 1) const;  // throws naming the first bad option
+  // Micro-batches each of `dp` ranks runs per step.
+  int64_t micro_batches(int dp = 1) const { return global_batch / (micro_batch * dp); }
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,50 @@
+// Workload: what the Trainer trains, a model with its data, behind one interface, so the step
+// loop, ZeRO, clipping, checkpoints, metrics and fault handling are written once for every model
+// (GptWorkload, VitWorkload). A workload knows this rank's slice of each global batch: it is built
+// with the data-parallel rank and the micro-batch plan.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/param_store.h"
+#include "parallel/grad_sync.h"
+
+namespace tessera::train {
+
+class Workload {
+ public:
+  virtual ~Workload() = default;
+
+  virtual nn::ParamStore& params() = 0;
+  // Called once before the first step trained (step 1, or the step after a resumed checkpoint).
+  virtual void start(int64_t first_step) { (void)first_step; }
+  // Micro-batch `micro` of this rank's slice of the step's global batch: forward and backward,
+  // gradients added with grad_scale as the models do; with a GradSync, its buckets start as the
+  // gradients become final. Returns this rank's share of the micro-batch's mean loss.
+  virtual float train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) = 0;
+
+  struct Evaluation {
+    double loss = 0;
+    std::optional<double> accuracy;  // classifiers
+  };
+  virtual bool can_evaluate() const = 0;
+  virtual Evaluation evaluate() = 0;
+
+  // What one sample of the global batch is, for the metrics: "tokens" (a sample is a sequence of
+  // units_per_sample tokens) or "samples" (an image).
+  virtual std::string unit() const = 0;
+  virtual int64_t units_per_sample() const = 0;
+  virtual double flops_per_sample() const = 0;  // training FLOPs (forward and backward)
+
+  // Checkpoint identity: the model's name and the configuration a checkpoint must match.
+  virtual std::string model_name() const = 0;
+  virtual std::vector<std::pair<std::string, int64_t>> model_config() const = 0;
+
+  // Debug dumps (--dump): initial parameters and batches, then step 1's outputs and gradients.
+  virtual void dump_initial(const std::string& path) { (void)path; }
+  virtual void dump_first_step(const std::string& path) { (void)path; }
+};
+
+}  // namespace tessera::train
