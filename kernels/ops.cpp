@@ -298,6 +298,96 @@ void softmax_xent_partial(Tensor& sums, const Tensor& logits, const Tensor& targ
                    targets.data<int32_t>(), max.data<float>(), rows, vp, valid_vocab, vocab_start, vocab);
 }
 
+namespace {
+// [B, T, C] dimensions of a rank-3 tensor, named in the error otherwise.
+struct Dims3 {
+  int64_t b, t, c;
+};
+Dims3 dims3(const Tensor& x, const char* op, const char* what) {
+  TESSERA_CHECK(x.shape().rank() == 3, op, ": ", what, " must be [B, T, C], got ", x.shape().str());
+  return {x.dim(0), x.dim(1), x.dim(2)};
+}
+}  // namespace
+
+void image_to_patches(Tensor& patches, const Tensor& images, int64_t patch) {
+  same_device("image_to_patches", {&patches, &images});
+  TESSERA_CHECK(images.shape().rank() == 4, "image_to_patches: images must be [B, H, W, C], got ",
+                images.shape().str());
+  const int64_t b = images.dim(0), h = images.dim(1), w = images.dim(2), c = images.dim(3);
+  TESSERA_CHECK(patch > 0 && h % patch == 0 && w % patch == 0, "image_to_patches: patch ", patch,
+                " does not divide the image size ", h, " x ", w);
+  const int64_t count = (h / patch) * (w / patch), width = patch * patch * c;
+  TESSERA_CHECK(patches.numel() == b * count * width && last_dim(patches) == width, "image_to_patches: patches ",
+                patches.shape().str(), " is not [", b, ", ", count, ", ", width, "]");
+  TESSERA_DISPATCH(images.device(), image_to_patches, patches.data<float>(), images.data<float>(), b, h, w, c, patch);
+}
+
+void image_tokens_forward(Tensor& out, const Tensor& proj, const Tensor& cls, const Tensor& pos) {
+  same_device("image_tokens_forward", {&out, &proj, &cls, &pos});
+  const Dims3 d = dims3(proj, "image_tokens_forward", "proj");
+  const int64_t tokens = d.t + (cls.defined() ? 1 : 0);
+  expect(out.numel() == d.b * tokens * d.c && pos.numel() == tokens * d.c && (!cls.defined() || cls.numel() == d.c),
+         "image_tokens_forward", "out must be [B, T, C], pos [T, C] and cls [C] (T = P + 1 with a class token)");
+  TESSERA_DISPATCH(out.device(), image_tokens_forward, out.data<float>(), proj.data<float>(),
+                   cls.defined() ? cls.data<float>() : nullptr, pos.data<float>(), d.b, d.t, d.c);
+}
+
+void image_tokens_backward(Tensor& dproj, Tensor& dcls, Tensor& dpos, const Tensor& dout) {
+  same_device("image_tokens_backward", {&dproj, &dcls, &dpos, &dout});
+  const Dims3 d = dims3(dproj, "image_tokens_backward", "dproj");
+  const int64_t tokens = d.t + (dcls.defined() ? 1 : 0);
+  expect(dout.numel() == d.b * tokens * d.c && dpos.numel() == tokens * d.c &&
+             (!dcls.defined() || dcls.numel() == d.c),
+         "image_tokens_backward", "dout must be [B, T, C], dpos [T, C] and dcls [C] (T = P + 1 with a class token)");
+  TESSERA_DISPATCH(dout.device(), image_tokens_backward, dproj.data<float>(),
+                   dcls.defined() ? dcls.data<float>() : nullptr, dpos.data<float>(), dout.data<float>(), d.b, d.t,
+                   d.c);
+}
+
+void token_pool_forward(Tensor& pooled, const Tensor& x, TokenPool pool) {
+  same_device("token_pool_forward", {&pooled, &x});
+  const Dims3 d = dims3(x, "token_pool_forward", "x");
+  expect(d.t > 0 && pooled.numel() == d.b * d.c, "token_pool_forward", "pooled must be [B, C] of x [B, T > 0, C]");
+  TESSERA_DISPATCH(x.device(), token_pool_forward, pooled.data<float>(), x.data<float>(), d.b, d.t, d.c,
+                   pool == TokenPool::mean);
+}
+
+void token_pool_backward(Tensor& dx, const Tensor& dpooled, TokenPool pool) {
+  same_device("token_pool_backward", {&dx, &dpooled});
+  const Dims3 d = dims3(dx, "token_pool_backward", "dx");
+  expect(d.t > 0 && dpooled.numel() == d.b * d.c, "token_pool_backward", "dpooled must be [B, C] of dx [B, T > 0, C]");
+  TESSERA_DISPATCH(dx.device(), token_pool_backward, dx.data<float>(), dpooled.data<float>(), d.b, d.t, d.c,
+                   pool == TokenPool::mean);
+}
+
+namespace {
+void check_smoothing(float smoothing, const char* op) {
+  TESSERA_CHECK(smoothing >= 0.0f && smoothing < 1.0f, op, ": label smoothing must be in [0, 1), got ", smoothing);
+}
+}  // namespace
+
+void classifier_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& labels,
+                             float smoothing) {
+  same_device("classifier_xent_forward", {&losses, &lse, &logits, &labels});
+  check_smoothing(smoothing, "classifier_xent_forward");
+  const int64_t rows = rows_of(logits), classes = last_dim(logits);
+  expect(classes > 0 && losses.numel() == rows && lse.numel() == rows && labels.numel() == rows,
+         "classifier_xent_forward", "shapes do not fit (logits [N, K], labels, losses and lse [N])");
+  TESSERA_DISPATCH(logits.device(), classifier_xent_forward, losses.data<float>(), lse.data<float>(),
+                   logits.data<float>(), labels.data<int32_t>(), rows, classes, smoothing);
+}
+
+void classifier_xent_backward(Tensor& dlogits, const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                              float smoothing, float scale) {
+  same_device("classifier_xent_backward", {&dlogits, &logits, &labels, &lse});
+  check_smoothing(smoothing, "classifier_xent_backward");
+  const int64_t rows = rows_of(logits), classes = last_dim(logits);
+  expect(classes > 0 && dlogits.numel() == logits.numel() && lse.numel() == rows && labels.numel() == rows,
+         "classifier_xent_backward", "shapes do not fit (logits and dlogits [N, K], labels and lse [N])");
+  TESSERA_DISPATCH(logits.device(), classifier_xent_backward, dlogits.data<float>(), logits.data<float>(),
+                   labels.data<int32_t>(), lse.data<float>(), rows, classes, smoothing, scale);
+}
+
 void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWArgs& args) {
   same_device("adamw", {&param, &grad, &exp_avg, &exp_avg_sq});
   expect(grad.numel() == param.numel() && exp_avg.numel() == param.numel() &&

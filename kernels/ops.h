@@ -92,6 +92,30 @@ void softmax_xent_row_max(Tensor& row_max, const Tensor& logits, int64_t valid_v
 void softmax_xent_partial(Tensor& sums, const Tensor& logits, const Tensor& targets, const Tensor& max,
                           int64_t valid_vocab, int64_t vocab_start, int64_t vocab);
 
+// ---- vision transformer: patches, token sequence, pooling, classifier loss --------------------------
+// images [B, H, W, C] (channels last) -> patches [B, P, p*p*C]: the non-overlapping p x p patches in
+// row-major order (P = H/p x W/p), each flattened in (row, column, channel) order. H, W divide by p.
+void image_to_patches(Tensor& patches, const Tensor& images, int64_t patch);
+// The token sequence out [B, T, C] from the patch projections proj [B, P, C]: with a class token
+// cls [C], T = P + 1 and token 0 of every image is cls; without (cls undefined), T = P. Then the
+// positions pos [T, C] are added: out[b, t] = (cls or proj[b, t - first]) + pos[t].
+void image_tokens_forward(Tensor& out, const Tensor& proj, const Tensor& cls, const Tensor& pos);
+// dproj [B, P, C]: overwritten; dcls [C] (undefined: no class token) and dpos [T, C]: accumulate.
+void image_tokens_backward(Tensor& dproj, Tensor& dcls, Tensor& dpos, const Tensor& dout);
+// x [B, T, C] -> pooled [B, C]: token 0 of each image (first: a class token), or the mean of its
+// tokens. The backward overwrites dx [B, T, C] (zero rows where the pooling does not look).
+enum class TokenPool { first, mean };
+void token_pool_forward(Tensor& pooled, const Tensor& x, TokenPool pool);
+void token_pool_backward(Tensor& dx, const Tensor& dpooled, TokenPool pool);
+// Softmax cross-entropy of logits [N, K] against labels [N] (int32; < 0: ignored, loss 0) with
+// label smoothing eps in [0, 1): the target is (1 - eps) onehot(label) + eps / K everywhere, so
+// losses[N] = lse - (1 - eps) x[label] - eps mean_j x_j; lse[N] saved. A label >= K throws.
+void classifier_xent_forward(Tensor& losses, Tensor& lse, const Tensor& logits, const Tensor& labels,
+                             float smoothing);
+// dlogits = (softmax - target) * scale, ignored rows 0; dlogits may alias logits.
+void classifier_xent_backward(Tensor& dlogits, const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                              float smoothing, float scale);
+
 // ---- optimizer ---------------------------------------------------------------------------------------
 struct AdamWArgs {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;

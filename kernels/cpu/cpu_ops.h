@@ -66,6 +66,22 @@ void softmax_xent_partial(float* sums, const float* logits, const int32_t* targe
                           int64_t rows, int64_t padded_vocab, int64_t valid_vocab, int64_t vocab_start,
                           int64_t vocab);
 
+// A vision transformer's tokens (patches.cpp) and classifier loss (classifier_xent.cpp), as the ops
+// of the same names.
+void image_to_patches(float* patches, const float* images, int64_t batch, int64_t height, int64_t width,
+                      int64_t channels, int64_t patch);
+void image_tokens_forward(float* out, const float* proj, const float* cls, const float* pos, int64_t batch,
+                          int64_t patches, int64_t channels);
+void image_tokens_backward(float* dproj, float* dcls, float* dpos, const float* dout, int64_t batch,
+                           int64_t patches, int64_t channels);
+void token_pool_forward(float* pooled, const float* x, int64_t batch, int64_t tokens, int64_t channels, bool mean);
+void token_pool_backward(float* dx, const float* dpooled, int64_t batch, int64_t tokens, int64_t channels,
+                         bool mean);
+void classifier_xent_forward(float* losses, float* lse, const float* logits, const int32_t* labels, int64_t rows,
+                             int64_t classes, float smoothing);
+void classifier_xent_backward(float* dlogits, const float* logits, const int32_t* labels, const float* lse,
+                              int64_t rows, int64_t classes, float smoothing, float scale);
+
 void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
            const ops::AdamWArgs& args);
 

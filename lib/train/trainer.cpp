@@ -29,7 +29,6 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(global_batch % (micro_batch * dp) == 0, "--global-batch ", global_batch,
                 " is not a multiple of --micro-batch ", micro_batch, " x dp ", dp, " = ", micro_batch * dp,
                 " (each data-parallel rank runs whole micro-batches of the same size)");
-  TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
   TESSERA_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive, got ", lr);
   TESSERA_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, --lr], got ", min_lr);
   TESSERA_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
@@ -105,7 +104,7 @@ TrainResult Trainer::run() {
   work_.start(first_step);
   for (int64_t step = first_step; step <= config_.steps; ++step) {
     if (step == faults_.kill_step && world_.rank() == faults_.kill_rank) std::raise(SIGKILL);
-    if (step == faults_.signal_step && world_.rank() == faults_.signal_rank) std::raise(SIGUSR1);
+    if (step == faults_.signal_step && world_.rank() == faults_.signal_rank) std::raise(faults_.signal);
     reset_peak_memory(device);
     const auto [comm_bytes_before, comm_ms_before] = comm_totals();
     Timer timer;

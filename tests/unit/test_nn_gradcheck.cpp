@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gradcheck.h"
+#include "param_randomize.h"
 #include "models/gpt/gpt.h"
 #include "nn/attention.h"
 #include "nn/embedding.h"
@@ -37,21 +38,6 @@ constexpr float kStep = 1.0f / 32;   // with the two-point formula the best h (1
 constexpr double kTol = 2e-4;        // nonlinear modules
 constexpr double kTolModel = 5e-4;   // the whole Gpt (errors of two blocks, the LM head and the loss)
 constexpr double kTolLinear = 5e-5;  // outputs linear in the checked tensor: rounding only
-
-// Gives every parameter a random value of moderate size (so that no gradient is trivially
-// symmetric, e.g. zero biases or unit LayerNorm weights): matrices N(0, w_std), vectors
-// N(0, 0.2), LayerNorm weights 1 + N(0, 0.2). Padding stays zero.
-void randomize(nn::ParamStore& s, float w_std) {
-  for (int id = 0; id < s.size(); ++id) {
-    const nn::ParamSpec& spec = s.spec(id);
-    Tensor l = Tensor::empty(s.logical_local_shape(id));
-    const bool ln_weight = spec.global_shape.rank() == 1 && spec.name.find("ln") != std::string::npos &&
-                           spec.name.ends_with(".weight");
-    gc::fill_normal(l, "randomize." + spec.name, spec.global_shape.rank() >= 2 ? w_std : 0.2f,
-                    ln_weight ? 1.0f : 0.0f);
-    s.assign_logical(s.value(id), id, l);
-  }
-}
 
 // Checks the analytic gradient of f w.r.t. x[0, n) (sampled to at most max_checks elements)
 // against central differences; returns the comparison (also printed).
@@ -107,7 +93,7 @@ void linear_gradcheck(bool bias) {
   nn::ParamStore s;
   nn::Linear lin(s, "lin", 5, 7, {bias, 0.3f});
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.5f);
+  tessera::testing::randomize_params(s, 0.5f);
   EXPECT_EQ(s.find("lin.bias") >= 0, bias);
   Tensor x = gc::normal({2, 3, 5}, "x", 1.0f), y = Tensor::empty({2, 3, 7});
   const Tensor r = gc::normal({2, 3, 7}, "R", 1.0f);
@@ -141,7 +127,7 @@ TEST(GradCheck, LinearBackwardSemantics) {
   nn::ParamStore s;
   nn::Linear lin(s, "lin", 4, 3, {true, 0.3f});
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.5f);
+  tessera::testing::randomize_params(s, 0.5f);
   const Tensor x = gc::normal({6, 4}, "x", 1.0f), dy = gc::normal({6, 3}, "R", 1.0f);
   Tensor dx1 = filled({6, 4}, 1e3f);
   lin.backward(&dx1, dy, x);
@@ -164,7 +150,7 @@ TEST(GradCheck, LayerNorm) {
   nn::ParamStore s;
   nn::LayerNorm ln(s, "ln", 8);
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.5f);
+  tessera::testing::randomize_params(s, 0.5f);
   Tensor x = gc::normal({6, 8}, "x", 1.5f, 0.7f), y = Tensor::empty({6, 8});
   Tensor mean = Tensor::empty({6}), rstd = Tensor::empty({6});
   const Tensor r = gc::normal({6, 8}, "R", 1.0f);
@@ -213,7 +199,7 @@ TEST(GradCheck, EmbeddingTokensAndPositions) {
   nn::ParamStore s;
   nn::Embedding emb(s, "embed", vocab, max_seq, channels, pad_to, 0.5f);
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.5f);
+  tessera::testing::randomize_params(s, 0.5f);
   EXPECT_EQ(emb.padded_vocab(), 16);
   Tensor tokens = Tensor::empty({batch, seq}, DType::i32);
   const int32_t toks[] = {3, 3, 7, 0, 10, 10, 3, 1, 3, 3};  // repeats within and across rows; 2 unused
@@ -262,7 +248,7 @@ void attention_gradcheck(int64_t batch, int64_t seq, int64_t channels, int64_t h
   nn::ParamStore s;
   nn::SelfAttention attn(s, "attn", channels, heads, 0.3f, 0.3f, causal);
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.4f);
+  tessera::testing::randomize_params(s, 0.4f);
   Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
   nn::SelfAttention::Saved saved = attn.allocate(batch, seq, Device::cpu);
   const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
@@ -292,7 +278,7 @@ TEST(GradCheck, SelfAttentionIsCausal) {
   nn::ParamStore s;
   nn::SelfAttention attn(s, "attn", channels, 2, 0.3f, 0.3f);
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.4f);
+  tessera::testing::randomize_params(s, 0.4f);
   Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
   Tensor y2 = Tensor::empty({batch, seq, channels});
   auto saved = attn.allocate(batch, seq, Device::cpu);
@@ -332,7 +318,7 @@ TEST(GradCheck, Mlp) {
   nn::ParamStore s;
   nn::Mlp mlp(s, "mlp", channels, hidden, 0.3f, 0.3f);
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.4f);
+  tessera::testing::randomize_params(s, 0.4f);
   Tensor x = gc::normal({rows, channels}, "x", 1.0f), y = Tensor::empty({rows, channels});
   auto saved = mlp.allocate(rows, Device::cpu);
   const Tensor r = gc::normal({rows, channels}, "R", 1.0f);
@@ -354,7 +340,7 @@ TEST(GradCheck, TransformerBlockResidualStream) {
   nn::ParamStore s;
   nn::TransformerBlock blk(s, "blocks.0", nn::BlockConfig{channels, 2, 4 * channels, 0.3f, 0.3f});
   s.allocate(Device::cpu, 1);
-  randomize(s, 0.3f);
+  tessera::testing::randomize_params(s, 0.3f);
   Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
   auto saved = blk.allocate(batch, seq, Device::cpu);
   auto scratch = blk.allocate_scratch(batch, seq, Device::cpu);
@@ -405,7 +391,7 @@ TEST(GradCheck, GptEveryParameter) {
   const int64_t batch = 2, seq = 5;
   tessera::models::Gpt m(cfg, Device::cpu, 7, batch, seq);
   nn::ParamStore& s = m.params();
-  randomize(s, 0.25f);
+  tessera::testing::randomize_params(s, 0.25f);
   std::vector<int32_t> rows(batch * (seq + 1));
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int32_t>((i * 7 + 3) % 11);
   rows[2] = rows[1];  // a repeated token

@@ -1,0 +1,104 @@
+// The training apps' shared options, checks and parallel set-up.
+#include "apps/common/train_cli.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+
+#include "core/allocator.h"
+#include "core/log.h"
+
+namespace tessera::cli {
+
+void TrainOptions::add_to(po::options_description& options, const std::string& unit) {
+  train::TrainConfig& tc = train;
+  options.add_options()
+      ("global-batch", po::value(&tc.global_batch)->default_value(8), (unit + " per optimizer step").c_str())
+      ("micro-batch", po::value(&tc.micro_batch)->default_value(0), (unit + " per forward/backward on a rank (0: global-batch / dp, no accumulation)").c_str())
+      ("steps", po::value(&tc.steps)->default_value(100), "optimizer steps")
+      ("lr", po::value(&tc.lr)->default_value(1e-3), "peak learning rate")
+      ("min-lr", po::value(&tc.min_lr)->default_value(1e-4), "learning rate at the last step (cosine)")
+      ("warmup", po::value(&tc.warmup)->default_value(10), "linear warm-up steps")
+      ("weight-decay", po::value(&tc.adamw.weight_decay)->default_value(0.1f), "AdamW weight decay (matrices, embeddings)")
+      ("beta1", po::value(&tc.adamw.beta1)->default_value(0.9f), "AdamW beta1")
+      ("beta2", po::value(&tc.adamw.beta2)->default_value(0.95f), "AdamW beta2")
+      ("grad-clip", po::value(&tc.grad_clip)->default_value(1.0f), "clip the global gradient norm (0: off)")
+      ("seed", po::value(&tc.seed)->default_value(1234), "seed of initialisation and data order")
+      ("eval-every", po::value(&tc.eval_every)->default_value(0), "evaluate every N steps and at the end (0: never)")
+      ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
+      ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
+      ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
+      ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
+      ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB")
+      ("dp", po::value(&mesh.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
+      ("tp", po::value(&mesh.tp)->default_value(1), "tensor-parallel ranks (must divide --heads)")
+      ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split)")
+      ("pp", po::value(&mesh.pp)->default_value(1), "pipeline stages")
+      ("sp", po::value(&mesh.sp)->default_value(1), "sequence-parallel ranks (must divide the sequence)")
+      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention), or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
+      ("ep", po::value(&mesh.ep)->default_value(1), "expert-parallel ranks")
+      ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
+      ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
+      ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
+      ("threads", po::value(&threads)->default_value(0), "CPU threads (0: OMP_NUM_THREADS or all cores)")
+      ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s for MFU (0: measured sgemm rate)")
+      ("checkpoint-dir", po::value(&tc.checkpoint_dir), "write checkpoints (step_N.h5) here")
+      ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end)")
+      ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0), "keep only the newest K checkpoints (0: all)")
+      ("resume", po::value(&tc.resume)->default_value("none"), "none, auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint file")
+      ("on-nan", po::value(&tc.on_nan)->default_value("stop"), "a non-finite loss or gradient: stop (naming the parameter and the last good checkpoint) or skip the step");
+}
+
+void TrainOptions::finish(int world_size) {
+  if (threads > 0) omp_set_num_threads(threads);
+  mesh = mesh.resolved(world_size);
+  TESSERA_CHECK(mesh.pp == 1 && mesh.ep == 1, "layout ", mesh.str(),
+                ": this build trains data-, tensor- and sequence-parallel layouts; pipeline and expert",
+                " parallelism are not implemented yet");
+  TESSERA_CHECK(!split_gather() || (mesh.tp > 1 && mesh.sp == 1), "--sp-mode split_gather splits the",
+                " sequence inside the tensor-parallel group: it needs --tp > 1 and takes no --sp (got ", mesh.str(),
+                ")");
+  if (!split_gather()) parallel::parse_sequence_mode(sp_mode);  // throws naming the choices
+  TESSERA_CHECK(tp_mode == "1d" || tp_mode == "2d" || tp_mode == "2.5d" || tp_mode == "3d", "--tp-mode ", tp_mode,
+                ": expected 1d, 2d, 2.5d or 3d");
+  TESSERA_CHECK(tp_mode == "1d", "--tp-mode ", tp_mode, ": not implemented yet (this build has 1d)");
+  TESSERA_CHECK(device() == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
+                " (or this build has no CUDA)");
+  TESSERA_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0, got ", comm_timeout);
+  if (train.micro_batch == 0) {
+    TESSERA_CHECK(train.global_batch % mesh.dp == 0, "--global-batch ", train.global_batch,
+                  " does not split over dp = ", mesh.dp, " ranks");
+    train.micro_batch = train.global_batch / mesh.dp;
+  }
+  train.validate(mesh.dp);
+}
+
+Device TrainOptions::device() const { return parse_device(device_name); }
+
+ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim)
+    : options_(options), mesh_(options.mesh), tensor_(mesh_.group(comm::Axis::tp), options.split_gather()) {
+  for (comm::Communicator* g : mesh_.all_groups()) {
+    g->set_timeout(options.comm_timeout);
+    g->set_check_collectives(options.check_collectives);
+  }
+  if (options.mesh.sp > 1)
+    sequence_.emplace(parallel::parse_sequence_mode(options.sp_mode), mesh_.group(comm::Axis::sp),
+                      heads / options.mesh.tp, head_dim);
+}
+
+models::ModelLayout ParallelSetup::layout() {
+  models::ModelLayout layout{&tensor_};
+  if (sequence_) layout.sequence = &*sequence_;
+  if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
+  return layout;
+}
+
+void log_slurm_job() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (!job) return;
+  const char* nodes = std::getenv("SLURM_JOB_NODELIST");
+  const char* restart = std::getenv("SLURM_RESTART_COUNT");
+  log::info("slurm job ", job, " on nodes ", nodes ? nodes : "?", " (restart ", restart ? restart : "0", ")");
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,53 @@
+// What the training apps (gpt_train, vit_train, ...) share on the command line: the trainer's,
+// the layout's and the runtime's options, their checks (all before any communication), and the
+// parallel set-up that follows: the mesh with its watchdog, and the model's tensor and sequence
+// layouts. Each app adds its model's and data's options and builds its Workload.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "apps/common/cli.h"
+#include "comm/process_mesh.h"
+#include "models/model_layout.h"
+#include "parallel/sequence_parallel.h"
+#include "parallel/tensor_parallel.h"
+#include "train/train_config.h"
+
+namespace tessera::cli {
+
+struct TrainOptions {
+  train::TrainConfig train;
+  comm::MeshShape mesh;
+  std::string tp_mode, sp_mode, device_name;
+  int threads = 0;
+  double comm_timeout = 600;
+  bool check_collectives = false;
+  // `unit` names a sample in the help ("sequences", "images").
+  void add_to(po::options_description& options, const std::string& unit);
+  // After parsing: threads, the mesh against the world size, the modes, micro-batching. Throws
+  // naming the first problem.
+  void finish(int world_size);
+  bool split_gather() const { return sp_mode == "split_gather"; }
+  Device device() const;
+};
+
+// The mesh (collective over the world) with the watchdog and collective checks on every group,
+// and the model layouts on it.
+class ParallelSetup {
+ public:
+  // heads, head_dim: the model's attention shape (the sequence-parallel attention needs them).
+  ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim);
+  comm::ProcessMesh& mesh() { return mesh_; }
+  models::ModelLayout layout();
+
+ private:
+  const TrainOptions& options_;
+  comm::ProcessMesh mesh_;
+  parallel::TensorParallel1D tensor_;
+  std::optional<parallel::SequenceParallel> sequence_;
+};
+
+void log_slurm_job();  // the Slurm job id, node list and restart count, when under Slurm
+
+}  // namespace tessera::cli

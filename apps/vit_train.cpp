@@ -1,0 +1,98 @@
+// vit_train: train a vision transformer classifier on an HDF5 image data set (data_prep cifar10
+// or synth-images), with the same parallel, checkpoint and reliability options as gpt_train.
+#include <omp.h>
+
+#include <cmath>
+#include <memory>
+
+#include "apps/common/train_cli.h"
+#include "comm/mpi_runtime.h"
+#include "core/log.h"
+#include "io/image_dataset.h"
+#include "models/vit/vit.h"
+#include "train/preemption.h"
+#include "train/trainer.h"
+#include "train/vit_workload.h"
+
+using namespace tessera;
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  comm::MpiRuntime mpi(&argc, &argv);
+  if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
+  const int code = cli::run_main([&] {
+    po::options_description opts;
+    cli::TrainOptions o;
+    models::VitConfig mc;
+    std::string data;
+    double epochs = 0, eval_every_epochs = 0;
+    io::ImageAugment augment;
+    bool no_flip = false;
+    opts.add_options()
+        ("data", po::value(&data)->required(), "image data set (HDF5: /train and /test images and labels)")
+        ("layers", po::value(&mc.layers)->default_value(7), "transformer blocks")
+        ("hidden", po::value(&mc.hidden)->default_value(256), "hidden size")
+        ("heads", po::value(&mc.heads)->default_value(4), "attention heads (must divide --hidden)")
+        ("patch", po::value(&mc.patch)->default_value(4), "patch size in pixels (must divide the image size)")
+        ("mlp-ratio", po::value(&mc.mlp_ratio)->default_value(2), "MLP hidden size / hidden size")
+        ("pool", po::value(&mc.pool)->default_value("cls"), "cls (a class token) or mean (the mean over patches)")
+        ("label-smoothing", po::value(&mc.label_smoothing)->default_value(0.1f), "label smoothing of the cross-entropy")
+        ("epochs", po::value(&epochs)->default_value(0.0), "train this many epochs (sets --steps; 0: use --steps)")
+        ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0), "evaluate on the test set every N epochs (sets --eval-every)")
+        ("crop-pad", po::value(&augment.pad)->default_value(4), "augmentation: random crop from the image zero-padded by this many pixels (0: none)")
+        ("no-flip", po::bool_switch(&no_flip), "augmentation: no random horizontal flip");
+    o.add_to(opts, "images");
+    po::variables_map vm;
+    if (!cli::parse(argc, argv, opts, vm, "usage: vit_train --data IMAGES.h5 [options]")) return 0;
+    augment.flip = !no_flip;
+
+    o.finish(mpi.world_size());
+    TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "vit_train: sequence parallelism (--sp, --sp-mode",
+                  " split_gather) is not supported for ViT yet");
+    TESSERA_CHECK(o.device() == Device::cpu, "vit_train --device cuda: ViT's attention over every position has no",
+                  " CUDA kernel yet; run on cpu");
+    TESSERA_CHECK(epochs >= 0 && eval_every_epochs >= 0, "--epochs and --eval-every-epochs must be >= 0");
+    TESSERA_CHECK(augment.pad >= 0, "--crop-pad must be >= 0, got ", augment.pad);
+    train::TrainConfig& tc = o.train;
+    auto train_set = std::make_shared<const io::ImageDataset>(io::ImageDataset::open(data, "train"));
+    auto test_set = std::make_shared<const io::ImageDataset>(io::ImageDataset::open(data, "test"));
+    TESSERA_CHECK(train_set->height == train_set->width, "vit_train: images must be square, got ", train_set->height,
+                  " x ", train_set->width);
+    mc.image = train_set->height;
+    mc.channels = train_set->channels;
+    mc.classes = train_set->num_classes();
+    mc.validate(o.mesh.tp);
+    const int64_t steps_per_epoch = std::max<int64_t>(1, train_set->size() / tc.global_batch);
+    if (epochs > 0) tc.steps = static_cast<int64_t>(std::ceil(epochs * static_cast<double>(steps_per_epoch)));
+    if (eval_every_epochs > 0)
+      tc.eval_every = std::max<int64_t>(1, std::llround(eval_every_epochs * static_cast<double>(steps_per_epoch)));
+    tc.validate(o.mesh.dp);
+
+    if (mpi.world_rank() == 0)
+      log::info("vit_train: ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",
+                mc.hidden, ", ", mc.heads, " heads, patch ", mc.patch, ", ", mc.classes, " classes, ",
+                train_set->size(), " training images (", steps_per_epoch, " steps per epoch), global batch ",
+                tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps, " steps on ", o.device_name, " with ",
+                omp_get_max_threads(), " threads");
+    cli::ParallelSetup parallel(o, mc.heads, mc.hidden / mc.heads);
+    comm::ProcessMesh& mesh = parallel.mesh();
+    models::Vit model(mc, o.device(), tc.seed, tc.micro_batch, parallel.layout());
+    if (mpi.world_rank() == 0) {
+      log::info("parameters: ", model.params().global_numel());
+      cli::log_slurm_job();
+    }
+    train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp), augment);
+    train::Trainer trainer(workload, tc, mesh);
+    train::install_preemption_handlers();
+    const train::TrainResult result = trainer.run();
+    if (result.preempted) return train::kExitPreempted;
+    if (mpi.world_rank() == 0)
+      log::info("done: final loss ", result.last_loss,
+                result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string(),
+                result.last_eval_accuracy ? ", eval accuracy " + std::to_string(*result.last_eval_accuracy)
+                                          : std::string());
+    return 0;
+  });
+  if (code != 0 && code != train::kExitPreempted && mpi.world_size() > 1) comm::abort_job(code);
+  return code;
+}

@@ -1,0 +1,77 @@
+# Shared by the job scripts (gpt_train.sbatch, vit_train.sbatch): sourced, never run. The caller
+# sets APP (the executable), DEFAULT_CONFIG, and a function make_default_data that prints the path
+# of the data set to use when DATA is unset (making it if missing), and DATA_OPTION (--input,
+# --data). Then `run_training "$@"` launches the app with the config and extra options, forwards
+# USR1/TERM to it, and on exit code 3 (preempted: checkpoint written) requeues the job.
+
+die() { echo "error: $*" >&2; exit 1; }
+
+run_training() {
+  root=${TESSERA_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}
+  cd "$root" || { echo "error: cannot cd to the repository $root" >&2; exit 1; }
+  build=${BUILD_DIR:-$root/build}
+  runs=${RUNS_DIR:-$root/runs}
+  config=${1:-${CONFIG:-$DEFAULT_CONFIG}}
+  [ $# -gt 0 ] && shift
+  launcher=${LAUNCHER:-srun}
+  job=${SLURM_JOB_ID:-local$$}
+  name=${SLURM_JOB_NAME:-$APP}
+  restart=${SLURM_RESTART_COUNT:-0}
+
+  [ -f "$config" ] || die "no config file $config"
+  [ -x "$build/apps/$APP" ] || die "no $build/apps/$APP (build first: jobscripts/build.sh)"
+
+  out=$runs/$name-$job
+  ckpt=$runs/$name/checkpoints
+  mkdir -p "$out" "$ckpt" || die "cannot create $out or $ckpt"
+
+  data=${DATA:-$(make_default_data "$build" "$runs" "$job")} || die "could not make the default data set"
+  [ -f "$data" ] || die "no data set $data"
+
+  args=(--config "$config" "$DATA_OPTION" "$data" --checkpoint-dir "$ckpt" --resume auto
+        --metrics "$out/metrics.$restart.jsonl" "$@")
+  case $launcher in
+    srun)   cmd=(srun --mpi=pmix --kill-on-bad-exit=1 "$build/apps/$APP" "${args[@]}") ;;
+    mpirun) cmd=(mpirun "$build/apps/$APP" "${args[@]}") ;;
+    *)      die "LAUNCHER must be srun or mpirun, not $launcher" ;;
+  esac
+  echo "job $job (restart $restart) on ${SLURM_JOB_NODELIST:-$(hostname)}: ${cmd[*]}"
+
+  # With --signal=B:USR1 only this shell gets the signal: forward it to the launcher, which passes it
+  # on to every rank (srun and mpirun both forward SIGUSR1). Signals to the steps reach ranks directly.
+  pid=
+  forward() { [ -n "$pid" ] && kill -s "$1" "$pid" 2>/dev/null; }
+  trap 'echo "job $job: got SIGUSR1, asking $APP to checkpoint and stop"; forward USR1' USR1
+  trap 'forward TERM' TERM
+  "${cmd[@]}" &
+  pid=$!
+  # `wait` returns early when a trapped signal arrives: wait again until the launcher has exited.
+  while :; do
+    wait "$pid"; code=$?
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  trap - USR1 TERM
+
+  case $code in
+    0) # srun can exit 0 when its tasks failed to launch: $APP always creates its metrics file
+       [ -f "$out/metrics.$restart.jsonl" ] || die "$launcher exited 0 but $APP did not run (no metrics file)"
+       echo "job $job: done"; exit 0 ;;
+    3) echo "job $job: preempted (exit code 3), checkpoint in $ckpt; requeueing"
+       if [ -n "${SLURM_JOB_ID:-}" ]; then
+         # Let the step end first: slurmstepd can outlive srun by seconds, and the requeued job
+         # reuses the step id, whose PMIx socket a lingering step daemon still holds (the new step
+         # then fails to launch). Wait (30 s at most) until Slurm lists no step of this job but the
+         # batch one and no step daemon of it runs on this node.
+         for _ in $(seq 60); do
+           if ! squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null | grep -qv -e '\.batch$' -e '\.extern$' &&
+              ! pgrep -f "^slurmstepd: \[$SLURM_JOB_ID\.[0-9]+\]" >/dev/null; then
+             break
+           fi
+           sleep 0.5
+         done
+         scontrol requeue "$SLURM_JOB_ID" || die "scontrol requeue $SLURM_JOB_ID failed"
+       fi
+       exit 0 ;;
+    *) echo "job $job: $APP failed with exit code $code" >&2; exit "$code" ;;
+  esac
+}

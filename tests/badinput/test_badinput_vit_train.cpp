@@ -1,0 +1,78 @@
+// Bad input to vit_train: a missing or wrong data set, layouts ViT does not run, impossible sizes;
+// each asserts a non-zero exit code and the "error:" line naming the problem, on one rank or
+// several (the job ends promptly: every case runs under a timeout).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "run_command.h"
+
+namespace fs = std::filesystem;
+using tessera::testing::run_command;
+using tessera::testing::shell_quote;
+
+namespace {
+
+class VitTrainBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tessera_badinput_vit_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    images_ = (dir_ / "images.h5").string();
+    tokens_ = (dir_ / "tokens.h5").string();
+    const std::string prep = std::string(TESSERA_BUILD_DIR) + "/apps/data_prep ";
+    ASSERT_EQ(run_command(prep + "synth-images --classes 3 --train 24 --test 8 --size 8 --seed 1 --output " +
+                          shell_quote(images_)).exit_code, 0);
+    ASSERT_EQ(run_command(prep + "synth --vocab 20 --tokens 2000 --seed 1 --output " + shell_quote(tokens_)).exit_code, 0);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // vit_train on `ranks` ranks with a tiny model; expects failure and `words` in an error line.
+  void expect_refused(int ranks, const std::string& args, const std::string& words) {
+    const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
+                               std::string(TESSERA_MPIEXEC) + " --oversubscribe -np " + std::to_string(ranks) + " " +
+                               TESSERA_BUILD_DIR + "/apps/vit_train --layers 1 --hidden 16 --heads 2 --patch 4 " +
+                               "--global-batch 4 --steps 1 --threads 1 " + args);
+    EXPECT_NE(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.exit_code, 124) << "timed out: " << r.err;
+    EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << r.err;
+  }
+  fs::path dir_;
+  std::string images_, tokens_;
+};
+
+TEST_F(VitTrainBadInput, MissingDataSet) {
+  expect_refused(1, "--data " + shell_quote((dir_ / "none.h5").string()), "none.h5");
+}
+
+TEST_F(VitTrainBadInput, TokenDataSetInsteadOfImages) {
+  expect_refused(1, "--data " + shell_quote(tokens_), "/train/images");
+}
+
+TEST_F(VitTrainBadInput, PatchThatDoesNotDivideTheImage) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --patch 3", "patch");
+}
+
+TEST_F(VitTrainBadInput, SequenceParallelismIsRefused) {
+  expect_refused(2, "--data " + shell_quote(images_) + " --sp 2", "not supported for ViT");
+}
+
+TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {
+  expect_refused(4, "--data " + shell_quote(images_) + " --tp 4", "--heads 2 is not divisible by --tp 4");
+}
+
+TEST_F(VitTrainBadInput, UnknownPooling) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --pool max", "pool");
+}
+
+TEST_F(VitTrainBadInput, NegativeEpochs) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --epochs -1", "--epochs");
+}
+
+TEST_F(VitTrainBadInput, CudaDeviceIsRefusedClearly) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --device cuda", "cuda");
+}
+
+}  // namespace

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Parity of vit_train: data parallelism with ZeRO 1, 2, 3 and micro-batching, 1D tensor
+# parallelism and tp x dp with ZeRO (class-token and mean pooling) reproduce the one-rank run on a synthetic image set
+# (losses, step-1 gradients and the state after 10 steps: tests/tools/layout_parity.sh); a
+# checkpoint saved at tp 2 x dp 2 ZeRO-3 resumes on one rank; evaluation gives the same loss and
+# accuracy under every layout.
+set -euo pipefail
+build=$1; src=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+app=vit_train data_option=--data
+# The key part of the QKV bias has an exactly zero gradient (softmax ignores a shift shared by a
+# query's scores); AdamW turns its rounding noise into steps of up to lr (3e-3) x 1e-2 here.
+state_atol=5e-5
+common=(--layers 2 --hidden 32 --heads 4 --patch 4 --mlp-ratio 2 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11
+        --threads 1 --bucket-mb 0.01 --eval-every 10)
+source "$src/tests/tools/layout_parity.sh"
+
+data="$tmp/images.h5"
+"$build/apps/data_prep" synth-images --classes 5 --train 200 --test 40 --size 16 --seed 3 --output "$data" >/dev/null
+parity_reference ref "$data" --micro-batch 8
+parity_case dp2 2 ref "$data"
+parity_case dp2-micro2-zero1 2 ref "$data" --micro-batch 2 --zero 1
+parity_case dp4-zero2 4 ref "$data" --zero 2
+parity_case dp4-zero3 4 ref "$data" --zero 3
+parity_case tp2 2 ref "$data" --tp 2
+parity_case tp4 4 ref "$data" --tp 4
+parity_case tp2-dp2-zero3 4 ref "$data" --tp 2 --zero 3
+parity_reference ref-mean "$data" --micro-batch 8 --pool mean
+parity_case tp2-dp2-zero2-mean-pool 4 ref-mean "$data" --tp 2 --zero 2 --pool mean
+
+echo -n "evaluation (loss and accuracy at step 10) under every layout: "
+/usr/bin/python3 - "$tmp" ref dp2 dp2-micro2-zero1 dp4-zero2 dp4-zero3 tp2 tp4 tp2-dp2-zero3 <<'PY'
+import json, sys
+folder, names = sys.argv[1], sys.argv[2:]
+def last_eval(name):
+    return [json.loads(l) for l in open(f"{folder}/{name}.jsonl") if "eval_loss" in l][-1]
+ref = last_eval(names[0])
+for name in names[1:]:
+    e = last_eval(name)
+    if abs(e["eval_loss"] - ref["eval_loss"]) > 1e-5 * abs(ref["eval_loss"]) or abs(e["eval_acc"] - ref["eval_acc"]) > 1e-9:
+        sys.exit(f"error: {name}: eval_loss {e['eval_loss']}, eval_acc {e['eval_acc']} vs {ref['eval_loss']}, {ref['eval_acc']}")
+print(f"eval_loss {ref['eval_loss']:.6f}, eval_acc {ref['eval_acc']:.4f} everywhere")
+PY
+
+echo -n "a checkpoint saved at tp 2 x dp 2 ZeRO-3, resumed on one rank: "
+mpirun -np 1 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --micro-batch 8 \
+  --metrics "$tmp/ref20.jsonl" >/dev/null
+mpirun -np 4 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --tp 2 --zero 3 \
+  --checkpoint-dir "$tmp/ck" --checkpoint-every 10 --metrics "$tmp/first.jsonl" >/dev/null
+mpirun -np 1 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --micro-batch 8 \
+  --resume "$tmp/ck/step_10.h5" --metrics "$tmp/resumed.jsonl" >/dev/null
+grep '"loss"' "$tmp/first.jsonl" | head -n 10 | cat - <(grep '"loss"' "$tmp/resumed.jsonl") > "$tmp/all.jsonl"
+$compare_losses "$tmp/ref20.jsonl" "$tmp/all.jsonl" --rtol 1e-5
