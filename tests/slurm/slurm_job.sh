@@ -3,11 +3,13 @@
 # here as root in a temporary folder (own munge socket and key, own ports, no systemd, no accounting):
 #   1. a 4-rank (srun), 20-step gpt_train job completes: the job is COMPLETED, the metrics have
 #      steps 1..20 and step_20.h5 exists;
-#   2. a longer job gets SIGUSR1 from `scancel --signal=USR1 --batch` while it trains: gpt_train
+#   2. a longer job gets SIGTERM from `scancel --signal=TERM` (every step of the job, as a
+#      preemption sends it) while it trains: gpt_train
 #      checkpoints and exits 3, the script requeues it, the requeued job resumes from the checkpoint
 #      (its first step is the one after it) and completes; steps 1..N are each logged exactly once,
 #      and the loss curve equals an uninterrupted run's (mpirun, outside Slurm) to a relative 1e-5;
-#   3. jobscripts/vit_train.sbatch launched by mpirun on 4 ranks completes with its evaluation;
+#   3. jobscripts/vit_train.sbatch launched by mpirun on 4 ranks completes with its evaluation, and
+#      each script completes under the other launcher too (gpt_train by mpirun, vit_train by srun);
 #   4. a job with options that do not fit (--tp 3 on 4 ranks) FAILS with gpt_train's error line and
 #      a non-zero exit code other than 3, and is not requeued.
 # Everything runs under `timeout`; the daemons and any job processes are stopped on exit.
@@ -192,9 +194,9 @@ got=$(steps_of "$m" | tr '\n' ' ')
 [ -f "$tmp/runs/synth_v64.h5" ] || die "the job did not make the synthetic data set"
 echo "short job $id1: COMPLETED, steps 1..20 logged, step_20.h5 written ($(( $(date +%s) - t0 )) s)"
 
-# 2. preemption: SIGUSR1 to the batch shell while it trains -> exit 3 -> requeue -> resume -> done
-#    (Slurm's own SIGTERM means the job is being cancelled: scancel -s TERM ends it, no requeue;
-#    the sbatch scripts ask for USR1 120 s before the time limit instead)
+# 2. preemption: SIGTERM to every step while it trains -> the ranks checkpoint and exit 3 ->
+#    requeue -> resume -> done. (SIGTERM to the batch shell alone, `--batch`, makes Slurm cancel
+#    the job; the scripts' own notice is USR1 to the shell, 120 s before the time limit.)
 t0=$(date +%s)
 nsteps=1000
 id2=$(timeout 30 sbatch "${sbatch_args[@]}" -J preempt "$src/jobscripts/gpt_train.sbatch" \
@@ -208,8 +210,8 @@ for _ in $(seq 300); do   # 30 s
   sleep 0.1
 done
 [ -n "$ok" ] || die "the preempt job $id2 logged no steps within 30 s (state $(job_field "$id2" JobState))"
-timeout 10 scancel --signal=USR1 --batch "$id2" || die "scancel --signal=USR1 --batch $id2 failed"
-echo "sent SIGUSR1 to job $id2 after step $(tail -1 "$m0" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')"
+timeout 10 scancel --signal=TERM "$id2" || die "scancel --signal=TERM $id2 failed"
+echo "sent SIGTERM to job $id2 after step $(tail -1 "$m0" | python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')"
 
 st=; restarts=0
 for _ in $(seq 120); do   # 60 s
@@ -267,6 +269,19 @@ m=$tmp/runs/vit-$id3/metrics.0.jsonl
 grep -q '"eval_acc"' "$m" || die "the vit_train job logged no evaluation"
 [ -f "$tmp/runs/vit/checkpoints/step_20.h5" ] || die "no checkpoint step_20.h5 of the vit_train job"
 echo "vit_train job $id3 (mpirun, 4 ranks): COMPLETED, 20 steps, evaluated, step_20.h5 written ($(( $(date +%s) - t0 )) s)"
+
+# 3b. each script under its other launcher
+for combo in gpt_train:mpirun:gpt_slurm_tiny.ini:20 vit_train:srun:vit_tiny.ini:20; do
+  IFS=: read -r app launcher ini n <<< "$combo"
+  t0=$(date +%s)
+  id=$(LAUNCHER=$launcher run_job 60 --ntasks=4 --ntasks-per-node=4 -J "$app-$launcher" \
+       "$src/jobscripts/$app.sbatch" "$src/inputs/$ini" --steps "$n") || die "sbatch of $app ($launcher) failed"
+  st=$(job_field "$id" JobState)
+  [ "$st" = COMPLETED ] || die "$app job $id under $launcher is $st, not COMPLETED"
+  [ "$(steps_of "$tmp/runs/$app-$launcher-$id/metrics.0.jsonl" | tail -1)" = "$n" ] ||
+    die "the $app job under $launcher did not log step $n"
+  echo "$app job $id ($launcher, 4 ranks): COMPLETED, $n steps ($(( $(date +%s) - t0 )) s)"
+done
 
 # 4. options that do not fit the job: a clear error, a non-zero exit code, no requeue
 id4=$(run_job 60 --ntasks=4 --ntasks-per-node=4 -J badopts "$src/jobscripts/gpt_train.sbatch" \
