@@ -51,7 +51,6 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       world_(mesh.world()),
       dp_(mesh.group(comm::Axis::dp)),
       data_(mesh.data_group()),
-      sp_(mesh.group(comm::Axis::sp)),
       tp_(mesh.group(comm::Axis::tp)),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
                                              work.params(), data_, config.zero_stage,

@@ -45,7 +45,6 @@ class Trainer {
   void poison_gradient();  // test hook (TESSERA_FAULT_NAN_STEP)
   void save(int64_t step);
   CheckpointInfo checkpoint_info(int64_t step) const;
-
   CheckpointState checkpoint_state();
   // Bytes and milliseconds of every collective of this rank so far, over every mesh group.
   std::pair<int64_t, double> comm_totals() const;
@@ -56,7 +55,6 @@ class Trainer {
   comm::Communicator& world_;
   comm::Communicator& dp_;    // batch slicing
   comm::Communicator& data_;  // dp x sp: gradient reduction, ZeRO, the loss
-  comm::Communicator& sp_;
   comm::Communicator& tp_;
   std::unique_ptr<parallel::GradSync> grad_sync_;  // zero 0-2; under zero 3 the model reduces
   optim::ZeroOptimizer optimizer_;

@@ -49,5 +49,7 @@ mpirun -np 4 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --
   --checkpoint-dir "$tmp/ck" --checkpoint-every 10 --metrics "$tmp/first.jsonl" >/dev/null
 mpirun -np 1 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --micro-batch 8 \
   --resume "$tmp/ck/step_10.h5" --metrics "$tmp/resumed.jsonl" >/dev/null
-grep '"loss"' "$tmp/first.jsonl" | head -n 10 | cat - <(grep '"loss"' "$tmp/resumed.jsonl") > "$tmp/all.jsonl"
+# The first run's steps 1..10 (its training lines only; no pipe that could end early), then the resumed ones.
+grep '"loss"' "$tmp/first.jsonl" > "$tmp/first_train.jsonl"
+head -n 10 "$tmp/first_train.jsonl" | cat - "$tmp/resumed.jsonl" > "$tmp/all.jsonl"
 $compare_losses "$tmp/ref20.jsonl" "$tmp/all.jsonl" --rtol 1e-5

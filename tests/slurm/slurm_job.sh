@@ -233,7 +233,7 @@ done
 [ -f "$m1" ] || die "the requeued job wrote no $m1"
 grep -q "preempted (exit code 3)" "$tmp/preempt-$id2.out" || die "the job log does not show exit code 3"
 first=$(steps_of "$m0"); second=$(steps_of "$m1")
-stopped=$(echo "$first" | tail -1); resumed=$(echo "$second" | head -1)
+stopped=${first##*$'\n'}; resumed=${second%%$'\n'*}  # last and first lines, no pipe
 [ "$stopped" -lt "$nsteps" ] || die "the first run reached the last step $stopped: not preempted"
 [ "$resumed" -eq $((stopped + 1)) ] || die "the requeued job started at step $resumed, not at $((stopped + 1)) (resume)"
 [ -f "$tmp/runs/preempt/checkpoints/step_$stopped.h5" ] || die "no checkpoint step_$stopped.h5"
