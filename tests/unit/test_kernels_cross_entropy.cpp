@@ -185,7 +185,9 @@ TEST_P(CrossEntropy, VocabParallelShardsEqualTheWholeVocabulary) {
         for (int64_t j = 0; j < width; ++j) {
           const int64_t col = p * width + j;
           const float want = col < c.padded ? dwhole.data<float>()[r * c.padded + col] : 0.0f;
-          ASSERT_NEAR(d.data<float>()[r * width + j], want, 1e-6f) << parts << " shards, row " << r << ", column " << col;
+          // The two lse differ by rounding at most a few ulp of |lse| (large near exp's overflow).
+          const float tol = 1e-6f + 2e-7f * std::abs(combined.data<float>()[r]);
+          ASSERT_NEAR(d.data<float>()[r * width + j], want, tol) << parts << " shards, row " << r << ", column " << col;
         }
     }
   }
