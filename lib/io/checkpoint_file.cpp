@@ -622,7 +622,19 @@ OpenTensor open_tensor(hid_t file, const std::string& path, const std::string& n
   t.dims = dataspace_dims(t.space.get());
   for (int64_t d : t.dims) t.numel *= d;
   Hid type(H5Dget_type(t.dataset.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_FLOAT) fail(path, ": tensor ", n, " is not stored as floating point");
+  if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float))
+    fail(path, ": tensor ", n, " is not stored as 32-bit floating point");
+  // The writer makes contiguous datasets holding every element: anything else (chunks, filters, an
+  // extent larger than the data behind it) is a damaged or foreign file, refused before HDF5 sizes
+  // buffers from its claims.
+  Hid dcpl(H5Dget_create_plist(t.dataset.get()), H5Pclose);
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
+    fail(path, ": tensor ", n, " is not stored contiguously (not a tessera checkpoint, or damaged)");
+  const uint64_t stored = H5Dget_storage_size(t.dataset.get());
+  if (stored != static_cast<uint64_t>(t.numel) * sizeof(float))
+    fail(path, ": tensor ", n, " ", Shape(t.dims).str(), " has ", stored, " bytes of data for ", t.numel,
+         " elements (damaged)");
+  H5Eclear2(H5E_DEFAULT);
   return t;
 }
 
