@@ -35,8 +35,6 @@ class VitWorkload final : public Workload {
   std::string model_name() const override { return "vit"; }
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
 
-  int64_t steps_per_epoch() const { return train_loader_.size() / config_.global_batch; }
-
  private:
   models::Vit& model_;
   TrainConfig config_;
