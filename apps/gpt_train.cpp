@@ -69,11 +69,12 @@ int main(int argc, char** argv) {
     comm::ProcessMesh& mesh = parallel.mesh();
     models::Gpt model(mc, o.device(), tc.seed, tc.micro_batch, seq_len, parallel.layout());
     if (mpi.world_rank() == 0) {
-      log::info("parameters: ", model.params().global_numel());
+      log::info("parameters: ", model.model_numel());
       cli::log_slurm_job();
     }
     train::GptWorkload workload(model, train_data, val_data ? &*val_data : nullptr, tc, mesh.coord(comm::Axis::dp),
-                                o.mesh.dp, mesh.group(comm::Axis::sp));
+                                o.mesh.dp, mesh.group(comm::Axis::sp), mesh.group(comm::Axis::pp),
+                                mesh.data_group());
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();

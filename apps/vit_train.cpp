@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
     o.finish(mpi.world_size());
     TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "vit_train: sequence parallelism (--sp, --sp-mode",
                   " split_gather) is not supported for ViT yet");
+    TESSERA_CHECK(o.mesh.pp == 1, "vit_train: pipeline parallelism (--pp) is not supported for ViT yet (gpt_train has it)");
     TESSERA_CHECK(o.device() == Device::cpu, "vit_train --device cuda: ViT's attention over every position has no",
                   " CUDA kernel yet; run on cpu");
     TESSERA_CHECK(epochs >= 0 && eval_every_epochs >= 0, "--epochs and --eval-every-epochs must be >= 0");

@@ -7,6 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/log.h"
+#include "parallel/pipeline_verifier.h"
 
 namespace tessera::cli {
 
@@ -34,6 +35,9 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("tp", po::value(&mesh.tp)->default_value(1), "tensor-parallel ranks (must divide --heads)")
       ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split)")
       ("pp", po::value(&mesh.pp)->default_value(1), "pipeline stages")
+      ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b"), "pipeline schedule: gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
+      ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1), "model chunks per pipeline stage (interleaved schedule)")
+      ("trace", po::value(&tc.trace_path), "write the pipeline's per-rank timeline of compute and messages to this Chrome trace JSON file (Perfetto)")
       ("sp", po::value(&mesh.sp)->default_value(1), "sequence-parallel ranks (must divide the sequence)")
       ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention), or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
       ("ep", po::value(&mesh.ep)->default_value(1), "expert-parallel ranks")
@@ -52,9 +56,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
 void TrainOptions::finish(int world_size) {
   if (threads > 0) omp_set_num_threads(threads);
   mesh = mesh.resolved(world_size);
-  TESSERA_CHECK(mesh.pp == 1 && mesh.ep == 1, "layout ", mesh.str(),
-                ": this build trains data-, tensor- and sequence-parallel layouts; pipeline and expert",
-                " parallelism are not implemented yet");
+  TESSERA_CHECK(mesh.ep == 1, "layout ", mesh.str(), ": expert parallelism (--ep) is not implemented yet");
   TESSERA_CHECK(!split_gather() || (mesh.tp > 1 && mesh.sp == 1), "--sp-mode split_gather splits the",
                 " sequence inside the tensor-parallel group: it needs --tp > 1 and takes no --sp (got ", mesh.str(),
                 ")");
@@ -71,6 +73,15 @@ void TrainOptions::finish(int world_size) {
     train.micro_batch = train.global_batch / mesh.dp;
   }
   train.validate(mesh.dp);
+  if (mesh.pp > 1) {
+    // The schedule is built and verified now, on every rank, before any message is sent.
+    const int64_t micro = train.micro_batches(mesh.dp);
+    TESSERA_CHECK(micro <= 4096, "--pp: ", micro, " micro-batches per step; at most 4096");
+    parallel::check_schedule(
+        parallel::make_schedule(train.pp_schedule, mesh.pp, static_cast<int>(micro), train.virtual_stages));
+  } else {
+    TESSERA_CHECK(train.virtual_stages == 1, "--virtual-stages ", train.virtual_stages, " needs --pp > 1");
+  }
 }
 
 Device TrainOptions::device() const { return parse_device(device_name); }
@@ -90,6 +101,7 @@ models::ModelLayout ParallelSetup::layout() {
   models::ModelLayout layout{&tensor_};
   if (sequence_) layout.sequence = &*sequence_;
   if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
+  layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages};
   return layout;
 }
 

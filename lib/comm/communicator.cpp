@@ -47,7 +47,9 @@ struct CommHandle::Pending {
   Tensor keep[2];
   std::vector<int> ints[4];
 
-  void finish();
+  void finish();  // waits (under the watchdog's timeout)
+  bool test();    // completes it if it is done
+  void completed(const MPI_Status& status);
 };
 
 void CommHandle::Pending::finish() {
@@ -73,6 +75,18 @@ void CommHandle::Pending::finish() {
     rc = MPI_Wait(&request, &status);
   }
   mpi_check(rc, what, timeout_s > 0 ? "MPI_Test" : "MPI_Wait");
+  completed(status);
+}
+
+bool CommHandle::Pending::test() {
+  MPI_Status status;
+  int done = 0;
+  mpi_check(MPI_Test(&request, &done, &status), what, "MPI_Test");
+  if (done) completed(status);
+  return done != 0;
+}
+
+void CommHandle::Pending::completed(const MPI_Status& status) {
   if (record) stats->record(op, bytes, timer.millis());
   if (expect_count >= 0) {
     int got = 0;
@@ -105,6 +119,13 @@ void CommHandle::finish_quietly() noexcept {
     // No exception may leave here; the failure is still reported on this rank.
     std::fprintf(stderr, "error: %s\n", e.what());
   }
+}
+
+bool CommHandle::test() {
+  if (!pending_) return true;
+  if (!pending_->test()) return false;
+  pending_.reset();
+  return true;
 }
 
 void CommHandle::wait() {

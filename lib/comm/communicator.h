@@ -29,6 +29,7 @@ class CommHandle {
   ~CommHandle();
 
   void wait();
+  bool test();  // true (and completed, recorded) when the operation is done; never blocks
   bool pending() const { return pending_ != nullptr; }
 
  private:

@@ -7,10 +7,26 @@
 
 namespace tessera::models {
 
+// Which pipeline stage this rank is and how many model chunks (virtual stages) it holds: chunk c
+// of stage s is virtual stage c x stages + s, and the blocks are split over the stages x chunks
+// virtual stages in order (the embedding on the first, the final norm and head on the last).
+struct PipelinePlacement {
+  int stage = 0, stages = 1, chunks = 1;
+  int virtual_stages() const { return stages * chunks; }
+  int virtual_stage(int chunk) const { return chunk * stages + stage; }
+  bool pipelined() const { return virtual_stages() > 1; }
+};
+
 struct ModelLayout {
   const nn::TensorLayout* tensor = &nn::TensorLayout::single();
   nn::SequenceLayout* sequence = &nn::SequenceLayout::single();
   comm::Communicator* zero3 = nullptr;  // shard the parameters over this group (ZeRO-3)
+  PipelinePlacement pipeline;
 };
+
+// Blocks [first, end) of virtual stage v when `layers` blocks are split over `parts` virtual
+// stages: as even as possible, the extra blocks going to the middle stages (the first holds the
+// embedding, the last the head). Throws when a stage would get no block.
+std::pair<int64_t, int64_t> stage_blocks(int64_t layers, int parts, int v);
 
 }  // namespace tessera::models

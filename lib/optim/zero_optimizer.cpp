@@ -15,8 +15,8 @@ parallel::Range optimizer_range(nn::ParamStore& store, int zero, comm::Communica
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
-                             const AdamWConfig& config, comm::Communicator* tp)
-    : store_(store), zero_(zero_stage), sync_(sync), dp_(dp), tp_(tp), adamw_(store, config, optimizer_range(store, zero_stage, dp)) {
+                             const AdamWConfig& config, comm::Communicator* tp, comm::Communicator* pp)
+    : store_(store), zero_(zero_stage), sync_(sync), dp_(dp), tp_(tp), pp_(pp), adamw_(store, config, optimizer_range(store, zero_stage, dp)) {
   TESSERA_CHECK((zero_stage == 3) == store.sharded() && (zero_stage == 3 || sync),
                 "ZeroOptimizer: ZeRO stage ", zero_stage, " does not match how the parameters are held");
   if (zero_ == 1 || zero_ == 2) gather_input_ = Tensor::empty({adamw_.shard().size()}, DType::f32, store.device());
@@ -67,6 +67,7 @@ double ZeroOptimizer::grad_norm() {
   double sq = squared_norm_share(store_, held, begin, tp);
   if (zero_ >= 2) sq = dp_.all_reduce_sum(sq);  // the shards' squares; under zero 0/1 every rank holds all
   if (tp > 1) sq = tp_->all_reduce_sum(sq);
+  if (pp_ && pp_->size() > 1) sq = pp_->all_reduce_sum(sq);
   return std::sqrt(sq);
 }
 

@@ -6,7 +6,7 @@
 //   zero 3: each rank updates its shard, which is all it holds: no all-gather.
 // The gradient norm for clipping is over the whole model: local under zero 0/1 (every rank holds
 // the summed gradient), the sum of the shards' squares all-reduced(dp) under zero 2 and 3; under
-// tensor parallelism each rank's share is then all-reduced(tp).
+// tensor parallelism each rank's share is then all-reduced(tp), and over the pipeline's stages (pp).
 #pragma once
 #include "optim/adamw.h"
 #include "parallel/grad_sync.h"
@@ -17,8 +17,9 @@ class ZeroOptimizer {
  public:
   // sync: the GradSync of zero 0-2 (nullptr under zero 3, where the store holds only the shard).
   // tp: the tensor-parallel group the store's split parameters are split over (nullptr: none).
+  // pp: the pipeline group whose stages hold the rest of the model (nullptr: none).
   ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
-                const AdamWConfig& config, comm::Communicator* tp = nullptr);
+                const AdamWConfig& config, comm::Communicator* tp = nullptr, comm::Communicator* pp = nullptr);
 
   // Once the gradients are reduced over dp: sums over tp the gradients marked row_partial_grad
   // (layer norms when the tensor layout splits rows), in one all-reduce(tp).
@@ -42,6 +43,7 @@ class ZeroOptimizer {
   parallel::GradSync* sync_;
   comm::Communicator& dp_;
   comm::Communicator* tp_;
+  comm::Communicator* pp_;
   AdamW adamw_;
   Tensor gather_input_;  // zero 1/2: this rank's updated shard, sent by the all-gather
   Tensor packed_;        // the row-partial gradients, packed for one all-reduce(tp)

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <regex>
+#include <set>
+#include <sstream>
 
+#include "comm/string_exchange.h"
 #include "core/log.h"
 #include "io/checkpoint_file.h"
 
@@ -44,15 +47,38 @@ std::vector<std::pair<int64_t, fs::path>> step_files(const std::string& dir) {
   return steps;
 }
 
-// Rank 0's string, on every rank.
-std::string broadcast_string(std::string s, comm::Communicator& world) {
-  Tensor length = Tensor::empty({1}, DType::i32);
-  length.data<int32_t>()[0] = static_cast<int32_t>(s.size());
-  world.broadcast(length, 0);
-  Tensor bytes = Tensor::zeros({length.data<int32_t>()[0]}, DType::u8);
-  std::copy(s.begin(), s.end(), bytes.data<uint8_t>());
-  world.broadcast(bytes, 0);
-  return {reinterpret_cast<const char*>(bytes.data<uint8_t>()), static_cast<size_t>(bytes.numel())};
+// Every tensor of the model, over the whole job, in one order on every rank: the ranks' own
+// tensors, rank after rank, each name once. (Pipeline stages hold different tensors, and creating
+// a tensor in the file is collective.)
+std::vector<std::pair<std::string, Shape>> model_tensors(const nn::ParamStore& params, comm::Communicator& world) {
+  std::string mine;
+  for (const nn::ParamSpec& s : params.specs()) {
+    mine += s.name;
+    for (int64_t d : s.global_shape.dims()) mine += " " + std::to_string(d);
+    mine += "\n";
+  }
+  std::vector<std::pair<std::string, Shape>> all;
+  std::set<std::string> seen;
+  for (const std::string& rank_list : comm::all_gather_strings(mine, world)) {
+    std::istringstream lines(rank_list);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string name;
+      fields >> name;
+      std::vector<int64_t> dims;
+      for (int64_t d; fields >> d;) dims.push_back(d);
+      if (seen.insert(name).second) all.emplace_back(name, Shape(dims));
+    }
+  }
+  return all;
+}
+
+// The first rank's problem (empty: none), on every rank, so that all of them stop together.
+std::string first_problem(const std::string& mine, comm::Communicator& world) {
+  for (const std::string& p : comm::all_gather_strings(mine, world))
+    if (!p.empty()) return p;
+  return {};
 }
 
 // Empty when the file opens as a complete checkpoint and every checksum matches (rank 0 reads it
@@ -66,7 +92,7 @@ std::string checkpoint_problem(const std::string& path, comm::Communicator& worl
       problem = e.what();
     }
   }
-  return broadcast_string(problem, world);
+  return comm::broadcast_string(problem, world);
 }
 
 }  // namespace
@@ -93,19 +119,19 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   const int64_t values_begin = sharded ? st.params.shard_begin() : 0;
   const Tensor values = (sharded ? st.params.shard_values() : st.params.flat_values()).to(Device::cpu);
   const Tensor m = st.optimizer.exp_avg().to(Device::cpu), v = st.optimizer.exp_avg_sq().to(Device::cpu);
-  for (int i = 0; i < st.params.size(); ++i) {
-    const nn::ParamSpec& s = st.params.spec(i);
-    const Shape shape = st.params.logical_local_shape(i);
-    const bool writes = s.shard.split() || st.writes_replicated;
-    const parallel::Range p = writes ? piece(s, shape.numel(), mine) : parallel::Range{0, 0};
-    const std::vector<io::FlatRange> runs = global_runs(s, p);
-    const int64_t flat = s.offset + p.begin;  // where the piece starts in the flat order
-    w.create("/params/" + s.name, s.global_shape);
-    w.write_runs("/params/" + s.name, runs, values.data<float>() + (flat - values_begin));
-    w.create("/optim/" + s.name + "/exp_avg", s.global_shape);
-    w.write_runs("/optim/" + s.name + "/exp_avg", runs, m.data<float>() + (flat - opt.begin));
-    w.create("/optim/" + s.name + "/exp_avg_sq", s.global_shape);
-    w.write_runs("/optim/" + s.name + "/exp_avg_sq", runs, v.data<float>() + (flat - opt.begin));
+  for (const auto& [name, global_shape] : model_tensors(st.params, st.world)) {
+    w.create("/params/" + name, global_shape);
+    w.create("/optim/" + name + "/exp_avg", global_shape);
+    w.create("/optim/" + name + "/exp_avg_sq", global_shape);
+    const int i = st.params.find(name);  // -1: another pipeline stage's (this rank writes nothing)
+    const nn::ParamSpec* s = i >= 0 ? &st.params.spec(i) : nullptr;
+    const bool writes = s && (s->shard.split() || st.writes_replicated);
+    const parallel::Range p = writes ? piece(*s, st.params.logical_local_shape(i).numel(), mine) : parallel::Range{0, 0};
+    const std::vector<io::FlatRange> runs = s ? global_runs(*s, p) : std::vector<io::FlatRange>{};
+    const int64_t flat = s ? s->offset + p.begin : 0;  // where the piece starts in the flat order
+    w.write_runs("/params/" + name, runs, writes ? values.data<float>() + (flat - values_begin) : nullptr);
+    w.write_runs("/optim/" + name + "/exp_avg", runs, writes ? m.data<float>() + (flat - opt.begin) : nullptr);
+    w.write_runs("/optim/" + name + "/exp_avg_sq", runs, writes ? v.data<float>() + (flat - opt.begin) : nullptr);
   }
   w.commit();
   return path;
@@ -122,21 +148,20 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   info.layout = r.attr_string("layout");
   TESSERA_CHECK(info.model == expected.model, "checkpoint ", path, " holds a ", info.model, " model, not ",
                 expected.model);
-  // The tensors first: the message names the first that differs, with both shapes.
-  for (int i = 0; i < st.params.size(); ++i) {
+  // The tensors first: the message names the first that differs, with both shapes. Each rank
+  // checks its own (a pipeline stage holds some of them); all stop on the first rank's problem.
+  std::string problem_here;
+  for (int i = 0; i < st.params.size() && problem_here.empty(); ++i) {
     const nn::ParamSpec& s = st.params.spec(i);
     const std::string name = "/params/" + s.name;
-    TESSERA_CHECK(r.has(name), "checkpoint ", path, " is of another model: it has no tensor ", s.name);
-    TESSERA_CHECK(r.shape(name) == s.global_shape, "checkpoint ", path, " is of another model: ", s.name, " is ",
-                  r.shape(name).str(), " there, ", s.global_shape.str(), " here");
+    if (!r.has(name))
+      problem_here = "checkpoint " + path + " is of another model: it has no tensor " + s.name;
+    else if (!(r.shape(name) == s.global_shape))
+      problem_here = "checkpoint " + path + " is of another model: " + s.name + " is " + r.shape(name).str() +
+                     " there, " + s.global_shape.str() + " here";
   }
-  for (const auto& [key, value] : expected.model_config) {
-    TESSERA_CHECK(r.has_attr("model." + key), "checkpoint ", path, " does not record model.", key);
-    const int64_t saved = r.attr_int("model." + key);
-    TESSERA_CHECK(saved == value, "checkpoint ", path, " is of another model: ", key, " ", saved, " there, ", value,
-                  " here");
-  }
-
+  const std::string tensor_problem = first_problem(problem_here, st.world);
+  TESSERA_CHECK(tensor_problem.empty(), tensor_problem);
   // Parameters: every rank holds all of them, or under ZeRO-3 its shard. Optimizer states: the
   // optimizer's range.
   const bool sharded = st.params.sharded();
@@ -146,7 +171,14 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   Tensor values = Tensor::zeros({held.size()});
   const parallel::Range opt = st.optimizer.shard();
   Tensor m = Tensor::zeros({opt.size()}), v = Tensor::zeros({opt.size()});
-  for (int i = 0; i < st.params.size(); ++i) {
+  for (const auto& [name, global_shape] : model_tensors(st.params, st.world)) {
+    const int i = st.params.find(name);  // -1: another pipeline stage's (this rank reads nothing)
+    if (i < 0) {
+      r.read_runs("/params/" + name, {}, nullptr);
+      r.read_runs("/optim/" + name + "/exp_avg", {}, nullptr);
+      r.read_runs("/optim/" + name + "/exp_avg_sq", {}, nullptr);
+      continue;
+    }
     const nn::ParamSpec& s = st.params.spec(i);
     const int64_t logical = st.params.logical_local_shape(i).numel();
     const parallel::Range h = piece(s, logical, held);
@@ -178,7 +210,7 @@ std::optional<std::string> newest_checkpoint(const std::string& dir, comm::Commu
       }
     }
   }
-  found = broadcast_string(found, world);
+  found = comm::broadcast_string(found, world);
   if (found.empty()) return std::nullopt;
   return found;
 }

@@ -8,7 +8,8 @@
 namespace tessera::train {
 
 GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
-                         const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp)
+                         const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp,
+                         comm::Communicator& pp, comm::Communicator& data)
     : model_(model),
       config_(config),
       first_row_(dp_rank * config.micro_batches(dp_size) * config.micro_batch),
@@ -16,6 +17,29 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch, config.seed);
+  if (pp.size() > 1) {
+    const bool first = model.has_embedding(0), last = model.has_head(model.chunks() - 1);
+    tied_ = std::make_unique<parallel::TiedWeights>(first ? &model.params() : nullptr, &model.units(), 0,
+                                                    last ? model.tied_mirror() : nullptr, model.tied_param(), pp, data);
+    runner_ = std::make_unique<PipelineRunner>(
+        static_cast<PipelineStage&>(*this), pp,
+        parallel::make_schedule(config.pp_schedule, pp.size(), static_cast<int>(config.micro_batches(dp_size)),
+                                model.chunks()));
+  }
+}
+
+GptWorkload::~GptWorkload() = default;
+
+float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) {
+  const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
+  if (needs_rows)
+    train_loader_.train_rows(step - 1, first_row_ + micro * config_.micro_batch, config_.micro_batch, rows_.data());
+  return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync);
+}
+
+float GptWorkload::evaluate(int64_t batch, int chunk) {
+  if (model_.has_embedding(chunk) || model_.has_head(chunk)) val_loader_->eval_rows(batch, 0, config_.micro_batch, rows_.data());
+  return model_.forward_chunk(chunk, static_cast<int>(batch), rows_.data(), false);
 }
 
 float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
@@ -26,9 +50,13 @@ float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_sca
 Workload::Evaluation GptWorkload::evaluate() {
   const int64_t batches = std::min(config_.eval_batches, val_loader_->eval_batches());
   double loss = 0.0;
-  for (int64_t i = 0; i < batches; ++i) {
-    val_loader_->eval_rows(i, 0, config_.micro_batch, rows_.data());
-    loss += model_.forward(rows_.data());
+  if (runner_) {
+    loss = runner_->evaluate(batches);  // summed over the stages: the last one's
+  } else {
+    for (int64_t i = 0; i < batches; ++i) {
+      val_loader_->eval_rows(i, 0, config_.micro_batch, rows_.data());
+      loss += model_.forward(rows_.data());
+    }
   }
   if (sp_.size() > 1) loss = sp_.all_reduce_sum(loss);  // the shares of each sequence's positions
   return {loss / static_cast<double>(batches), std::nullopt};

@@ -3,6 +3,7 @@
 // (seed, step); evaluation runs the validation set's first batches (under sequence parallelism
 // each rank's loss is its share of the positions, summed over sp).
 #pragma once
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -11,14 +12,19 @@
 #include "io/token_loader.h"
 #include "models/gpt/gpt.h"
 #include "train/train_config.h"
+#include "train/pipeline_runner.h"
 #include "train/workload.h"
 
 namespace tessera::train {
 
-class GptWorkload final : public Workload {
+class GptWorkload final : public Workload, private PipelineStage {
  public:
+  // pp, data: the pipeline group (its size and the model's chunks pick the schedule of
+  // config.pp_schedule) and the data group (dp x sp) the tied table's gradient is summed over.
   GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
-              const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp);
+              const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp, comm::Communicator& pp,
+              comm::Communicator& data);
+  ~GptWorkload() override;
 
   nn::ParamStore& params() override { return model_.params(); }
   float train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) override;
@@ -29,10 +35,22 @@ class GptWorkload final : public Workload {
   double flops_per_sample() const override { return model_.flops_per_token() * static_cast<double>(config_.seq_len); }
   std::string model_name() const override { return "gpt"; }
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
+  PipelineRunner* pipeline() override { return runner_.get(); }
+  parallel::TiedWeights* tied_weights() override { return tied_.get(); }
   void dump_initial(const std::string& path) override;
   void dump_first_step(const std::string& path) override;
 
  private:
+  // PipelineStage: the model's chunks, with this rank's token rows.
+  int chunks() const override { return model_.chunks(); }
+  Tensor& chunk_input(int chunk, int micro) override { return model_.chunk_input(chunk, micro); }
+  Tensor& chunk_output(int chunk, int micro) override { return model_.chunk_output(chunk, micro); }
+  Tensor& chunk_grad(int chunk, int micro) override { return model_.chunk_grad(chunk, micro); }
+  float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) override;
+  void backward(int chunk, int micro, parallel::GradSync* sync) override { model_.backward_chunk(chunk, micro, sync); }
+  float evaluate(int64_t batch, int chunk) override;
+  void release(int chunk, int micro) override { model_.release(chunk, micro); }
+
   models::Gpt& model_;
   TrainConfig config_;
   int64_t first_row_;  // of this rank's slice of a global batch
@@ -40,6 +58,8 @@ class GptWorkload final : public Workload {
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]
+  std::unique_ptr<parallel::TiedWeights> tied_;
+  std::unique_ptr<PipelineRunner> runner_;  // pp > 1
 };
 
 }  // namespace tessera::train

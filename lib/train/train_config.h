@@ -25,6 +25,9 @@ struct TrainConfig {
   int keep_checkpoints = 0;     // keep the newest K (0: all)
   std::string resume = "none";  // none, auto (newest valid in checkpoint_dir) or a file
   std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop (naming it) or skip the step
+  std::string pp_schedule = "1f1b";  // pipeline schedule (parallel::make_schedule's names)
+  int virtual_stages = 1;            // model chunks per pipeline stage (interleaved)
+  std::string trace_path;            // Chrome trace of the pipeline's compute and messages
   std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
   void validate(int dp = 1) const;  // throws naming the first bad option
   // Micro-batches each of `dp` ranks runs per step.

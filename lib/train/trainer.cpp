@@ -15,7 +15,10 @@
 #include "core/timer.h"
 #include "io/hdf5_file.h"
 #include "kernels/peak_flops.h"
+#include "comm/string_exchange.h"
 #include "optim/grad_clip.h"
+#include "train/pipeline_runner.h"
+#include "train/pipeline_trace.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
 #include "train/progress.h"
@@ -52,11 +55,12 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       dp_(mesh.group(comm::Axis::dp)),
       data_(mesh.data_group()),
       tp_(mesh.group(comm::Axis::tp)),
+      pp_(mesh.group(comm::Axis::pp)),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
                                              work.params(), data_, config.zero_stage,
                                              static_cast<int64_t>(config.bucket_mb * (1 << 20)))
                                        : nullptr),
-      optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_),
+      optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_, &pp_),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       faults_(FaultHooks::from_environment()) {
   config.validate(dp_.size());
@@ -67,17 +71,33 @@ float Trainer::train_step(int64_t step) {
   const int64_t n_micro = config_.micro_batches(dp_.size());
   const float grad_scale = 1.0f / static_cast<float>(n_micro * dp_.size());
   double loss = 0.0;
-  for (int64_t m = 0; m < n_micro; ++m) {
-    set_context("step " + std::to_string(step) + ", micro-batch " + std::to_string(m + 1));
-    const bool last = m == n_micro - 1;  // earlier micro-batches accumulate locally
-    parallel::GradSync* sync = last ? grad_sync_.get() : nullptr;
-    if (sync) sync->begin();
-    loss += work_.train_micro_batch(step, m, grad_scale, sync);
+  if (PipelineRunner* pipeline = work_.pipeline()) {
+    // Every micro-batch through this stage's program; buckets reduce during the last backwards.
+    set_context("step " + std::to_string(step));
+    parallel::TiedWeights& tied = *work_.tied_weights();
+    tied.zero_mirror_grad();
+    if (grad_sync_) grad_sync_->begin();
+    loss = pipeline->train_step(step, grad_scale, grad_sync_.get());
+    if (grad_sync_) grad_sync_->finish();
+    int64_t begin = 0;
+    const Tensor held = optimizer_.held_gradients(begin);  // sets begin: not in the same call's arguments
+    tied.add_mirror_grads(held, begin);
+  } else {
+    for (int64_t m = 0; m < n_micro; ++m) {
+      set_context("step " + std::to_string(step) + ", micro-batch " + std::to_string(m + 1));
+      const bool last = m == n_micro - 1;  // earlier micro-batches accumulate locally
+      parallel::GradSync* sync = last ? grad_sync_.get() : nullptr;
+      if (sync) sync->begin();
+      loss += work_.train_micro_batch(step, m, grad_scale, sync);
+    }
+    if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
   }
-  if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
   optimizer_.complete_row_partial_grads();
-  // Each rank's loss is its share of its micro-batches' mean (all of it without sp).
-  return static_cast<float>(data_.all_reduce_sum(loss) / static_cast<double>(n_micro * dp_.size()));
+  // Each rank's loss is its share of its micro-batches' mean (all of it without sp); on a
+  // pipeline only the last stage's ranks hold it.
+  loss = data_.all_reduce_sum(loss);
+  if (pp_.size() > 1) loss = pp_.all_reduce_sum(loss);
+  return static_cast<float>(loss / static_cast<double>(n_micro * dp_.size()));
 }
 
 void Trainer::set_context(const std::string& context) {
@@ -100,6 +120,13 @@ TrainResult Trainer::run() {
   TrainResult result;
   check_checkpoint_dir();
   const int64_t first_step = resume() + 1;
+  if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();  // a resumed table
+  std::unique_ptr<PipelineTrace> trace;
+  if (!config_.trace_path.empty()) {
+    TESSERA_CHECK(work_.pipeline(), "--trace records a pipeline's timeline: it needs --pp > 1");
+    trace = std::make_unique<PipelineTrace>(world_);
+    work_.pipeline()->set_trace(trace.get());
+  }
   work_.start(first_step);
   for (int64_t step = first_step; step <= config_.steps; ++step) {
     if (step == faults_.kill_step && world_.rank() == faults_.kill_rank) std::raise(SIGKILL);
@@ -130,6 +157,7 @@ TrainResult Trainer::run() {
       if (root) progress.message(what + "; step skipped (--on-nan skip)");
     } else {
       optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip));
+      if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();
     }
     // Preemption: every rank learns whether any rank was signalled (all-reduce max over the job).
     result.preempted = world_.all_reduce_max(int64_t{preemption_requested()}) != 0;
@@ -183,6 +211,11 @@ TrainResult Trainer::run() {
     }
   }
   progress.finish();
+  if (trace) {
+    work_.pipeline()->set_trace(nullptr);
+    trace->write(config_.trace_path, world_);
+    if (root) log::info("pipeline trace: ", config_.trace_path, " (open in https://ui.perfetto.dev)");
+  }
   if (!config_.dump_path.empty()) {  // the parameters after the last step
     io::H5File f = io::H5File::open_rw(config_.dump_path);
     nn::ParamStore& store = work_.params();
@@ -217,15 +250,18 @@ std::string Trainer::first_nonfinite_gradient() {
   nn::ParamStore& store = work_.params();
   int64_t held_begin = 0;
   const Tensor held = optimizer_.held_gradients(held_begin);
-  int64_t first = store.size();
-  for (int i = 0; i < store.size() && first == store.size(); ++i) {
+  std::string first;
+  for (int i = 0; i < store.size() && first.empty(); ++i) {
     const nn::ParamSpec& s = store.spec(i);
     const int64_t b = std::max(s.offset, held_begin);
     const int64_t e = std::min(s.offset + s.local_shape.numel(), held_begin + held.numel());
-    if (b < e && !std::isfinite(ops::sum_squares(held.slice(b - held_begin, {e - b})))) first = i;
+    if (b < e && !std::isfinite(ops::sum_squares(held.slice(b - held_begin, {e - b})))) first = s.name;
   }
-  first = -world_.all_reduce_max(-first);  // the lowest index over the job
-  return first < store.size() ? store.spec(static_cast<int>(first)).name : std::string();
+  // The first over the job in model order: pipeline stages are the outermost mesh axis, and each
+  // rank's parameters are in model order.
+  for (const std::string& name : comm::all_gather_strings(first, world_))
+    if (!name.empty()) return name;
+  return {};
 }
 
 void Trainer::poison_gradient() {

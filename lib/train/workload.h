@@ -10,8 +10,11 @@
 
 #include "nn/param_store.h"
 #include "parallel/grad_sync.h"
+#include "parallel/tied_weights.h"
 
 namespace tessera::train {
+
+class PipelineRunner;
 
 class Workload {
  public:
@@ -41,6 +44,11 @@ class Workload {
   // Checkpoint identity: the model's name and the configuration a checkpoint must match.
   virtual std::string model_name() const = 0;
   virtual std::vector<std::pair<std::string, int64_t>> model_config() const = 0;
+
+  // Pipeline parallelism: the runner of this rank's stage and the weights tied across stages
+  // (nullptr: the whole model is on this rank, and train_micro_batch runs it).
+  virtual PipelineRunner* pipeline() { return nullptr; }
+  virtual parallel::TiedWeights* tied_weights() { return nullptr; }
 
   // Debug dumps (--dump): initial parameters and batches, then step 1's outputs and gradients.
   virtual void dump_initial(const std::string& path) { (void)path; }

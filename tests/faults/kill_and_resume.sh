@@ -15,7 +15,7 @@ for trial in $(seq 0 9); do
   rank=$(( (trial * 3 + 1) % 4 )); step=$(( 2 + (trial * 7) % 10 ))   # fixed pseudo-random choices
   dir="$tmp/ck$trial"
   start=$(date +%s)
-  if TESSERA_FAULT_KILL="$rank:$step" timeout 90 mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --zero 1 \
+  if TESSERA_FAULT_KILL="$rank:$step" timeout -k 10 90 mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --zero 1 \
        --checkpoint-dir "$dir" --metrics "$tmp/killed$trial.jsonl" >"$tmp/killed$trial.log" 2>&1; then
     echo "error: trial $trial: the job with a killed rank exited 0"; exit 1
   fi

@@ -10,7 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/data.h5" >/dev/null
 common=(--input "$tmp/data.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --steps 6 --threads 1)
 for zero in 0 2 3; do
-  if TESSERA_FAULT_NAN_STEP=4 timeout 60 mpirun -np 2 "$build/apps/gpt_train" "${common[@]}" --zero $zero \
+  if TESSERA_FAULT_NAN_STEP=4 timeout -k 10 60 mpirun -np 2 "$build/apps/gpt_train" "${common[@]}" --zero $zero \
        --checkpoint-dir "$tmp/ck$zero" --checkpoint-every 2 > "$tmp/z$zero.log" 2>&1; then
     echo "error: zero $zero: a NaN gradient did not stop the run"; exit 1
   fi

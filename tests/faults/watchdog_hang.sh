@@ -12,7 +12,7 @@ help=$("$build/apps/gpt_train" --help 2>&1); grep -q -- --comm-timeout <<<"$help
 # Collectives per step on dp=4, ZeRO 0, one bucket: the gradient all-reduce, the loss's, and the
 # preemption flag's. The 4th collective is step 2's gradient all-reduce.
 start=$SECONDS
-TESSERA_FAULT_SKIP_COLLECTIVE=2:4 timeout 60 mpirun --oversubscribe -np 4 "$build/apps/gpt_train" \
+TESSERA_FAULT_SKIP_COLLECTIVE=2:4 timeout -k 10 60 mpirun --oversubscribe -np 4 "$build/apps/gpt_train" \
   --input "$tmp/D.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --steps 10 \
   --threads 1 --comm-timeout 5 >"$tmp/out" 2>"$tmp/err"
 rc=$?

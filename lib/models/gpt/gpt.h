@@ -3,6 +3,7 @@
 // tensor-parallel layout every layer splits as its own header describes (vocab-parallel
 // embedding and head, Megatron blocks); each rank's flat parameter buffers hold its slices.
 #pragma once
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct GptConfig {
 class Gpt {
  public:
   // seq: the whole sequence's length (a sequence-parallel rank holds seq / sp positions of it).
+  // Under a pipeline placement this rank builds only its chunks' blocks, the embedding on the
+  // first virtual stage and the final norm and head on the last; a last stage that is not also
+  // the first keeps a mirror of the tied token table (tied_mirror()).
   Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq,
       const ModelLayout& layout = {});
   // Modules point into store_: a Gpt stays where it was built.
@@ -33,48 +37,98 @@ class Gpt {
 
   // One micro-batch: rows [B, T+1] int32 (inputs = row[:T], targets = row[1:]) on the host.
   // Returns the mean loss of the micro-batch, or under sequence parallelism this rank's share of
-  // it (its positions' losses / (B x T)): the shares of the sp group add up to the mean. Backward adds grad_scale * d(mean loss)/d(params)
-  // into the gradient buffer (grad_scale = 1 / micro-batches per step for accumulation). With a
-  // GradSync, backward tells it as each block's gradients become final, so their data-parallel
-  // reduction overlaps the rest of backward. Under ZeRO-3 the model gathers each unit's
-  // parameters before use and reduce-scatters its gradients itself (no GradSync).
+  // it (its positions' losses / (B x T)): the shares of the sp group add up to the mean. Backward
+  // adds grad_scale * d(mean loss)/d(params) into the gradient buffer (grad_scale = 1 /
+  // micro-batches per step for accumulation). With a GradSync, backward tells it as each block's
+  // gradients become final, so their data-parallel reduction overlaps the rest of backward. Under
+  // ZeRO-3 the model gathers each unit's parameters before use and reduce-scatters its gradients
+  // itself (no GradSync). One rank holding the whole model (no pipeline).
   float forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync = nullptr);
   float forward(const int32_t* rows);  // loss only (evaluation)
 
+  // ---- pipeline stages: the same computation, chunk by chunk and micro-batch by micro-batch ----
+  // Each (chunk, micro-batch) in flight has its own activations, allocated on first use and
+  // recycled by release(). chunk_input is the chunk's input activation (the previous virtual
+  // stage's output, received into it), chunk_output its output (sent to the next); chunk_grad is
+  // the gradient of the chunk's output on entry to backward_chunk (received into it) and of its
+  // input after it (sent back).
+  int chunks() const { return static_cast<int>(chunks_.size()); }
+  bool has_embedding(int chunk) const { return chunks_[chunk].embedding; }
+  bool has_head(int chunk) const { return chunks_[chunk].head; }
+  Tensor& chunk_input(int chunk, int micro) { return slot(chunk, micro).residual.front(); }
+  Tensor& chunk_output(int chunk, int micro) { return slot(chunk, micro).residual.back(); }
+  Tensor& chunk_grad(int chunk, int micro) { return slot(chunk, micro).dres; }
+  // Forward of the chunk's blocks; rows (as forward_backward's) are read by the chunks with the
+  // embedding or the head. A chunk with the head computes the loss and, when training, the head's
+  // and final norm's backward at once (into chunk_grad): returns the loss there, 0 elsewhere.
+  float forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale = 1.0f,
+                      parallel::GradSync* sync = nullptr);
+  // Backward of the chunk's blocks (and the embedding's on the first virtual stage).
+  void backward_chunk(int chunk, int micro, parallel::GradSync* sync);
+  void release(int chunk, int micro);  // the micro-batch's activations are free for reuse
+
+  // The tied token table on a pipeline whose last stage is not the first: the last stage's copy
+  // (nullptr elsewhere), which the trainer keeps equal to the first stage's (parallel::TiedWeights).
+  nn::ParamStore* tied_mirror() { return mirror_.get(); }
+  int tied_param() const { return embed_.tokens_id(); }  // its id in params() (first stage) or the mirror
+
   nn::ParamStore& params() { return store_; }
+  parallel::ParamUnits& units() { return *units_; }
   parallel::ShardedParams* sharded() { return units_->sharded(); }
   const GptConfig& config() const { return config_; }
   // [B, T, this rank's padded vocabulary slice] of the last forward (until backward).
   Tensor logits() const { return head_.logits().reshape({batch_, local_seq_, head_.logits().dim(1)}); }
   // Training FLOPs per token: 6 x parameters + 6 x layers x seq x hidden (attention), as in PaLM.
   double flops_per_token() const;
+  int64_t model_numel() const { return model_numel_; }  // parameters of the whole model, all stages
 
  private:
-  void load_batch(const int32_t* rows);
-  float run_forward(bool training);
-  // Parameter units: the embedding (also the tied head), block i, the final norm.
-  static constexpr size_t kEmbedUnit = 0;
-  size_t block_unit(size_t i) const { return 1 + i; }
-  size_t ln_f_unit() const { return blocks_.size() + 1; }
+  // A chunk: consecutive blocks [first_block, end_block) of the model (indices into blocks_ are
+  // local: block_base onwards), with the embedding before them or the head after them.
+  struct Chunk {
+    int64_t first_block = 0, end_block = 0;
+    size_t block_base = 0;
+    bool embedding = false, head = false;
+    int64_t blocks() const { return end_block - first_block; }
+  };
+  // One micro-batch's activations in one chunk.
+  struct Activations {
+    Tensor inputs;                 // [B, T] int32 on the device (the embedding's chunk)
+    std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [rows, C] each
+    std::vector<nn::TransformerBlock::Saved> saved;
+    Tensor dres;
+  };
+  struct ChunkSlots {
+    std::vector<std::unique_ptr<Activations>> all;
+    std::vector<Activations*> free;
+    std::map<int, Activations*> by_micro;
+  };
+  Activations& slot(int chunk, int micro);
+  std::unique_ptr<Activations> allocate_activations(const Chunk& c) const;
+  void load_batch(Activations& a, const int32_t* rows);
+  // Units: the embedding (first stage), each block, the final norm (last stage).
+  size_t block_unit(int64_t local_block) const { return block_unit_base_ + local_block; }
 
   GptConfig config_;
   Device device_;
   int64_t batch_, seq_;
   int64_t local_seq_, first_position_;  // this rank's positions under sequence parallelism
+  int64_t rows_;                        // token rows this rank holds between regions
+  int64_t model_numel_ = 0;
   nn::ParamStore store_;
-  nn::Embedding embed_;
+  std::unique_ptr<nn::ParamStore> mirror_;  // the tied token table on a last stage
+  nn::Embedding embed_;                     // in store_ (first stage) or mirror_ (last stage)
   std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_;
   nn::LmHead head_;
+  std::vector<Chunk> chunks_;
+  size_t embed_unit_ = 0, block_unit_base_ = 0, ln_f_unit_ = 0;
   std::unique_ptr<parallel::ParamUnits> units_;  // allocation, ZeRO-3 gathers, gradient reduction
 
-  // Activations for one micro-batch, sized at construction.
-  Tensor inputs_, targets_;                 // [B, T] int32 on the device
-  std::vector<Tensor> residual_;            // layers + 1 tensors [B, T, C]: block inputs, last = output
-  std::vector<nn::TransformerBlock::Saved> saved_;
+  std::vector<ChunkSlots> slots_;  // per chunk
   nn::TransformerBlock::Scratch scratch_;
-  Tensor lnf_, lnf_mean_, lnf_rstd_, dres_;
-  Tensor host_rows_;
+  Tensor targets_, lnf_, lnf_mean_, lnf_rstd_;  // the head's, used within one forward_chunk
+  Tensor host_rows_;                             // [2, B, T]: inputs and targets on the host
 };
 
 }  // namespace tessera::models

@@ -1,0 +1,27 @@
+// PipelineStage: what a workload provides to run as one stage of a pipeline: its model chunks'
+// forward and backward per micro-batch, and the activation buffers the runner
+// (train/pipeline_runner.h) receives into and sends from. Each (chunk, micro-batch) in flight has
+// its own buffers until release().
+#pragma once
+#include "core/tensor.h"
+#include "parallel/grad_sync.h"
+
+namespace tessera::train {
+
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  virtual int chunks() const = 0;
+  virtual Tensor& chunk_input(int chunk, int micro) = 0;   // the previous virtual stage's output
+  virtual Tensor& chunk_output(int chunk, int micro) = 0;  // to the next virtual stage
+  virtual Tensor& chunk_grad(int chunk, int micro) = 0;    // d(output) before backward, d(input) after
+  // Training: micro-batch `micro` of this data-parallel rank's slice of the step's batch; the last
+  // virtual stage returns its loss share (and has run the head's backward), the others 0.
+  virtual float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) = 0;
+  virtual void backward(int chunk, int micro, parallel::GradSync* sync) = 0;
+  // Evaluation: validation micro-batch `batch`, forward only; the last virtual stage returns its loss.
+  virtual float evaluate(int64_t batch, int chunk) = 0;
+  virtual void release(int chunk, int micro) = 0;
+};
+
+}  // namespace tessera::train
