@@ -4,6 +4,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -50,6 +51,54 @@ class BadInputCkptTool : public ::testing::Test {
     w.set_attr("layout", "pp=1 dp=2 tp=1");
     w.commit();
     return path;
+  }
+
+  // How a tensor is stored again, in place of the writer's contiguous f32 dataset holding it all.
+  enum class Restored { chunked_f32, contiguous_f64, unwritten_f32 };
+
+  // Replaces the tensor `name` of a committed checkpoint by a dataset of the same shape and
+  // values and the same "checksum" attribute, stored as `how` says: only its storage is foreign.
+  static void restore_tensor_as(const std::string& path, const std::string& name, Restored how) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    hid_t d = H5Dopen2(f, name.c_str(), H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    const hid_t space = H5Dget_space(d);
+    const int rank = H5Sget_simple_extent_ndims(space);
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    hsize_t numel = 1;
+    for (hsize_t n : dims) numel *= n;
+    std::vector<double> values(numel);
+    ASSERT_GE(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+    uint64_t checksum = 0;
+    const hid_t a = H5Aopen(d, "checksum", H5P_DEFAULT);
+    ASSERT_GE(H5Aread(a, H5T_NATIVE_UINT64, &checksum), 0);
+    H5Aclose(a);
+    H5Dclose(d);
+    ASSERT_GE(H5Ldelete(f, name.c_str(), H5P_DEFAULT), 0);
+
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (how == Restored::chunked_f32) {
+      std::vector<hsize_t> chunk(dims);
+      chunk[0] = std::max<hsize_t>(1, dims[0] / 4);  // several chunks
+      H5Pset_chunk(dcpl, rank, chunk.data());
+    }
+    const hid_t type = how == Restored::contiguous_f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE;
+    d = H5Dcreate2(f, name.c_str(), type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(d, 0);
+    if (how != Restored::unwritten_f32) {
+      ASSERT_GE(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+    }
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const hid_t b = H5Acreate2(d, "checksum", H5T_STD_U64LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(b, H5T_NATIVE_UINT64, &checksum), 0);
+    H5Aclose(b);
+    H5Sclose(scalar);
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    ASSERT_GE(H5Fclose(f), 0);
   }
 
   // The failure contract: the exit code, "error:" once on stderr with every word, no HDF5 noise.
@@ -147,6 +196,33 @@ TEST_F(BadInputCkptTool, UncommittedTmpFile) {
   const std::string path = good_checkpoint("step_42.h5");
   fs::copy_file(path, path + ".tmp");  // complete, but under the name a crash before the rename leaves
   expect_failure(tool("verify " + shell_quote(path + ".tmp")), 1, {"step_42.h5.tmp", "uncommitted"});
+}
+
+// The reader takes only what the writer makes, a contiguous f32 dataset holding every element;
+// a tensor stored otherwise (same shape, values and checksum) is refused naming it. The tensor
+// replaced is the second in sorted order, so the tool is seen to look past the first.
+TEST_F(BadInputCkptTool, TensorStoredInChunks) {
+  const std::string path = good_checkpoint("step_42.h5");
+  restore_tensor_as(path, "/params/wte.weight", Restored::chunked_f32);
+  for (const char* command : {"verify ", "inspect "})
+    expect_failure(tool(command + shell_quote(path)), 1,
+                   {"step_42.h5", "tensor /params/wte.weight is not stored contiguously"});
+}
+
+TEST_F(BadInputCkptTool, TensorStoredAsFloat64) {
+  const std::string path = good_checkpoint("step_42.h5");
+  restore_tensor_as(path, "/params/wte.weight", Restored::contiguous_f64);
+  for (const char* command : {"verify ", "inspect "})
+    expect_failure(tool(command + shell_quote(path)), 1,
+                   {"step_42.h5", "tensor /params/wte.weight is not stored as 32-bit floating point"});
+}
+
+TEST_F(BadInputCkptTool, TensorWithoutItsData) {
+  const std::string path = good_checkpoint("step_42.h5");
+  restore_tensor_as(path, "/params/wte.weight", Restored::unwritten_f32);  // no storage allocated
+  for (const char* command : {"verify ", "inspect "})
+    expect_failure(tool(command + shell_quote(path)), 1,
+                   {"step_42.h5", "tensor /params/wte.weight [16, 8] has 0 bytes of data for 128 elements"});
 }
 
 TEST_F(BadInputCkptTool, BadCommandLine) {

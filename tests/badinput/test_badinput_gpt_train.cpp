@@ -202,15 +202,16 @@ class GptTrainBadLayout : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove(data_); }
 
-  // Runs gpt_train on `ranks` ranks; expects a non-zero exit and an "error:" line containing
-  // `words`. (Every rank finds the problem, but the first to abort the job may end the others
-  // before they print, so the number of lines is not fixed.)
+  // Runs gpt_train on `ranks` ranks; expects a non-zero exit within a bounded time (timeout(1)
+  // would exit 124) and an "error:" line containing `words`. (Every rank finds the problem, but the
+  // first to abort the job may end the others before they print, so the number of lines is not fixed.)
   void expect_refused(int ranks, const std::string& args, const std::string& words) {
-    const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + std::string(TESSERA_MPIEXEC) +
-                               " --oversubscribe -np " + std::to_string(ranks) + " " + TESSERA_BUILD_DIR +
-                               "/apps/gpt_train --layers 1 --hidden 16 --heads 2 --seq-len 8 --steps 1 --threads 1 --input " +
+    const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
+                               std::string(TESSERA_MPIEXEC) + " --oversubscribe -np " + std::to_string(ranks) + " " +
+                               TESSERA_BUILD_DIR + "/apps/gpt_train " + shape_ + " --steps 1 --threads 1 --input " +
                                shell_quote(data_.string()) + " " + args);
     EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.exit_code, 124) << "timed out: " << r.err;
     size_t lines = 0;
     for (size_t at = r.err.find("error: "); at != std::string::npos; at = r.err.find("error: ", at + 1)) ++lines;
     EXPECT_GE(lines, 1u) << r.err;
@@ -218,6 +219,7 @@ class GptTrainBadLayout : public ::testing::Test {
     EXPECT_NE(r.err.find(words), std::string::npos) << r.err;
   }
   std::filesystem::path data_;
+  std::string shape_ = "--layers 1 --hidden 16 --heads 2 --seq-len 8";  // cases may replace it
 };
 
 TEST_F(GptTrainBadLayout, TensorParallelThatDoesNotDivideTheWorld) {
@@ -262,6 +264,34 @@ TEST_F(GptTrainBadLayout, SplitGatherWithoutTensorParallel) {
 
 TEST_F(GptTrainBadLayout, UnknownSequenceParallelMode) {
   expect_refused(2, "--sp 2 --sp-mode spiral", "unknown sequence-parallel mode 'spiral' (choose all_to_all or ring)");
+}
+
+// Megatron's sequence parallelism splits the micro-batch's B x T token rows over the tp group:
+// 1 x 7 rows do not split over tp = 2.
+TEST_F(GptTrainBadLayout, SplitGatherRowsNotDivisibleByTensorParallel) {
+  shape_ = "--layers 1 --hidden 16 --heads 2 --seq-len 7 --global-batch 1 --micro-batch 1";
+  expect_refused(2, "--tp 2 --sp-mode split_gather",
+                 "--sp-mode split_gather: micro-batch x seq-len = 7 token rows do not split over --tp 2");
+}
+
+// Pipelines: the schedule is built and verified on every rank before any message is sent.
+TEST_F(GptTrainBadLayout, MoreVirtualStagesThanBlocks) {
+  expect_refused(2, "--pp 2", "--layers 1 cannot be split over 2 pipeline (virtual) stages");
+}
+
+TEST_F(GptTrainBadLayout, UnknownPipelineSchedule) {
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
+  expect_refused(2, "--pp 2 --pp-schedule wave", "unknown pipeline schedule 'wave'");
+}
+
+TEST_F(GptTrainBadLayout, InterleavedMicroBatchesNotAMultipleOfStages) {
+  shape_ = "--layers 4 --hidden 16 --heads 2 --seq-len 8 --global-batch 3 --micro-batch 1";
+  expect_refused(2, "--pp 2 --pp-schedule interleaved --virtual-stages 2",
+                 "needs the micro-batches to be a multiple of the stages");
+}
+
+TEST_F(GptTrainBadLayout, VirtualStagesWithoutPipeline) {
+  expect_refused(2, "--virtual-stages 2", "--virtual-stages 2 needs --pp > 1");
 }
 }  // namespace
 
