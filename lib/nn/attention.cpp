@@ -38,11 +38,12 @@ void SelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspac
 }
 
 void SelfAttention::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s,
-                                   Tensor& dqkv, Tensor& datt, RegionWorkspace& region) const {
-  proj_.backward(&datt, layout_->exit_backward(dy, region.out), s.att);
+                                   Tensor& dqkv, Tensor& datt, RegionWorkspace& region, WeightGrads* defer) const {
+  proj_.backward(&datt, layout_->exit_backward(dy, region.out), s.att, false, defer);
   sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, causal_, s.core);
   Tensor& whole_dx = layout_->whole(dx, region);
-  qkv_.backward(&whole_dx, dqkv, layout_->enter(x, region.in));  // rows split: x gathered again
+  // Rows split: x gathered again, into the region's workspace (so a deferred W keeps a copy).
+  qkv_.backward(&whole_dx, dqkv, layout_->enter(x, region.in), false, defer, !layout_->splits_rows());
   layout_->enter_backward(dx, whole_dx);
 }
 

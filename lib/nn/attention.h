@@ -30,9 +30,9 @@ class SelfAttention {
   // them); region: the layout's workspace.
   void forward(Tensor& y, const Tensor& x, Saved& saved, RegionWorkspace& region) const;
   // dx = d/dx (overwritten); dqkv_scratch and datt_scratch (the shapes of Saved's qkv and att) are
-  // workspace.
+  // workspace. With `defer`, the weight gradients are recorded there instead (nn/weight_grads.h).
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dqkv_scratch,
-                Tensor& datt_scratch, RegionWorkspace& region) const;
+                Tensor& datt_scratch, RegionWorkspace& region, WeightGrads* defer = nullptr) const;
 
  private:
   Linear qkv_, proj_;

@@ -6,6 +6,7 @@
 
 #include "nn/param_store.h"
 #include "nn/tensor_layout.h"
+#include "nn/weight_grads.h"
 
 namespace tessera::nn {
 
@@ -17,8 +18,12 @@ class LayerNorm {
 
   // x [N, C] -> y [N, C]; saves mean [N] and rstd [N] for backward.
   void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const;
-  // dx += d/dx; dweight, dbias accumulate.
-  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd) const;
+  // dx += d/dx; dweight, dbias accumulate (with `defer`: recorded there for later).
+  void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                WeightGrads* defer = nullptr) const;
+  // dweight, dbias accumulate; dx_discarded [N, C] is workspace (the kernel computes dx as well).
+  void backward_weights(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                        Tensor& dx_discarded) const;
 
  private:
   ParamStore* store_ = nullptr;

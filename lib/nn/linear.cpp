@@ -27,9 +27,18 @@ void Linear::forward(Tensor& y, const Tensor& x) const {
   ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, with_bias ? 1.0f : 0.0f);
 }
 
-void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx) const {
+void Linear::backward_weights(const Tensor& dy, const Tensor& x) const {
   ops::matmul(dy, true, x, false, store_->grad(weight_), 1.0f, 1.0f);
   if (bias_ >= 0) ops::bias_backward(store_->grad(bias_), dy);
+}
+
+void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx, WeightGrads* defer,
+                      bool x_outlives) const {
+  if (defer) {
+    defer->linear(*this, dy, x, x_outlives);
+  } else {
+    backward_weights(dy, x);
+  }
   if (dx) ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
 }
 

@@ -10,6 +10,7 @@
 
 #include "nn/param_store.h"
 #include "nn/tensor_layout.h"
+#include "nn/weight_grads.h"
 
 namespace tessera::nn {
 
@@ -31,8 +32,11 @@ class Linear {
   // x [N, in_local] -> y [N, out_local] (overwritten).
   void forward(Tensor& y, const Tensor& x) const;
   // dW += dy^T x, db += sum_n dy; dx = dy W (overwritten, or added when accumulate_dx). dx may be
-  // left undefined when the input needs no gradient.
-  void backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx = false) const;
+  // null when the input needs no gradient. With `defer`, only dx now: dW and db are recorded
+  // there for later (x_outlives: x stays valid until then, so it is not copied).
+  void backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx = false,
+                WeightGrads* defer = nullptr, bool x_outlives = true) const;
+  void backward_weights(const Tensor& dy, const Tensor& x) const;  // dW += dy^T x, db += sum_n dy
 
   // This rank's feature counts (the whole layer's on one rank).
   int64_t in_features() const { return in_; }

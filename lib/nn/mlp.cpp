@@ -25,11 +25,12 @@ void Mlp::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region)
 }
 
 void Mlp::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s, Tensor& dh,
-                   RegionWorkspace& region) const {
-  proj_.backward(&dh, layout_->exit_backward(dy, region.out), s.gelu);
+                   RegionWorkspace& region, WeightGrads* defer) const {
+  proj_.backward(&dh, layout_->exit_backward(dy, region.out), s.gelu, false, defer);
   ops::gelu_backward(dh, s.fc, dh);
   Tensor& whole_dx = layout_->whole(dx, region);
-  fc_.backward(&whole_dx, dh, layout_->enter(x, region.in));  // rows split: x gathered again
+  // Rows split: x gathered again, into the region's workspace (so a deferred W keeps a copy).
+  fc_.backward(&whole_dx, dh, layout_->enter(x, region.in), false, defer, !layout_->splits_rows());
   layout_->enter_backward(dx, whole_dx);
 }
 

@@ -22,8 +22,9 @@ class Mlp {
   // x, y: the token rows this rank holds; region: the layout's workspace.
   void forward(Tensor& y, const Tensor& x, Saved& saved, RegionWorkspace& region) const;
   // dx = d/dx (overwritten); dhidden_scratch [N, 4C / tp] is workspace.
+  // With `defer`, the weight gradients are recorded there instead (nn/weight_grads.h).
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dhidden_scratch,
-                RegionWorkspace& region) const;
+                RegionWorkspace& region, WeightGrads* defer = nullptr) const;
 
  private:
   Linear fc_, proj_;

@@ -46,13 +46,13 @@ void TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w)
   ops::add_inplace(y, s.mid);
 }
 
-void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, Scratch& w) const {
+void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, Scratch& w, WeightGrads* defer) const {
   // MLP branch: dres = dL/dy = dL/dmid (identity path) + the branch through ln2.
-  mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden, w.region);
-  ln2_.backward(dres, w.d_c, s.mid, s.ln2_mean, s.ln2_rstd);
+  mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden, w.region, defer);
+  ln2_.backward(dres, w.d_c, s.mid, s.ln2_mean, s.ln2_rstd, defer);
   // Attention branch: dres now dL/dmid.
-  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region);
-  ln1_.backward(dres, w.d_c, x, s.ln1_mean, s.ln1_rstd);
+  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region, defer);
+  ln1_.backward(dres, w.d_c, x, s.ln1_mean, s.ln1_rstd, defer);
 }
 
 }  // namespace tessera::nn

@@ -44,7 +44,11 @@ class TransformerBlock {
   // parallelism; a share of the rows when the tensor layout splits them); y may not alias x.
   void forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch) const;
   // dres holds dL/dy on entry and dL/dx on exit (the residual stream's gradient, updated in place).
-  void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch) const;
+  // With `defer` only the input gradient is computed now and every weight gradient is recorded
+  // there (nn/weight_grads.h: zero-bubble pipelines run them later); x and saved must then stay
+  // valid until it runs.
+  void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch,
+                WeightGrads* defer = nullptr) const;
 
  private:
   BlockConfig config_;

@@ -48,6 +48,10 @@ class GptWorkload final : public Workload, private PipelineStage {
   Tensor& chunk_grad(int chunk, int micro) override { return model_.chunk_grad(chunk, micro); }
   float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) override;
   void backward(int chunk, int micro, parallel::GradSync* sync) override { model_.backward_chunk(chunk, micro, sync); }
+  void backward_input(int chunk, int micro) override { model_.backward_chunk(chunk, micro, nullptr, true); }
+  void backward_weights(int chunk, int micro, parallel::GradSync* sync) override {
+    model_.backward_weights_chunk(chunk, micro, sync);
+  }
   float evaluate(int64_t batch, int chunk) override;
   void release(int chunk, int micro) override { model_.release(chunk, micro); }
 

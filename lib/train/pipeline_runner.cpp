@@ -103,10 +103,16 @@ double PipelineRunner::train_step(int64_t step, float grad_scale, parallel::Grad
         break;
       case PipelineOp::backward:
         post_next_receive(i);
-        stage_.backward(in.chunk, in.micro_batch, final_sync);
+        if (schedule_.split_backward) {
+          stage_.backward_input(in.chunk, in.micro_batch);
+        } else {
+          stage_.backward(in.chunk, in.micro_batch, final_sync);
+        }
         break;
       case PipelineOp::backward_w:
-        break;  // the weight gradients were computed with the input gradients (see docs/pipeline.md)
+        post_next_receive(i);
+        stage_.backward_weights(in.chunk, in.micro_batch, final_sync);
+        break;
     }
     if (trace_) trace_->add(schedule_.describe(in), parallel::is_compute(in.op) ? "compute" : "comm", t0, trace_->now());
     // A micro-batch's activations are free after its last step on this stage: its backward (or

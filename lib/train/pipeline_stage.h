@@ -19,6 +19,11 @@ class PipelineStage {
   // virtual stage returns its loss share (and has run the head's backward), the others 0.
   virtual float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) = 0;
   virtual void backward(int chunk, int micro, parallel::GradSync* sync) = 0;
+  // Zero-bubble schedules split backward: backward_input computes the input gradients (B),
+  // backward_weights later the weight gradients (W), then reduces them. A stage that cannot split
+  // runs its whole backward as B (W is then empty).
+  virtual void backward_input(int chunk, int micro) { backward(chunk, micro, nullptr); }
+  virtual void backward_weights(int chunk, int micro, parallel::GradSync* sync) { (void)chunk, (void)micro, (void)sync; }
   // Evaluation: validation micro-batch `batch`, forward only; the last virtual stage returns its loss.
   virtual float evaluate(int64_t batch, int chunk) = 0;
   virtual void release(int chunk, int micro) = 0;

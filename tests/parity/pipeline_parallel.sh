@@ -26,6 +26,11 @@ parity_case "pp2-tp2-dp2-zero1" 8 ref "$data" --pp 2 --tp 2 --micro-batch 2 --ze
 parity_case "pp2-tp2-dp2-zero3-interleaved" 8 ref "$data" --pp 2 --tp 2 --micro-batch 1 --zero 3 \
   --pp-schedule interleaved --virtual-stages 2
 parity_case "pp2-sp2-ring" 4 ref "$data" --pp 2 --sp 2 --sp-mode ring --micro-batch 2
+# Zero-bubble: weight gradients deferred to W; under ZeRO-3 B gathers values only and W the gradients.
+parity_case "pp2-zb-dp2-zero3" 4 ref "$data" --pp 2 --micro-batch 1 --zero 3 --pp-schedule zb
+parity_case "pp2-zb-tp2-split_gather" 4 ref "$data" --pp 2 --tp 2 --sp-mode split_gather --micro-batch 2 \
+  --pp-schedule zb
+parity_case "pp2-zb-dp2-zero2" 4 ref "$data" --pp 2 --micro-batch 1 --zero 2 --pp-schedule zb
 
 # Checkpoints across layouts: 20 steps at one rank, and at pp 2 x dp 2 (ZeRO-3) saving step 10;
 # from that checkpoint 10 more steps at pp 4, at pp 2 x tp 2 and at one rank equal the straight

@@ -115,6 +115,7 @@ std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const Chunk& c) cons
   if (c.embedding) a->inputs = act({batch_, local_seq_}, DType::i32);
   for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({rows_, config_.hidden}));
   for (int64_t i = 0; i < c.blocks(); ++i) a->saved.push_back(blocks_[c.block_base + i].allocate(batch_, local_seq_, device_));
+  a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
   a->dres = act({rows_, config_.hidden});
   return a;
 }
@@ -195,18 +196,43 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   return loss;
 }
 
-void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync) {
+void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights) {
+  const Chunk& c = chunks_[chunk];
+  Activations& a = slot(chunk, micro);
+  for (int64_t j = c.blocks(); j-- > 0;) {
+    const size_t b = c.block_base + static_cast<size_t>(j);
+    if (defer_weights) {  // the parameters' values only (ZeRO-3): their gradients wait for W
+      units_->gather(block_unit(b), false);
+      blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_, &a.block_weight_grads[j]);
+      units_->release(block_unit(b));
+      continue;
+    }
+    units_->gather(block_unit(b), true);
+    blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_);
+    units_->grads_done(block_unit(b), sync);
+  }
+  if (!c.embedding) return;
+  if (defer_weights) {
+    a.embedding_weight_grads.embedding(embed_, a.dres, a.inputs, first_position_, scratch_.region);
+    return;
+  }
+  if (!c.head) units_->gather(embed_unit_, true);
+  embed_.backward(a.dres, a.inputs, first_position_, scratch_.region);
+  units_->grads_done(embed_unit_, sync);
+}
+
+void Gpt::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync) {
   const Chunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
   for (int64_t j = c.blocks(); j-- > 0;) {
     const size_t b = c.block_base + static_cast<size_t>(j);
     units_->gather(block_unit(b), true);
-    blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_);
+    a.block_weight_grads[j].run();
     units_->grads_done(block_unit(b), sync);
   }
   if (c.embedding) {
-    if (!c.head) units_->gather(embed_unit_, true);
-    embed_.backward(a.dres, a.inputs, first_position_, scratch_.region);
+    units_->gather(embed_unit_, true);
+    a.embedding_weight_grads.run();
     units_->grads_done(embed_unit_, sync);
   }
 }

@@ -63,8 +63,12 @@ class Gpt {
   // and final norm's backward at once (into chunk_grad): returns the loss there, 0 elsewhere.
   float forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale = 1.0f,
                       parallel::GradSync* sync = nullptr);
-  // Backward of the chunk's blocks (and the embedding's on the first virtual stage).
-  void backward_chunk(int chunk, int micro, parallel::GradSync* sync);
+  // Backward of the chunk's blocks (and the embedding's on the first virtual stage). With
+  // defer_weights only the input gradients (chunk_grad) now: the weight gradients are recorded and
+  // computed by backward_weights_chunk, which then hands them to the data-parallel reduction
+  // (zero-bubble schedules' B and W).
+  void backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights = false);
+  void backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync);
   void release(int chunk, int micro);  // the micro-batch's activations are free for reuse
 
   // The tied token table on a pipeline whose last stage is not the first: the last stage's copy
@@ -97,6 +101,8 @@ class Gpt {
     std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [rows, C] each
     std::vector<nn::TransformerBlock::Saved> saved;
     Tensor dres;
+    std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
+    nn::WeightGrads embedding_weight_grads;
   };
   struct ChunkSlots {
     std::vector<std::unique_ptr<Activations>> all;
