@@ -40,7 +40,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("trace", po::value(&tc.trace_path), "write the pipeline's per-rank timeline of compute and messages to this Chrome trace JSON file (Perfetto)")
       ("sp", po::value(&mesh.sp)->default_value(1), "sequence-parallel ranks (must divide the sequence)")
       ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention), or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
-      ("ep", po::value(&mesh.ep)->default_value(1), "expert-parallel ranks")
+      ("ep", po::value(&mesh.ep)->default_value(1), "expert-parallel ranks (moe_train: they split the experts, and the batch like dp)")
       ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
       ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
       ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
@@ -56,7 +56,6 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
 void TrainOptions::finish(int world_size) {
   if (threads > 0) omp_set_num_threads(threads);
   mesh = mesh.resolved(world_size);
-  TESSERA_CHECK(mesh.ep == 1, "layout ", mesh.str(), ": expert parallelism (--ep) is not implemented yet");
   TESSERA_CHECK(!split_gather() || (mesh.tp > 1 && mesh.sp == 1), "--sp-mode split_gather splits the",
                 " sequence inside the tensor-parallel group: it needs --tp > 1 and takes no --sp (got ", mesh.str(),
                 ")");
@@ -67,15 +66,17 @@ void TrainOptions::finish(int world_size) {
   TESSERA_CHECK(device() == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                 " (or this build has no CUDA)");
   TESSERA_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0, got ", comm_timeout);
+  // The batch splits over dp x ep (expert-parallel ranks route different tokens).
+  const int batch_ranks = mesh.dp * mesh.ep;
   if (train.micro_batch == 0) {
-    TESSERA_CHECK(train.global_batch % mesh.dp == 0, "--global-batch ", train.global_batch,
-                  " does not split over dp = ", mesh.dp, " ranks");
-    train.micro_batch = train.global_batch / mesh.dp;
+    TESSERA_CHECK(train.global_batch % batch_ranks == 0, "--global-batch ", train.global_batch,
+                  " does not split over dp x ep = ", batch_ranks, " ranks");
+    train.micro_batch = train.global_batch / batch_ranks;
   }
-  train.validate(mesh.dp);
+  train.validate(batch_ranks);
   if (mesh.pp > 1) {
     // The schedule is built and verified now, on every rank, before any message is sent.
-    const int64_t micro = train.micro_batches(mesh.dp);
+    const int64_t micro = train.micro_batches(batch_ranks);
     TESSERA_CHECK(micro <= 4096, "--pp: ", micro, " micro-batches per step; at most 4096");
     parallel::check_schedule(
         parallel::make_schedule(train.pp_schedule, mesh.pp, static_cast<int>(micro), train.virtual_stages));
@@ -92,6 +93,7 @@ ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t
     g->set_timeout(options.comm_timeout);
     g->set_check_collectives(options.check_collectives);
   }
+  if (options.mesh.ep > 1) experts_.emplace(mesh_.group(comm::Axis::ep));
   if (options.mesh.sp > 1)
     sequence_.emplace(parallel::parse_sequence_mode(options.sp_mode), mesh_.group(comm::Axis::sp),
                       heads / options.mesh.tp, head_dim);
@@ -102,6 +104,7 @@ models::ModelLayout ParallelSetup::layout() {
   if (sequence_) layout.sequence = &*sequence_;
   if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
   layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages};
+  if (experts_) layout.experts = &*experts_;
   return layout;
 }
 

@@ -10,6 +10,7 @@
 #include "apps/common/cli.h"
 #include "comm/process_mesh.h"
 #include "models/model_layout.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/sequence_parallel.h"
 #include "parallel/tensor_parallel.h"
 #include "train/train_config.h"
@@ -46,6 +47,7 @@ class ParallelSetup {
   comm::ProcessMesh mesh_;
   parallel::TensorParallel1D tensor_;
   std::optional<parallel::SequenceParallel> sequence_;
+  std::optional<parallel::ExpertParallel> experts_;
 };
 
 void log_slurm_job();  // the Slurm job id, node list and restart count, when under Slurm

@@ -1,10 +1,19 @@
-# Shared by the job scripts (gpt_train.sbatch, vit_train.sbatch): sourced, never run. The caller
-# sets APP (the executable), DEFAULT_CONFIG, and a function make_default_data that prints the path
-# of the data set to use when DATA is unset (making it if missing), and DATA_OPTION (--input,
-# --data). Then `run_training "$@"` launches the app with the config and extra options, forwards
+# Shared by the job scripts (gpt_train.sbatch, moe_train.sbatch, vit_train.sbatch): sourced, never
+# run. The caller sets APP (the executable), DEFAULT_CONFIG, and a function make_default_data that
+# prints the path of the data set to use when DATA is unset (making it if missing; the language
+# models use make_synth_tokens below), and DATA_OPTION (--input, --data). Then `run_training "$@"` launches the app with the config and extra options, forwards
 # USR1/TERM to it, and on exit code 3 (preempted: checkpoint written) requeues the job.
 
 die() { echo "error: $*" >&2; exit 1; }
+
+# The language models' default data: a synthetic token corpus (vocabulary 64) in the runs folder.
+# data_prep writes to a temporary name first so that concurrent jobs never read a partial file.
+make_synth_tokens() {  # build runs job
+  local data=$2/synth_v64.h5
+  [ -f "$data" ] || { "$1/apps/data_prep" synth --vocab 64 --tokens 400000 --seed 1 --output "$data.$3.tmp" >&2 &&
+                      mv -f "$data.$3.tmp" "$data"; } || return 1
+  echo "$data"
+}
 
 run_training() {
   root=${TESSERA_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}

@@ -331,6 +331,17 @@ double Communicator::all_reduce_sum(double value) {
   return value;
 }
 
+double Communicator::all_reduce_max(double value) {
+  if (size_ == 1) return value;
+  const std::string what = where("all_reduce_max");
+  if (!enter_collective(what, "all_reduce_max", "f64", 1)) return value;
+  auto p = begin(CommOp::all_reduce, sizeof(double), what);
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_, &p->request),
+            p->what, "MPI_Iallreduce");
+  CommHandle(std::move(p)).wait();
+  return value;
+}
+
 int64_t Communicator::all_reduce_max(int64_t value) {
   if (size_ == 1) return value;
   const std::string what = where("all_reduce_max");

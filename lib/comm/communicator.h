@@ -97,6 +97,7 @@ class Communicator {
   void all_reduce_max(Tensor& t);  // f32 or i32
   double all_reduce_sum(double value);
   int64_t all_reduce_max(int64_t value);
+  double all_reduce_max(double value);
 
   // --- reduce-scatter (sum): rank r receives the sum over ranks of block r of the input ---
   // Equal blocks: input.numel() == size() * output.numel().

@@ -2,6 +2,7 @@
 // part outlives the model. By default nothing is split.
 #pragma once
 #include "comm/communicator.h"
+#include "nn/expert_layout.h"
 #include "nn/sequence_layout.h"
 #include "nn/tensor_layout.h"
 
@@ -22,6 +23,8 @@ struct ModelLayout {
   nn::SequenceLayout* sequence = &nn::SequenceLayout::single();
   comm::Communicator* zero3 = nullptr;  // shard the parameters over this group (ZeRO-3)
   PipelinePlacement pipeline;
+  // Where a mixture-of-experts model's experts live; its ranks also split the batch, like dp.
+  const nn::ExpertLayout* experts = &nn::ExpertLayout::single();
 };
 
 // Blocks [first, end) of virtual stage v when `layers` blocks are split over `parts` virtual

@@ -35,7 +35,7 @@ Shard ExpertLayout::experts_shard(int64_t experts, const char* what) const {
                 " expert-parallel ranks (the experts must be a multiple of ep)");
   if (size() == 1) return {};
   const int64_t local = experts / size();
-  return {0, rank() * local, local, 1, size()};
+  return {0, rank() * local, local, 1, 1};  // parts: tensor-parallel slices (none: ParamSpec::expert)
 }
 
 void ExpertLayout::dispatch(const Tensor& rows, Tensor& expert_rows, const ExpertTraffic& traffic,

@@ -32,6 +32,7 @@ MoeFeedForward::MoeFeedForward(ParamStore& store, const std::string& name, const
   fc_bias_ = store.add(experts + ".fc.bias", {e, h}, Init::Zeros(), false, shard);
   proj_weight_ = store.add(experts + ".proj.weight", {e, c, h}, Init::Normal(config.proj_init_std), true, shard);
   proj_bias_ = store.add(experts + ".proj.bias", {e, c}, Init::Zeros(), false, shard);
+  for (int id : expert_param_ids()) store.set_expert(id);
 }
 
 int64_t MoeFeedForward::max_received(int64_t rows) const {

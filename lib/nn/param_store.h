@@ -52,6 +52,10 @@ struct ParamSpec {
   // Its gradient on this rank covers only the token rows this rank holds (a layer norm when the
   // tensor-parallel layout splits rows): complete once summed over the tp group.
   bool row_partial_grad = false;
+  // A mixture-of-experts expert's tensor: split over the expert-parallel group along its first
+  // (expert) dimension, replicated over tp, and its gradient is complete over the ep group. Every
+  // other parameter's gradient under expert parallelism covers this ep rank's tokens only.
+  bool expert = false;
   int64_t offset = 0;      // first element in the flat buffers
 };
 
@@ -91,6 +95,7 @@ class ParamStore {
   // Registers a parameter; returns its id. Views are valid after allocate().
   int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
   void set_row_partial_grad(int id) { specs_[id].row_partial_grad = true; }
+  void set_expert(int id) { specs_[id].expert = true; }
   // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
   void allocate(Device device, uint64_t seed);
   // ZeRO-3: only elements [begin, end) of the flat order are resident (shard_values/shard_grads,

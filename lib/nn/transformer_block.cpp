@@ -6,13 +6,21 @@
 namespace tessera::nn {
 
 TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, const BlockConfig& c,
-                                   const TensorLayout& layout, SequenceLayout& sequence)
+                                   const TensorLayout& layout, SequenceLayout& sequence, const ExpertLayout& experts)
     : config_(c),
       layout_(&layout),
       ln1_(store, name + ".ln1", c.channels, layout),
-      ln2_(store, name + ".ln2", c.channels, layout),
-      attn_(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, c.causal, layout, sequence),
-      mlp_(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout) {}
+      ln2_(store, name + ".ln2", c.channels, layout) {
+  attn_ = SelfAttention(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, c.causal, layout,
+                        sequence);
+  if (c.moe) {
+    TESSERA_CHECK(!layout.splits_rows(), "a mixture-of-experts block routes whole token rows: not under",
+                  " --sp-mode split_gather");
+    moe_ = MoeFeedForward(store, name + ".moe", *c.moe, experts);
+  } else {
+    mlp_ = Mlp(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout);
+  }
+}
 
 TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, Device device) const {
   const int64_t rows = layout_->local_rows(batch * seq), c = config_.channels;
@@ -26,29 +34,48 @@ TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, D
   s.ln2 = act({rows, c});
   s.ln2_mean = act({rows});
   s.ln2_rstd = act({rows});
-  s.mlp = mlp_.allocate(batch * seq, device);
+  if (is_moe()) {
+    s.moe = moe_.allocate(rows, device);
+  } else {
+    s.mlp = mlp_.allocate(batch * seq, device);
+  }
   return s;
 }
 
 TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int64_t seq, Device device) const {
   const int64_t n = batch * seq, c = config_.channels, tp = layout_->size();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
-  return {act({layout_->local_rows(n), c}), act({batch, seq, c / tp}), act({batch, seq, 3 * c / tp}),
-          act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device)};
+  Scratch w{act({layout_->local_rows(n), c}), act({batch, seq, c / tp}), act({batch, seq, 3 * c / tp}),
+            act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device), {}};
+  if (is_moe()) w.moe = moe_.allocate_scratch(layout_->local_rows(n), device);
+  return w;
 }
 
-void TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) const {
+float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) const {
   ln1_.forward(s.ln1, s.ln1_mean, s.ln1_rstd, x);
   attn_.forward(y, s.ln1, s.attn, w.region);  // y as a temporary for the attention branch
   ops::add(s.mid, x, y);
   ln2_.forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.mid);
-  mlp_.forward(y, s.ln2, s.mlp, w.region);
+  float aux = 0.0f;
+  if (is_moe()) {
+    aux = moe_.forward(y, s.ln2, s.moe, w.moe);
+  } else {
+    mlp_.forward(y, s.ln2, s.mlp, w.region);
+  }
   ops::add_inplace(y, s.mid);
+  return aux;
 }
 
-void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, Scratch& w, WeightGrads* defer) const {
+void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, Scratch& w, WeightGrads* defer,
+                                float aux_loss_scale) const {
   // MLP branch: dres = dL/dy = dL/dmid (identity path) + the branch through ln2.
-  mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden, w.region, defer);
+  if (is_moe()) {
+    TESSERA_CHECK(!defer, "a mixture-of-experts block's weight gradients cannot be deferred (zero-bubble) yet");
+    TESSERA_CHECK(aux_loss_scale > 0.0f, "MoE block backward needs the auxiliary loss's scale");
+    moe_.backward(w.d_c, dres, s.ln2, s.moe, w.moe, aux_loss_scale);
+  } else {
+    mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden, w.region, defer);
+  }
   ln2_.backward(dres, w.d_c, s.mid, s.ln2_mean, s.ln2_rstd, defer);
   // Attention branch: dres now dL/dmid.
   attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region, defer);

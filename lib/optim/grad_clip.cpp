@@ -10,16 +10,18 @@ namespace tessera::optim {
 
 double grad_norm(nn::ParamStore& store) { return std::sqrt(ops::sum_squares(store.flat_grads())); }
 
-double squared_norm_share(const nn::ParamStore& store, const Tensor& grads, int64_t begin, int tp) {
-  if (tp == 1) return ops::sum_squares(grads);
+double squared_norm_share(const nn::ParamStore& store, const Tensor& grads, int64_t begin, int tp, int ep) {
+  if (tp == 1 && ep == 1) return ops::sum_squares(grads);
   const int64_t end = begin + grads.numel();
-  double split = 0.0, replicated = 0.0;
+  double share = 0.0;
   for (const nn::ParamSpec& s : store.specs()) {
     const int64_t b = std::max(s.offset, begin), e = std::min(s.offset + s.local_shape.numel(), end);
     if (b >= e) continue;
-    (s.shard.split() ? split : replicated) += ops::sum_squares(grads.slice(b - begin, {e - b}));
+    // Copies held by several ranks of a group count once over it.
+    const double copies = (s.shard.split() ? 1.0 : tp) * (s.expert ? 1.0 : ep);
+    share += ops::sum_squares(grads.slice(b - begin, {e - b})) / copies;
   }
-  return split + replicated / tp;
+  return share;
 }
 
 float clip_factor(double norm, double max_norm) {

@@ -15,8 +15,9 @@ parallel::Range optimizer_range(nn::ParamStore& store, int zero, comm::Communica
 }  // namespace
 
 ZeroOptimizer::ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
-                             const AdamWConfig& config, comm::Communicator* tp, comm::Communicator* pp)
-    : store_(store), zero_(zero_stage), sync_(sync), dp_(dp), tp_(tp), pp_(pp), adamw_(store, config, optimizer_range(store, zero_stage, dp)) {
+                             const AdamWConfig& config, comm::Communicator* tp, comm::Communicator* pp,
+                             comm::Communicator* ep)
+    : store_(store), zero_(zero_stage), sync_(sync), dp_(dp), tp_(tp), pp_(pp), ep_(ep), adamw_(store, config, optimizer_range(store, zero_stage, dp)) {
   TESSERA_CHECK((zero_stage == 3) == store.sharded() && (zero_stage == 3 || sync),
                 "ZeroOptimizer: ZeRO stage ", zero_stage, " does not match how the parameters are held");
   if (zero_ == 1 || zero_ == 2) gather_input_ = Tensor::empty({adamw_.shard().size()}, DType::f32, store.device());
@@ -33,26 +34,32 @@ Tensor ZeroOptimizer::held_gradients(int64_t& begin) {
   return shard_grads();
 }
 
-void ZeroOptimizer::complete_row_partial_grads() {
-  if (!tp_ || tp_->size() == 1) return;
+void ZeroOptimizer::complete_partial_grads() {
+  sum_partial(tp_, [](const nn::ParamSpec& s) { return s.row_partial_grad; });
+  sum_partial(ep_, [](const nn::ParamSpec& s) { return !s.expert; });
+}
+
+template <typename Partial>
+void ZeroOptimizer::sum_partial(comm::Communicator* group, Partial partial) {
+  if (!group || group->size() == 1) return;
   int64_t begin = 0;
   Tensor held = held_gradients(begin);
   int64_t n = 0;
   std::vector<Tensor> pieces;
   for (const nn::ParamSpec& s : store_.specs()) {
     const int64_t b = std::max(s.offset, begin), e = std::min(s.offset + s.local_shape.numel(), begin + held.numel());
-    if (!s.row_partial_grad || b >= e) continue;
+    if (!partial(s) || b >= e) continue;
     pieces.push_back(held.slice(b - begin, {e - b}));
     n += e - b;
   }
-  if (pieces.empty()) return;  // the same on every tp rank: their flat layouts match
+  if (pieces.empty()) return;  // the same on every rank of the group
   if (packed_.numel() != n) packed_ = Tensor::empty({n}, DType::f32, store_.device());
   int64_t at = 0;
   for (const Tensor& p : pieces) {
     packed_.slice(at, {p.numel()}).copy_from(p);
     at += p.numel();
   }
-  tp_->all_reduce_sum(packed_);
+  group->all_reduce_sum(packed_);
   at = 0;
   for (Tensor& p : pieces) {
     p.copy_from(packed_.slice(at, {p.numel()}));
@@ -61,12 +68,13 @@ void ZeroOptimizer::complete_row_partial_grads() {
 }
 
 double ZeroOptimizer::grad_norm() {
-  const int tp = tp_ ? tp_->size() : 1;
+  const int tp = tp_ ? tp_->size() : 1, ep = ep_ ? ep_->size() : 1;
   int64_t begin = 0;
   const Tensor held = held_gradients(begin);  // sets begin
-  double sq = squared_norm_share(store_, held, begin, tp);
+  double sq = squared_norm_share(store_, held, begin, tp, ep);
   if (zero_ >= 2) sq = dp_.all_reduce_sum(sq);  // the shards' squares; under zero 0/1 every rank holds all
   if (tp > 1) sq = tp_->all_reduce_sum(sq);
+  if (ep > 1) sq = ep_->all_reduce_sum(sq);
   if (pp_ && pp_->size() > 1) sq = pp_->all_reduce_sum(sq);
   return std::sqrt(sq);
 }

@@ -18,12 +18,15 @@ class ZeroOptimizer {
   // sync: the GradSync of zero 0-2 (nullptr under zero 3, where the store holds only the shard).
   // tp: the tensor-parallel group the store's split parameters are split over (nullptr: none).
   // pp: the pipeline group whose stages hold the rest of the model (nullptr: none).
+  // ep: the expert-parallel group, whose ranks see different tokens (nullptr: none).
   ZeroOptimizer(nn::ParamStore& store, int zero_stage, parallel::GradSync* sync, comm::Communicator& dp,
-                const AdamWConfig& config, comm::Communicator* tp = nullptr, comm::Communicator* pp = nullptr);
+                const AdamWConfig& config, comm::Communicator* tp = nullptr, comm::Communicator* pp = nullptr,
+                comm::Communicator* ep = nullptr);
 
   // Once the gradients are reduced over dp: sums over tp the gradients marked row_partial_grad
-  // (layer norms when the tensor layout splits rows), in one all-reduce(tp).
-  void complete_row_partial_grads();
+  // (layer norms when the tensor layout splits rows), in one all-reduce(tp), and over ep every
+  // gradient but the experts' (the ep ranks saw different tokens), in one all-reduce(ep).
+  void complete_partial_grads();
   double grad_norm();
   void step(float lr, float grad_scale);
   // The reduced gradients this rank holds: all, or its ZeRO-2/3 shard of the flat order from
@@ -44,9 +47,14 @@ class ZeroOptimizer {
   comm::Communicator& dp_;
   comm::Communicator* tp_;
   comm::Communicator* pp_;
+  comm::Communicator* ep_;
   AdamW adamw_;
   Tensor gather_input_;  // zero 1/2: this rank's updated shard, sent by the all-gather
-  Tensor packed_;        // the row-partial gradients, packed for one all-reduce(tp)
+  // Sums over `group` the held gradients of the parameters `partial` selects, packed into one
+  // all-reduce (the selection is the same on every rank of the group: their flat layouts match).
+  template <typename Partial>
+  void sum_partial(comm::Communicator* group, Partial partial);
+  Tensor packed_;        // the partial gradients, packed for one all-reduce
 };
 
 }  // namespace tessera::optim

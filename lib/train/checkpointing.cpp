@@ -125,7 +125,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
     w.create("/optim/" + name + "/exp_avg_sq", global_shape);
     const int i = st.params.find(name);  // -1: another pipeline stage's (this rank writes nothing)
     const nn::ParamSpec* s = i >= 0 ? &st.params.spec(i) : nullptr;
-    const bool writes = s && (s->shard.split() || st.writes_replicated);
+    const bool writes = s && st.writes(*s);
     const parallel::Range p = writes ? piece(*s, st.params.logical_local_shape(i).numel(), mine) : parallel::Range{0, 0};
     const std::vector<io::FlatRange> runs = s ? global_runs(*s, p) : std::vector<io::FlatRange>{};
     const int64_t flat = s ? s->offset + p.begin : 0;  // where the piece starts in the flat order

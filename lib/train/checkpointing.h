@@ -32,7 +32,10 @@ struct CheckpointState {
   optim::AdamW& optimizer;
   comm::Communicator& dp;
   comm::Communicator& world;
-  bool writes_replicated = true;  // false on tp ranks other than 0: they skip replicated parameters
+  // Who writes the copies several ranks hold: tp rank 0 the parameters replicated over tp (all but
+  // tp slices), ep rank 0 those replicated over ep (all but the experts' tensors).
+  bool tp_first = true, ep_first = true;
+  bool writes(const nn::ParamSpec& s) const { return (s.shard.split() || tp_first) && (s.expert || ep_first); }
 };
 
 // Writes <dir>/step_<N>.h5 (through a .tmp and an atomic rename); returns its path.

@@ -8,24 +8,51 @@
 namespace tessera::train {
 
 GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
-                         const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp,
-                         comm::Communicator& pp, comm::Communicator& data)
+                         const TrainConfig& config, comm::ProcessMesh& mesh)
     : model_(model),
       config_(config),
-      first_row_(dp_rank * config.micro_batches(dp_size) * config.micro_batch),
-      sp_(sp),
+      dp_rank_(mesh.coord(comm::Axis::dp)),
+      dp_(mesh.shape().dp),
+      ep_rank_(mesh.coord(comm::Axis::ep)),
+      ep_(mesh.shape().ep),
+      tp_(mesh.shape().tp),
+      micro_batches_(config.micro_batches(mesh.shape().dp * mesh.shape().ep)),
+      sp_(mesh.group(comm::Axis::sp)),
+      ep_group_(mesh.group(comm::Axis::ep)),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
-  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch, config.seed);
+  // An evaluation batch is an ep group's micro-batch: ep x B rows, this rank's B of them.
+  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch * ep_, config.seed);
+  comm::Communicator& pp = mesh.group(comm::Axis::pp);
+  comm::Communicator& data = mesh.data_group();
   if (pp.size() > 1) {
     const bool first = model.has_embedding(0), last = model.has_head(model.chunks() - 1);
     tied_ = std::make_unique<parallel::TiedWeights>(first ? &model.params() : nullptr, &model.units(), 0,
                                                     last ? model.tied_mirror() : nullptr, model.tied_param(), pp, data);
     runner_ = std::make_unique<PipelineRunner>(
         static_cast<PipelineStage&>(*this), pp,
-        parallel::make_schedule(config.pp_schedule, pp.size(), static_cast<int>(config.micro_batches(dp_size)),
-                                model.chunks()));
+        parallel::make_schedule(config.pp_schedule, pp.size(), static_cast<int>(micro_batches_), model.chunks()));
   }
+}
+
+int64_t GptWorkload::first_row(int64_t micro) const {
+  return ((dp_rank_ * micro_batches_ + micro) * ep_ + ep_rank_) * config_.micro_batch;
+}
+
+std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
+  if (model_.config().moe_every == 0) return {};
+  // Contributions that add up over the job: the auxiliary terms are loss shares (replicated over
+  // tp, averaged over dp and micro-batches like the loss); the drops are the ep group's, the same
+  // on its ep x tp ranks; loads are maxima.
+  const models::Gpt::MoeStepStats s = model_.take_moe_stats();
+  std::vector<StepMetric> metrics{
+      {"aux_loss", s.aux_loss / static_cast<double>(micro_batches_ * dp_ * tp_), false},
+      {"dropped_tokens", s.dropped / static_cast<double>(ep_ * tp_), false}};
+  int64_t index = 0;
+  for (int64_t i = 0; i < model_.config().layers; ++i)
+    if (model_.config().is_moe_block(i))
+      metrics.push_back({"expert_load.blocks." + std::to_string(i), s.max_load[static_cast<size_t>(index++)], true});
+  return metrics;
 }
 
 GptWorkload::~GptWorkload() = default;
@@ -33,17 +60,18 @@ GptWorkload::~GptWorkload() = default;
 float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) {
   const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
   if (needs_rows)
-    train_loader_.train_rows(step - 1, first_row_ + micro * config_.micro_batch, config_.micro_batch, rows_.data());
+    train_loader_.train_rows(step - 1, first_row(micro), config_.micro_batch, rows_.data());
   return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync);
 }
 
 float GptWorkload::evaluate(int64_t batch, int chunk) {
-  if (model_.has_embedding(chunk) || model_.has_head(chunk)) val_loader_->eval_rows(batch, 0, config_.micro_batch, rows_.data());
+  if (model_.has_embedding(chunk) || model_.has_head(chunk))
+    val_loader_->eval_rows(batch, ep_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
   return model_.forward_chunk(chunk, static_cast<int>(batch), rows_.data(), false);
 }
 
 float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
-  train_loader_.train_rows(step - 1, first_row_ + micro * config_.micro_batch, config_.micro_batch, rows_.data());
+  train_loader_.train_rows(step - 1, first_row(micro), config_.micro_batch, rows_.data());
   return model_.forward_backward(rows_.data(), grad_scale, sync);
 }
 
@@ -54,17 +82,23 @@ Workload::Evaluation GptWorkload::evaluate() {
     loss = runner_->evaluate(batches);  // summed over the stages: the last one's
   } else {
     for (int64_t i = 0; i < batches; ++i) {
-      val_loader_->eval_rows(i, 0, config_.micro_batch, rows_.data());
+      val_loader_->eval_rows(i, ep_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
       loss += model_.forward(rows_.data());
     }
   }
   if (sp_.size() > 1) loss = sp_.all_reduce_sum(loss);  // the shares of each sequence's positions
+  if (ep_ > 1) loss = ep_group_.all_reduce_sum(loss);    // the shares of the group's sequences
   return {loss / static_cast<double>(batches), std::nullopt};
 }
 
 std::vector<std::pair<std::string, int64_t>> GptWorkload::model_config() const {
   const models::GptConfig& m = model_.config();
-  return {{"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab}, {"max_seq", m.max_seq}};
+  std::vector<std::pair<std::string, int64_t>> c{
+      {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab}, {"max_seq", m.max_seq}};
+  if (m.moe_every > 0) {
+    c.insert(c.end(), {{"moe_every", m.moe_every}, {"experts", m.moe.experts}, {"expert_hidden", m.moe.hidden}});
+  }
+  return c;
 }
 
 void GptWorkload::dump_initial(const std::string& path) {

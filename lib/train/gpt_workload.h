@@ -1,13 +1,15 @@
-// GptWorkload: a Gpt and its token data for the Trainer. This rank's slice of each global batch
-// is rows [dp_rank x micro-batches x micro-batch, ...) of the batch the TokenLoader cuts by
-// (seed, step); evaluation runs the validation set's first batches (under sequence parallelism
-// each rank's loss is its share of the positions, summed over sp).
+// GptWorkload: a Gpt (dense or mixture-of-experts) and its token data for the Trainer. The batch
+// the TokenLoader cuts by (seed, step) splits over dp x ep: micro-batch m of data-parallel rank d
+// is the contiguous rows [(d x micro-batches + m) x ep x B, ...), of which ep rank e takes the
+// e-th B, so an ep group's micro-batch is what one rank with micro-batch ep x B would see.
+// Evaluation runs the validation set's first batches (under sequence and expert parallelism each
+// rank's loss is its share, summed over sp and ep).
 #pragma once
 #include <memory>
 #include <optional>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/process_mesh.h"
 #include "io/token_dataset.h"
 #include "io/token_loader.h"
 #include "models/gpt/gpt.h"
@@ -22,8 +24,7 @@ class GptWorkload final : public Workload, private PipelineStage {
   // pp, data: the pipeline group (its size and the model's chunks pick the schedule of
   // config.pp_schedule) and the data group (dp x sp) the tied table's gradient is summed over.
   GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
-              const TrainConfig& config, int dp_rank, int dp_size, comm::Communicator& sp, comm::Communicator& pp,
-              comm::Communicator& data);
+              const TrainConfig& config, comm::ProcessMesh& mesh);
   ~GptWorkload() override;
 
   nn::ParamStore& params() override { return model_.params(); }
@@ -33,7 +34,8 @@ class GptWorkload final : public Workload, private PipelineStage {
   std::string unit() const override { return "tokens"; }
   int64_t units_per_sample() const override { return config_.seq_len; }
   double flops_per_sample() const override { return model_.flops_per_token() * static_cast<double>(config_.seq_len); }
-  std::string model_name() const override { return "gpt"; }
+  std::string model_name() const override { return model_.config().moe_every > 0 ? "moe_gpt" : "gpt"; }
+  std::vector<StepMetric> step_metrics() override;
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
   PipelineRunner* pipeline() override { return runner_.get(); }
   parallel::TiedWeights* tied_weights() override { return tied_.get(); }
@@ -57,8 +59,11 @@ class GptWorkload final : public Workload, private PipelineStage {
 
   models::Gpt& model_;
   TrainConfig config_;
-  int64_t first_row_;  // of this rank's slice of a global batch
+  int64_t first_row(int64_t micro) const;  // of this rank's rows of micro-batch `micro` of a global batch
+  int dp_rank_, dp_, ep_rank_, ep_, tp_;
+  int64_t micro_batches_;  // per step on each dp x ep rank
   comm::Communicator& sp_;
+  comm::Communicator& ep_group_;
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]

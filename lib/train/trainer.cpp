@@ -56,19 +56,22 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       data_(mesh.data_group()),
       tp_(mesh.group(comm::Axis::tp)),
       pp_(mesh.group(comm::Axis::pp)),
+      ep_(mesh.group(comm::Axis::ep)),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
                                              work.params(), data_, config.zero_stage,
                                              static_cast<int64_t>(config.bucket_mb * (1 << 20)))
                                        : nullptr),
-      optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_, &pp_),
+      optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_, &pp_, &ep_),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       faults_(FaultHooks::from_environment()) {
-  config.validate(dp_.size());
+  config.validate(dp_.size() * ep_.size());
 }
 
 float Trainer::train_step(int64_t step) {
   work_.params().zero_grads();
-  const int64_t n_micro = config_.micro_batches(dp_.size());
+  // The batch splits over dp x ep; each rank's loss is its share of its (dp x sp x ep) group's
+  // micro-batch mean, so the shares add up over sp and ep, and dp averages.
+  const int64_t n_micro = config_.micro_batches(dp_.size() * ep_.size());
   const float grad_scale = 1.0f / static_cast<float>(n_micro * dp_.size());
   double loss = 0.0;
   if (PipelineRunner* pipeline = work_.pipeline()) {
@@ -92,10 +95,11 @@ float Trainer::train_step(int64_t step) {
     }
     if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
   }
-  optimizer_.complete_row_partial_grads();
+  optimizer_.complete_partial_grads();
   // Each rank's loss is its share of its micro-batches' mean (all of it without sp); on a
   // pipeline only the last stage's ranks hold it.
   loss = data_.all_reduce_sum(loss);
+  if (ep_.size() > 1) loss = ep_.all_reduce_sum(loss);
   if (pp_.size() > 1) loss = pp_.all_reduce_sum(loss);
   return static_cast<float>(loss / static_cast<double>(n_micro * dp_.size()));
 }
@@ -175,6 +179,8 @@ TrainResult Trainer::run() {
         .add("comm_ms", comm_ms - comm_ms_before)
         .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", 1.0)
         .add("skipped_steps", result.skipped_steps);
+    for (const Workload::StepMetric& m : work_.step_metrics())  // summed or maxed over the job
+      line.add(m.name, m.max ? world_.all_reduce_max(m.value) : world_.all_reduce_sum(m.value));
     metrics.write(line);
     result.last_loss = loss;
     char summary[160];
@@ -290,7 +296,7 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
 }
 
 CheckpointState Trainer::checkpoint_state() {
-  return {work_.params(), optimizer_.adamw(), data_, world_, tp_.rank() == 0};
+  return {work_.params(), optimizer_.adamw(), data_, world_, tp_.rank() == 0, ep_.rank() == 0};
 }
 
 std::pair<int64_t, double> Trainer::comm_totals() const {

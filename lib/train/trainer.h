@@ -57,6 +57,7 @@ class Trainer {
   comm::Communicator& data_;  // dp x sp: gradient reduction, ZeRO, the loss
   comm::Communicator& tp_;
   comm::Communicator& pp_;    // pipeline stages: the loss and the gradient norm are summed over it
+  comm::Communicator& ep_;    // expert parallelism: its ranks see different tokens (like dp)
   std::unique_ptr<parallel::GradSync> grad_sync_;  // zero 0-2; under zero 3 the model reduces
   optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;

@@ -45,6 +45,15 @@ class Workload {
   virtual std::string model_name() const = 0;
   virtual std::vector<std::pair<std::string, int64_t>> model_config() const = 0;
 
+  // Extra metrics of the step just trained (mixture-of-experts: aux_loss, dropped_tokens, expert
+  // load), as this rank's contribution: the trainer sums them over the job, or takes the maximum.
+  struct StepMetric {
+    std::string name;
+    double value = 0;
+    bool max = false;
+  };
+  virtual std::vector<StepMetric> step_metrics() { return {}; }
+
   // Pipeline parallelism: the runner of this rank's stage and the weights tied across stages
   // (nullptr: the whole model is on this rank, and train_micro_batch runs it).
   virtual PipelineRunner* pipeline() { return nullptr; }

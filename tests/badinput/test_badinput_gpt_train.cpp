@@ -208,7 +208,7 @@ class GptTrainBadLayout : public ::testing::Test {
   void expect_refused(int ranks, const std::string& args, const std::string& words) {
     const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
                                std::string(TESSERA_MPIEXEC) + " --oversubscribe -np " + std::to_string(ranks) + " " +
-                               TESSERA_BUILD_DIR + "/apps/gpt_train " + shape_ + " --steps 1 --threads 1 --input " +
+                               TESSERA_BUILD_DIR + "/apps/" + app_ + " " + shape_ + " --steps 1 --threads 1 --input " +
                                shell_quote(data_.string()) + " " + args);
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.exit_code, 124) << "timed out: " << r.err;
@@ -220,6 +220,7 @@ class GptTrainBadLayout : public ::testing::Test {
   }
   std::filesystem::path data_;
   std::string shape_ = "--layers 1 --hidden 16 --heads 2 --seq-len 8";  // cases may replace it
+  std::string app_ = "gpt_train";                                      // or moe_train
 };
 
 TEST_F(GptTrainBadLayout, TensorParallelThatDoesNotDivideTheWorld) {
@@ -233,7 +234,7 @@ TEST_F(GptTrainBadLayout, ExplicitSizesWhoseProductIsNotTheWorld) {
 TEST_F(GptTrainBadLayout, NegativeSize) { expect_refused(2, "--tp -2", "mesh sizes must be positive"); }
 
 TEST_F(GptTrainBadLayout, GlobalBatchDoesNotSplitOverDp) {
-  expect_refused(4, "--global-batch 6", "--global-batch 6 does not split over dp = 4 ranks");
+  expect_refused(4, "--global-batch 6", "--global-batch 6 does not split over dp x ep = 4 ranks");
 }
 
 TEST_F(GptTrainBadLayout, UnknownZeroStage) { expect_refused(2, "--zero 4", "--zero 4"); }
@@ -292,6 +293,41 @@ TEST_F(GptTrainBadLayout, InterleavedMicroBatchesNotAMultipleOfStages) {
 
 TEST_F(GptTrainBadLayout, VirtualStagesWithoutPipeline) {
   expect_refused(2, "--virtual-stages 2", "--virtual-stages 2 needs --pp > 1");
+}
+
+// Expert parallelism: only moe_train has experts to split, and they must split evenly.
+TEST_F(GptTrainBadLayout, ExpertParallelWithoutExperts) {
+  expect_refused(2, "--ep 2", "gpt_train: --ep 2 needs mixture-of-experts layers: use moe_train");
+}
+
+TEST_F(GptTrainBadLayout, ExpertsNotDivisibleByExpertParallel) {
+  app_ = "moe_train";
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8 --experts 3";
+  expect_refused(2, "--ep 2", "3 experts do not split evenly over --ep 2");
+}
+
+TEST_F(GptTrainBadLayout, MoeEveryPastTheLastBlock) {
+  app_ = "moe_train";
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
+  expect_refused(2, "--moe-every 3", "--moe-every 3 is more than --layers 2: no block would have experts");
+}
+
+TEST_F(GptTrainBadLayout, MoeTopThree) {
+  app_ = "moe_train";
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
+  expect_refused(2, "--top-k 3", "top-k 3");
+}
+
+TEST_F(GptTrainBadLayout, MoeWithSequenceParallel) {
+  app_ = "moe_train";
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
+  expect_refused(2, "--sp 2", "not supported with mixture-of-experts layers yet");
+}
+
+TEST_F(GptTrainBadLayout, MoeWithZeroBubbleSchedule) {
+  app_ = "moe_train";
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
+  expect_refused(2, "--pp 2 --pp-schedule zb", "the zb pipeline schedule does not split the experts' backward");
 }
 }  // namespace
 

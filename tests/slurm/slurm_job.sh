@@ -10,6 +10,7 @@
 #      and the loss curve equals an uninterrupted run's (mpirun, outside Slurm) to a relative 1e-5;
 #   3. jobscripts/vit_train.sbatch launched by mpirun on 4 ranks completes with its evaluation, and
 #      each script completes under the other launcher too (gpt_train by mpirun, vit_train by srun);
+#      jobscripts/moe_train.sbatch completes under srun with expert parallelism (ep 2 x dp 2);
 #   4. a job with options that do not fit (--tp 3 on 4 ranks) FAILS with gpt_train's error line and
 #      a non-zero exit code other than 3, and is not requeued.
 # Everything runs under `timeout`; the daemons and any job processes are stopped on exit.
@@ -282,6 +283,17 @@ for combo in gpt_train:mpirun:gpt_slurm_tiny.ini:20 vit_train:srun:vit_tiny.ini:
     die "the $app job under $launcher did not log step $n"
   echo "$app job $id ($launcher, 4 ranks): COMPLETED, $n steps ($(( $(date +%s) - t0 )) s)"
 done
+
+# 3c. moe_train.sbatch with expert parallelism (ep 2 x dp 2) under srun
+t0=$(date +%s)
+id=$(run_job 60 --ntasks=4 --ntasks-per-node=4 -J moe "$src/jobscripts/moe_train.sbatch" "$src/inputs/moe_tiny.ini" \
+     --steps 20 --ep 2 --eval-every 20) || die "sbatch of the moe_train job failed"
+st=$(job_field "$id" JobState)
+[ "$st" = COMPLETED ] || die "moe_train job $id is $st, not COMPLETED"
+m="$tmp/runs/moe-$id/metrics.0.jsonl"
+[ "$(steps_of "$m" | tail -1)" = 20 ] || die "the moe_train job did not log step 20"
+grep -q '"dropped_tokens"' "$m" || die "the moe_train job logged no expert statistics"
+echo "moe_train job $id (srun, ep 2 x dp 2): COMPLETED, 20 steps with expert statistics ($(( $(date +%s) - t0 )) s)"
 
 # 4. options that do not fit the job: a clear error, a non-zero exit code, no requeue
 id4=$(run_job 60 --ntasks=4 --ntasks-per-node=4 -J badopts "$src/jobscripts/gpt_train.sbatch" \

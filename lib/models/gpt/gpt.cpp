@@ -1,6 +1,7 @@
 // Gpt: construction (parameters, activations) and the forward/backward of one micro-batch.
 #include "models/gpt/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <utility>
@@ -29,7 +30,8 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       seq_(seq),
       local_seq_(layout.sequence->local_length(seq)),
       first_position_(layout.sequence->offset(seq)),
-      rows_(layout.tensor->local_rows(micro_batch * layout.sequence->local_length(seq))) {
+      rows_(layout.tensor->local_rows(micro_batch * layout.sequence->local_length(seq))),
+      token_share_(layout.experts->size()) {
   config.validate(layout.tensor->size());
   TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
   TESSERA_CHECK(!(layout.tensor->splits_rows() && layout.sequence->size() > 1),
@@ -49,12 +51,28 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
 
   const int64_t c = config.hidden;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
-  const nn::BlockConfig block{c, config.heads, 4 * c, std, proj_std};
+  nn::BlockConfig block{c, config.heads, 4 * c, std, proj_std};
+  moe_config_ = config.moe;
+  moe_config_.channels = c;
+  if (moe_config_.hidden == 0) moe_config_.hidden = 4 * c;
+  moe_config_.init_std = std;
+  moe_config_.proj_init_std = proj_std;
+  TESSERA_CHECK(config.moe_every >= 0, "--moe-every must be >= 0, got ", config.moe_every);
+  TESSERA_CHECK(config.moe_every > 0 || layout.experts->size() == 1,
+                "expert parallelism (--ep) needs mixture-of-experts blocks (moe_train)");
+  int64_t moe_blocks = 0;
+  for (int64_t i = 0; i < config.layers; ++i) moe_blocks += config.is_moe_block(i);
+  TESSERA_CHECK(config.moe_every == 0 || moe_blocks > 0, "--moe-every ", config.moe_every, " is more than --layers ",
+                config.layers, ": no block would have experts");
+  moe_stats_.max_load.assign(static_cast<size_t>(moe_blocks), 0.0);
   auto add_embedding = [&](nn::ParamStore& store) {
     return nn::Embedding(store, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std, *layout.tensor);
   };
   auto add_block = [&](nn::ParamStore& store, int64_t i) {
-    return nn::TransformerBlock(store, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
+    nn::BlockConfig b = block;
+    if (config.is_moe_block(i)) b.moe = &moe_config_;
+    return nn::TransformerBlock(store, "blocks." + std::to_string(i), b, *layout.tensor, *layout.sequence,
+                                *layout.experts);
   };
   std::vector<int> first_param;  // of each unit: the embedding, the blocks, the final norm
   if (first_stage) {
@@ -91,6 +109,11 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   const int64_t b = micro_batch, t = local_seq_, n = b * t;
   slots_.resize(chunks_.size());
   scratch_ = blocks_.front().allocate_scratch(b, t, device);
+  for (const nn::TransformerBlock& blk : blocks_)
+    if (blk.is_moe()) {  // the experts' workspace, shared by the MoE blocks
+      scratch_.moe = blk.allocate_scratch(b, t, device).moe;
+      break;
+    }
   host_rows_ = Tensor::empty({2, b, t}, DType::i32);
   if (last_stage) {
     targets_ = act({b, t}, DType::i32);
@@ -165,6 +188,8 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   Activations& a = slot(chunk, micro);
   if (c.embedding || c.head) load_batch(a, rows);
   const bool keep_embedding = c.embedding && c.head;  // the head on this chunk reads the table
+  a.grad_scale = grad_scale;
+  float aux = 0.0f;
   if (c.embedding) {
     units_->gather(embed_unit_, training && keep_embedding);
     embed_.forward(a.residual[0], a.inputs, first_position_, scratch_.region);
@@ -173,19 +198,23 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   for (int64_t j = 0; j < c.blocks(); ++j) {
     const size_t b = c.block_base + static_cast<size_t>(j);
     units_->gather(block_unit(b), false);
-    blocks_[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], scratch_);
+    aux += blocks_[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], scratch_);
     units_->release(block_unit(b));
+    if (training && blocks_[b].is_moe()) record_moe_stats(c.first_block + j, a.saved[j].moe.stats);
   }
-  if (!c.head) return 0.0f;
+  if (!training) aux = 0.0f;  // evaluation reports the language-model loss alone
+  if (!c.head) return aux;
   units_->gather(ln_f_unit_, training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, a.residual.back());
   const int32_t* host_targets = host_rows_.data<int32_t>() + batch_ * local_seq_;
   const Tensor& losses = head_.forward(lnf_, targets_, host_targets, scratch_.region);  // tied to the embedding
   const float* l = losses.data<float>();
   const double sum = std::accumulate(l, l + losses.numel(), 0.0);
-  const float loss = static_cast<float>(sum / static_cast<double>(batch_ * seq_));
+  // This rank's share of the mean over the micro-batch's sequences, which ep ranks split.
+  const int64_t tokens = batch_ * token_share_ * seq_;
+  const float loss = static_cast<float>(sum / static_cast<double>(tokens));
   if (training) {  // the head's and the final norm's backward, now: dL/d(output) into dres
-    head_.backward(scratch_.d_c, lnf_, targets_, grad_scale / static_cast<float>(batch_ * seq_), scratch_.region);
+    head_.backward(scratch_.d_c, lnf_, targets_, grad_scale / static_cast<float>(tokens), scratch_.region);
     a.dres.zero();
     ln_f_.backward(a.dres, scratch_.d_c, a.residual.back(), lnf_mean_, lnf_rstd_);
     units_->grads_done(ln_f_unit_, sync);
@@ -193,7 +222,22 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
     units_->release(ln_f_unit_);
     if (keep_embedding) units_->release(embed_unit_);
   }
-  return loss;
+  return loss + aux;
+}
+
+void Gpt::record_moe_stats(int64_t block, const nn::MoeStats& s) {
+  int64_t index = 0;  // among the model's MoE blocks
+  for (int64_t i = 0; i < block; ++i) index += config_.is_moe_block(i);
+  moe_stats_.aux_loss += moe_config_.router.aux_loss_coef * s.aux_loss + moe_config_.router.z_loss_coef * s.z_loss;
+  moe_stats_.dropped += static_cast<double>(s.dropped);
+  double& load = moe_stats_.max_load[static_cast<size_t>(index)];
+  load = std::max(load, s.max_load());
+}
+
+Gpt::MoeStepStats Gpt::take_moe_stats() {
+  MoeStepStats taken = moe_stats_;
+  moe_stats_ = {0.0, 0.0, std::vector<double>(taken.max_load.size(), 0.0)};
+  return taken;
 }
 
 void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights) {
@@ -208,7 +252,7 @@ void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
       continue;
     }
     units_->gather(block_unit(b), true);
-    blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_);
+    blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_, nullptr, a.grad_scale);
     units_->grads_done(block_unit(b), sync);
   }
   if (!c.embedding) return;

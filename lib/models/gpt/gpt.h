@@ -20,6 +20,12 @@ namespace tessera::models {
 struct GptConfig {
   int64_t vocab = 0, max_seq = 0, layers = 0, hidden = 0, heads = 0;
   int64_t pad_vocab_to = 64;  // LM-head rows are padded to this multiple (masked in the loss)
+  // Mixture of experts: every moe_every-th block (blocks moe_every-1, 2 moe_every-1, ...) has a
+  // mixture-of-experts feed-forward (moe.channels is the hidden size; moe.hidden its experts'
+  // hidden size, 0: 4 x hidden). 0: a dense model.
+  int64_t moe_every = 0;
+  nn::MoeConfig moe;
+  bool is_moe_block(int64_t i) const { return moe_every > 0 && (i + 1) % moe_every == 0; }
   void validate(int tp = 1) const;  // throws tessera::Error naming the first bad field
 };
 
@@ -45,6 +51,16 @@ class Gpt {
   // itself (no GradSync). One rank holding the whole model (no pipeline).
   float forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync = nullptr);
   float forward(const int32_t* rows);  // loss only (evaluation)
+
+  // Mixture-of-experts statistics of the training forwards since the last call, per MoE block
+  // of the whole model (zero for the blocks on other pipeline stages): the auxiliary loss terms
+  // (this rank's shares, summed over calls), dropped assignments (the ep group's, summed) and
+  // the largest expert load (max / mean kept rows over the experts, max over calls).
+  struct MoeStepStats {
+    double aux_loss = 0, dropped = 0;
+    std::vector<double> max_load;  // per MoE block of the model, in model order
+  };
+  MoeStepStats take_moe_stats();
 
   // ---- pipeline stages: the same computation, chunk by chunk and micro-batch by micro-batch ----
   // Each (chunk, micro-batch) in flight has its own activations, allocated on first use and
@@ -101,6 +117,7 @@ class Gpt {
     std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [rows, C] each
     std::vector<nn::TransformerBlock::Saved> saved;
     Tensor dres;
+    float grad_scale = 0;  // of the forward: the MoE layers' auxiliary loss gradient
     std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
     nn::WeightGrads embedding_weight_grads;
   };
@@ -110,6 +127,7 @@ class Gpt {
     std::map<int, Activations*> by_micro;
   };
   Activations& slot(int chunk, int micro);
+  void record_moe_stats(int64_t block, const nn::MoeStats& stats);
   std::unique_ptr<Activations> allocate_activations(const Chunk& c) const;
   void load_batch(Activations& a, const int32_t* rows);
   // Units: the embedding (first stage), each block, the final norm (last stage).
@@ -120,6 +138,9 @@ class Gpt {
   int64_t batch_, seq_;
   int64_t local_seq_, first_position_;  // this rank's positions under sequence parallelism
   int64_t rows_;                        // token rows this rank holds between regions
+  int64_t token_share_ = 1;             // ranks splitting each micro-batch's sequences (ep): the loss is a share
+  nn::MoeConfig moe_config_;
+  MoeStepStats moe_stats_;
   int64_t model_numel_ = 0;
   nn::ParamStore store_;
   std::unique_ptr<nn::ParamStore> mirror_;  // the tied token table on a last stage

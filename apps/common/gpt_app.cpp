@@ -1,0 +1,120 @@
+// gpt_train and moe_train: train a GPT language model (dense, or with mixture-of-experts layers)
+// on an HDF5 token data set.
+#include "apps/common/gpt_app.h"
+
+#include <omp.h>
+
+#include <optional>
+
+#include "apps/common/train_cli.h"
+#include "comm/mpi_runtime.h"
+#include "core/log.h"
+#include "io/hdf5_file.h"
+#include "io/token_dataset.h"
+#include "models/gpt/gpt.h"
+#include "train/gpt_workload.h"
+#include "train/preemption.h"
+#include "train/trainer.h"
+
+namespace tessera::cli {
+namespace po = boost::program_options;
+
+int gpt_app_main(int argc, char** argv, GptApp app) {
+  comm::MpiRuntime mpi(&argc, &argv);
+  if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
+  const int code = run_main([&] {
+    po::options_description opts;
+    TrainOptions o;
+    const bool moe = app == GptApp::moe;
+    const char* name = moe ? "moe_train" : "gpt_train";
+    models::GptConfig mc;
+    std::string input, val_input;
+    int64_t seq_len = 64;
+    opts.add_options()
+        ("input", po::value(&input)->required(), "training token data set (HDF5: /tokens, or /train/tokens)")
+        ("val-input", po::value(&val_input), "validation data set (default: the /val split of --input, if any)")
+        ("layers", po::value(&mc.layers)->default_value(4), "transformer blocks")
+        ("hidden", po::value(&mc.hidden)->default_value(128), "hidden size")
+        ("heads", po::value(&mc.heads)->default_value(4), "attention heads (must divide --hidden)")
+        ("seq-len", po::value(&seq_len)->default_value(64), "tokens per sequence")
+        ("dump", po::value(&o.train.dump_path), "debug: write initial parameters, batches and step-1 logits/gradients to this HDF5 file");
+    if (moe) {
+      nn::RouterOptions& r = mc.moe.router;
+      mc.moe_every = 2;
+      opts.add_options()
+          ("experts", po::value(&mc.moe.experts)->default_value(8), "experts per MoE layer (a multiple of --ep)")
+          ("moe-every", po::value(&mc.moe_every)->default_value(2), "every N-th block has a mixture-of-experts feed-forward (blocks N-1, 2N-1, ...)")
+          ("expert-hidden", po::value(&mc.moe.hidden)->default_value(0), "hidden size of each expert's MLP (0: 4 x --hidden)")
+          ("top-k", po::value(&r.top_k)->default_value(2), "experts per token: 1 (Switch) or 2 (GShard)")
+          ("capacity-factor", po::value(&r.capacity_factor)->default_value(1.25f), "expert capacity = factor x tokens x top-k / experts over the ep group; tokens past it are dropped (0: no drop)")
+          ("aux-loss-coef", po::value(&r.aux_loss_coef)->default_value(0.01f), "weight of the load-balancing loss")
+          ("z-loss-coef", po::value(&r.z_loss_coef)->default_value(0.001f), "weight of the router z-loss");
+    }
+    o.add_to(opts, "sequences");
+    po::variables_map vm;
+    if (!parse(argc, argv, opts, vm, std::string("usage: ") + name + " --input DATA.h5 [options]")) return 0;
+
+    // The layout is checked on every rank before any communication.
+    o.finish(mpi.world_size());
+    TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
+    if (moe) {
+      TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "moe_train: sequence parallelism (--sp, --sp-mode split_gather) is",
+                    " not supported with mixture-of-experts layers yet");
+      TESSERA_CHECK(o.mesh.pp == 1 || o.train.pp_schedule != "zb", "moe_train: the zb pipeline schedule does not",
+                    " split the experts' backward yet; use 1f1b, gpipe or interleaved");
+      TESSERA_CHECK(o.device() == Device::cpu, "moe_train --device cuda: the mixture-of-experts layers have no CUDA",
+                    " kernels yet; run on cpu");
+      if (mc.moe.hidden == 0) mc.moe.hidden = 4 * mc.hidden;
+    } else {
+      TESSERA_CHECK(o.mesh.ep == 1, "gpt_train: --ep ", o.mesh.ep, " needs mixture-of-experts layers: use moe_train");
+    }
+    TESSERA_CHECK(seq_len % o.mesh.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", o.mesh.sp,
+                  " (sequence parallelism gives each rank an equal share of the positions)");
+    train::TrainConfig& tc = o.train;
+    tc.seq_len = seq_len;
+    const io::TokenDataset train_data = io::TokenDataset::open(input, "train");
+    std::optional<io::TokenDataset> val_data;
+    if (!val_input.empty()) {
+      val_data = io::TokenDataset::open(val_input, "val");
+    } else if (io::H5File::open_read(input).has("/val/tokens")) {
+      val_data = io::TokenDataset::open(input, "val");
+    }
+    TESSERA_CHECK(tc.eval_every == 0 || val_data, "--eval-every needs validation data: pass --val-input or use a",
+                  " file with a /val split");
+    if (val_data)
+      TESSERA_CHECK(val_data->vocab_size == train_data.vocab_size, "validation vocab_size ", val_data->vocab_size,
+                    " differs from training vocab_size ", train_data.vocab_size);
+    mc.vocab = train_data.vocab_size;
+    mc.max_seq = seq_len;
+    mc.validate(o.mesh.tp);
+
+    if (mpi.world_rank() == 0)
+      log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",
+                mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab, ", seq ", seq_len, ", global batch ",
+                tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps, " steps on ", o.device_name, " with ",
+                omp_get_max_threads(), " threads",
+                moe ? ", " + std::to_string(mc.moe.experts) + " experts (top-" + std::to_string(mc.moe.router.top_k) +
+                          ") every " + std::to_string(mc.moe_every) + " blocks"
+                    : std::string());
+    ParallelSetup parallel(o, mc.heads, mc.hidden / mc.heads);
+    comm::ProcessMesh& mesh = parallel.mesh();
+    models::Gpt model(mc, o.device(), tc.seed, tc.micro_batch, seq_len, parallel.layout());
+    if (mpi.world_rank() == 0) {
+      log::info("parameters: ", model.model_numel());
+      log_slurm_job();
+    }
+    train::GptWorkload workload(model, train_data, val_data ? &*val_data : nullptr, tc, mesh);
+    train::Trainer trainer(workload, tc, mesh);
+    train::install_preemption_handlers();
+    const train::TrainResult result = trainer.run();
+    if (result.preempted) return train::kExitPreempted;
+    if (mpi.world_rank() == 0) log::info("done: final loss ", result.last_loss,
+              result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string());
+    return 0;
+  });
+  // A failing rank ends the whole job: no peer is left waiting in a collective.
+  if (code != 0 && code != train::kExitPreempted && mpi.world_size() > 1) comm::abort_job(code);
+  return code;
+}
+
+}  // namespace tessera::cli
