@@ -24,6 +24,7 @@ class TiedWeights {
   void add_mirror_grads(Tensor held, int64_t begin);
   // After the optimizer step.
   void copy_to_mirror();
+  Tensor mirror_values() { return last() ? mirror_->value(param_) : Tensor(); }  // undefined off the last stage
 
  private:
   bool first() const { return store_ != nullptr; }

@@ -109,6 +109,13 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   w.set_attr("optimizer_steps", st.optimizer.steps_taken());
   w.set_attr("seed", static_cast<int64_t>(info.seed));
   for (const auto& [key, value] : info.model_config) w.set_attr("model." + key, value);
+  w.set_attr("precision", info.precision);
+  const optim::LossScalerState& ls = info.loss_scaler;
+  w.set_attr("loss_scaler.scale", ls.scale);
+  w.set_attr("loss_scaler.good_steps", ls.good_steps);
+  w.set_attr("loss_scaler.hysteresis_left", ls.hysteresis_left);
+  w.set_attr("loss_scaler.consecutive_overflows", ls.consecutive_overflows);
+  w.set_attr("loss_scaler.skipped_steps", ls.skipped_steps);
 
   // This rank writes its FlatShards piece of every tensor; the optimizer states it holds cover
   // optimizer.shard(), which contains that piece under every ZeRO stage.
@@ -146,6 +153,12 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   info.consumed_samples = r.attr_int("consumed_samples");
   info.model = r.attr_string("model");
   info.layout = r.attr_string("layout");
+  if (r.has_attr("precision")) {  // checkpoints from before mixed precision: fp32, no scaler
+    info.precision = r.attr_string("precision");
+    info.loss_scaler = {r.attr_double("loss_scaler.scale"), r.attr_int("loss_scaler.good_steps"),
+                        r.attr_int("loss_scaler.hysteresis_left"), r.attr_int("loss_scaler.consecutive_overflows"),
+                        r.attr_int("loss_scaler.skipped_steps")};
+  }
   TESSERA_CHECK(info.model == expected.model, "checkpoint ", path, " holds a ", info.model, " model, not ",
                 expected.model);
   // The tensors first: the message names the first that differs, with both shapes. Each rank

@@ -11,6 +11,7 @@
 
 #include "comm/communicator.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "parallel/flat_shards.h"
 
 namespace tessera::train {
@@ -22,6 +23,8 @@ struct CheckpointInfo {
   std::string model;             // "gpt"
   std::string layout;            // the mesh and ZeRO stage it was saved from (informational)
   std::vector<std::pair<std::string, int64_t>> model_config;  // e.g. {"layers", 12}: must match to load
+  std::string precision = "fp32";   // what the run trained in
+  optim::LossScalerState loss_scaler;  // fp16's loss scale and its counters
 };
 
 // What a checkpoint covers on this rank: the parameters, the optimizer (its states cover

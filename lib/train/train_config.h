@@ -4,6 +4,7 @@
 #include <string>
 
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 
 namespace tessera::train {
 
@@ -25,6 +26,8 @@ struct TrainConfig {
   int keep_checkpoints = 0;     // keep the newest K (0: all)
   std::string resume = "none";  // none, auto (newest valid in checkpoint_dir) or a file
   std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop (naming it) or skip the step
+  std::string precision = "fp32";    // fp32, bf16 or fp16 (parameters, activations, gradients)
+  optim::LossScalerConfig loss_scaler;  // fp16's (bf16 and fp32 train unscaled)
   std::string pp_schedule = "1f1b";  // pipeline schedule (parallel::make_schedule's names)
   int virtual_stages = 1;            // model chunks per pipeline stage (interleaved)
   std::string trace_path;            // Chrome trace of the pipeline's compute and messages

@@ -45,6 +45,8 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(eval_every >= 0 && eval_batches >= 1, "--eval-every must be >= 0 and --eval-batches >= 1");
   TESSERA_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
                 "AdamW betas must be in [0, 1)");
+  optim::parse_precision(precision);
+  loss_scaler.validate();
 }
 
 Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& mesh)
@@ -63,6 +65,11 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
                                        : nullptr),
       optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_, &pp_, &ep_),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
+      precision_(work.params(), optim::parse_precision(config.precision),
+                 {work.tied_weights() ? work.tied_weights()->mirror_values() : Tensor()}),
+      scaler_(optim::parse_precision(config.precision) == optim::Precision::fp16
+                  ? config.loss_scaler
+                  : optim::LossScalerConfig{1.0, 2.0, 0.5, 1, 1, 1.0, false}),
       faults_(FaultHooks::from_environment()) {
   config.validate(dp_.size() * ep_.size());
 }
@@ -72,7 +79,9 @@ float Trainer::train_step(int64_t step) {
   // The batch splits over dp x ep; each rank's loss is its share of its (dp x sp x ep) group's
   // micro-batch mean, so the shares add up over sp and ep, and dp averages.
   const int64_t n_micro = config_.micro_batches(dp_.size() * ep_.size());
-  const float grad_scale = 1.0f / static_cast<float>(n_micro * dp_.size());
+  // fp16: the loss is scaled (its gradients by the loss scale) so that small gradients survive.
+  const float grad_scale = static_cast<float>(scaler_.scale()) / static_cast<float>(n_micro * dp_.size());
+  precision_.round_weights();  // bf16/fp16: the step's forward and backward see rounded weights
   double loss = 0.0;
   if (PipelineRunner* pipeline = work_.pipeline()) {
     // Every micro-batch through this stage's program; buckets reduce during the last backwards.
@@ -95,13 +104,55 @@ float Trainer::train_step(int64_t step) {
     }
     if (grad_sync_) grad_sync_->finish();  // every bucket reduced over dp
   }
+  precision_.restore_weights();  // the fp32 master values, for the update and checkpoints
   optimizer_.complete_partial_grads();
+  int64_t held_begin = 0;
+  precision_.round_gradients(optimizer_.held_gradients(held_begin));
   // Each rank's loss is its share of its micro-batches' mean (all of it without sp); on a
   // pipeline only the last stage's ranks hold it.
   loss = data_.all_reduce_sum(loss);
   if (ep_.size() > 1) loss = ep_.all_reduce_sum(loss);
   if (pp_.size() > 1) loss = pp_.all_reduce_sum(loss);
   return static_cast<float>(loss / static_cast<double>(n_micro * dp_.size()));
+}
+
+double Trainer::update(int64_t step, float loss, double lr, TrainResult& result, Progress& progress) {
+  const bool root = world_.rank() == 0;
+  const double loss_scale = scaler_.scale();
+  if (fp16()) {
+    // An overflow anywhere skips the step on every rank of every axis (one all-reduce over the job).
+    int64_t begin = 0;
+    const bool overflow = optim::overflow_anywhere(optim::any_nonfinite(optimizer_.held_gradients(begin)), world_);
+    if (scaler_.update(overflow)) {  // throws when the scale would fall below its minimum
+      ++result.skipped_steps;
+      if (root)
+        progress.message("step " + std::to_string(step) + ": fp16 gradients overflow at loss scale " +
+                         std::to_string(loss_scale) + "; step skipped, loss scale now " +
+                         std::to_string(scaler_.scale()));
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+  }
+  const double norm = optimizer_.grad_norm() / loss_scale;
+  // Numerical guard: loss and norm are the same on every rank (all-reduced), so every rank
+  // takes the same branch.
+  if (!std::isfinite(loss) || !std::isfinite(norm)) {
+    const std::string param = first_nonfinite_gradient();
+    const std::string what = "step " + std::to_string(step) + ": loss " + std::to_string(loss) +
+                             ", gradient norm " + std::to_string(norm) + " is not finite" +
+                             (param.empty() ? std::string() : "; first non-finite gradient: " + param);
+    if (config_.on_nan == "stop") {
+      std::optional<std::string> last;
+      if (!config_.checkpoint_dir.empty()) last = newest_checkpoint(config_.checkpoint_dir, world_);
+      fail(what, "; last good checkpoint: ", last ? *last : std::string("none"),
+           " (lower --lr, raise --warmup, or --on-nan skip)");
+    }
+    ++result.skipped_steps;
+    if (root) progress.message(what + "; step skipped (--on-nan skip)");
+    return norm;
+  }
+  optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip) / static_cast<float>(loss_scale));
+  if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();
+  return norm;
 }
 
 void Trainer::set_context(const std::string& context) {
@@ -141,28 +192,9 @@ TrainResult Trainer::run() {
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) work_.dump_first_step(config_.dump_path);
     if (step == faults_.nan_step) poison_gradient();
-    const double norm = optimizer_.grad_norm();
+    const double loss_scale = scaler_.scale();  // this step's
     const double lr = schedule_.at(step);
-    // Numerical guard: loss and norm are the same on every rank (all-reduced), so every rank
-    // takes the same branch.
-    const bool finite = std::isfinite(loss) && std::isfinite(norm);
-    if (!finite) {
-      const std::string param = first_nonfinite_gradient();
-      const std::string what = "step " + std::to_string(step) + ": loss " + std::to_string(loss) +
-                               ", gradient norm " + std::to_string(norm) + " is not finite" +
-                               (param.empty() ? std::string() : "; first non-finite gradient: " + param);
-      if (config_.on_nan == "stop") {
-        std::optional<std::string> last;
-        if (!config_.checkpoint_dir.empty()) last = newest_checkpoint(config_.checkpoint_dir, world_);
-        fail(what, "; last good checkpoint: ", last ? *last : std::string("none"),
-             " (lower --lr, raise --warmup, or --on-nan skip)");
-      }
-      ++result.skipped_steps;
-      if (root) progress.message(what + "; step skipped (--on-nan skip)");
-    } else {
-      optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip));
-      if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();
-    }
+    const double norm = update(step, loss, lr, result, progress);
     // Preemption: every rank learns whether any rank was signalled (all-reduce max over the job).
     result.preempted = world_.all_reduce_max(int64_t{preemption_requested()}) != 0;
     const double ms = timer.millis();
@@ -177,7 +209,7 @@ TrainResult Trainer::run() {
         .add("mfu", tflops / (peak_tflops * world_.size())).add("peak_mem_bytes", memory_stats(device).peak_bytes)
         .add("comm_bytes", comm_bytes - comm_bytes_before)
         .add("comm_ms", comm_ms - comm_ms_before)
-        .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", 1.0)
+        .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", loss_scale)
         .add("skipped_steps", result.skipped_steps);
     for (const Workload::StepMetric& m : work_.step_metrics())  // summed or maxed over the job
       line.add(m.name, m.max ? world_.all_reduce_max(m.value) : world_.all_reduce_sum(m.value));
@@ -292,6 +324,8 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.model = work_.model_name();
   info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = work_.model_config();
+  info.precision = config_.precision;
+  info.loss_scaler = scaler_.state();
   return info;
 }
 
@@ -328,6 +362,7 @@ int64_t Trainer::resume() {
   const CheckpointInfo info = load_checkpoint(*path, checkpoint_info(0), state);
   TESSERA_CHECK(info.step <= config_.steps, "checkpoint ", *path, " is of step ", info.step, ", past --steps ",
                 config_.steps);
+  if (fp16() && info.precision == "fp16") scaler_.restore(info.loss_scaler);  // else a fresh scale
   if (world_.rank() == 0) log::info("resumed from ", *path, " (step ", info.step, ", saved under ", info.layout, ")");
   return info.step;
 }

@@ -9,11 +9,14 @@
 #include <string>
 
 #include "comm/process_mesh.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
+#include "optim/mixed_precision.h"
 #include "optim/zero_optimizer.h"
 #include "parallel/grad_sync.h"
 #include "train/checkpointing.h"
 #include "train/fault_hooks.h"
+#include "train/progress.h"
 #include "train/train_config.h"
 #include "train/workload.h"
 
@@ -38,6 +41,10 @@ class Trainer {
 
  private:
   float train_step(int64_t step);  // returns the mean loss over the global batch
+  // After train_step: the loss scaler's and the numerical guard's verdict, then the optimizer
+  // step unless the step is skipped. Returns the (unscaled) gradient norm.
+  double update(int64_t step, float loss, double lr, TrainResult& result, Progress& progress);
+  bool fp16() const { return precision_.precision() == optim::Precision::fp16; }
   void set_context(const std::string& context);  // on every group, for the watchdog's messages
   int64_t resume();  // returns the step to continue after (0: a fresh start)
   void check_checkpoint_dir();  // before step 1: the folder can be written, on every rank's word
@@ -61,6 +68,8 @@ class Trainer {
   std::unique_ptr<parallel::GradSync> grad_sync_;  // zero 0-2; under zero 3 the model reduces
   optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;
+  optim::MixedPrecision precision_;
+  optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
   FaultHooks faults_;
 };
 

@@ -1,0 +1,61 @@
+// MixedPrecision: rounding through the cast kernels, and the fp32 master copy.
+#include "optim/mixed_precision.h"
+
+#include "kernels/ops.h"
+
+namespace tessera::optim {
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  if (name == "fp16") return Precision::fp16;
+  fail("--precision ", name, ": expected fp32, bf16 or fp16");
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+  }
+  return "?";
+}
+
+MixedPrecision::MixedPrecision(nn::ParamStore& store, Precision precision, std::vector<Tensor> extra)
+    : store_(store), precision_(precision) {
+  for (Tensor& t : extra)
+    if (t.defined()) extra_.push_back(t);
+}
+
+Tensor MixedPrecision::held_values() { return store_.sharded() ? store_.shard_values() : store_.flat_values(); }
+
+void MixedPrecision::round(Tensor values) {
+  if (!low() || values.numel() == 0) return;
+  const DType low_type = precision_ == Precision::bf16 ? DType::bf16 : DType::f16;
+  if (!staging_.defined() || staging_.numel() < values.numel() || staging_.dtype() != low_type)
+    staging_ = Tensor::empty({values.numel()}, low_type, values.device());
+  Tensor low_values = staging_.slice(0, {values.numel()});
+  Tensor flat = values.reshape({values.numel()});
+  ops::cast(low_values, flat);
+  ops::cast(flat, low_values);
+}
+
+void MixedPrecision::round_weights() {
+  if (!low()) return;
+  Tensor held = held_values();
+  if (!master_.defined() || master_.numel() != held.numel())
+    master_ = Tensor::empty({held.numel()}, DType::f32, held.device());
+  master_.copy_from(held.reshape({held.numel()}));
+  round(held);
+  for (Tensor& t : extra_) round(t);
+}
+
+void MixedPrecision::restore_weights() {
+  if (!low()) return;
+  Tensor held = held_values();
+  held.reshape({held.numel()}).copy_from(master_);
+}
+
+void MixedPrecision::round_gradients(Tensor held) { round(held); }
+
+}  // namespace tessera::optim

@@ -1,0 +1,45 @@
+// MixedPrecision: training with parameters, activations and gradients in bf16 or fp16 and fp32
+// master weights and optimizer states. The store keeps the fp32 master values between steps (what
+// the optimizer updates and checkpoints save); for the step's forward and backward the values a
+// rank holds are rounded to the low precision in place (round_weights) and the master values come
+// back before the update (restore_weights). Gradients are rounded as the low precision would
+// store them (round_gradients: fp16 overflows to inf, which the loss scaler detects). On the CPU
+// the low precision is storage only (fp32 arithmetic on rounded values), so the same logic runs
+// and is tested without a GPU; it costs one copy of the held parameters.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "nn/param_store.h"
+
+namespace tessera::optim {
+
+enum class Precision { fp32, bf16, fp16 };
+Precision parse_precision(const std::string& name);  // "fp32", "bf16", "fp16"; throws naming the choices
+const char* precision_name(Precision p);
+
+class MixedPrecision {
+ public:
+  // extra: further values rounded with the weights and never restored (a pipeline's mirror of a
+  // tied weight, overwritten from the master after each update).
+  MixedPrecision(nn::ParamStore& store, Precision precision, std::vector<Tensor> extra = {});
+  Precision precision() const { return precision_; }
+  bool low() const { return precision_ != Precision::fp32; }
+
+  void round_weights();    // the held values become low precision; the fp32 master is kept
+  void restore_weights();  // the held values are the fp32 master again
+  void round_gradients(Tensor held);
+  // In-place rounding of f32 values to the precision's nearest (ties to even).
+  void round(Tensor values);
+
+ private:
+  Tensor held_values();
+
+  nn::ParamStore& store_;
+  Precision precision_;
+  std::vector<Tensor> extra_;
+  Tensor master_;  // the held values' fp32 copy while rounded
+  Tensor staging_; // low-precision staging for the rounding (resized to the largest use)
+};
+
+}  // namespace tessera::optim
