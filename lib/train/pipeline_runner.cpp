@@ -133,14 +133,16 @@ double PipelineRunner::train_step(int64_t step, float grad_scale, parallel::Grad
 double PipelineRunner::evaluate(int64_t batches) {
   const int stage = pp_.rank(), p = schedule_.stages, chunks = schedule_.chunks;
   double loss = 0.0;
+  // Blocking messages in batch order: MPI keeps the order between two ranks on one tag, so the
+  // tag names only the receiving chunk and any number of batches fits.
   for (int64_t b = 0; b < batches; ++b)
     for (int c = 0; c < chunks; ++c) {
       const int v = c * p + stage, last = p * chunks - 1;
       const int micro = static_cast<int>(b);
       pp_.set_context("evaluation, pipeline stage " + std::to_string(stage) + ", batch " + std::to_string(b));
-      if (v > 0) pp_.recv(stage_.chunk_input(c, micro), (v - 1) % p, tag({0, micro, c}));
+      if (v > 0) pp_.recv(stage_.chunk_input(c, micro), (v - 1) % p, tag({0, 0, c}));
       loss += stage_.evaluate(b, c);
-      if (v < last) pp_.send(stage_.chunk_output(c, micro), (v + 1) % p, tag({0, micro, (v + 1) / p}));
+      if (v < last) pp_.send(stage_.chunk_output(c, micro), (v + 1) % p, tag({0, 0, (v + 1) / p}));
       stage_.release(c, micro);
     }
   return pp_.all_reduce_sum(loss);
