@@ -9,6 +9,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/log.h"
 #include "io/image_dataset.h"
+#include "io/loader_throughput.h"
 #include "models/vit/vit.h"
 #include "train/preemption.h"
 #include "train/trainer.h"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
     double epochs = 0, eval_every_epochs = 0;
     io::ImageAugment augment;
     bool no_flip = false;
+    int64_t benchmark_loader = 0;
     opts.add_options()
         ("data", po::value(&data)->required(), "image data set (HDF5: /train and /test images and labels)")
         ("layers", po::value(&mc.layers)->default_value(7), "transformer blocks")
@@ -40,7 +42,8 @@ int main(int argc, char** argv) {
         ("epochs", po::value(&epochs)->default_value(0.0), "train this many epochs (sets --steps; 0: use --steps)")
         ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0), "evaluate on the test set every N epochs (sets --eval-every)")
         ("crop-pad", po::value(&augment.pad)->default_value(4), "augmentation: random crop from the image zero-padded by this many pixels (0: none)")
-        ("no-flip", po::bool_switch(&no_flip), "augmentation: no random horizontal flip");
+        ("no-flip", po::bool_switch(&no_flip), "augmentation: no random horizontal flip")
+        ("benchmark-loader", po::value(&benchmark_loader)->default_value(0), "benchmark: time N global batches of the augmenting loader alone (its background thread, as training uses it), print images/s and exit");
     o.add_to(opts, "images");
     po::variables_map vm;
     if (!cli::parse(argc, argv, opts, vm, "usage: vit_train --data IMAGES.h5 [options]")) return 0;
@@ -49,7 +52,8 @@ int main(int argc, char** argv) {
     o.finish(mpi.world_size());
     TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "vit_train: sequence parallelism (--sp, --sp-mode",
                   " split_gather) is not supported for ViT yet");
-    TESSERA_CHECK(o.mesh.pp == 1, "vit_train: pipeline parallelism (--pp) is not supported for ViT yet (gpt_train has it)");
+    TESSERA_CHECK(!o.checkpointing().enabled(), "vit_train: --activation-checkpointing ", o.activation_checkpointing,
+                  " is not implemented for ViT yet (gpt_train and moe_train have it); use none");
     TESSERA_CHECK(o.device() == Device::cpu, "vit_train --device cuda: ViT's attention over every position has no",
                   " CUDA kernel yet; run on cpu");
     TESSERA_CHECK(epochs >= 0 && eval_every_epochs >= 0, "--epochs and --eval-every-epochs must be >= 0");
@@ -68,6 +72,15 @@ int main(int argc, char** argv) {
     if (eval_every_epochs > 0)
       tc.eval_every = std::max<int64_t>(1, std::llround(eval_every_epochs * static_cast<double>(steps_per_epoch)));
     tc.validate(o.mesh.dp);
+    TESSERA_CHECK(o.mesh.ep == 1, "vit_train: --ep needs mixture-of-experts layers (moe_train has them)");
+    if (benchmark_loader > 0) {
+      const io::ImageLoader loader(train_set, tc.global_batch, tc.seed, io::channel_stats(*train_set), augment);
+      const double rate = io::loader_images_per_second(loader, tc.global_batch, benchmark_loader);
+      if (mpi.world_rank() == 0)
+        log::info("loader: ", rate, " images/s (", benchmark_loader, " batches of ", tc.global_batch, ", crop pad ",
+                  augment.pad, augment.flip ? ", flip" : "", ")");
+      return 0;
+    }
 
     if (mpi.world_rank() == 0)
       log::info("vit_train: ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",
@@ -79,10 +92,11 @@ int main(int argc, char** argv) {
     comm::ProcessMesh& mesh = parallel.mesh();
     models::Vit model(mc, o.device(), tc.seed, tc.micro_batch, parallel.layout());
     if (mpi.world_rank() == 0) {
-      log::info("parameters: ", model.params().global_numel());
+      log::info("parameters: ", model.model_numel());
       cli::log_slurm_job();
     }
-    train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp), augment);
+    train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp),
+                                mesh.group(comm::Axis::pp), mesh.data_group(), augment);
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();

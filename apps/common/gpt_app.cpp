@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <iostream>
 #include <optional>
 
 #include "apps/common/train_cli.h"
@@ -12,12 +13,43 @@
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
+#include "plan/memory_plan.h"
 #include "train/gpt_workload.h"
 #include "train/preemption.h"
 #include "train/trainer.h"
 
 namespace tessera::cli {
 namespace po = boost::program_options;
+namespace {
+
+// The training data's vocabulary size alone (all --dry-run reads of it): the vocab_size attribute
+// on /train or on the root, where TokenDataset looks.
+int64_t vocab_size_of(const std::string& path) {
+  const io::H5File file = io::H5File::open_read(path);
+  for (const char* holder : {"/train", "/"})
+    if (file.has(holder) && file.has_attr(holder, "vocab_size")) return file.attr_int(holder, "vocab_size");
+  fail(path, ": missing attribute vocab_size (looked on /train and /)");
+}
+
+// --dry-run: the predicted peak memory per rank, by category (plan/memory_plan.h).
+std::string memory_plan(const TrainOptions& o, const models::GptConfig& model, int64_t seq) {
+  plan::GptRun run;
+  run.model = model;
+  run.seq = seq;
+  run.micro_batch = o.train.micro_batch;
+  run.micro_batches = o.train.micro_batches(o.mesh.dp * o.mesh.ep);
+  run.mesh = o.mesh;
+  run.split_gather = o.split_gather();
+  run.ring = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::ring;
+  run.zero_stage = o.train.zero_stage;
+  run.pp_schedule = o.train.pp_schedule;
+  run.virtual_stages = o.train.virtual_stages;
+  run.checkpointing = o.checkpointing();
+  run.precision = o.train.precision;
+  return plan::describe(plan::plan_memory(run), run);
+}
+
+}  // namespace
 
 int gpt_app_main(int argc, char** argv, GptApp app) {
   comm::MpiRuntime mpi(&argc, &argv);
@@ -30,6 +62,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     models::GptConfig mc;
     std::string input, val_input;
     int64_t seq_len = 64;
+    bool dry_run = false;
     opts.add_options()
         ("input", po::value(&input)->required(), "training token data set (HDF5: /tokens, or /train/tokens)")
         ("val-input", po::value(&val_input), "validation data set (default: the /val split of --input, if any)")
@@ -37,7 +70,8 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
         ("hidden", po::value(&mc.hidden)->default_value(128), "hidden size")
         ("heads", po::value(&mc.heads)->default_value(4), "attention heads (must divide --hidden)")
         ("seq-len", po::value(&seq_len)->default_value(64), "tokens per sequence")
-        ("dump", po::value(&o.train.dump_path), "debug: write initial parameters, batches and step-1 logits/gradients to this HDF5 file");
+        ("dump", po::value(&o.train.dump_path), "debug: write initial parameters, batches and step-1 logits/gradients to this HDF5 file")
+        ("dry-run", po::bool_switch(&dry_run), "print the predicted peak memory per rank by category and exit without training (reads only the data's vocab_size; plans for --dp x ... ranks when --dp is given, else for this job's)");
     if (moe) {
       nn::RouterOptions& r = mc.moe.router;
       mc.moe_every = 2;
@@ -54,8 +88,10 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     po::variables_map vm;
     if (!parse(argc, argv, opts, vm, std::string("usage: ") + name + " --input DATA.h5 [options]")) return 0;
 
-    // The layout is checked on every rank before any communication.
-    o.finish(mpi.world_size());
+    // The layout is checked on every rank before any communication. A dry run plans for the
+    // layout the options give (any number of ranks, from one process) when --dp is set.
+    const comm::MeshShape& m = o.mesh;
+    o.finish(dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size());
     TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
     if (moe) {
       TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "moe_train: sequence parallelism (--sp, --sp-mode split_gather) is",
@@ -72,6 +108,13 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                   " (sequence parallelism gives each rank an equal share of the positions)");
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
+    if (dry_run) {
+      mc.vocab = vocab_size_of(input);
+      mc.max_seq = seq_len;
+      mc.validate(o.mesh.tp);
+      if (mpi.world_rank() == 0) std::cout << memory_plan(o, mc, seq_len);
+      return 0;
+    }
     const io::TokenDataset train_data = io::TokenDataset::open(input, "train");
     std::optional<io::TokenDataset> val_data;
     if (!val_input.empty()) {

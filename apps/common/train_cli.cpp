@@ -46,6 +46,8 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("trace", po::value(&tc.trace_path), "write the pipeline's per-rank timeline of compute and messages to this Chrome trace JSON file (Perfetto)")
       ("sp", po::value(&mesh.sp)->default_value(1), "sequence-parallel ranks (must divide the sequence)")
       ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention), or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
+      ("activation-checkpointing", po::value(&activation_checkpointing)->default_value("none"), "none, full (a checkpointed block keeps only its input; backward reruns its forward) or selective (backward recomputes the attention core's output)")
+      ("checkpoint-every-k-blocks", po::value(&checkpoint_every_k_blocks)->default_value(1), "checkpoint blocks k-1, 2k-1, ... (1: every block)")
       ("ep", po::value(&mesh.ep)->default_value(1), "expert-parallel ranks (moe_train: they split the experts, and the batch like dp)")
       ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
       ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
@@ -71,6 +73,10 @@ void TrainOptions::finish(int world_size) {
   TESSERA_CHECK(tp_mode == "1d", "--tp-mode ", tp_mode, ": not implemented yet (this build has 1d)");
   TESSERA_CHECK(device() == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                 " (or this build has no CUDA)");
+  const models::ActivationCheckpointing ckpt = checkpointing();
+  TESSERA_CHECK(!ckpt.enabled() || mesh.pp == 1 || train.pp_schedule != "zb", "--activation-checkpointing ",
+                activation_checkpointing, " with --pp-schedule zb: not supported (zb's deferred weight gradients",
+                " would read recomputed activations that later blocks overwrite); use 1f1b, gpipe or interleaved");
   TESSERA_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0, got ", comm_timeout);
   // The batch splits over dp x ep (expert-parallel ranks route different tokens).
   const int batch_ranks = mesh.dp * mesh.ep;
@@ -93,6 +99,21 @@ void TrainOptions::finish(int world_size) {
 
 Device TrainOptions::device() const { return parse_device(device_name); }
 
+models::ActivationCheckpointing TrainOptions::checkpointing() const {
+  models::ActivationCheckpointing c;
+  c.every = checkpoint_every_k_blocks;
+  if (activation_checkpointing == "full") {
+    c.recompute = nn::Recompute::forward;
+  } else if (activation_checkpointing == "selective") {
+    c.recompute = nn::Recompute::attention_core;
+  } else {
+    TESSERA_CHECK(activation_checkpointing == "none", "--activation-checkpointing ", activation_checkpointing,
+                  ": expected none, full or selective");
+  }
+  TESSERA_CHECK(c.every >= 1, "--checkpoint-every-k-blocks must be >= 1, got ", c.every);
+  return c;
+}
+
 ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim)
     : options_(options), mesh_(options.mesh), tensor_(mesh_.group(comm::Axis::tp), options.split_gather()) {
   for (comm::Communicator* g : mesh_.all_groups()) {
@@ -106,11 +127,13 @@ ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t
 }
 
 models::ModelLayout ParallelSetup::layout() {
-  models::ModelLayout layout{&tensor_};
+  models::ModelLayout layout;
+  layout.tensor = &tensor_;
   if (sequence_) layout.sequence = &*sequence_;
   if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
   layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages};
   if (experts_) layout.experts = &*experts_;
+  layout.checkpointing = options_.checkpointing();
   return layout;
 }
 

@@ -21,6 +21,8 @@ struct TrainOptions {
   train::TrainConfig train;
   comm::MeshShape mesh;
   std::string tp_mode, sp_mode, device_name;
+  std::string activation_checkpointing = "none";  // none, full or selective
+  int64_t checkpoint_every_k_blocks = 1;
   int threads = 0;
   double comm_timeout = 600;
   bool check_collectives = false;
@@ -30,6 +32,7 @@ struct TrainOptions {
   // naming the first problem.
   void finish(int world_size);
   bool split_gather() const { return sp_mode == "split_gather"; }
+  models::ActivationCheckpointing checkpointing() const;  // throws on an unknown mode
   Device device() const;
 };
 

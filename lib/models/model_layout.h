@@ -1,10 +1,12 @@
-// ModelLayout: how a model is split over the ranks, handed to every model (GPT, ViT, ...); each
-// part outlives the model. By default nothing is split.
+// ModelLayout: how a model is split over the ranks, handed to every model (GPT, ViT, ...), with
+// how it trades memory for compute on each rank (ZeRO-3, activation checkpointing); each part
+// outlives the model. By default nothing is split and everything is kept.
 #pragma once
 #include "comm/communicator.h"
 #include "nn/expert_layout.h"
 #include "nn/sequence_layout.h"
 #include "nn/tensor_layout.h"
+#include "nn/transformer_block.h"
 
 namespace tessera::models {
 
@@ -18,6 +20,17 @@ struct PipelinePlacement {
   bool pipelined() const { return virtual_stages() > 1; }
 };
 
+// Activation checkpointing (--activation-checkpointing none|full|selective,
+// --checkpoint-every-k-blocks k): blocks k-1, 2k-1, ... of the whole model (every block for k = 1)
+// recompute in backward what their forward did not keep (nn::Recompute: full keeps only the
+// block's input, selective all but the attention core's output and statistics).
+struct ActivationCheckpointing {
+  nn::Recompute recompute = nn::Recompute::nothing;
+  int64_t every = 1;
+  bool enabled() const { return recompute != nn::Recompute::nothing; }
+  nn::Recompute of_block(int64_t block) const { return (block + 1) % every == 0 ? recompute : nn::Recompute::nothing; }
+};
+
 struct ModelLayout {
   const nn::TensorLayout* tensor = &nn::TensorLayout::single();
   nn::SequenceLayout* sequence = &nn::SequenceLayout::single();
@@ -25,6 +38,7 @@ struct ModelLayout {
   PipelinePlacement pipeline;
   // Where a mixture-of-experts model's experts live; its ranks also split the batch, like dp.
   const nn::ExpertLayout* experts = &nn::ExpertLayout::single();
+  ActivationCheckpointing checkpointing;
 };
 
 // Blocks [first, end) of virtual stage v when `layers` blocks are split over `parts` virtual

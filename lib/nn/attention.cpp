@@ -23,11 +23,21 @@ SelfAttention::SelfAttention(ParamStore& store, const std::string& name, int64_t
   proj_ = Linear(store, name + ".proj", channels, channels, {true, proj_init_std, Split::rows}, layout);
 }
 
-SelfAttention::Saved SelfAttention::allocate(int64_t batch, int64_t seq, Device device) const {
+SelfAttention::Saved SelfAttention::allocate(int64_t batch, int64_t seq, Device device,
+                                             const Saved* shared_core) const {
   const int64_t c = proj_.in_features();  // this rank's heads x head size
-  return {Tensor::empty({batch, seq, 3 * c}, DType::f32, device), Tensor::empty({batch, seq, c}, DType::f32, device),
+  Saved s = shared_core ? *shared_core : allocate_core(batch, seq, device);
+  s.qkv = Tensor::empty({batch, seq, 3 * c}, DType::f32, device);
+  return s;
+}
+
+SelfAttention::Saved SelfAttention::allocate_core(int64_t batch, int64_t seq, Device device) const {
+  const int64_t c = proj_.in_features();
+  return {Tensor(), Tensor::empty({batch, seq, c}, DType::f32, device),
           sequence_->allocate(batch, seq, heads_, c / heads_, device)};
 }
+
+void SelfAttention::recompute_core(Saved& s) const { sequence_->forward(s.att, s.qkv, heads_, causal_, s.core); }
 
 void SelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region) const {
   qkv_.forward(s.qkv, layout_->enter(x, region.in));

@@ -24,7 +24,14 @@ class SelfAttention {
   SelfAttention(ParamStore& store, const std::string& name, int64_t channels, int64_t heads, float init_std,
                 float proj_init_std, bool causal = true, const TensorLayout& layout = TensorLayout::single(),
                 SequenceLayout& sequence = SequenceLayout::single());
-  Saved allocate(int64_t batch, int64_t seq, Device device) const;
+  // shared_core: when given, att and core are views of its tensors (selective activation
+  // checkpointing: every micro-batch and block writes them into one set, and backward recomputes
+  // them first).
+  Saved allocate(int64_t batch, int64_t seq, Device device, const Saved* shared_core = nullptr) const;
+  Saved allocate_core(int64_t batch, int64_t seq, Device device) const;  // att and core only
+  // att and core again from the kept qkv: the attention core's forward (communicating over sp as
+  // forward does).
+  void recompute_core(Saved& saved) const;
 
   // x, y: the token rows this rank holds ([B, T, C], or a share of the rows when the layout splits
   // them); region: the layout's workspace.

@@ -22,14 +22,37 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, c
   }
 }
 
-TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, Device device) const {
+TransformerBlock::Saved TransformerBlock::allocate(int64_t batch, int64_t seq, Device device,
+                                                   const Saved& recomputed) const {
+  switch (config_.recompute) {
+    case Recompute::forward:
+      TESSERA_CHECK(recomputed.mid.defined(), "a fully checkpointed block needs its recomputed buffers");
+      return recomputed;  // views: nothing of its own
+    case Recompute::attention_core:
+      TESSERA_CHECK(recomputed.attn.att.defined(), "a selectively checkpointed block needs its recomputed buffers");
+      return allocate_kept(batch, seq, device, &recomputed.attn);
+    case Recompute::nothing:
+      break;
+  }
+  return allocate_kept(batch, seq, device, nullptr);
+}
+
+TransformerBlock::Saved TransformerBlock::allocate_recomputed(int64_t batch, int64_t seq, Device device) const {
+  Saved s;
+  if (config_.recompute == Recompute::forward) s = allocate_kept(batch, seq, device, nullptr);
+  if (config_.recompute == Recompute::attention_core) s.attn = attn_.allocate_core(batch, seq, device);
+  return s;
+}
+
+TransformerBlock::Saved TransformerBlock::allocate_kept(int64_t batch, int64_t seq, Device device,
+                                                        const SelfAttention::Saved* shared_core) const {
   const int64_t rows = layout_->local_rows(batch * seq), c = config_.channels;
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
   Saved s;
   s.ln1 = act({rows, c});
   s.ln1_mean = act({rows});
   s.ln1_rstd = act({rows});
-  s.attn = attn_.allocate(batch, seq, device);
+  s.attn = attn_.allocate(batch, seq, device, shared_core);
   s.mid = act({rows, c});
   s.ln2 = act({rows, c});
   s.ln2_mean = act({rows});
@@ -66,8 +89,23 @@ float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w
   return aux;
 }
 
+void TransformerBlock::recompute(const Tensor& x, Saved& s, Scratch& w) const {
+  switch (config_.recompute) {
+    case Recompute::forward:
+      forward(w.d_c, x, s, w);  // the output is the next block's input, which is kept
+      break;
+    case Recompute::attention_core:
+      attn_.recompute_core(s.attn);
+      break;
+    case Recompute::nothing:
+      break;
+  }
+}
+
 void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, Scratch& w, WeightGrads* defer,
                                 float aux_loss_scale) const {
+  TESSERA_CHECK(!defer || config_.recompute == Recompute::nothing, "a checkpointed block's weight gradients cannot",
+                " be deferred (zero-bubble): its recomputed activations are shared until its backward ends");
   // MLP branch: dres = dL/dy = dL/dmid (identity path) + the branch through ln2.
   if (is_moe()) {
     TESSERA_CHECK(!defer, "a mixture-of-experts block's weight gradients cannot be deferred (zero-bubble) yet");

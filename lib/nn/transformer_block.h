@@ -13,11 +13,20 @@
 
 namespace tessera::nn {
 
+// Activation checkpointing: what a block's backward recomputes instead of keeping it from forward.
+enum class Recompute {
+  nothing,         // forward keeps every Saved tensor, per micro-batch
+  attention_core,  // selective: the attention core's output and statistics (SelfAttention::Saved's
+                   // att and core) are recomputed from the kept q, k, v
+  forward,         // full: only the block's input is kept (by the caller); backward reruns forward
+};
+
 struct BlockConfig {
   int64_t channels = 0, heads = 0, mlp_hidden = 0;
   float init_std = 0.02f, proj_init_std = 0.02f;
   bool causal = true;  // attention to earlier positions only (GPT); false: to every position (ViT)
   const MoeConfig* moe = nullptr;  // a mixture-of-experts feed-forward instead of the MLP
+  Recompute recompute = Recompute::nothing;
 };
 
 class TransformerBlock {
@@ -44,22 +53,38 @@ class TransformerBlock {
                    SequenceLayout& sequence = SequenceLayout::single(),
                    const ExpertLayout& experts = ExpertLayout::single());
   bool is_moe() const { return config_.moe != nullptr; }
-  Saved allocate(int64_t batch, int64_t seq, Device device) const;
+  Recompute recompute() const { return config_.recompute; }
+  // Per micro-batch: what forward keeps for backward. The parts the block recomputes are views of
+  // `recomputed` (made by allocate_recomputed, shared by every micro-batch and by the model's
+  // blocks of the same kind: forward writes them as workspace, backward recomputes them first).
+  Saved allocate(int64_t batch, int64_t seq, Device device, const Saved& recomputed = {}) const;
+  // The buffers backward recomputes into: a whole Saved (full), the attention core's (selective),
+  // nothing (undefined tensors) when the block recomputes nothing.
+  Saved allocate_recomputed(int64_t batch, int64_t seq, Device device) const;
   Scratch allocate_scratch(int64_t batch, int64_t seq, Device device) const;
 
   // x, y: the token rows this rank holds ([B x T, C], T: this rank's positions under sequence
   // parallelism; a share of the rows when the tensor layout splits them); y may not alias x.
   // Returns the MoE layer's auxiliary loss term (this rank's share; 0 for a dense block).
   float forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch) const;
+  // Before backward, a checkpointed block recomputes what forward did not keep, from its input x
+  // (full: the whole forward, its output into scratch.d_c and thrown away; an MoE block
+  // communicates over ep as in forward and routes alike, as x and the parameters are the same).
+  // Nothing to do for a block that recomputes nothing.
+  void recompute(const Tensor& x, Saved& saved, Scratch& scratch) const;
   // dres holds dL/dy on entry and dL/dx on exit (the residual stream's gradient, updated in place).
   // With `defer` only the input gradient is computed now and every weight gradient is recorded
   // there (nn/weight_grads.h: zero-bubble pipelines run them later); x and saved must then stay
-  // valid until it runs (dense blocks only). aux_loss_scale: the weight of forward's auxiliary
-  // term in the loss (MoE blocks: the micro-batch's gradient scale).
+  // valid until it runs (dense blocks that recompute nothing only: recomputed buffers are shared).
+  // aux_loss_scale: the weight of forward's auxiliary term in the loss (MoE blocks: the
+  // micro-batch's gradient scale).
   void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch,
                 WeightGrads* defer = nullptr, float aux_loss_scale = 0.0f) const;
 
  private:
+  // Every Saved tensor, the attention core's as views of shared_core when it is given.
+  Saved allocate_kept(int64_t batch, int64_t seq, Device device, const SelfAttention::Saved* shared_core) const;
+
   BlockConfig config_;
   const TensorLayout* layout_ = nullptr;
   LayerNorm ln1_, ln2_;

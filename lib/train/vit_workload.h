@@ -2,27 +2,34 @@
 // by the ImageLoader from (seed, epoch, image) and made ahead on a background thread
 // (ImagePrefetcher), this rank taking rows [dp_rank x micro-batches x micro-batch, ...) of each
 // global batch; evaluation (normalisation only) splits the test set's batches over the dp ranks
-// and sums the loss, correct predictions and count with one all-reduce(dp).
+// and sums the loss, correct predictions and count over dp. On a pipeline (pp > 1) it is a
+// PipelineStage: the first stage reads the images (prefetched), the last only the labels;
+// evaluation runs through the stages, and the last stage's sums are summed over pp too.
 #pragma once
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "io/image_dataset.h"
 #include "io/image_loader.h"
 #include "io/image_prefetcher.h"
 #include "models/vit/vit.h"
+#include "train/pipeline_runner.h"
 #include "train/train_config.h"
 #include "train/workload.h"
 
 namespace tessera::train {
 
-class VitWorkload final : public Workload {
+class VitWorkload final : public Workload, private PipelineStage {
  public:
-  // test may be null (no evaluation). dp: the data-parallel group (its rank picks the slice).
+  // test may be null (no evaluation). dp: the data-parallel group (its rank picks the slice);
+  // pp: the pipeline group (its size and the model's chunks pick the schedule of
+  // config.pp_schedule); data: the data group (dp x sp) of the trainer.
   VitWorkload(models::Vit& model, std::shared_ptr<const io::ImageDataset> train,
               std::shared_ptr<const io::ImageDataset> test, const TrainConfig& config, comm::Communicator& dp,
-              io::ImageAugment augment = {});
+              comm::Communicator& pp, comm::Communicator& data, io::ImageAugment augment = {});
+  ~VitWorkload() override;
 
   nn::ParamStore& params() override { return model_.params(); }
   void start(int64_t first_step) override;
@@ -34,18 +41,47 @@ class VitWorkload final : public Workload {
   double flops_per_sample() const override { return model_.flops_per_sample(); }
   std::string model_name() const override { return "vit"; }
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
+  PipelineRunner* pipeline() override { return runner_.get(); }
+  // The ViT ties no weights across stages: a TiedWeights that does nothing on every stage.
+  parallel::TiedWeights* tied_weights() override { return tied_.get(); }
 
  private:
+  // PipelineStage: the model's chunks, with this rank's images and labels.
+  int chunks() const override { return model_.chunks(); }
+  Tensor& chunk_input(int chunk, int micro) override { return model_.chunk_input(chunk, micro); }
+  Tensor& chunk_output(int chunk, int micro) override { return model_.chunk_output(chunk, micro); }
+  Tensor& chunk_grad(int chunk, int micro) override { return model_.chunk_grad(chunk, micro); }
+  float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) override;
+  void backward(int chunk, int micro, parallel::GradSync* sync) override { model_.backward_chunk(chunk, micro, sync); }
+  void backward_input(int chunk, int micro) override { model_.backward_chunk(chunk, micro, nullptr, true); }
+  void backward_weights(int chunk, int micro, parallel::GradSync* sync) override {
+    model_.backward_weights_chunk(chunk, micro, sync);
+  }
+  float evaluate(int64_t batch, int chunk) override;
+  void release(int chunk, int micro) override { model_.release(chunk, micro); }
+
+  const io::ImageBatch& step_batch(int64_t step);  // this rank's rows of the step, prefetched
+  const int32_t* step_labels(int64_t step);        // their labels (a last stage loads only these)
+  void load_eval_round(int64_t round);             // test batch round x dp + rank, or padding
+  void add(const models::Vit::Eval& e);            // to eval_sum_
+
   models::Vit& model_;
   TrainConfig config_;
   comm::Communicator& dp_;
+  comm::Communicator& pp_;
   int64_t first_row_, rows_;  // this rank's slice of each global batch
   io::ImageLoader train_loader_;
   std::optional<io::ImageLoader> eval_loader_;
-  std::unique_ptr<io::ImagePrefetcher> prefetcher_;
-  const io::ImageBatch* batch_ = nullptr;  // the current step's rows
+  std::unique_ptr<io::ImagePrefetcher> prefetcher_;  // on the stage with the embedding
+  const io::ImageBatch* batch_ = nullptr;             // the current step's rows
+  std::vector<int32_t> labels_;                       // without a prefetcher: the current step's labels
+  int64_t labels_step_ = -1;
   std::vector<float> eval_images_;
   std::vector<int32_t> eval_labels_;
+  int64_t eval_round_base_ = 0;  // of the runner's evaluation batch 0
+  models::Vit::Eval eval_sum_;
+  std::unique_ptr<parallel::TiedWeights> tied_;
+  std::unique_ptr<PipelineRunner> runner_;  // pp > 1
 };
 
 }  // namespace tessera::train

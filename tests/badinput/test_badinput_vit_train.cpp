@@ -75,4 +75,9 @@ TEST_F(VitTrainBadInput, CudaDeviceIsRefusedClearly) {
   expect_refused(1, "--data " + shell_quote(images_) + " --device cuda", "cuda");
 }
 
+// A pipeline needs a block per (virtual) stage: one block does not split over two stages.
+TEST_F(VitTrainBadInput, PipelineStagesWithoutBlocks) {
+  expect_refused(2, "--data " + shell_quote(images_) + " --pp 2", "cannot be split over 2 pipeline");
+}
+
 }  // namespace

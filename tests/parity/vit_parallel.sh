@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Parity of vit_train: data parallelism with ZeRO 1, 2, 3 and micro-batching, 1D tensor
-# parallelism and tp x dp with ZeRO (class-token and mean pooling) reproduce the one-rank run on a synthetic image set
-# (losses, step-1 gradients and the state after 10 steps: tests/tools/layout_parity.sh); a
-# checkpoint saved at tp 2 x dp 2 ZeRO-3 resumes on one rank; evaluation gives the same loss and
-# accuracy under every layout.
+# parallelism, tp x dp with ZeRO (class-token and mean pooling), and pipeline parallelism (GPipe,
+# 1F1B, ZB-H1 with its weight gradients deferred, interleaved with 2 chunks per stage; pp x dp with
+# ZeRO-1, and ZeRO-3 under ZB-H1 and 1F1B; pp x tp) reproduce the one-rank run on a synthetic image
+# set (losses, step-1 gradients and the state after 10 steps: tests/tools/layout_parity.sh);
+# checkpoints saved at tp 2 x dp 2 ZeRO-3 and at pp 2 x dp 2 ZeRO-3 (1F1B) resume on one rank, and
+# the first also at pp 2; evaluation gives the same loss and accuracy under every layout.
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -27,19 +29,34 @@ parity_case tp4 4 ref "$data" --tp 4
 parity_case tp2-dp2-zero3 4 ref "$data" --tp 2 --zero 3
 parity_reference ref-mean "$data" --micro-batch 8 --pool mean
 parity_case tp2-dp2-zero2-mean-pool 4 ref-mean "$data" --tp 2 --zero 2 --pool mean
+# Pipelines: the patch embedding on the first stage; the final norm, pooling, head and loss on the last.
+parity_case pp2-gpipe 2 ref "$data" --pp 2 --micro-batch 2 --pp-schedule gpipe
+parity_case pp2-1f1b 2 ref "$data" --pp 2 --micro-batch 1 --pp-schedule 1f1b
+parity_case pp2-zb 2 ref "$data" --pp 2 --micro-batch 2 --pp-schedule zb
+parity_case pp2-dp2-zero1 4 ref "$data" --pp 2 --micro-batch 2 --zero 1
+parity_case pp2-dp2-zero3-zb 4 ref "$data" --pp 2 --micro-batch 1 --zero 3 --pp-schedule zb
+parity_case pp2-tp2 4 ref "$data" --pp 2 --tp 2 --micro-batch 2
+parity_reference ref-deep "$data" --micro-batch 8 --layers 4 --pool mean
+parity_case pp2-interleaved-v2-mean-pool 2 ref-deep "$data" --layers 4 --pool mean --pp 2 --micro-batch 2 \
+  --pp-schedule interleaved --virtual-stages 2
 
 echo -n "evaluation (loss and accuracy at step 10) under every layout: "
-/usr/bin/python3 - "$tmp" ref dp2 dp2-micro2-zero1 dp4-zero2 dp4-zero3 tp2 tp4 tp2-dp2-zero3 <<'PY'
+/usr/bin/python3 - "$tmp" ref dp2 dp2-micro2-zero1 dp4-zero2 dp4-zero3 tp2 tp4 tp2-dp2-zero3 pp2-gpipe pp2-1f1b pp2-zb \
+  pp2-dp2-zero1 pp2-dp2-zero3-zb pp2-tp2 -- ref-mean tp2-dp2-zero2-mean-pool -- ref-deep pp2-interleaved-v2-mean-pool <<'PY'
 import json, sys
-folder, names = sys.argv[1], sys.argv[2:]
+folder, groups = sys.argv[1], " ".join(sys.argv[2:]).split(" -- ")
 def last_eval(name):
     return [json.loads(l) for l in open(f"{folder}/{name}.jsonl") if "eval_loss" in l][-1]
-ref = last_eval(names[0])
-for name in names[1:]:
-    e = last_eval(name)
-    if abs(e["eval_loss"] - ref["eval_loss"]) > 1e-5 * abs(ref["eval_loss"]) or abs(e["eval_acc"] - ref["eval_acc"]) > 1e-9:
-        sys.exit(f"error: {name}: eval_loss {e['eval_loss']}, eval_acc {e['eval_acc']} vs {ref['eval_loss']}, {ref['eval_acc']}")
-print(f"eval_loss {ref['eval_loss']:.6f}, eval_acc {ref['eval_acc']:.4f} everywhere")
+said = []
+for group in groups:  # a reference, then the layouts that must evaluate as it does
+    ref_name, *names = group.split()
+    ref = last_eval(ref_name)
+    for name in names:
+        e = last_eval(name)
+        if abs(e["eval_loss"] - ref["eval_loss"]) > 1e-5 * abs(ref["eval_loss"]) or abs(e["eval_acc"] - ref["eval_acc"]) > 1e-9:
+            sys.exit(f"error: {name}: eval_loss {e['eval_loss']}, eval_acc {e['eval_acc']} vs {ref_name}'s {ref['eval_loss']}, {ref['eval_acc']}")
+    said.append(f"{ref_name} {ref['eval_loss']:.6f} / {ref['eval_acc']:.4f} under {len(names)} layouts")
+print("eval_loss / eval_acc:", "; ".join(said))
 PY
 
 echo -n "a checkpoint saved at tp 2 x dp 2 ZeRO-3, resumed on one rank: "
@@ -53,3 +70,18 @@ mpirun -np 1 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --
 grep '"loss"' "$tmp/first.jsonl" > "$tmp/first_train.jsonl"
 head -n 10 "$tmp/first_train.jsonl" | cat - "$tmp/resumed.jsonl" > "$tmp/all.jsonl"
 $compare_losses "$tmp/ref20.jsonl" "$tmp/all.jsonl" --rtol 1e-5
+
+echo -n "the same checkpoint resumed at pp 2 (gpipe): "
+mpirun -np 2 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --pp 2 --micro-batch 2 \
+  --pp-schedule gpipe --resume "$tmp/ck/step_10.h5" --metrics "$tmp/resumed-pp.jsonl" >/dev/null
+head -n 10 "$tmp/first_train.jsonl" | cat - "$tmp/resumed-pp.jsonl" > "$tmp/all-pp.jsonl"
+$compare_losses "$tmp/ref20.jsonl" "$tmp/all-pp.jsonl" --rtol 1e-5
+
+echo -n "a checkpoint saved at pp 2 x dp 2 ZeRO-3 (1f1b), resumed on one rank: "
+mpirun -np 4 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --pp 2 --micro-batch 2 --zero 3 \
+  --checkpoint-dir "$tmp/ck-pp" --checkpoint-every 10 --metrics "$tmp/first-pp.jsonl" >/dev/null
+mpirun -np 1 "$build/apps/vit_train" --data "$data" "${common[@]}" --steps 20 --micro-batch 8 \
+  --resume "$tmp/ck-pp/step_10.h5" --metrics "$tmp/resumed-from-pp.jsonl" >/dev/null
+grep '"loss"' "$tmp/first-pp.jsonl" > "$tmp/first-pp_train.jsonl"
+head -n 10 "$tmp/first-pp_train.jsonl" | cat - "$tmp/resumed-from-pp.jsonl" > "$tmp/all-from-pp.jsonl"
+$compare_losses "$tmp/ref20.jsonl" "$tmp/all-from-pp.jsonl" --rtol 1e-5

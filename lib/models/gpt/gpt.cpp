@@ -10,6 +10,14 @@
 
 namespace tessera::models {
 
+namespace {
+constexpr float kInitStd = 0.02f;
+// GPT-2's scaled initialisation of the projections into the residual stream.
+float proj_init_std(const GptConfig& config) {
+  return kInitStd / std::sqrt(2.0f * static_cast<float>(config.layers));
+}
+}  // namespace
+
 void GptConfig::validate(int tp) const {
   TESSERA_CHECK(vocab >= 2, "vocabulary size must be at least 2, got ", vocab);
   TESSERA_CHECK(layers >= 1, "--layers must be at least 1, got ", layers);
@@ -20,6 +28,80 @@ void GptConfig::validate(int tp) const {
   TESSERA_CHECK(pad_vocab_to >= 1, "vocabulary padding must be at least 1");
   TESSERA_CHECK(heads % tp == 0, "--heads ", heads, " is not divisible by --tp ", tp,
                 " (tensor parallelism splits the attention heads)");
+}
+
+int64_t GptConfig::moe_blocks() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) n += is_moe_block(i);
+  return n;
+}
+
+std::vector<Gpt::Chunk> Gpt::make_chunks(int64_t layers, const PipelinePlacement& pipe) {
+  TESSERA_CHECK(pipe.stages >= 1 && pipe.stage >= 0 && pipe.stage < pipe.stages && pipe.chunks >= 1,
+                "pipeline placement: stage ", pipe.stage, " of ", pipe.stages, " with ", pipe.chunks, " chunks");
+  const int parts = pipe.virtual_stages();
+  std::vector<Chunk> chunks;
+  size_t base = 0;
+  for (int c = 0; c < pipe.chunks; ++c) {
+    const int v = pipe.virtual_stage(c);
+    const auto [first, end] = stage_blocks(layers, parts, v);
+    chunks.push_back({first, end, base, v == 0, v == parts - 1});
+    base += static_cast<size_t>(end - first);
+  }
+  return chunks;
+}
+
+nn::MoeConfig Gpt::moe_block_config(const GptConfig& config) {
+  nn::MoeConfig moe = config.moe;
+  moe.channels = config.hidden;
+  if (moe.hidden == 0) moe.hidden = 4 * config.hidden;
+  moe.init_std = kInitStd;
+  moe.proj_init_std = proj_init_std(config);
+  return moe;
+}
+
+Gpt::Modules Gpt::register_modules(const GptConfig& config, const nn::MoeConfig& moe, const ModelLayout& layout,
+                                   const std::vector<Chunk>& chunks, nn::ParamStore& store, nn::ParamStore& mirror) {
+  TESSERA_CHECK(config.moe_every >= 0, "--moe-every must be >= 0, got ", config.moe_every);
+  TESSERA_CHECK(config.moe_every > 0 || layout.experts->size() == 1,
+                "expert parallelism (--ep) needs mixture-of-experts blocks (moe_train)");
+  TESSERA_CHECK(config.moe_every == 0 || config.moe_blocks() > 0, "--moe-every ", config.moe_every,
+                " is more than --layers ", config.layers, ": no block would have experts");
+  const ActivationCheckpointing& ckpt = layout.checkpointing;
+  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--checkpoint-every-k-blocks ",
+                ckpt.every, " must be in [1, --layers ", config.layers, "]");
+  const int64_t c = config.hidden;
+  Modules m;
+  const bool first_stage = chunks.front().embedding, last_stage = chunks.back().head;
+  if (first_stage || last_stage) {
+    if (first_stage) m.unit_first_param.push_back(store.size());
+    m.embed = nn::Embedding(first_stage ? store : mirror, "embed", config.vocab, config.max_seq, c,
+                            config.pad_vocab_to, kInitStd, *layout.tensor);
+  }
+  for (const Chunk& ch : chunks)
+    for (int64_t i = ch.first_block; i < ch.end_block; ++i) {
+      nn::BlockConfig b{c, config.heads, 4 * c, kInitStd, proj_init_std(config)};
+      if (config.is_moe_block(i)) b.moe = &moe;
+      b.recompute = ckpt.of_block(i);
+      m.unit_first_param.push_back(store.size());
+      m.blocks.emplace_back(store, "blocks." + std::to_string(i), b, *layout.tensor, *layout.sequence,
+                            *layout.experts);
+    }
+  if (last_stage) {
+    m.unit_first_param.push_back(store.size());
+    m.ln_f = nn::LayerNorm(store, "ln_f", c, *layout.tensor);
+  }
+  return m;
+}
+
+Gpt::StageParams Gpt::stage_params(const GptConfig& config, const ModelLayout& layout) {
+  config.validate(layout.tensor->size());
+  StageParams p;
+  const nn::MoeConfig moe = moe_block_config(config);
+  p.unit_first_param =
+      register_modules(config, moe, layout, make_chunks(config.layers, layout.pipeline), p.store, p.mirror)
+          .unit_first_param;
+  return p;
 }
 
 Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_batch, int64_t seq,
@@ -37,76 +119,34 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   TESSERA_CHECK(!(layout.tensor->splits_rows() && layout.sequence->size() > 1),
                 "--sp-mode split_gather splits the sequence inside the tp group: it takes no --sp");
   const PipelinePlacement& pipe = layout.pipeline;
-  TESSERA_CHECK(pipe.stages >= 1 && pipe.stage >= 0 && pipe.stage < pipe.stages && pipe.chunks >= 1,
-                "pipeline placement: stage ", pipe.stage, " of ", pipe.stages, " with ", pipe.chunks, " chunks");
-  const int parts = pipe.virtual_stages();
-  size_t base = 0;
-  for (int c = 0; c < pipe.chunks; ++c) {
-    const int v = pipe.virtual_stage(c);
-    const auto [first, end] = stage_blocks(config.layers, parts, v);
-    chunks_.push_back({first, end, base, v == 0, v == parts - 1});
-    base += static_cast<size_t>(end - first);
-  }
+  chunks_ = make_chunks(config.layers, pipe);
   const bool first_stage = chunks_.front().embedding, last_stage = chunks_.back().head;
 
-  const int64_t c = config.hidden;
-  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
-  nn::BlockConfig block{c, config.heads, 4 * c, std, proj_std};
-  moe_config_ = config.moe;
-  moe_config_.channels = c;
-  if (moe_config_.hidden == 0) moe_config_.hidden = 4 * c;
-  moe_config_.init_std = std;
-  moe_config_.proj_init_std = proj_std;
-  TESSERA_CHECK(config.moe_every >= 0, "--moe-every must be >= 0, got ", config.moe_every);
-  TESSERA_CHECK(config.moe_every > 0 || layout.experts->size() == 1,
-                "expert parallelism (--ep) needs mixture-of-experts blocks (moe_train)");
-  int64_t moe_blocks = 0;
-  for (int64_t i = 0; i < config.layers; ++i) moe_blocks += config.is_moe_block(i);
-  TESSERA_CHECK(config.moe_every == 0 || moe_blocks > 0, "--moe-every ", config.moe_every, " is more than --layers ",
-                config.layers, ": no block would have experts");
-  moe_stats_.max_load.assign(static_cast<size_t>(moe_blocks), 0.0);
-  auto add_embedding = [&](nn::ParamStore& store) {
-    return nn::Embedding(store, "embed", config.vocab, config.max_seq, c, config.pad_vocab_to, std, *layout.tensor);
-  };
-  auto add_block = [&](nn::ParamStore& store, int64_t i) {
-    nn::BlockConfig b = block;
-    if (config.is_moe_block(i)) b.moe = &moe_config_;
-    return nn::TransformerBlock(store, "blocks." + std::to_string(i), b, *layout.tensor, *layout.sequence,
-                                *layout.experts);
-  };
-  std::vector<int> first_param;  // of each unit: the embedding, the blocks, the final norm
-  if (first_stage) {
-    first_param.push_back(store_.size());
-    embed_ = add_embedding(store_);
-  } else if (last_stage) {
-    mirror_ = std::make_unique<nn::ParamStore>();
-    embed_ = add_embedding(*mirror_);
+  moe_config_ = moe_block_config(config);
+  moe_stats_.max_load.assign(static_cast<size_t>(config.moe_blocks()), 0.0);
+  mirror_ = std::make_unique<nn::ParamStore>();
+  Modules m = register_modules(config, moe_config_, layout, chunks_, store_, *mirror_);
+  embed_ = std::move(m.embed);
+  blocks_ = std::move(m.blocks);
+  ln_f_ = std::move(m.ln_f);
+  block_unit_base_ = first_stage ? 1 : 0;
+  ln_f_unit_ = block_unit_base_ + blocks_.size();
+  units_ = std::make_unique<parallel::ParamUnits>(store_, m.unit_first_param, device, seed, layout.zero3);
+  if (mirror_->size() > 0) {
+    mirror_->allocate(device, seed);  // the same values as the first stage's table
+  } else {
+    mirror_.reset();
   }
-  block_unit_base_ = first_param.size();
-  for (const Chunk& ch : chunks_)
-    for (int64_t i = ch.first_block; i < ch.end_block; ++i) {
-      first_param.push_back(store_.size());
-      blocks_.push_back(add_block(store_, i));
-    }
-  ln_f_unit_ = first_param.size();
-  if (last_stage) {
-    first_param.push_back(store_.size());
-    ln_f_ = nn::LayerNorm(store_, "ln_f", c, *layout.tensor);
-  }
-  units_ = std::make_unique<parallel::ParamUnits>(store_, first_param, device, seed, layout.zero3);
-  if (mirror_) mirror_->allocate(device, seed);  // the same values as the first stage's table
   if (pipe.pipelined()) {  // the whole model's size, from its parameter list alone
-    nn::ParamStore whole;
-    add_embedding(whole);
-    for (int64_t i = 0; i < config.layers; ++i) add_block(whole, i);
-    nn::LayerNorm(whole, "ln_f", c, *layout.tensor);
-    model_numel_ = whole.global_numel();
+    ModelLayout whole_model = layout;
+    whole_model.pipeline = {};
+    model_numel_ = stage_params(config, whole_model).store.global_numel();
   } else {
     model_numel_ = store_.global_numel();
   }
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
-  const int64_t b = micro_batch, t = local_seq_, n = b * t;
+  const int64_t b = micro_batch, t = local_seq_, n = b * t, c = config.hidden;
   slots_.resize(chunks_.size());
   scratch_ = blocks_.front().allocate_scratch(b, t, device);
   for (const nn::TransformerBlock& blk : blocks_)
@@ -114,6 +154,9 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       scratch_.moe = blk.allocate_scratch(b, t, device).moe;
       break;
     }
+  for (const nn::TransformerBlock& blk : blocks_)  // checkpointed blocks' shared buffers
+    if (blk.recompute() != nn::Recompute::nothing && !recomputed_.count(recomputed_kind(blk)))
+      recomputed_.emplace(recomputed_kind(blk), blk.allocate_recomputed(b, t, device));
   host_rows_ = Tensor::empty({2, b, t}, DType::i32);
   if (last_stage) {
     targets_ = act({b, t}, DType::i32);
@@ -137,7 +180,12 @@ std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const Chunk& c) cons
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device_); };
   if (c.embedding) a->inputs = act({batch_, local_seq_}, DType::i32);
   for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({rows_, config_.hidden}));
-  for (int64_t i = 0; i < c.blocks(); ++i) a->saved.push_back(blocks_[c.block_base + i].allocate(batch_, local_seq_, device_));
+  for (int64_t i = 0; i < c.blocks(); ++i) {
+    const nn::TransformerBlock& blk = blocks_[c.block_base + static_cast<size_t>(i)];
+    const auto shared = recomputed_.find(recomputed_kind(blk));
+    a->saved.push_back(blk.allocate(batch_, local_seq_, device_,
+                                    shared == recomputed_.end() ? nn::TransformerBlock::Saved{} : shared->second));
+  }
   a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
   a->dres = act({rows_, config_.hidden});
   return a;
@@ -252,6 +300,7 @@ void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
       continue;
     }
     units_->gather(block_unit(b), true);
+    blocks_[b].recompute(a.residual[j], a.saved[j], scratch_);  // activation checkpointing
     blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_, nullptr, a.grad_scale);
     units_->grads_done(block_unit(b), sync);
   }

@@ -26,11 +26,22 @@ struct GptConfig {
   int64_t moe_every = 0;
   nn::MoeConfig moe;
   bool is_moe_block(int64_t i) const { return moe_every > 0 && (i + 1) % moe_every == 0; }
+  int64_t moe_blocks() const;  // how many blocks have experts
   void validate(int tp = 1) const;  // throws tessera::Error naming the first bad field
 };
 
 class Gpt {
  public:
+  // This rank's parameters as the constructor registers them, nothing allocated (what the memory
+  // planner counts): the stage's store, each unit's first parameter (the embedding on the first
+  // stage, each block, the final norm on the last) and, on a last stage that is not also the
+  // first, the tied token table's mirror (empty elsewhere).
+  struct StageParams {
+    nn::ParamStore store, mirror;
+    std::vector<int> unit_first_param;
+  };
+  static StageParams stage_params(const GptConfig& config, const ModelLayout& layout);
+
   // seq: the whole sequence's length (a sequence-parallel rank holds seq / sp positions of it).
   // Under a pipeline placement this rank builds only its chunks' blocks, the embedding on the
   // first virtual stage and the final norm and head on the last; a last stage that is not also
@@ -64,10 +75,12 @@ class Gpt {
 
   // ---- pipeline stages: the same computation, chunk by chunk and micro-batch by micro-batch ----
   // Each (chunk, micro-batch) in flight has its own activations, allocated on first use and
-  // recycled by release(). chunk_input is the chunk's input activation (the previous virtual
-  // stage's output, received into it), chunk_output its output (sent to the next); chunk_grad is
-  // the gradient of the chunk's output on entry to backward_chunk (received into it) and of its
-  // input after it (sent back).
+  // recycled by release(); under activation checkpointing (layout.checkpointing) a checkpointed
+  // block's share of them is its input alone (full) or all but its attention core's (selective),
+  // and its backward recomputes the rest into buffers shared by the model. chunk_input is the
+  // chunk's input activation (the previous virtual stage's output, received into it),
+  // chunk_output its output (sent to the next); chunk_grad is the gradient of the chunk's output
+  // on entry to backward_chunk (received into it) and of its input after it (sent back).
   int chunks() const { return static_cast<int>(chunks_.size()); }
   bool has_embedding(int chunk) const { return chunks_[chunk].embedding; }
   bool has_head(int chunk) const { return chunks_[chunk].head; }
@@ -133,6 +146,27 @@ class Gpt {
   // Units: the embedding (first stage), each block, the final norm (last stage).
   size_t block_unit(int64_t local_block) const { return block_unit_base_ + local_block; }
 
+  // The modules of this rank's chunks, their parameters registered (not allocated) in `store`,
+  // and the tied token table in `mirror` on a last stage that is not the first. MoE blocks point
+  // at `moe`, which must outlive them.
+  struct Modules {
+    nn::Embedding embed;
+    std::vector<nn::TransformerBlock> blocks;
+    nn::LayerNorm ln_f;
+    std::vector<int> unit_first_param;
+  };
+  static std::vector<Chunk> make_chunks(int64_t layers, const PipelinePlacement& pipe);
+  static nn::MoeConfig moe_block_config(const GptConfig& config);
+  static Modules register_modules(const GptConfig& config, const nn::MoeConfig& moe, const ModelLayout& layout,
+                                  const std::vector<Chunk>& chunks, nn::ParamStore& store, nn::ParamStore& mirror);
+  // Activation checkpointing: the buffers checkpointed blocks recompute into, one set per kind
+  // (full: dense and MoE blocks keep different tensors; selective: every block's attention core is
+  // alike), shared by the blocks and micro-batches of the model.
+  using RecomputedKind = std::pair<nn::Recompute, bool>;
+  static RecomputedKind recomputed_kind(const nn::TransformerBlock& block) {
+    return {block.recompute(), block.recompute() == nn::Recompute::forward && block.is_moe()};
+  }
+
   GptConfig config_;
   Device device_;
   int64_t batch_, seq_;
@@ -153,6 +187,7 @@ class Gpt {
   std::unique_ptr<parallel::ParamUnits> units_;  // allocation, ZeRO-3 gathers, gradient reduction
 
   std::vector<ChunkSlots> slots_;  // per chunk
+  std::map<RecomputedKind, nn::TransformerBlock::Saved> recomputed_;
   nn::TransformerBlock::Scratch scratch_;
   Tensor targets_, lnf_, lnf_mean_, lnf_rstd_;  // the head's, used within one forward_chunk
   Tensor host_rows_;                             // [2, B, T]: inputs and targets on the host

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 namespace tessera::models {
 
@@ -25,143 +27,249 @@ void VitConfig::validate(int tp) const {
 }
 
 Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_batch, const ModelLayout& layout)
-    : config_(config), device_(device), batch_(micro_batch), tokens_(config.tokens()) {
+    : config_(config),
+      device_(device),
+      batch_(micro_batch),
+      tokens_(config.tokens()),
+      slots_(static_cast<size_t>(std::max(layout.pipeline.chunks, 1)),
+             [this](int chunk) { return allocate_activations(chunk); }) {
   config.validate(layout.tensor->size());
   TESSERA_CHECK(!layout.tensor->splits_rows() && layout.sequence->size() == 1,
                 "vit: --sp-mode split_gather / --sp are not supported for ViT yet");
   TESSERA_CHECK(micro_batch >= 1, "vit: the micro-batch must be at least 1, got ", micro_batch);
+  chunks_ = model_chunks(config.layers, layout.pipeline);
+  const bool first_stage = chunks_.front().embedding, last_stage = chunks_.back().head;
+
   const int64_t c = config.hidden;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
-  // Replicated over tp: the patch embedding, class token and positions (unit 0) ...
-  patch_proj_ = nn::Linear(store_, "patch.proj", config.patch_features(), c, {true, std});
-  if (config.pool == "cls") cls_ = store_.add("cls_token", {c}, nn::Init::Normal(std), false);
-  pos_ = store_.add("pos.weight", {tokens_, c}, nn::Init::Normal(std), false);
-  // ... the blocks, split over tp ...
   const nn::BlockConfig block{c, config.heads, config.mlp_ratio * c, std, proj_std, /*causal=*/false};
-  std::vector<int> first_param{0};
-  blocks_.reserve(config.layers);
-  for (int64_t i = 0; i < config.layers; ++i) {
+  // Replicated over tp: the patch embedding, class token and positions ...
+  auto add_embedding = [&](nn::ParamStore& store) {
+    nn::Linear proj(store, "patch.proj", config.patch_features(), c, {true, std});
+    const int cls = config.pool == "cls" ? store.add("cls_token", {c}, nn::Init::Normal(std), false) : -1;
+    const int pos = store.add("pos.weight", {tokens_, c}, nn::Init::Normal(std), false);
+    return std::tuple{proj, cls, pos};
+  };
+  // ... the blocks, split over tp ...
+  auto add_block = [&](nn::ParamStore& store, int64_t i) {
+    return nn::TransformerBlock(store, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
+  };
+  // ... and the final norm and classifier head, replicated again.
+  auto add_head = [&](nn::ParamStore& store) {
+    nn::LayerNorm norm(store, "ln_f", c, *layout.tensor);
+    return std::pair{norm, nn::Linear(store, "head", c, config.classes, {true, std})};
+  };
+  std::vector<int> first_param;  // of each unit
+  if (first_stage) {
+    embed_unit_ = first_param.size();
     first_param.push_back(store_.size());
-    blocks_.emplace_back(store_, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
+    std::tie(patch_proj_, cls_, pos_) = add_embedding(store_);
   }
-  // ... and the final norm and classifier head, replicated again (the last unit).
-  first_param.push_back(store_.size());
-  ln_f_ = nn::LayerNorm(store_, "ln_f", c, *layout.tensor);
-  head_ = nn::Linear(store_, "head", c, config.classes, {true, std});
+  block_unit_base_ = first_param.size();
+  for (const ModelChunk& ch : chunks_)
+    for (int64_t i = ch.first_block; i < ch.end_block; ++i) {
+      first_param.push_back(store_.size());
+      blocks_.push_back(add_block(store_, i));
+    }
+  if (last_stage) {
+    head_unit_ = first_param.size();
+    first_param.push_back(store_.size());
+    std::tie(ln_f_, head_) = add_head(store_);
+  }
   units_ = std::make_unique<parallel::ParamUnits>(store_, first_param, device, seed, layout.zero3);
+  if (layout.pipeline.pipelined()) {  // the whole model's size, from its parameter list alone
+    nn::ParamStore whole;
+    add_embedding(whole);
+    for (int64_t i = 0; i < config.layers; ++i) add_block(whole, i);
+    add_head(whole);
+    model_numel_ = whole.global_numel();
+  } else {
+    model_numel_ = store_.global_numel();
+  }
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
-  const int64_t b = micro_batch, n = b * tokens_, p = config.patches();
-  host_images_ = Tensor::empty({b, config.image, config.image, config.channels});
-  host_labels_ = Tensor::empty({b}, DType::i32);
-  images_ = device == Device::cpu ? host_images_ : act(host_images_.shape());
-  labels_ = device == Device::cpu ? host_labels_ : act({b}, DType::i32);
-  patches_ = act({b, p, config.patch_features()});
-  proj_ = act({b, p, c});
-  for (int64_t i = 0; i <= config.layers; ++i) residual_.push_back(act({n, c}));
-  for (const auto& blk : blocks_) saved_.push_back(blk.allocate(b, tokens_, device));
+  const int64_t b = micro_batch;
   scratch_ = blocks_.front().allocate_scratch(b, tokens_, device);
-  lnf_ = act({n, c});
-  lnf_mean_ = act({n});
-  lnf_rstd_ = act({n});
-  dres_ = act({n, c});
-  pooled_ = act({b, c});
-  dpooled_ = act({b, c});
-  logits_ = act({b, config.classes});
-  losses_ = act({b});
-  lse_ = act({b});
-  host_losses_ = Tensor::empty({b});
-  host_logits_ = Tensor::empty({b, config.classes});
+  if (first_stage) {
+    host_images_ = Tensor::empty({b, config.image, config.image, config.channels});
+    images_ = device == Device::cpu ? host_images_ : act(host_images_.shape());
+    proj_ = act({b, config.patches(), c});
+  }
+  if (last_stage) {
+    const int64_t n = b * tokens_;
+    host_labels_ = Tensor::empty({b}, DType::i32);
+    labels_ = device == Device::cpu ? host_labels_ : act({b}, DType::i32);
+    lnf_ = act({n, c});
+    lnf_mean_ = act({n});
+    lnf_rstd_ = act({n});
+    pooled_ = act({b, c});
+    dpooled_ = act({b, c});
+    logits_ = act({b, config.classes});
+    losses_ = act({b});
+    lse_ = act({b});
+    host_losses_ = Tensor::empty({b});
+    host_logits_ = Tensor::empty({b, config.classes});
+  }
+  if (!layout.pipeline.pipelined()) {  // one micro-batch's activations, allocated now
+    slots_.at(0, 0);
+    release(0, 0);
+  }
 }
 
 double Vit::flops_per_sample() const {
   const double t = static_cast<double>(tokens_);
-  return 6.0 * static_cast<double>(store_.global_numel()) * t +
+  return 6.0 * static_cast<double>(model_numel_) * t +
          12.0 * static_cast<double>(config_.layers) * t * t * static_cast<double>(config_.hidden);
 }
 
-// Labels are checked here, before any collective of the step (a bad one fails on its rank alone).
-void Vit::load_batch(const float* images, const int32_t* labels) {
+std::unique_ptr<Vit::Activations> Vit::allocate_activations(int chunk) const {
+  const ModelChunk& c = chunks_[static_cast<size_t>(chunk)];
+  auto a = std::make_unique<Activations>();
+  auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device_); };
+  if (c.embedding) a->patches = act({batch_, config_.patches(), config_.patch_features()});
+  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({batch_ * tokens_, config_.hidden}));
+  for (int64_t i = 0; i < c.blocks(); ++i)
+    a->saved.push_back(blocks_[c.block_base + static_cast<size_t>(i)].allocate(batch_, tokens_, device_));
+  a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
+  a->dres = act({batch_ * tokens_, config_.hidden});
+  return a;
+}
+
+void Vit::load_labels(const int32_t* labels) {
   for (int64_t r = 0; r < batch_; ++r)
     TESSERA_CHECK(labels[r] < config_.classes, "vit: label ", labels[r], " at row ", r,
                   " of the micro-batch is not below the number of classes ", config_.classes);
-  std::copy_n(images, host_images_.numel(), host_images_.data<float>());
   std::copy_n(labels, batch_, host_labels_.data<int32_t>());
   valid_ = std::count_if(labels, labels + batch_, [](int32_t l) { return l >= 0; });
-  if (device_ != Device::cpu) {
-    images_.copy_from(host_images_);
-    labels_.copy_from(host_labels_);
-  }
+  if (device_ != Device::cpu) labels_.copy_from(host_labels_);
 }
 
-// Under ZeRO-3 the embedding and head units stay gathered from their forward to their backward
-// (training); the blocks are gathered for forward and again for backward.
-double Vit::run_forward(bool training) {
-  const int64_t c = config_.hidden;
-  units_->gather(kEmbedUnit, training);
-  ops::image_to_patches(patches_, images_, config_.patch);
-  patch_proj_.forward(proj_, patches_);
-  Tensor tokens = residual_[0].reshape({batch_, tokens_, c});
+// Under ZeRO-3 the embedding unit stays gathered from its forward to its backward when the head
+// follows on the same chunk (the whole model: its backward comes next); on a pipeline, which
+// holds several micro-batches in flight, it is gathered again for its backward. The blocks are
+// gathered for forward and again for backward; the head within forward_chunk.
+void Vit::embed(Activations& a, const float* images, bool keep_for_backward) {
+  std::copy_n(images, host_images_.numel(), host_images_.data<float>());
+  if (device_ != Device::cpu) images_.copy_from(host_images_);
+  units_->gather(embed_unit_, keep_for_backward);
+  ops::image_to_patches(a.patches, images_, config_.patch);
+  patch_proj_.forward(proj_, a.patches);
+  Tensor tokens = a.residual[0].reshape({batch_, tokens_, config_.hidden});
   ops::image_tokens_forward(tokens, proj_, cls_ >= 0 ? store_.value(cls_) : Tensor(), store_.value(pos_));
-  if (!training) units_->release(kEmbedUnit);
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    units_->gather(block_unit(i), false);
-    blocks_[i].forward(residual_[i + 1], residual_[i], saved_[i], scratch_);
-    units_->release(block_unit(i));
+  if (!keep_for_backward) units_->release(embed_unit_);
+}
+
+Vit::Eval Vit::forward_chunk(int chunk, int micro, const float* images, const int32_t* labels, bool training,
+                             float grad_scale, parallel::GradSync* sync) {
+  const ModelChunk& c = chunks_[static_cast<size_t>(chunk)];
+  Activations& a = slots_.at(chunk, micro);
+  if (c.head) load_labels(labels);
+  if (c.embedding) embed(a, images, training && c.head);
+  for (int64_t j = 0; j < c.blocks(); ++j) {
+    const size_t b = c.block_base + static_cast<size_t>(j);
+    units_->gather(block_unit(b), false);
+    blocks_[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], scratch_);
+    units_->release(block_unit(b));
   }
-  units_->gather(head_unit(), training);
-  ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, residual_.back());
-  ops::token_pool_forward(pooled_, lnf_.reshape({batch_, tokens_, c}), pooling());
+  return c.head ? head_forward(a, training, grad_scale, sync) : Eval{};
+}
+
+Vit::Eval Vit::head_forward(Activations& a, bool training, float grad_scale, parallel::GradSync* sync) {
+  units_->gather(head_unit_, training);
+  ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, a.residual.back());
+  ops::token_pool_forward(pooled_, lnf_.reshape({batch_, tokens_, config_.hidden}), pooling());
   head_.forward(logits_, pooled_);
   ops::classifier_xent_forward(losses_, lse_, logits_, labels_, config_.label_smoothing);
-  if (!training) units_->release(head_unit());
+  if (!training) units_->release(head_unit_);
   host_losses_.copy_from(losses_);
+  Eval e;
   const float* l = host_losses_.data<float>();
-  double sum = 0.0;  // ignored rows hold 0
-  for (int64_t r = 0; r < batch_; ++r) sum += l[r];
-  return sum;
+  for (int64_t r = 0; r < batch_; ++r) e.loss_sum += l[r];  // ignored rows hold 0
+  e.count = valid_;
+  if (training) {
+    // Even without a valid row backward runs (scale 0): the collectives inside it must match the
+    // other ranks'.
+    head_backward(a, valid_ > 0 ? static_cast<float>(grad_scale / static_cast<double>(valid_)) : 0.0f, sync);
+  } else {
+    count_correct(e);
+  }
+  return e;
 }
 
-void Vit::backward(float scale, parallel::GradSync* sync) {
+// dL/d(chunk output) into a.dres; logits_ holds their gradient afterwards.
+void Vit::head_backward(Activations& a, float scale, parallel::GradSync* sync) {
   ops::classifier_xent_backward(logits_, logits_, labels_, lse_, config_.label_smoothing, scale);
   head_.backward(&dpooled_, logits_, pooled_);
   Tensor dlnf = scratch_.d_c.reshape({batch_, tokens_, config_.hidden});
   ops::token_pool_backward(dlnf, dpooled_, pooling());
-  dres_.zero();
-  ln_f_.backward(dres_, scratch_.d_c, residual_.back(), lnf_mean_, lnf_rstd_);
-  units_->grads_done(head_unit(), sync);
-  for (size_t i = blocks_.size(); i-- > 0;) {
-    units_->gather(block_unit(i), true);
-    blocks_[i].backward(dres_, residual_[i], saved_[i], scratch_);
-    units_->grads_done(block_unit(i), sync);
-  }
-  Tensor dcls = cls_ >= 0 ? store_.grad(cls_) : Tensor();
-  ops::image_tokens_backward(proj_, dcls, store_.grad(pos_), dres_);  // proj_ now holds its gradient
-  patch_proj_.backward(nullptr, proj_, patches_);
-  units_->grads_done(kEmbedUnit, sync);
+  a.dres.zero();
+  ln_f_.backward(a.dres, scratch_.d_c, a.residual.back(), lnf_mean_, lnf_rstd_);
+  units_->grads_done(head_unit_, sync);
 }
 
-float Vit::forward_backward(const float* images, const int32_t* labels, float grad_scale, parallel::GradSync* sync) {
-  load_batch(images, labels);
-  const double sum = run_forward(true);
-  // Even without a valid row backward runs (scale 0): the collectives inside it must match the
-  // other ranks'.
-  const double valid = static_cast<double>(valid_);
-  backward(valid_ > 0 ? static_cast<float>(grad_scale / valid) : 0.0f, sync);
-  return valid_ > 0 ? static_cast<float>(sum / valid) : 0.0f;
-}
-
-Vit::Eval Vit::evaluate(const float* images, const int32_t* labels) {
-  load_batch(images, labels);
-  Eval e;
-  e.loss_sum = run_forward(false);
-  e.count = valid_;
+void Vit::count_correct(Eval& e) {
   host_logits_.copy_from(logits_);
   const int64_t k = config_.classes;
+  const int32_t* labels = host_labels_.data<int32_t>();
   for (int64_t r = 0; r < batch_; ++r) {
     const float* z = host_logits_.data<float>() + r * k;
     if (labels[r] >= 0 && std::max_element(z, z + k) - z == labels[r]) ++e.correct;
   }
+}
+
+void Vit::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights) {
+  const ModelChunk& c = chunks_[static_cast<size_t>(chunk)];
+  Activations& a = slots_.at(chunk, micro);
+  for (int64_t j = c.blocks(); j-- > 0;) {
+    const size_t b = c.block_base + static_cast<size_t>(j);
+    if (defer_weights) {  // the parameters' values only (ZeRO-3): their gradients wait for W
+      units_->gather(block_unit(b), false);
+      blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_, &a.block_weight_grads[j]);
+      units_->release(block_unit(b));
+      continue;
+    }
+    units_->gather(block_unit(b), true);
+    blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_);
+    units_->grads_done(block_unit(b), sync);
+  }
+  if (c.embedding && !defer_weights) embed_backward(a, c.head, sync);
+}
+
+void Vit::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync) {
+  const ModelChunk& c = chunks_[static_cast<size_t>(chunk)];
+  Activations& a = slots_.at(chunk, micro);
+  for (int64_t j = c.blocks(); j-- > 0;) {
+    const size_t b = c.block_base + static_cast<size_t>(j);
+    units_->gather(block_unit(b), true);
+    a.block_weight_grads[j].run();
+    units_->grads_done(block_unit(b), sync);
+  }
+  if (c.embedding) embed_backward(a, false, sync);
+}
+
+// gathered: the embedding unit is still gathered, with gradients, from its forward.
+void Vit::embed_backward(Activations& a, bool gathered, parallel::GradSync* sync) {
+  if (!gathered) units_->gather(embed_unit_, true);
+  Tensor dcls = cls_ >= 0 ? store_.grad(cls_) : Tensor();
+  ops::image_tokens_backward(proj_, dcls, store_.grad(pos_), a.dres);  // proj_ now holds its gradient
+  patch_proj_.backward(nullptr, proj_, a.patches);
+  units_->grads_done(embed_unit_, sync);
+}
+
+float Vit::forward_backward(const float* images, const int32_t* labels, float grad_scale, parallel::GradSync* sync) {
+  TESSERA_CHECK(chunks_.size() == 1 && chunks_[0].embedding && chunks_[0].head,
+                "Vit::forward_backward runs the whole model: on a pipeline stage use forward_chunk/backward_chunk");
+  const Eval e = forward_chunk(0, 0, images, labels, true, grad_scale, sync);
+  backward_chunk(0, 0, sync);
+  release(0, 0);
+  return e.mean_loss();
+}
+
+Vit::Eval Vit::evaluate(const float* images, const int32_t* labels) {
+  TESSERA_CHECK(chunks_.size() == 1 && chunks_[0].embedding && chunks_[0].head,
+                "Vit::evaluate runs the whole model: on a pipeline stage use forward_chunk");
+  const Eval e = forward_chunk(0, 0, images, labels, false);
+  release(0, 0);
   return e;
 }
 

@@ -4,6 +4,8 @@
 // trained with label-smoothed cross-entropy. Under 1D tensor parallelism the blocks split as
 // nn/transformer_block.h describes; everything else is replicated on every tp rank (its gradients
 // come out identical there: the blocks' region edges complete the residual stream's gradient).
+// On a pipeline a rank holds its chunks' blocks, the embedding on the first virtual stage and the
+// final norm and head on the last (models/vit/pipeline_chunks.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -11,9 +13,11 @@
 
 #include "kernels/ops.h"
 #include "models/model_layout.h"
+#include "models/vit/pipeline_chunks.h"
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
 #include "nn/transformer_block.h"
+#include "nn/weight_grads.h"
 #include "parallel/grad_sync.h"
 #include "parallel/param_units.h"
 
@@ -46,7 +50,8 @@ class Vit {
   // the last, the embedding), so their data-parallel reduction overlaps the rest of backward.
   // Under ZeRO-3 the model gathers each unit's parameters before use and reduce-scatters its
   // gradients itself (no GradSync). Collective: the ranks of the tp group (and of the ZeRO-3
-  // group) call it together, even with no valid row (then loss 0, gradient 0).
+  // group) call it together, even with no valid row (then loss 0, gradient 0). One rank holding
+  // the whole model (no pipeline).
   float forward_backward(const float* images, const int32_t* labels, float grad_scale,
                          parallel::GradSync* sync = nullptr);
 
@@ -56,13 +61,40 @@ class Vit {
   struct Eval {
     double loss_sum = 0;
     int64_t correct = 0, count = 0;
+    float mean_loss() const { return count > 0 ? static_cast<float>(loss_sum / static_cast<double>(count)) : 0.0f; }
   };
   Eval evaluate(const float* images, const int32_t* labels);
+
+  // ---- pipeline stages: the same computation, chunk by chunk and micro-batch by micro-batch ----
+  // chunk_input is the chunk's input activation [B x T, C] (the previous virtual stage's output,
+  // received into it), chunk_output its output (sent to the next); chunk_grad is the gradient of
+  // the chunk's output on entry to backward_chunk (received into it) and of its input after it.
+  int chunks() const { return static_cast<int>(chunks_.size()); }
+  bool has_embedding(int chunk) const { return chunks_[chunk].embedding; }
+  bool has_head(int chunk) const { return chunks_[chunk].head; }
+  Tensor& chunk_input(int chunk, int micro) { return slots_.at(chunk, micro).residual.front(); }
+  Tensor& chunk_output(int chunk, int micro) { return slots_.at(chunk, micro).residual.back(); }
+  Tensor& chunk_grad(int chunk, int micro) { return slots_.at(chunk, micro).dres; }
+  // Forward of the chunk's part of the model: the embedding's chunk reads the images, the head's
+  // the labels (either may be null elsewhere). The head's chunk returns its Eval (correct rows
+  // counted when not training) and, when training, runs the head's and final norm's backward at
+  // once, scaled by grad_scale / valid rows, into chunk_grad; other chunks return zeros.
+  Eval forward_chunk(int chunk, int micro, const float* images, const int32_t* labels, bool training,
+                     float grad_scale = 1.0f, parallel::GradSync* sync = nullptr);
+  // Backward of the chunk's blocks (and the embedding's on the first virtual stage). With
+  // defer_weights only the input gradients now (chunk_grad): the blocks' weight gradients are
+  // recorded, and the embedding's backward (it has no input gradient) waits whole, for
+  // backward_weights_chunk, which then hands them to the data-parallel reduction (zero-bubble
+  // schedules' B and W).
+  void backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights = false);
+  void backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync);
+  void release(int chunk, int micro) { slots_.release(chunk, micro); }  // the activations are free for reuse
 
   nn::ParamStore& params() { return store_; }
   parallel::ShardedParams* sharded() { return units_->sharded(); }
   const VitConfig& config() const { return config_; }
   int64_t micro_batch() const { return batch_; }
+  int64_t model_numel() const { return model_numel_; }  // parameters of the whole model, all stages
   // [B, classes] of the last forward (until backward overwrites it with its gradient).
   const Tensor& logits() const { return logits_; }
   // Training FLOPs per image: 6 x parameters x tokens (every parameter used once per token,
@@ -72,39 +104,52 @@ class Vit {
   double flops_per_sample() const;
 
  private:
-  void load_batch(const float* images, const int32_t* labels);
-  double run_forward(bool training);  // the loss summed over the valid rows
-  void backward(float scale, parallel::GradSync* sync);
-  // Parameter units: the embedding (patch projection, class token, positions), block i, the head
-  // (final norm and classifier).
-  static constexpr size_t kEmbedUnit = 0;
-  size_t block_unit(size_t i) const { return 1 + i; }
-  size_t head_unit() const { return blocks_.size() + 1; }
-  ops::TokenPool pooling() const { return cls_ >= 0 ? ops::TokenPool::first : ops::TokenPool::mean; }
+  // One micro-batch's activations in one chunk.
+  struct Activations {
+    Tensor patches;                // [B, P, p*p*C] (the embedding's chunk)
+    std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [B x T, C] each
+    std::vector<nn::TransformerBlock::Saved> saved;
+    std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
+    Tensor dres;  // on the embedding's chunk it keeps dL/d(tokens) from a deferred B to its W
+  };
+  std::unique_ptr<Activations> allocate_activations(int chunk) const;
+  void load_labels(const int32_t* labels);  // checks them first (before any collective)
+  void embed(Activations& a, const float* images, bool keep_for_backward);
+  void embed_backward(Activations& a, bool gathered, parallel::GradSync* sync);  // from a.dres
+  Eval head_forward(Activations& a, bool training, float grad_scale, parallel::GradSync* sync);
+  void head_backward(Activations& a, float scale, parallel::GradSync* sync);
+  void count_correct(Eval& e);  // from the logits and labels of the head's forward
+  ops::TokenPool pooling() const { return config_.pool == "cls" ? ops::TokenPool::first : ops::TokenPool::mean; }
+  // Units: the embedding (patch projection, class token, positions; first stage), each block, the
+  // head (final norm and classifier; last stage).
+  size_t block_unit(size_t local_block) const { return block_unit_base_ + local_block; }
 
   VitConfig config_;
   Device device_;
   int64_t batch_, tokens_;
+  int64_t model_numel_ = 0;
   nn::ParamStore store_;
   nn::Linear patch_proj_;
-  int cls_ = -1, pos_ = -1;  // parameter ids (no class token: cls_ = -1)
+  int cls_ = -1, pos_ = -1;  // parameter ids (no class token or no embedding here: -1)
   std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_;
   nn::Linear head_;
+  std::vector<ModelChunk> chunks_;
+  size_t embed_unit_ = 0, block_unit_base_ = 0, head_unit_ = 0;
   std::unique_ptr<parallel::ParamUnits> units_;  // allocation, ZeRO-3 gathers, gradient reduction
 
-  // Activations for one micro-batch, sized at construction.
-  Tensor images_, labels_;        // [B, H, W, C] f32, [B] i32 on the device
-  Tensor patches_;                // [B, P, p*p*C]
-  Tensor proj_;                   // [B, P, C] patch projections (their gradient during backward)
-  std::vector<Tensor> residual_;  // layers + 1 tensors [B x T, C]: block inputs, last = output
-  std::vector<nn::TransformerBlock::Saved> saved_;
+  ActivationSlots<Activations> slots_;
   nn::TransformerBlock::Scratch scratch_;
-  Tensor lnf_, lnf_mean_, lnf_rstd_, dres_;
+  // The embedding's, used within one forward_chunk or backward_chunk.
+  Tensor host_images_, images_;   // [B, H, W, C] f32 (the same tensor on the cpu)
+  Tensor proj_;                   // [B, P, C] patch projections, then their gradient
+  // The head's, used within one forward_chunk.
+  Tensor host_labels_, labels_;   // [B] i32
+  Tensor lnf_, lnf_mean_, lnf_rstd_;
   Tensor pooled_, dpooled_;       // [B, C]
   Tensor logits_, losses_, lse_;  // [B, classes], [B], [B]
-  Tensor host_images_, host_labels_, host_losses_, host_logits_;
-  int64_t valid_ = 0;             // rows of the batch with a label >= 0
+  Tensor host_losses_, host_logits_;
+  int64_t valid_ = 0;             // rows of the micro-batch with a label >= 0
 };
 
 }  // namespace tessera::models

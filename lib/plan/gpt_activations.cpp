@@ -1,0 +1,140 @@
+// The activation formulas, term by term as the layers allocate (nn/transformer_block.cpp,
+// nn/attention.cpp, nn/mlp.cpp, nn/moe.cpp, nn/lm_head.cpp, models/gpt/gpt.cpp,
+// parallel/sequence_attention.cpp). Elements throughout; bytes at the end.
+#include "plan/gpt_activations.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tessera::plan {
+namespace {
+
+constexpr int64_t kBytes = 4;  // fp32 and int32
+
+struct Sizes {  // the shapes the layers see
+  int64_t n, rows, c, ct, ht, mlp_t;
+  explicit Sizes(const GptActivationShape& s)
+      : n(s.tokens()),
+        rows(s.rows()),
+        c(s.model.hidden),
+        ct(s.model.hidden / s.tp),
+        ht(s.model.heads / s.tp),
+        mlp_t(4 * s.model.hidden / s.tp) {}
+};
+
+// Mixture of experts: the most rows this rank's experts can receive in one call (MoeFeedForward's
+// max_received) and the expert MLP's hidden size.
+struct ExpertSizes {
+  int64_t k, experts, hidden, received;
+  explicit ExpertSizes(const GptActivationShape& s) {
+    const models::GptConfig& m = s.model;
+    k = m.moe.router.top_k;
+    experts = m.moe.experts;
+    hidden = m.moe.hidden > 0 ? m.moe.hidden : 4 * m.hidden;
+    const int64_t every = s.ep * s.rows() * k;
+    const float factor = m.moe.router.capacity_factor;
+    if (factor == 0.0f) {
+      received = every;
+    } else {
+      const double cap = std::ceil(static_cast<double>(factor) * static_cast<double>(s.ep * s.rows()) *
+                                   static_cast<double>(k) / static_cast<double>(experts));
+      received = std::min(every, experts / s.ep * std::max<int64_t>(1, static_cast<int64_t>(cap)));
+    }
+  }
+};
+
+// The attention core's output and what the core keeps: att, lse (and, all_to_all, the
+// head-sharded q, k, v and output).
+int64_t attention_core(const GptActivationShape& s) {
+  const Sizes z(s);
+  const bool all_to_all = s.sp > 1 && !s.ring;
+  return z.n * z.ct + z.n * z.ht + (all_to_all ? 4 * z.n * z.ct : 0);
+}
+
+int64_t moe_saved(const GptActivationShape& s) {
+  const Sizes z(s);
+  const ExpertSizes e(s);
+  const int64_t counts = e.k * e.experts + 1;
+  const int64_t router = z.rows * e.experts + z.rows + 3 * z.rows * e.k + counts;  // probs, lse, choices, counts
+  return router + s.ep * counts + z.rows * e.k                                     // every rank's counts, slots
+         + e.received * (z.c + 2 * e.hidden)                                       // expert input, fc, GELU
+         + z.rows * e.k * z.c;                                                     // returned rows
+}
+
+// Everything a block's forward writes for backward (TransformerBlock::Saved).
+int64_t block_saved(const GptActivationShape& s, bool moe) {
+  const Sizes z(s);
+  const int64_t norms = 3 * z.rows * z.c + 4 * z.rows;  // ln1, mid, ln2 and the two norms' statistics
+  const int64_t attention = 3 * z.n * z.ct + attention_core(s);
+  const int64_t feed_forward = moe ? moe_saved(s) : 2 * z.n * z.mlp_t;  // MLP: pre-activation and GELU
+  return norms + attention + feed_forward;
+}
+
+// What block i keeps per micro-batch under its checkpointing.
+int64_t block_kept(const GptActivationShape& s, int64_t i) {
+  switch (s.checkpointing.of_block(i)) {
+    case nn::Recompute::forward:
+      return 0;
+    case nn::Recompute::attention_core:
+      return block_saved(s, s.model.is_moe_block(i)) - attention_core(s);
+    case nn::Recompute::nothing:
+      break;
+  }
+  return block_saved(s, s.model.is_moe_block(i));
+}
+
+}  // namespace
+
+int64_t micro_batch_bytes(const GptActivationShape& s, int64_t first_block, int64_t end_block, bool embedding) {
+  const Sizes z(s);
+  int64_t floats = (end_block - first_block + 2) * z.rows * z.c;  // residual stream and its gradient
+  if (embedding) floats += z.n;                                    // token ids
+  for (int64_t i = first_block; i < end_block; ++i) floats += block_kept(s, i);
+  return kBytes * floats;
+}
+
+int64_t deferred_weight_grad_bytes(const GptActivationShape& s, int64_t first_block, int64_t end_block,
+                                   bool embedding) {
+  const Sizes z(s);
+  // Per block: the output gradients of QKV, the attention projection, the MLP's two layers
+  // (copied), and per layer norm its output gradient, a discarded input gradient and two
+  // parameter-sized discards; under split rows the gathered inputs of QKV and fc (copied).
+  const int64_t per_block = z.n * (3 * z.ct + z.c + z.mlp_t + z.c) + 2 * (2 * z.rows * z.c + 2 * z.c) +
+                            (s.split_rows ? 2 * z.n * z.c : 0);
+  return kBytes * ((end_block - first_block) * per_block + (embedding ? z.rows * z.c : 0));
+}
+
+int64_t recomputed_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks) {
+  std::set<std::pair<nn::Recompute, bool>> kinds;  // as models::Gpt keys them
+  for (int64_t i : blocks) {
+    const nn::Recompute r = s.checkpointing.of_block(i);
+    if (r != nn::Recompute::nothing) kinds.insert({r, r == nn::Recompute::forward && s.model.is_moe_block(i)});
+  }
+  int64_t floats = 0;
+  for (const auto& [recompute, moe] : kinds)
+    floats += recompute == nn::Recompute::forward ? block_saved(s, moe) : attention_core(s);
+  return kBytes * floats;
+}
+
+int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks, bool last_stage,
+                        int64_t local_vocab) {
+  const Sizes z(s);
+  // TransformerBlock::Scratch: d_c, d_att, d_qkv, d_hidden, and the region's gathered rows.
+  int64_t floats = z.rows * z.c + 4 * z.n * z.ct + z.n * z.mlp_t + (s.split_rows ? 2 * z.n * z.c : 0);
+  if (std::any_of(blocks.begin(), blocks.end(), [&](int64_t i) { return s.model.is_moe_block(i); })) {
+    const ExpertSizes e(s);  // MoeFeedForward::Scratch
+    floats += z.rows * e.k * z.c + 2 * e.received * z.c + e.received * e.hidden + z.rows * e.k +
+              z.rows * e.experts + (s.ep > 1 ? e.received * z.c : 0);
+  }
+  floats += 2 * z.n;  // the batch's inputs and targets on the host
+  if (s.sp > 1) floats += (s.ring ? 12 : 6) * z.n * z.ct;  // ring: six key/value blocks; all_to_all: two
+  if (last_stage) {
+    floats += z.n + z.rows * z.c + 2 * z.rows;  // targets, final norm and its statistics
+    floats += z.n * local_vocab + 3 * z.n;      // logits slice, lse, losses (device and host)
+    if (s.tp > 1) floats += 7 * z.n;            // the vocab-parallel loss's row statistics
+  }
+  return kBytes * floats;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,260 @@
+// MemoryPlan: a stage's parameters registered under planning layouts, ZeRO's shards of them, the
+// activation formulas times the micro-batches the schedule keeps in flight, and the buffers
+// around them; and the dry run's report.
+#include "plan/memory_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+
+#include "parallel/flat_shards.h"
+#include "parallel/pipeline_schedule.h"
+#include "plan/gpt_activations.h"
+#include "plan/planning_layouts.h"
+
+namespace tessera::plan {
+namespace {
+
+constexpr int64_t kBytes = 4;
+
+// Micro-batches each chunk of `stage` holds activations for at once: PipelineRunner frees a
+// micro-batch's after its last step on the stage (its backward, the send of its input gradient
+// right after it, or its W under a split backward), and Gpt keeps one pool per chunk.
+std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedule, int stage) {
+  using parallel::PipelineOp;
+  const std::vector<parallel::PipelineInstruction>& program = schedule.programs.at(stage);
+  std::vector<int> live(schedule.chunks, 0), peak(schedule.chunks, 0);
+  for (size_t i = 0; i < program.size(); ++i) {
+    const parallel::PipelineInstruction& in = program[i];
+    if (in.op == PipelineOp::forward) peak[in.chunk] = std::max(peak[in.chunk], ++live[in.chunk]);
+    bool frees = in.op == PipelineOp::backward_w;
+    if (!schedule.split_backward) {
+      const bool sends_next = i + 1 < program.size() && program[i + 1].op == PipelineOp::send_bwd;
+      frees = (in.op == PipelineOp::backward && !sends_next) || in.op == PipelineOp::send_bwd;
+    }
+    if (frees) --live[in.chunk];
+  }
+  return peak;
+}
+
+// Elements of the parameters `pick` selects inside the flat range [begin, end).
+template <typename Pick>
+int64_t params_within(const nn::ParamStore& store, int64_t begin, int64_t end, Pick pick) {
+  int64_t n = 0;
+  for (const nn::ParamSpec& s : store.specs())
+    if (pick(s)) n += std::max<int64_t>(0, std::min(end, s.offset + s.local_shape.numel()) - std::max(begin, s.offset));
+  return n;
+}
+
+struct Chunk {
+  int64_t first = 0, end = 0;
+  bool embedding = false, head = false;
+};
+
+// Adds an item when it is not empty.
+void add(StageMemory& m, const char* category, std::string what, int64_t bytes, bool approximate = false) {
+  if (bytes > 0) m.items.push_back({category, std::move(what), bytes, approximate});
+}
+
+// Parameters, gradients, optimizer states: ZeroOptimizer::state_bytes() term by term, with the
+// largest shard of the flat order (n elements) over the data group.
+void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard) {
+  const int64_t states = zero == 0 ? n : shard.size();
+  add(m, "parameters", zero == 3 ? "1/dp shard of the stage's flat buffer" : "the stage's flat buffer",
+      kBytes * (zero == 3 ? shard.size() : n));
+  add(m, "gradients", zero == 3 ? "1/dp shard" : zero == 2 ? "flat buffer + reduced 1/dp shard" : "flat buffer",
+      kBytes * (zero == 3 ? shard.size() : zero == 2 ? n + shard.size() : n));
+  add(m, "optimizer states", zero == 0 ? "AdamW moments" : "AdamW moments of the 1/dp shard", kBytes * 2 * states);
+}
+
+// ZeRO-3: the most a rank of the stage holds gathered at once: a unit with its gradient buffer and
+// its reduce-scattered part (parallel/sharded_params.h); without a pipeline the embedding (the
+// tied head's table) stays gathered from its forward to its backward as the other units come and go.
+int64_t zero3_gathered(const models::Gpt::StageParams& params, int data_ranks, bool embedding_stays) {
+  const nn::ParamStore& store = params.store;
+  const std::vector<int>& first = params.unit_first_param;
+  std::vector<parallel::Range> units;
+  for (size_t u = 0; u < first.size(); ++u)
+    units.push_back(
+        {store.spec(first[u]).offset, u + 1 < first.size() ? store.spec(first[u + 1]).offset : store.numel()});
+  const parallel::FlatShards shards(store.numel(), data_ranks);
+  int64_t worst = 0;
+  for (int r = 0; r < shards.parts(); ++r) {
+    const parallel::Range shard = shards.shard(r);
+    int64_t peak = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      const int64_t mine =
+          std::max<int64_t>(0, std::min(units[u].end, shard.end) - std::max(units[u].begin, shard.begin));
+      peak = std::max(peak, (embedding_stays && u == 0 ? 0 : 2 * units[u].size()) + mine);
+    }
+    worst = std::max(worst, peak + (embedding_stays ? 2 * units.front().size() : 0));
+  }
+  return worst;
+}
+
+StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
+                       const std::optional<parallel::PipelineSchedule>& schedule) {
+  const comm::MeshShape& mesh = run.mesh;
+  const models::PipelinePlacement placement{stage, mesh.pp, run.virtual_stages};
+  const models::Gpt::StageParams params =
+      models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
+  std::vector<Chunk> chunks;
+  std::vector<int64_t> blocks;
+  for (int c = 0; c < placement.chunks; ++c) {
+    const int v = placement.virtual_stage(c);
+    const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v);
+    chunks.push_back({first, end, v == 0, v == placement.virtual_stages() - 1});
+    for (int64_t i = first; i < end; ++i) blocks.push_back(i);
+  }
+  const bool first_stage = chunks.front().embedding, last_stage = chunks.back().head;
+  StageMemory m;
+  m.stage = stage;
+  m.holds = "blocks " + std::to_string(blocks.front()) + "-" + std::to_string(blocks.back()) +
+            (first_stage ? ", embedding" : "") + (last_stage ? ", head" : "");
+
+  const int zero = run.zero_stage, data_ranks = mesh.dp * mesh.sp;
+  const nn::ParamStore& store = params.store;
+  const int64_t n = store.numel();
+  const parallel::Range shard = parallel::FlatShards(n, data_ranks).shard(0);  // the largest
+  add_state(m, zero, n, shard);
+
+  // Activations: per chunk, the micro-batches in flight.
+  GptActivationShape shape{run.model, run.micro_batch, run.seq, mesh.tp, mesh.sp, mesh.ep, run.split_gather,
+                           run.ring, run.checkpointing};
+  const std::vector<int> in_flight =
+      schedule ? activations_in_flight(*schedule, stage) : std::vector<int>(chunks.size(), 1);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const Chunk& ch = chunks[c];
+    const std::string where = chunks.size() > 1 ? " of chunk " + std::to_string(c) : "";
+    add(m, "activations", std::to_string(in_flight[c]) + " micro-batch(es) in flight" + where,
+        in_flight[c] * micro_batch_bytes(shape, ch.first, ch.end, ch.embedding));
+    if (schedule && schedule->split_backward)
+      add(m, "activations", "zb: weight-gradient inputs kept until W" + where,
+          in_flight[c] * deferred_weight_grad_bytes(shape, ch.first, ch.end, ch.embedding), true);
+  }
+  add(m, "activations", "checkpointed blocks' recompute buffers", recomputed_bytes(shape, blocks));
+  const nn::ParamStore& table_store = first_stage ? store : params.mirror;
+  const int tokens_id = table_store.find("embed.tokens.weight");
+  const int64_t table = tokens_id < 0 ? 0 : table_store.spec(tokens_id).local_shape.numel();
+  add(m, "workspace", "backward scratch, batch, head's logits and loss rows",
+      workspace_bytes(shape, blocks, last_stage, table / run.model.hidden));
+
+  // Buffers.
+  if (zero == 1 || zero == 2) add(m, "buffers", "ZeRO: the updated shard, all-gathered", kBytes * shard.size());
+  const int64_t held_begin = zero >= 2 ? shard.begin : 0, held_end = zero >= 2 ? shard.end : n;
+  int64_t partial = 0;  // gradients summed over tp (split rows) or ep once reduced, packed
+  if (run.split_gather)
+    partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return s.row_partial_grad; });
+  if (mesh.ep > 1)
+    partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return !s.expert; });
+  add(m, "buffers", "partial gradients packed for one all-reduce", kBytes * partial);
+  int64_t tied_add = 0;  // transient: the mirror's gradient, added to the held part of the table
+  if (mesh.pp > 1) {
+    if (first_stage || last_stage) add(m, "buffers", "tied token table's message buffer", kBytes * table);
+    if (last_stage && !first_stage)
+      add(m, "buffers", "tied token table's mirror (values, gradients)", kBytes * 2 * params.mirror.numel());
+    // A send's copy lives until the message has left, which depends on when the peer receives:
+    // counted as one buffer per direction this stage sends in.
+    const bool one_chunk = chunks.size() == 1;
+    const int directions = (one_chunk && last_stage ? 0 : 1) + (one_chunk && first_stage ? 0 : 1);
+    add(m, "buffers", "pipeline message copies (one per direction sent)",
+        kBytes * directions * shape.rows() * run.model.hidden, true);
+    if (first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
+  }
+  if (run.precision != "fp32") {  // the fp32 master of the held values, and a low-precision staging buffer
+    const int64_t held = zero == 3 ? shard.size() : n, held_grads = zero >= 2 ? shard.size() : n;
+    const int64_t mirror_table = last_stage && !first_stage ? table : 0;
+    add(m, "buffers", "mixed precision: fp32 master of the held weights", kBytes * held);
+    add(m, "buffers", "mixed precision: " + run.precision + " staging", 2 * std::max({held, held_grads, mirror_table}));
+  }
+  // The transients come at different moments of a step: the larger counts.
+  const int64_t gathered = zero == 3 ? zero3_gathered(params, data_ranks, first_stage && last_stage) : 0;
+  if (gathered >= tied_add) {
+    add(m, "buffers", "transient: ZeRO-3 units gathered with gradients (the stage's worst rank)", kBytes * gathered,
+        true);
+  } else {
+    add(m, "buffers", "transient: the tied table's gradient from the last stage", kBytes * tied_add);
+  }
+  return m;
+}
+
+std::string mib(int64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f", static_cast<double>(bytes) / (1 << 20));
+  return s;
+}
+
+}  // namespace
+
+int64_t StageMemory::total() const {
+  int64_t t = 0;
+  for (const MemoryItem& i : items) t += i.bytes;
+  return t;
+}
+
+int64_t StageMemory::category_bytes(const std::string& category) const {
+  int64_t t = 0;
+  for (const MemoryItem& i : items)
+    if (i.category == category) t += i.bytes;
+  return t;
+}
+
+int64_t StageMemory::state_bytes() const {
+  return category_bytes("parameters") + category_bytes("gradients") + category_bytes("optimizer states");
+}
+
+int64_t MemoryPlan::peak() const {
+  int64_t p = 0;
+  for (const StageMemory& s : stages) p = std::max(p, s.total());
+  return p;
+}
+
+MemoryPlan plan_memory(const GptRun& run) {
+  const comm::MeshShape& mesh = run.mesh;
+  TESSERA_CHECK(mesh.dp >= 1, "plan_memory: the mesh must be resolved (dp filled in)");
+  PlannedLayouts layouts(mesh.tp, run.split_gather, mesh.sp, mesh.ep);
+  std::optional<parallel::PipelineSchedule> schedule;
+  if (mesh.pp > 1)
+    schedule = parallel::make_schedule(run.pp_schedule, mesh.pp, static_cast<int>(run.micro_batches),
+                                       run.virtual_stages);
+  MemoryPlan plan;
+  for (int s = 0; s < mesh.pp; ++s) plan.stages.push_back(plan_stage(run, s, layouts, schedule));
+  return plan;
+}
+
+std::string describe(const MemoryPlan& plan, const GptRun& run) {
+  std::ostringstream out;
+  const nn::Recompute r = run.checkpointing.recompute;
+  out << "memory plan per rank (" << run.mesh.str() << ", ZeRO-" << run.zero_stage << ", micro-batch "
+      << run.micro_batch << " x " << run.seq << " tokens, activation checkpointing "
+      << (r == nn::Recompute::forward ? "full" : r == nn::Recompute::attention_core ? "selective" : "none");
+  if (run.checkpointing.enabled()) out << " every " << run.checkpointing.every << " block(s)";
+  out << ", " << run.precision << ")\n";
+  bool approximate = false;
+  for (const StageMemory& s : plan.stages) {
+    out << "\n" << (plan.stages.size() > 1 ? "pipeline stage " + std::to_string(s.stage) + ": " : "") << s.holds
+        << "\n";
+    for (const MemoryItem& i : s.items) {
+      char line[200];
+      std::snprintf(line, sizeof line, "  %-17s %14lld bytes %10s MiB  %s%s\n", i.category.c_str(),
+                    static_cast<long long>(i.bytes), mib(i.bytes).c_str(), i.what.c_str(),
+                    i.approximate ? " (approximate)" : "");
+      out << line;
+      approximate |= i.approximate;
+    }
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-17s %14lld bytes %10s MiB  (state %lld bytes)\n", "total",
+                  static_cast<long long>(s.total()), mib(s.total()).c_str(), static_cast<long long>(s.state_bytes()));
+    out << line;
+  }
+  out << "\npredicted peak per rank: " << plan.peak() << " bytes (" << mib(plan.peak()) << " MiB)\n";
+  out << "counted: what tessera's tracked allocator holds (tensors); not MPI's, HDF5's or the C++ runtime's own"
+         " memory, nor the data set\n";
+  if (approximate)
+    out << "approximate items are bounds or typical counts: they depend on message timing or on which unit"
+           " is gathered at the peak\n";
+  return out.str();
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,58 @@
+// MemoryPlan: the predicted peak bytes per rank of a gpt_train / moe_train run, by category, from
+// its configuration and layout alone: nothing is allocated and nothing communicated (what
+// `--dry-run` prints). One section per pipeline stage (stages hold different parts of the model);
+// within a stage the ranks differ only by their ZeRO shard, and the largest is counted.
+// Parameters, gradients and optimizer states are exactly what ZeroOptimizer::state_bytes()
+// reports; activations and workspace follow the layers' allocations (plan/gpt_activations.h);
+// items that depend on timing or are bounded rather than counted say so (approximate).
+// docs/memory.md explains each item.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "comm/process_mesh.h"
+#include "models/gpt/gpt.h"
+
+namespace tessera::plan {
+
+// What a run's memory depends on.
+struct GptRun {
+  models::GptConfig model;  // with its vocabulary
+  int64_t seq = 0, micro_batch = 0;
+  int64_t micro_batches = 1;  // per step on each rank: global batch / (micro-batch x dp x ep)
+  comm::MeshShape mesh;       // resolved (dp filled in)
+  bool split_gather = false, ring = false;  // the sequence-parallel mode
+  int zero_stage = 0;
+  std::string pp_schedule = "1f1b";
+  int virtual_stages = 1;
+  models::ActivationCheckpointing checkpointing;
+  std::string precision = "fp32";  // bf16, fp16: the weights rounded for the step (optim/mixed_precision.h)
+};
+
+struct MemoryItem {
+  std::string category;  // parameters, gradients, optimizer states, activations, workspace, buffers
+  std::string what;      // what it counts, in a few words
+  int64_t bytes = 0;
+  bool approximate = false;
+};
+
+struct StageMemory {
+  int stage = 0;
+  std::string holds;  // "blocks 0-3, embedding, head"
+  std::vector<MemoryItem> items;
+  int64_t total() const;
+  int64_t category_bytes(const std::string& category) const;
+  // parameters + gradients + optimizer states: ZeroOptimizer::state_bytes() of the stage's ranks
+  int64_t state_bytes() const;
+};
+
+struct MemoryPlan {
+  std::vector<StageMemory> stages;  // one per pipeline stage
+  int64_t peak() const;             // the largest stage's total
+};
+
+MemoryPlan plan_memory(const GptRun& run);
+// The dry run's report: per category and stage, bytes and MiB, what is approximate, and the peak.
+std::string describe(const MemoryPlan& plan, const GptRun& run);
+
+}  // namespace tessera::plan

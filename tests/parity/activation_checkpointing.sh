@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Activation checkpointing changes memory, nothing else. gpt_train with --activation-checkpointing
+# full and selective, every block and every 2nd (--checkpoint-every-k-blocks 1, 2), on one rank,
+# at tp 2, at dp 2 with ZeRO-3 and at pp 2 (1f1b), and moe_train at ep 2: the 10-step losses, the
+# step-1 gradients and the state after 10 steps equal the same layout's plain run to a relative
+# 1e-6 (recomputation on the CPU is bit-identical: the differences are 0). The activation memory
+# (tracked peak minus persistent state) falls by exactly what docs/memory.md's formulas give. The
+# combinations that are refused say why.
+set -euo pipefail
+build=$1; src=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+common=(--layers 4 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11
+        --threads 1 --bucket-mb 0.01)
+source "$src/tests/tools/layout_parity.sh"
+
+same_as_plain() {  # NAME PLAIN: run NAME equals run PLAIN (losses, step-1 gradients, step-10 state)
+  echo -n "$1: "
+  $compare_losses "$tmp/$2.jsonl" "$tmp/$1.jsonl" --rtol 1e-6
+  echo -n "    step-1 gradients (exp_avg): "
+  $compare_checkpoints "$tmp/$2/step_1.h5" "$tmp/$1/step_1.h5" --rtol 1e-6 --only 'exp_avg$'
+  echo -n "    parameters and states after 10 steps: "
+  $compare_checkpoints "$tmp/$2/step_10.h5" "$tmp/$1/step_10.h5" --rtol 1e-6
+}
+
+checkpointed_like_plain() {  # NAME RANKS options...: the plain run, then each checkpointing against it
+  local name=$1 ranks=$2; shift 2
+  parity_train "$name" "$ranks" "$data" "$@"
+  for mode in full selective; do
+    for k in 1 2; do
+      parity_train "$name-$mode-k$k" "$ranks" "$data" "$@" --activation-checkpointing $mode --checkpoint-every-k-blocks $k
+      same_as_plain "$name-$mode-k$k" "$name"
+    done
+  done
+}
+
+data="$tmp/v61.h5"
+"$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$data" >/dev/null
+checkpointed_like_plain one-rank 1 --micro-batch 8
+checkpointed_like_plain tp2 2 --tp 2
+checkpointed_like_plain dp2-zero3 2 --zero 3
+checkpointed_like_plain pp2-1f1b 2 --pp 2 --micro-batch 2 --pp-schedule 1f1b
+gpt_common=("${common[@]}")
+app=moe_train
+common+=(--experts 4 --moe-every 2 --top-k 2 --capacity-factor 1.25)
+checkpointed_like_plain moe-ep2 2 --ep 2 --micro-batch 4
+app=gpt_train
+common=("${gpt_common[@]}")
+
+# Activation memory where activations dominate (4 layers, hidden 32, 4 heads, 1024 tokens, 2
+# sequences, N = 2048 token rows): rank 0's step-2 peak minus state_bytes, against the plain run's.
+"$build/apps/data_prep" synth --vocab 61 --tokens 100000 --seed 5 --output "$tmp/long.h5" >/dev/null
+memory_run() {  # NAME RANKS options...
+  local name=$1 ranks=$2; shift 2
+  mpirun -np "$ranks" "$build/apps/gpt_train" --input "$tmp/long.h5" --layers 4 --hidden 32 --heads 4 --seq-len 1024 \
+    --global-batch 2 --steps 2 --threads 1 --metrics "$tmp/mem-$name.jsonl" "$@" >/dev/null
+}
+memory_run plain 1
+memory_run tp2 2 --tp 2
+memory_run pp2 2 --pp 2 --global-batch 4 --micro-batch 1
+for mode in full selective; do
+  for k in 1 2; do memory_run $mode-k$k 1 --activation-checkpointing $mode --checkpoint-every-k-blocks $k; done
+  memory_run tp2-$mode 2 --tp 2 --activation-checkpointing $mode
+  memory_run pp2-$mode 2 --pp 2 --global-batch 4 --micro-batch 1 --activation-checkpointing $mode
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+L, C, H = 4, 32, 4
+
+def activations(name):
+    last = [json.loads(l) for l in open(f"{tmp}/mem-{name}.jsonl") if '"loss"' in l][-1]
+    return last["peak_mem_bytes"] - last["state_bytes"]
+
+def block(n, tp):  # a block's saved tensors per micro-batch, bytes (docs/parallelism.md)
+    return 4 * n * (3 * C + 12 * C // tp + 4 + H // tp)
+
+def core(n, tp):  # the attention core's output and log-sum-exp: what selective recomputes
+    return 4 * n * (C + H) // tp
+
+# (run, plain run, the blocks checkpointed per micro-batch in flight x micro-batches in flight,
+# bytes per checkpointed block): one shared recompute buffer replaces them all.
+N = 2048
+cases = [("full-k1", "plain", 4, block(N, 1)), ("full-k2", "plain", 2, block(N, 1)),
+         ("selective-k1", "plain", 4, core(N, 1)), ("selective-k2", "plain", 2, core(N, 1)),
+         ("tp2-full", "tp2", 4, block(N, 2)), ("tp2-selective", "tp2", 4, core(N, 2)),
+         # pp 2, 1f1b, 4 micro-batches of 1 sequence: stage 0 (rank 0) holds blocks 0-1 for 2 in flight
+         ("pp2-full", "pp2", 2 * 2, block(N // 2, 1)), ("pp2-selective", "pp2", 2 * 2, core(N // 2, 1))]
+for name, plain, checkpointed, per_block in cases:
+    want = (checkpointed - 1) * per_block
+    before, after = activations(plain), activations(name)
+    if before - after != want:
+        sys.exit(f"error: {name}: activations {after} bytes against {before} plain: saved {before - after},"
+                 f" the formula gives {want}")
+    print(f"activation bytes {name}: {after} against {before} plain ({after / before:.3f}x), saving {want}"
+          " as the formula gives")
+PY
+
+# Refused, with the reason.
+refused() {  # EXPECTED_MESSAGE command...
+  local want=$1; shift
+  if "$@" >"$tmp/out" 2>&1; then echo "error: accepted: $*"; exit 1; fi
+  grep -qF -- "$want" "$tmp/out" || { echo "error: '$want' not in:"; cat "$tmp/out"; exit 1; }
+  echo "refused as expected: $want"
+}
+refused "with --pp-schedule zb: not supported" mpirun -np 2 "$build/apps/gpt_train" --input "$data" "${common[@]}" --steps 1 \
+  --pp 2 --micro-batch 2 --pp-schedule zb --activation-checkpointing full
+refused "expected none, full or selective" "$build/apps/gpt_train" --input "$data" --activation-checkpointing some
+refused "must be in [1, --layers 4]" "$build/apps/gpt_train" --input "$data" --layers 4 --steps 1 \
+  --activation-checkpointing full --checkpoint-every-k-blocks 5
+refused "must be >= 1" "$build/apps/gpt_train" --input "$data" --checkpoint-every-k-blocks 0
+"$build/apps/data_prep" synth-images --classes 5 --train 20 --test 10 --size 16 --seed 3 --output "$tmp/img.h5" >/dev/null
+refused "not implemented for ViT yet" "$build/apps/vit_train" --data "$tmp/img.h5" --activation-checkpointing full
