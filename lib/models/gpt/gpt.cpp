@@ -36,21 +36,6 @@ int64_t GptConfig::moe_blocks() const {
   return n;
 }
 
-std::vector<Gpt::Chunk> Gpt::make_chunks(int64_t layers, const PipelinePlacement& pipe) {
-  TESSERA_CHECK(pipe.stages >= 1 && pipe.stage >= 0 && pipe.stage < pipe.stages && pipe.chunks >= 1,
-                "pipeline placement: stage ", pipe.stage, " of ", pipe.stages, " with ", pipe.chunks, " chunks");
-  const int parts = pipe.virtual_stages();
-  std::vector<Chunk> chunks;
-  size_t base = 0;
-  for (int c = 0; c < pipe.chunks; ++c) {
-    const int v = pipe.virtual_stage(c);
-    const auto [first, end] = stage_blocks(layers, parts, v);
-    chunks.push_back({first, end, base, v == 0, v == parts - 1});
-    base += static_cast<size_t>(end - first);
-  }
-  return chunks;
-}
-
 nn::MoeConfig Gpt::moe_block_config(const GptConfig& config) {
   nn::MoeConfig moe = config.moe;
   moe.channels = config.hidden;
@@ -61,7 +46,7 @@ nn::MoeConfig Gpt::moe_block_config(const GptConfig& config) {
 }
 
 Gpt::Modules Gpt::register_modules(const GptConfig& config, const nn::MoeConfig& moe, const ModelLayout& layout,
-                                   const std::vector<Chunk>& chunks, nn::ParamStore& store, nn::ParamStore& mirror) {
+                                   const std::vector<ModelChunk>& chunks, nn::ParamStore& store, nn::ParamStore& mirror) {
   TESSERA_CHECK(config.moe_every >= 0, "--moe-every must be >= 0, got ", config.moe_every);
   TESSERA_CHECK(config.moe_every > 0 || layout.experts->size() == 1,
                 "expert parallelism (--ep) needs mixture-of-experts blocks (moe_train)");
@@ -78,7 +63,7 @@ Gpt::Modules Gpt::register_modules(const GptConfig& config, const nn::MoeConfig&
     m.embed = nn::Embedding(first_stage ? store : mirror, "embed", config.vocab, config.max_seq, c,
                             config.pad_vocab_to, kInitStd, *layout.tensor);
   }
-  for (const Chunk& ch : chunks)
+  for (const ModelChunk& ch : chunks)
     for (int64_t i = ch.first_block; i < ch.end_block; ++i) {
       nn::BlockConfig b{c, config.heads, 4 * c, kInitStd, proj_init_std(config)};
       if (config.is_moe_block(i)) b.moe = &moe;
@@ -99,7 +84,7 @@ Gpt::StageParams Gpt::stage_params(const GptConfig& config, const ModelLayout& l
   StageParams p;
   const nn::MoeConfig moe = moe_block_config(config);
   p.unit_first_param =
-      register_modules(config, moe, layout, make_chunks(config.layers, layout.pipeline), p.store, p.mirror)
+      register_modules(config, moe, layout, model_chunks(config.layers, layout.pipeline), p.store, p.mirror)
           .unit_first_param;
   return p;
 }
@@ -119,7 +104,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   TESSERA_CHECK(!(layout.tensor->splits_rows() && layout.sequence->size() > 1),
                 "--sp-mode split_gather splits the sequence inside the tp group: it takes no --sp");
   const PipelinePlacement& pipe = layout.pipeline;
-  chunks_ = make_chunks(config.layers, pipe);
+  chunks_ = model_chunks(config.layers, pipe);
   const bool first_stage = chunks_.front().embedding, last_stage = chunks_.back().head;
 
   moe_config_ = moe_block_config(config);
@@ -147,7 +132,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
   const int64_t b = micro_batch, t = local_seq_, n = b * t, c = config.hidden;
-  slots_.resize(chunks_.size());
+  slots_ = ActivationSlots<Activations>(chunks_.size(), [this](int c) { return allocate_activations(chunks_[c]); });
   scratch_ = blocks_.front().allocate_scratch(b, t, device);
   for (const nn::TransformerBlock& blk : blocks_)
     if (blk.is_moe()) {  // the experts' workspace, shared by the MoE blocks
@@ -175,7 +160,7 @@ double Gpt::flops_per_token() const {
   return 6.0 * static_cast<double>(model_numel_) + 6.0 * static_cast<double>(config_.layers * seq_ * config_.hidden);
 }
 
-std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const Chunk& c) const {
+std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const ModelChunk& c) const {
   auto a = std::make_unique<Activations>();
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device_); };
   if (c.embedding) a->inputs = act({batch_, local_seq_}, DType::i32);
@@ -191,27 +176,7 @@ std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const Chunk& c) cons
   return a;
 }
 
-Gpt::Activations& Gpt::slot(int chunk, int micro) {
-  ChunkSlots& s = slots_.at(chunk);
-  auto it = s.by_micro.find(micro);
-  if (it != s.by_micro.end()) return *it->second;
-  if (s.free.empty()) {
-    s.all.push_back(allocate_activations(chunks_[chunk]));
-    s.free.push_back(s.all.back().get());
-  }
-  Activations* a = s.free.back();
-  s.free.pop_back();
-  s.by_micro.emplace(micro, a);
-  return *a;
-}
-
-void Gpt::release(int chunk, int micro) {
-  ChunkSlots& s = slots_.at(chunk);
-  auto it = s.by_micro.find(micro);
-  TESSERA_CHECK(it != s.by_micro.end(), "Gpt::release: micro-batch ", micro, " of chunk ", chunk, " holds nothing");
-  s.free.push_back(it->second);
-  s.by_micro.erase(it);
-}
+void Gpt::release(int chunk, int micro) { slots_.release(chunk, micro); }
 
 void Gpt::load_batch(Activations& a, const int32_t* rows) {
   int32_t* in = host_rows_.data<int32_t>();
@@ -232,7 +197,7 @@ void Gpt::load_batch(Activations& a, const int32_t* rows) {
 // stage holds several micro-batches in flight.
 float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale,
                          parallel::GradSync* sync) {
-  const Chunk& c = chunks_[chunk];
+  const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
   if (c.embedding || c.head) load_batch(a, rows);
   const bool keep_embedding = c.embedding && c.head;  // the head on this chunk reads the table
@@ -289,7 +254,7 @@ Gpt::MoeStepStats Gpt::take_moe_stats() {
 }
 
 void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights) {
-  const Chunk& c = chunks_[chunk];
+  const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
   for (int64_t j = c.blocks(); j-- > 0;) {
     const size_t b = c.block_base + static_cast<size_t>(j);
@@ -315,7 +280,7 @@ void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
 }
 
 void Gpt::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync) {
-  const Chunk& c = chunks_[chunk];
+  const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
   for (int64_t j = c.blocks(); j-- > 0;) {
     const size_t b = c.block_base + static_cast<size_t>(j);

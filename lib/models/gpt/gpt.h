@@ -9,6 +9,7 @@
 
 #include "nn/embedding.h"
 #include "nn/layer_norm.h"
+#include "models/model_chunks.h"
 #include "models/model_layout.h"
 #include "nn/lm_head.h"
 #include "nn/transformer_block.h"
@@ -116,14 +117,6 @@ class Gpt {
   int64_t model_numel() const { return model_numel_; }  // parameters of the whole model, all stages
 
  private:
-  // A chunk: consecutive blocks [first_block, end_block) of the model (indices into blocks_ are
-  // local: block_base onwards), with the embedding before them or the head after them.
-  struct Chunk {
-    int64_t first_block = 0, end_block = 0;
-    size_t block_base = 0;
-    bool embedding = false, head = false;
-    int64_t blocks() const { return end_block - first_block; }
-  };
   // One micro-batch's activations in one chunk.
   struct Activations {
     Tensor inputs;                 // [B, T] int32 on the device (the embedding's chunk)
@@ -134,14 +127,9 @@ class Gpt {
     std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
     nn::WeightGrads embedding_weight_grads;
   };
-  struct ChunkSlots {
-    std::vector<std::unique_ptr<Activations>> all;
-    std::vector<Activations*> free;
-    std::map<int, Activations*> by_micro;
-  };
-  Activations& slot(int chunk, int micro);
+  Activations& slot(int chunk, int micro) { return slots_.at(chunk, micro); }
   void record_moe_stats(int64_t block, const nn::MoeStats& stats);
-  std::unique_ptr<Activations> allocate_activations(const Chunk& c) const;
+  std::unique_ptr<Activations> allocate_activations(const ModelChunk& c) const;
   void load_batch(Activations& a, const int32_t* rows);
   // Units: the embedding (first stage), each block, the final norm (last stage).
   size_t block_unit(int64_t local_block) const { return block_unit_base_ + local_block; }
@@ -155,10 +143,9 @@ class Gpt {
     nn::LayerNorm ln_f;
     std::vector<int> unit_first_param;
   };
-  static std::vector<Chunk> make_chunks(int64_t layers, const PipelinePlacement& pipe);
   static nn::MoeConfig moe_block_config(const GptConfig& config);
   static Modules register_modules(const GptConfig& config, const nn::MoeConfig& moe, const ModelLayout& layout,
-                                  const std::vector<Chunk>& chunks, nn::ParamStore& store, nn::ParamStore& mirror);
+                                  const std::vector<ModelChunk>& chunks, nn::ParamStore& store, nn::ParamStore& mirror);
   // Activation checkpointing: the buffers checkpointed blocks recompute into, one set per kind
   // (full: dense and MoE blocks keep different tensors; selective: every block's attention core is
   // alike), shared by the blocks and micro-batches of the model.
@@ -182,11 +169,11 @@ class Gpt {
   std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_;
   nn::LmHead head_;
-  std::vector<Chunk> chunks_;
+  std::vector<ModelChunk> chunks_;  // this stage's (models/model_chunks.h)
   size_t embed_unit_ = 0, block_unit_base_ = 0, ln_f_unit_ = 0;
   std::unique_ptr<parallel::ParamUnits> units_;  // allocation, ZeRO-3 gathers, gradient reduction
 
-  std::vector<ChunkSlots> slots_;  // per chunk
+  ActivationSlots<Activations> slots_;
   std::map<RecomputedKind, nn::TransformerBlock::Saved> recomputed_;
   nn::TransformerBlock::Scratch scratch_;
   Tensor targets_, lnf_, lnf_mean_, lnf_rstd_;  // the head's, used within one forward_chunk

@@ -5,7 +5,7 @@
 // nn/transformer_block.h describes; everything else is replicated on every tp rank (its gradients
 // come out identical there: the blocks' region edges complete the residual stream's gradient).
 // On a pipeline a rank holds its chunks' blocks, the embedding on the first virtual stage and the
-// final norm and head on the last (models/vit/pipeline_chunks.h).
+// final norm and head on the last (models/model_chunks.h).
 #pragma once
 #include <memory>
 #include <string>
@@ -13,7 +13,7 @@
 
 #include "kernels/ops.h"
 #include "models/model_layout.h"
-#include "models/vit/pipeline_chunks.h"
+#include "models/model_chunks.h"
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
 #include "nn/transformer_block.h"

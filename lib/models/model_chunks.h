@@ -1,6 +1,6 @@
 // The pipeline bookkeeping of a block model: which blocks each of this stage's chunks holds, and
 // the activations of every (chunk, micro-batch) in flight, made on first use and recycled by
-// release(). Generic over the model's activation set (Gpt keeps the same bookkeeping inline).
+// release(). Generic over the model's activation set: Gpt and Vit use it.
 #pragma once
 #include <functional>
 #include <map>
@@ -42,6 +42,7 @@ template <class Activations>
 class ActivationSlots {
  public:
   using Make = std::function<std::unique_ptr<Activations>(int chunk)>;
+  ActivationSlots() = default;
   ActivationSlots(size_t chunks, Make make) : chunks_(chunks), make_(std::move(make)) {}
 
   Activations& at(int chunk, int micro) {
