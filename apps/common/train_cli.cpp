@@ -7,6 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/log.h"
+#include "optim/mixed_precision.h"
 #include "parallel/pipeline_verifier.h"
 
 namespace tessera::cli {
@@ -134,6 +135,10 @@ models::ModelLayout ParallelSetup::layout() {
   layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages};
   if (experts_) layout.experts = &*experts_;
   layout.checkpointing = options_.checkpointing();
+  const optim::Precision precision = optim::parse_precision(options_.train.precision);
+  layout.activations = precision == optim::Precision::bf16   ? DType::bf16
+                       : precision == optim::Precision::fp16 ? DType::f16
+                                                             : DType::f32;
   return layout;
 }
 

@@ -36,6 +36,9 @@ struct ModelLayout {
   nn::SequenceLayout* sequence = &nn::SequenceLayout::single();
   comm::Communicator* zero3 = nullptr;  // shard the parameters over this group (ZeRO-3)
   PipelinePlacement pipeline;
+  // Mixed precision: the activations kept between blocks (the residual stream, which pipeline
+  // stages also send) are rounded to this storage type (f32: kept as they are).
+  DType activations = DType::f32;
   // Where a mixture-of-experts model's experts live; its ranks also split the batch, like dp.
   const nn::ExpertLayout* experts = &nn::ExpertLayout::single();
   ActivationCheckpointing checkpointing;

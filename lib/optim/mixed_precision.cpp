@@ -1,7 +1,6 @@
 // MixedPrecision: rounding through the cast kernels, and the fp32 master copy.
 #include "optim/mixed_precision.h"
 
-#include "kernels/ops.h"
 
 namespace tessera::optim {
 
@@ -22,23 +21,14 @@ const char* precision_name(Precision p) {
 }
 
 MixedPrecision::MixedPrecision(nn::ParamStore& store, Precision precision, std::vector<Tensor> extra)
-    : store_(store), precision_(precision) {
+    : store_(store),
+      precision_(precision),
+      rounding_(precision == Precision::bf16 ? DType::bf16 : precision == Precision::fp16 ? DType::f16 : DType::f32) {
   for (Tensor& t : extra)
     if (t.defined()) extra_.push_back(t);
 }
 
 Tensor MixedPrecision::held_values() { return store_.sharded() ? store_.shard_values() : store_.flat_values(); }
-
-void MixedPrecision::round(Tensor values) {
-  if (!low() || values.numel() == 0) return;
-  const DType low_type = precision_ == Precision::bf16 ? DType::bf16 : DType::f16;
-  if (!staging_.defined() || staging_.numel() < values.numel() || staging_.dtype() != low_type)
-    staging_ = Tensor::empty({values.numel()}, low_type, values.device());
-  Tensor low_values = staging_.slice(0, {values.numel()});
-  Tensor flat = values.reshape({values.numel()});
-  ops::cast(low_values, flat);
-  ops::cast(flat, low_values);
-}
 
 void MixedPrecision::round_weights() {
   if (!low()) return;
@@ -46,8 +36,8 @@ void MixedPrecision::round_weights() {
   if (!master_.defined() || master_.numel() != held.numel())
     master_ = Tensor::empty({held.numel()}, DType::f32, held.device());
   master_.copy_from(held.reshape({held.numel()}));
-  round(held);
-  for (Tensor& t : extra_) round(t);
+  rounding_.round(held);
+  for (Tensor& t : extra_) rounding_.round(t);
 }
 
 void MixedPrecision::restore_weights() {
@@ -56,6 +46,6 @@ void MixedPrecision::restore_weights() {
   held.reshape({held.numel()}).copy_from(master_);
 }
 
-void MixedPrecision::round_gradients(Tensor held) { round(held); }
+void MixedPrecision::round_gradients(Tensor held) { rounding_.round(held); }
 
 }  // namespace tessera::optim

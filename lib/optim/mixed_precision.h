@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "nn/param_store.h"
+#include "nn/precision_rounding.h"
 
 namespace tessera::optim {
 
@@ -29,8 +30,8 @@ class MixedPrecision {
   void round_weights();    // the held values become low precision; the fp32 master is kept
   void restore_weights();  // the held values are the fp32 master again
   void round_gradients(Tensor held);
-  // In-place rounding of f32 values to the precision's nearest (ties to even).
-  void round(Tensor values);
+  // The storage type of the low precision (f32 for fp32): what the models round activations to.
+  DType storage() const { return rounding_.storage(); }
 
  private:
   Tensor held_values();
@@ -39,7 +40,7 @@ class MixedPrecision {
   Precision precision_;
   std::vector<Tensor> extra_;
   Tensor master_;  // the held values' fp32 copy while rounded
-  Tensor staging_; // low-precision staging for the rounding (resized to the largest use)
+  nn::PrecisionRounding rounding_;
 };
 
 }  // namespace tessera::optim

@@ -167,6 +167,8 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
     const int64_t mirror_table = last_stage && !first_stage ? table : 0;
     add(m, "buffers", "mixed precision: fp32 master of the held weights", kBytes * held);
     add(m, "buffers", "mixed precision: " + run.precision + " staging", 2 * std::max({held, held_grads, mirror_table}));
+    add(m, "buffers", "mixed precision: the models' " + run.precision + " staging for the residual stream",
+        2 * shape.rows() * run.model.hidden);
   }
   // The transients come at different moments of a step: the larger counts.
   const int64_t gathered = zero == 3 ? zero3_gathered(params, data_ranks, first_stage && last_stage) : 0;

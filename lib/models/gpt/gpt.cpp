@@ -98,7 +98,8 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       local_seq_(layout.sequence->local_length(seq)),
       first_position_(layout.sequence->offset(seq)),
       rows_(layout.tensor->local_rows(micro_batch * layout.sequence->local_length(seq))),
-      token_share_(layout.experts->size()) {
+      token_share_(layout.experts->size()),
+      activation_rounding_(layout.activations) {
   config.validate(layout.tensor->size());
   TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
   TESSERA_CHECK(!(layout.tensor->splits_rows() && layout.sequence->size() > 1),
@@ -206,12 +207,14 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   if (c.embedding) {
     units_->gather(embed_unit_, training && keep_embedding);
     embed_.forward(a.residual[0], a.inputs, first_position_, scratch_.region);
+    activation_rounding_.round(a.residual[0]);
     if (!keep_embedding) units_->release(embed_unit_);
   }
   for (int64_t j = 0; j < c.blocks(); ++j) {
     const size_t b = c.block_base + static_cast<size_t>(j);
     units_->gather(block_unit(b), false);
     aux += blocks_[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], scratch_);
+    activation_rounding_.round(a.residual[j + 1]);
     units_->release(block_unit(b));
     if (training && blocks_[b].is_moe()) record_moe_stats(c.first_block + j, a.saved[j].moe.stats);
   }

@@ -12,6 +12,7 @@
 #include "models/model_chunks.h"
 #include "models/model_layout.h"
 #include "nn/lm_head.h"
+#include "nn/precision_rounding.h"
 #include "nn/transformer_block.h"
 #include "parallel/grad_sync.h"
 #include "parallel/param_units.h"
@@ -176,6 +177,7 @@ class Gpt {
   ActivationSlots<Activations> slots_;
   std::map<RecomputedKind, nn::TransformerBlock::Saved> recomputed_;
   nn::TransformerBlock::Scratch scratch_;
+  nn::PrecisionRounding activation_rounding_;  // mixed precision: the residual stream's storage
   Tensor targets_, lnf_, lnf_mean_, lnf_rstd_;  // the head's, used within one forward_chunk
   Tensor host_rows_;                             // [2, B, T]: inputs and targets on the host
 };

@@ -32,7 +32,8 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
       batch_(micro_batch),
       tokens_(config.tokens()),
       slots_(static_cast<size_t>(std::max(layout.pipeline.chunks, 1)),
-             [this](int chunk) { return allocate_activations(chunk); }) {
+             [this](int chunk) { return allocate_activations(chunk); }),
+      activation_rounding_(layout.activations) {
   config.validate(layout.tensor->size());
   TESSERA_CHECK(!layout.tensor->splits_rows() && layout.sequence->size() == 1,
                 "vit: --sp-mode split_gather / --sp are not supported for ViT yet");
@@ -156,6 +157,7 @@ void Vit::embed(Activations& a, const float* images, bool keep_for_backward) {
   patch_proj_.forward(proj_, a.patches);
   Tensor tokens = a.residual[0].reshape({batch_, tokens_, config_.hidden});
   ops::image_tokens_forward(tokens, proj_, cls_ >= 0 ? store_.value(cls_) : Tensor(), store_.value(pos_));
+  activation_rounding_.round(a.residual[0]);
   if (!keep_for_backward) units_->release(embed_unit_);
 }
 
@@ -169,6 +171,7 @@ Vit::Eval Vit::forward_chunk(int chunk, int micro, const float* images, const in
     const size_t b = c.block_base + static_cast<size_t>(j);
     units_->gather(block_unit(b), false);
     blocks_[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], scratch_);
+    activation_rounding_.round(a.residual[j + 1]);
     units_->release(block_unit(b));
   }
   return c.head ? head_forward(a, training, grad_scale, sync) : Eval{};

@@ -16,6 +16,7 @@
 #include "models/model_chunks.h"
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
+#include "nn/precision_rounding.h"
 #include "nn/transformer_block.h"
 #include "nn/weight_grads.h"
 #include "parallel/grad_sync.h"
@@ -140,6 +141,7 @@ class Vit {
 
   ActivationSlots<Activations> slots_;
   nn::TransformerBlock::Scratch scratch_;
+  nn::PrecisionRounding activation_rounding_;  // mixed precision: the residual stream's storage
   // The embedding's, used within one forward_chunk or backward_chunk.
   Tensor host_images_, images_;   // [B, H, W, C] f32 (the same tensor on the cpu)
   Tensor proj_;                   // [B, P, C] patch projections, then their gradient
