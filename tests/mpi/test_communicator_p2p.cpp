@@ -49,6 +49,29 @@ TEST(SendRecv, RingWithAsyncHandles) {
   for (int k = 0; k < 3; ++k) EXPECT_EQ(in.data<int32_t>()[k], prev * 10 + k);
 }
 
+// test() polls without blocking: it returns true once the operation is complete (and then
+// stays complete), false before; a receive completed by test() holds the message and is counted.
+TEST(SendRecv, TestPollsAHandleToCompletion) {
+  Communicator world = Communicator::world();
+  const int n = world.size(), r = world.rank();
+  ASSERT_GE(n, 2) << "a ring needs two ranks (run under mpirun -np 2 or more)";
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  CommHandle nothing;
+  EXPECT_TRUE(nothing.test());
+  Tensor out = i32(4), in = i32(4);
+  for (int k = 0; k < 4; ++k) out.data<int32_t>()[k] = r * 100 + k;
+  const int64_t calls_before = world.stats().op(CommOp::recv).calls;
+  CommHandle receiving = world.irecv(in, prev, 9);
+  CommHandle sending = world.isend(out, next, 9);
+  while (!receiving.test()) {
+  }
+  EXPECT_FALSE(receiving.pending());
+  EXPECT_TRUE(receiving.test());
+  sending.wait();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(in.data<int32_t>()[k], prev * 100 + k);
+  EXPECT_EQ(world.stats().op(CommOp::recv).calls, calls_before + 1);
+}
+
 TEST(SendRecv, BlockingPairsAndTagsMatchOutOfOrder) {
   Communicator world = Communicator::world();
   const int n = world.size(), r = world.rank();
