@@ -25,6 +25,16 @@
 
 namespace tessera::train {
 
+namespace {
+// fp32 and bf16 train unscaled: a static loss scale of 1.
+optim::LossScalerConfig unit_loss_scale() {
+  optim::LossScalerConfig c;
+  c.initial_scale = c.min_scale = 1.0;
+  c.dynamic = false;
+  return c;
+}
+}  // namespace
+
 void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(steps >= 0, "--steps must be >= 0, got ", steps);
   TESSERA_CHECK(global_batch >= 1, "--global-batch must be >= 1, got ", global_batch);
@@ -67,9 +77,8 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       precision_(work.params(), optim::parse_precision(config.precision),
                  {work.tied_weights() ? work.tied_weights()->mirror_values() : Tensor()}),
-      scaler_(optim::parse_precision(config.precision) == optim::Precision::fp16
-                  ? config.loss_scaler
-                  : optim::LossScalerConfig{1.0, 2.0, 0.5, 1, 1, 1.0, false}),
+      scaler_(optim::parse_precision(config.precision) == optim::Precision::fp16 ? config.loss_scaler
+                                                                                 : unit_loss_scale()),
       faults_(FaultHooks::from_environment()) {
   config.validate(dp_.size() * ep_.size());
 }
