@@ -46,6 +46,8 @@ std::string memory_plan(const TrainOptions& o, const models::GptConfig& model, i
   run.virtual_stages = o.train.virtual_stages;
   run.checkpointing = o.checkpointing();
   run.precision = o.train.precision;
+  run.offload = o.train.adamw.offload;
+  run.offload_chunk = o.train.adamw.offload_chunk;
   return plan::describe(plan::plan_memory(run), run);
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/allocator.h"
 #include "core/log.h"
+#include "memory/scratch_file.h"
 #include "optim/mixed_precision.h"
 #include "parallel/pipeline_verifier.h"
 
@@ -30,6 +31,8 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
       ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
       ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
+      ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none or cpu (host memory), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
+      ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk)")
       ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
       ("precision", po::value(&tc.precision)->default_value("fp32"), "fp32, bf16 or fp16: parameters, activations and gradients (fp32 master weights and optimizer states; on the CPU, rounded storage with fp32 arithmetic)")
       ("loss-scale", po::value(&tc.loss_scaler.initial_scale)->default_value(65536.0), "fp16: the initial loss scale")
@@ -79,6 +82,12 @@ void TrainOptions::finish(int world_size) {
                 activation_checkpointing, " with --pp-schedule zb: not supported (zb's deferred weight gradients",
                 " would read recomputed activations that later blocks overwrite); use 1f1b, gpipe or interleaved");
   TESSERA_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0, got ", comm_timeout);
+  const std::string& offload = train.adamw.offload;
+  TESSERA_CHECK(offload == "none" || offload == "cpu" || offload == "nvme", "--offload ", offload,
+                ": expected none, cpu or nvme");
+  TESSERA_CHECK(offload == "none" || device() == Device::cpu, "--offload ", offload,
+                ": not implemented for --device cuda yet");
+  if (offload == "nvme") memory::check_scratch_dir(train.adamw.offload_dir, "--offload-dir");
   // The batch splits over dp x ep (expert-parallel ranks route different tokens).
   const int batch_ranks = mesh.dp * mesh.ep;
   if (train.micro_batch == 0) {

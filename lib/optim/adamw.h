@@ -1,18 +1,32 @@
 // AdamW over a range of a ParamStore's flat order (all of it, or a ZeRO shard): fp32 states
 // (exp_avg, exp_avg_sq) laid out like that range; weight decay only on parameters registered with
 // it (matrices and embeddings). Adjacent parameters with the same decay flag are updated as one
-// range: a few fused passes over the flat buffers.
+// range: a few fused passes over the flat buffers. The states live in memory (offload none or
+// cpu) or in a scratch file under offload_dir (nvme), streamed through two buffers per step.
 #pragma once
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/ops.h"
 #include "nn/param_store.h"
 #include "parallel/flat_shards.h"
 
+namespace tessera::memory {
+class IoWorker;
+class ScratchFile;
+}  // namespace tessera::memory
+
 namespace tessera::optim {
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  // Where exp_avg and exp_avg_sq live: "none" or "cpu" (host memory; on a CPU build the same), or
+  // "nvme": a scratch file in offload_dir (deleted at exit), streamed in pieces of
+  // offload_chunk elements through two host buffers, reads and writes overlapping the update.
+  std::string offload = "none";
+  std::string offload_dir;
+  int64_t offload_chunk = int64_t{1} << 20;  // 4 MiB of each state per buffer
 };
 
 class AdamW {
@@ -20,6 +34,7 @@ class AdamW {
   // Updates the elements `shard` of the store's flat order (default: all of them).
   AdamW(nn::ParamStore& store, const AdamWConfig& config);
   AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range shard);
+  ~AdamW();
   // One update with learning rate lr of the store's own flat buffers (the shard's part of them).
   void step(float lr, float grad_scale = 1.0f);
   // The same on explicit buffers holding exactly the shard (ZeRO-2/3 keep shards apart).
@@ -28,8 +43,13 @@ class AdamW {
   parallel::Range shard() const { return shard_; }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t step) { step_ = step; }
-  Tensor& exp_avg() { return exp_avg_; }
-  Tensor& exp_avg_sq() { return exp_avg_sq_; }
+  // The states in memory (not under nvme offload: use read_states / write_states).
+  Tensor& exp_avg();
+  Tensor& exp_avg_sq();
+  bool states_in_files() const { return state_file_ != nullptr; }
+  // Elements [begin, begin + count) of the shard's states to or from host memory, wherever they live.
+  void read_states(int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq) const;
+  void write_states(int64_t begin, int64_t count, const float* exp_avg, const float* exp_avg_sq);
   const AdamWConfig& config() const { return config_; }
 
  private:
@@ -37,11 +57,17 @@ class AdamW {
     int64_t begin, end;
     bool decay;
   };
+  // The update of ranges_ with the states streamed from and to the scratch file.
+  void step_streamed(ops::AdamWArgs args, Tensor& params, const Tensor& grads);
+
   nn::ParamStore& store_;
   AdamWConfig config_;
   parallel::Range shard_;
   std::vector<Range> ranges_;
-  Tensor exp_avg_, exp_avg_sq_;
+  Tensor exp_avg_, exp_avg_sq_;                      // in memory: the states
+  std::unique_ptr<memory::ScratchFile> state_file_;  // nvme: [exp_avg | exp_avg_sq] of the shard
+  Tensor stream_buffers_[2];                         // nvme: each [exp_avg piece | exp_avg_sq piece]
+  std::unique_ptr<memory::IoWorker> io_;             // last: destroyed first, its jobs use the above
   int64_t step_ = 0;
 };
 

@@ -99,9 +99,10 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
 int64_t ZeroOptimizer::state_bytes() const {
   const int64_t f = sizeof(float);
   const int64_t n = store_.numel(), shard = adamw_.shard().size();
-  if (zero_ == 3) return f * 4 * shard;  // parameters, gradients, two states: all sharded
+  const int64_t states = adamw_.states_in_files() ? 0 : 2 * shard;  // --offload nvme: on disk
+  if (zero_ == 3) return f * (2 * shard + states);  // parameters, gradients, two states: all sharded
   const int64_t grads = zero_ == 2 ? n + shard : n;  // zero 2: the flat buffer + the reduced shard
-  return f * (n + grads + 2 * shard);
+  return f * (n + grads + states);
 }
 
 }  // namespace tessera::optim

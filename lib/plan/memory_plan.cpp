@@ -59,13 +59,19 @@ void add(StageMemory& m, const char* category, std::string what, int64_t bytes, 
 
 // Parameters, gradients, optimizer states: ZeroOptimizer::state_bytes() term by term, with the
 // largest shard of the flat order (n elements) over the data group.
-void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard) {
+void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const GptRun& run) {
   const int64_t states = zero == 0 ? n : shard.size();
   add(m, "parameters", zero == 3 ? "1/dp shard of the stage's flat buffer" : "the stage's flat buffer",
       kBytes * (zero == 3 ? shard.size() : n));
   add(m, "gradients", zero == 3 ? "1/dp shard" : zero == 2 ? "flat buffer + reduced 1/dp shard" : "flat buffer",
       kBytes * (zero == 3 ? shard.size() : zero == 2 ? n + shard.size() : n));
-  add(m, "optimizer states", zero == 0 ? "AdamW moments" : "AdamW moments of the 1/dp shard", kBytes * 2 * states);
+  if (run.offload == "nvme") {  // in a scratch file, streamed through two buffers of both moments
+    add(m, "optimizer states", "AdamW moments: in a scratch file under --offload-dir", 0);
+    add(m, "buffers", "--offload nvme: two streaming buffers of both moments",
+        kBytes * 2 * 2 * std::min(run.offload_chunk, std::max<int64_t>(states, 1)));
+  } else {
+    add(m, "optimizer states", zero == 0 ? "AdamW moments" : "AdamW moments of the 1/dp shard", kBytes * 2 * states);
+  }
 }
 
 // ZeRO-3: the most a rank of the stage holds gathered at once: a unit with its gradient buffer and
@@ -117,7 +123,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   const nn::ParamStore& store = params.store;
   const int64_t n = store.numel();
   const parallel::Range shard = parallel::FlatShards(n, data_ranks).shard(0);  // the largest
-  add_state(m, zero, n, shard);
+  add_state(m, zero, n, shard, run);
 
   // Activations: per chunk, the micro-batches in flight.
   GptActivationShape shape{run.model, run.micro_batch, run.seq, mesh.tp, mesh.sp, mesh.ep, run.split_gather,

@@ -27,6 +27,8 @@ struct GptRun {
   int virtual_stages = 1;
   models::ActivationCheckpointing checkpointing;
   std::string precision = "fp32";  // bf16, fp16: the weights rounded for the step (optim/mixed_precision.h)
+  std::string offload = "none";    // nvme: the optimizer states in files, streamed (optim/adamw.h)
+  int64_t offload_chunk = int64_t{1} << 20;
 };
 
 struct MemoryItem {

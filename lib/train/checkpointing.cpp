@@ -125,7 +125,8 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   const bool sharded = st.params.sharded();
   const int64_t values_begin = sharded ? st.params.shard_begin() : 0;
   const Tensor values = (sharded ? st.params.shard_values() : st.params.flat_values()).to(Device::cpu);
-  const Tensor m = st.optimizer.exp_avg().to(Device::cpu), v = st.optimizer.exp_avg_sq().to(Device::cpu);
+  Tensor m = Tensor::empty({opt.size()}), v = Tensor::empty({opt.size()});  // wherever the states live
+  st.optimizer.read_states(0, opt.size(), m.data<float>(), v.data<float>());
   for (const auto& [name, global_shape] : model_tensors(st.params, st.world)) {
     w.create("/params/" + name, global_shape);
     w.create("/optim/" + name + "/exp_avg", global_shape);
@@ -203,8 +204,7 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
     r.read_runs("/optim/" + s.name + "/exp_avg_sq", runs, v.data<float>() + at);
   }
   (sharded ? st.params.shard_values() : st.params.flat_values()).copy_from(values);
-  st.optimizer.exp_avg().copy_from(m);
-  st.optimizer.exp_avg_sq().copy_from(v);
+  st.optimizer.write_states(0, opt.size(), m.data<float>(), v.data<float>());
   st.optimizer.set_steps_taken(r.attr_int("optimizer_steps"));
   return info;
 }

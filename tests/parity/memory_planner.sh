@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The memory planner (`--dry-run`, lib/plan/memory_plan.h) against the tracked memory of real runs:
 # on one rank, at tp 2 x dp 2 with ZeRO-1, at pp 2 with full activation checkpointing (and, beyond
-# the three the issue asks for, dp 2 with ZeRO-3, moe_train at ep 2, bf16 at dp 2 with ZeRO-2),
+# the three the issue asks for, dp 2 with ZeRO-3, moe_train at ep 2, bf16 at dp 2 with ZeRO-2,
+# optimizer states offloaded to files at dp 2 with ZeRO-1),
 # the predicted total of the rank that writes the metrics (pipeline stage 0) is within 10% of its
 # measured step-2 peak, and its parameters + gradients + optimizer states equal the run's
 # state_bytes exactly. A dry run plans any layout from one process and reads nothing of the data
@@ -41,6 +42,8 @@ planned_like_measured pp2-full gpt_train 2 1 --pp 2 --micro-batch 1 --activation
 planned_like_measured dp2-zero3-selective gpt_train 2 2 --zero 3 --activation-checkpointing selective
 planned_like_measured moe-ep2 moe_train 2 1 --ep 2 --experts 4
 planned_like_measured dp2-zero2-bf16 gpt_train 2 2 --zero 2 --precision bf16
+mkdir -p "$tmp/offload"
+planned_like_measured dp2-zero1-nvme gpt_train 2 2 --zero 1 --offload nvme --offload-dir "$tmp/offload"
 
 # One process plans 64 ranks, per pipeline stage, from a file holding nothing but vocab_size.
 /usr/bin/python3 -c "import h5py, sys; h5py.File(sys.argv[1], 'w').attrs['vocab_size'] = 50257" "$tmp/vocab.h5"

@@ -1,14 +1,20 @@
-// Unit tests of the CPU AdamW through ops::adamw: three steps with weight decay and grad_scale
-// against a scalar double reference written in torch.optim.AdamW's order, on 1 and 3 threads.
+// Unit tests of the CPU AdamW: through ops::adamw, and on each code path (scalar, AVX2, AVX-512)
+// that this CPU runs: three steps with weight decay and grad_scale against a scalar double
+// reference written in torch.optim.AdamW's order, on 1 and 3 threads; every path bit-identical to
+// the scalar one, remainders included, and nothing written past the end.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/adamw_paths.h"
 #include "kernels/ops.h"
 
 using tessera::Tensor;
@@ -16,6 +22,7 @@ using tessera::Tensor;
 namespace {
 
 using Threads = tessera::testing::ScopedThreads;
+using tessera::kernels::cpu::AdamWPath;
 
 // torch.optim.AdamW, one element, in double:
 //   p *= 1 - lr wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -30,6 +37,17 @@ void adamw_ref(double& p, double g, double& m, double& v, const tessera::ops::Ad
   p -= double(a.lr) / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + a.eps);
 }
 
+tessera::ops::AdamWArgs test_args() {
+  tessera::ops::AdamWArgs args;
+  args.lr = 1e-2f;
+  args.beta1 = 0.9f;
+  args.beta2 = 0.95f;
+  args.eps = 1e-8f;
+  args.weight_decay = 0.1f;
+  args.grad_scale = 0.5f;
+  return args;
+}
+
 TEST(AdamW, ThreeStepsMatchScalarReference) {
   for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{70001}}) {
     for (int threads : {1, 3}) {
@@ -37,13 +55,7 @@ TEST(AdamW, ThreeStepsMatchScalarReference) {
       Tensor param = Tensor::empty({n}), m = Tensor::zeros({n}), v = Tensor::zeros({n}), grad = Tensor::empty({n});
       tessera::philox_fill_normal(param.data<float>(), n, 17, 1, 0, 0.0f, 1.0f);
       std::vector<double> p_ref(param.data<float>(), param.data<float>() + n), m_ref(n, 0.0), v_ref(n, 0.0);
-      tessera::ops::AdamWArgs args;
-      args.lr = 1e-2f;
-      args.beta1 = 0.9f;
-      args.beta2 = 0.95f;
-      args.eps = 1e-8f;
-      args.weight_decay = 0.1f;
-      args.grad_scale = 0.5f;
+      tessera::ops::AdamWArgs args = test_args();
       for (int64_t step = 1; step <= 3; ++step) {
         tessera::philox_fill_normal(grad.data<float>(), n, 17, 10 + step, 0, 0.0f, 2.0f);
         args.step = step;
@@ -60,6 +72,92 @@ TEST(AdamW, ThreeStepsMatchScalarReference) {
       }
     }
   }
+}
+
+// The four arrays of one path's run, each with kGuard sentinel floats past n.
+struct PathRun {
+  static constexpr int64_t kGuard = 32;
+  static constexpr float kSentinel = -12345.0f;
+  std::vector<float> param, grad, m, v;
+  explicit PathRun(int64_t n)
+      : param(n + kGuard, kSentinel), grad(n + kGuard, kSentinel), m(n + kGuard, kSentinel),
+        v(n + kGuard, kSentinel) {
+    tessera::philox_fill_normal(param.data(), n, 23, 1, 0, 0.0f, 1.0f);
+    std::fill_n(m.begin(), n, 0.0f);
+    std::fill_n(v.begin(), n, 0.0f);
+  }
+};
+
+// Three steps on `path` of n elements; the arrays afterwards.
+PathRun run_path(AdamWPath path, int64_t n) {
+  PathRun run(n);
+  tessera::ops::AdamWArgs args = test_args();
+  for (int64_t step = 1; step <= 3; ++step) {
+    tessera::philox_fill_normal(run.grad.data(), n, 23, 10 + step, 0, 0.0f, 2.0f);
+    args.step = step;
+    tessera::kernels::cpu::adamw_on_path(path, run.param.data(), run.grad.data(), run.m.data(), run.v.data(), n, args);
+  }
+  return run;
+}
+
+class AdamWPathTest : public ::testing::TestWithParam<AdamWPath> {};
+
+// Every lane-count remainder of 8 and 16, a partial last OpenMP chunk (16384 per chunk), 1 and 3
+// threads: equal to the double reference within float rounding, and to the scalar path bit for bit.
+TEST_P(AdamWPathTest, MatchesReferenceAndScalarPathBitForBit) {
+  const AdamWPath path = GetParam();
+  if (!tessera::kernels::cpu::adamw_path_supported(path))
+    GTEST_SKIP() << tessera::kernels::cpu::adamw_path_name(path) << " is not compiled in or not run by this CPU";
+  for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 1001, 16384 + 16 + 5, 70001}) {
+    for (int threads : {1, 3}) {
+      Threads scope(threads);
+      const PathRun got = run_path(path, n);
+      const PathRun want = run_path(AdamWPath::scalar, n);
+      PathRun ref(n);
+      std::vector<double> p_ref(ref.param.begin(), ref.param.begin() + n), m_ref(n, 0.0), v_ref(n, 0.0);
+      tessera::ops::AdamWArgs args = test_args();
+      for (int64_t step = 1; step <= 3; ++step) {
+        tessera::philox_fill_normal(ref.grad.data(), n, 23, 10 + step, 0, 0.0f, 2.0f);
+        args.step = step;
+        for (int64_t i = 0; i < n; ++i) adamw_ref(p_ref[i], ref.grad[i], m_ref[i], v_ref[i], args);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got.param[i], p_ref[i], 1e-6 * (std::fabs(p_ref[i]) + 1e-2)) << "n=" << n << " i=" << i;
+        ASSERT_NEAR(got.m[i], m_ref[i], 1e-6 * (std::fabs(m_ref[i]) + 1.0)) << "n=" << n << " i=" << i;
+        ASSERT_NEAR(got.v[i], v_ref[i], 1e-6 * std::fabs(v_ref[i]) + 1e-12) << "n=" << n << " i=" << i;
+      }
+      // Bitwise equality (float ==): all paths do the same operations without fused multiply-adds.
+      for (int64_t i = 0; i < n + PathRun::kGuard; ++i) {
+        ASSERT_EQ(got.param[i], want.param[i]) << "n=" << n << " i=" << i;
+        ASSERT_EQ(got.m[i], want.m[i]) << "n=" << n << " i=" << i;
+        ASSERT_EQ(got.v[i], want.v[i]) << "n=" << n << " i=" << i;
+      }
+      for (int64_t i = n; i < n + PathRun::kGuard; ++i)
+        ASSERT_EQ(got.param[i], PathRun::kSentinel) << "written past the end: n=" << n << " i=" << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, AdamWPathTest,
+                         ::testing::Values(AdamWPath::scalar, AdamWPath::avx2, AdamWPath::avx512),
+                         [](const ::testing::TestParamInfo<AdamWPath>& info) {
+                           return std::string(tessera::kernels::cpu::adamw_path_name(info.param));
+                         });
+
+// ops::adamw runs the widest path the CPU supports; scalar is always there.
+TEST(AdamW, ChoosesTheWidestSupportedPath) {
+  using tessera::kernels::cpu::adamw_path_supported;
+  EXPECT_TRUE(adamw_path_supported(AdamWPath::scalar));
+  const AdamWPath want = adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
+                         : adamw_path_supported(AdamWPath::avx2) ? AdamWPath::avx2
+                                                                 : AdamWPath::scalar;
+  EXPECT_EQ(tessera::kernels::cpu::adamw_best_path(), want);
+#if defined(__x86_64__)
+  // On x86 the build compiles both SIMD paths in; a CPU with the instructions must get them.
+  EXPECT_EQ(adamw_path_supported(AdamWPath::avx2), bool(__builtin_cpu_supports("avx2")));
+  EXPECT_EQ(adamw_path_supported(AdamWPath::avx512), bool(__builtin_cpu_supports("avx512f")));
+#endif
+  std::printf("adamw path on this CPU: %s\n", tessera::kernels::cpu::adamw_path_name(want));
 }
 
 // With zero gradients the moments stay zero and only the decoupled weight decay acts.
