@@ -189,11 +189,10 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 
 namespace {
 // The block kernels' operands, checked: q [B, Tq, >= C], kv [B, Tk, >= 2C], out [B, Tq, C] with
-// C = heads x head_dim, lse [B, H, Tq]; on the CPU.
+// C = heads x head_dim, lse [B, H, Tq].
 kernels::cpu::AttentionBlockShape attention_block_shape(const Tensor& out, const Tensor& lse, const Tensor& q,
                                                         const Tensor& kv, int64_t n_heads, bool causal,
                                                         const char* op) {
-  TESSERA_CHECK(out.device() == Device::cpu, op, ": not implemented on CUDA yet (cpu tensors only)");
   TESSERA_CHECK(q.shape().rank() == 3 && kv.shape().rank() == 3 && out.shape().rank() == 3, op,
                 ": q, kv and out must be [B, T, columns], got ", q.shape().str(), ", ", kv.shape().str(), ", ",
                 out.shape().str());
@@ -217,8 +216,8 @@ void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, const Te
   same_device("attention_block_forward", {&out, &lse, &q, &kv});
   const auto s = attention_block_shape(out, lse, q, kv, n_heads, causal, "attention_block_forward");
   const float* k = kv.data<float>() + s.kv_stride - 2 * s.heads * s.head_dim;
-  kernels::cpu::attention_block_forward(out.data<float>(), lse.data<float>(), q.data<float>(), k,
-                                        k + s.heads * s.head_dim, s, merge);
+  TESSERA_DISPATCH(out.device(), attention_block_forward, out.data<float>(), lse.data<float>(), q.data<float>(), k,
+                   k + s.heads * s.head_dim, s, merge);
 }
 
 void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& q, const Tensor& kv,
@@ -230,8 +229,8 @@ void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const
   const int64_t c = s.heads * s.head_dim, kv_first = s.kv_stride - 2 * c;
   const float* k = kv.data<float>() + kv_first;
   float* dk = dkv.data<float>() + kv_first;
-  kernels::cpu::attention_block_backward(dq.data<float>(), dk, dk + c, dout.data<float>(), q.data<float>(), k,
-                                         k + c, out.data<float>(), lse.data<float>(), s);
+  TESSERA_DISPATCH(dq.device(), attention_block_backward, dq.data<float>(), dk, dk + c, dout.data<float>(),
+                   q.data<float>(), k, k + c, out.data<float>(), lse.data<float>(), s);
 }
 
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,

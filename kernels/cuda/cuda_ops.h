@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
 namespace tessera::kernels::cuda {
@@ -35,6 +36,13 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, 
                        int64_t heads, int64_t head_dim);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+// Attention of a query block against a key/value block (attention_block.cu), shaped as its CPU twin's
+// (cpu::AttentionBlockShape); head_dim up to 128.
+void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const cpu::AttentionBlockShape& shape, bool merge);
+void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse,
+                              const cpu::AttentionBlockShape& shape);
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                        int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
