@@ -54,8 +54,6 @@ int main(int argc, char** argv) {
                   " split_gather) is not supported for ViT yet");
     TESSERA_CHECK(!o.checkpointing().enabled(), "vit_train: --activation-checkpointing ", o.activation_checkpointing,
                   " is not implemented for ViT yet (gpt_train and moe_train have it); use none");
-    TESSERA_CHECK(o.device() == Device::cpu, "vit_train --device cuda: ViT's attention over every position has no",
-                  " CUDA kernel yet; run on cpu");
     TESSERA_CHECK(epochs >= 0 && eval_every_epochs >= 0, "--epochs and --eval-every-epochs must be >= 0");
     TESSERA_CHECK(augment.pad >= 0, "--crop-pad must be >= 0, got ", augment.pad);
     train::TrainConfig& tc = o.train;
