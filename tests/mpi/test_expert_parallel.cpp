@@ -151,7 +151,7 @@ TEST_P(ExpertParallelParity, MatchesTheOneRankLayerOnAllTokens) {
     const int ref_id = ref.store.find(spec.name);
     Tensor grad = par.store.grad(id).clone();
     Tensor global = Tensor::empty(spec.global_shape);
-    if (spec.shard.split()) {
+    if (spec.expert && n > 1) {  // split over the ep group along the expert dimension
       world.all_gather(grad, global);
     } else {
       world.all_reduce_sum(grad);

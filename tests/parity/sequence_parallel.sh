@@ -12,6 +12,9 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 common=(--layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11
         --threads 1 --bucket-mb 0.01)
 source "$src/tests/tools/layout_parity.sh"
+# The key part of the QKV bias has an exact gradient of zero: AdamW turns its rounding noise into
+# lr-sized steps, and after 10 steps the layouts differ there by up to ~1e-5 (1.02e-5 seen).
+state_atol=2e-5
 
 data="$tmp/v61.h5"
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$data" >/dev/null
