@@ -10,7 +10,8 @@
 #      and the loss curve equals an uninterrupted run's (mpirun, outside Slurm) to a relative 1e-5;
 #   3. jobscripts/vit_train.sbatch launched by mpirun on 4 ranks completes with its evaluation, and
 #      each script completes under the other launcher too (gpt_train by mpirun, vit_train by srun);
-#      jobscripts/moe_train.sbatch completes under srun with expert parallelism (ep 2 x dp 2);
+#      jobscripts/moe_train.sbatch completes under srun with expert parallelism (ep 2 x dp 2) and under
+#      mpirun (dp 4);
 #   4. a job with options that do not fit (--tp 3 on 4 ranks) FAILS with gpt_train's error line and
 #      a non-zero exit code other than 3, and is not requeued.
 # Everything runs under `timeout`; the daemons and any job processes are stopped on exit.
@@ -272,7 +273,7 @@ grep -q '"eval_acc"' "$m" || die "the vit_train job logged no evaluation"
 echo "vit_train job $id3 (mpirun, 4 ranks): COMPLETED, 20 steps, evaluated, step_20.h5 written ($(( $(date +%s) - t0 )) s)"
 
 # 3b. each script under its other launcher
-for combo in gpt_train:mpirun:gpt_slurm_tiny.ini:20 vit_train:srun:vit_tiny.ini:20; do
+for combo in gpt_train:mpirun:gpt_slurm_tiny.ini:20 vit_train:srun:vit_tiny.ini:20 moe_train:mpirun:moe_tiny.ini:20; do
   IFS=: read -r app launcher ini n <<< "$combo"
   t0=$(date +%s)
   id=$(LAUNCHER=$launcher run_job 60 --ntasks=4 --ntasks-per-node=4 -J "$app-$launcher" \
