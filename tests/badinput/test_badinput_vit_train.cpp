@@ -75,6 +75,10 @@ TEST_F(VitTrainBadInput, CudaDeviceIsRefusedClearly) {
   expect_refused(1, "--data " + shell_quote(images_) + " --device cuda", "cuda");
 }
 
+TEST_F(VitTrainBadInput, ExpertParallelismIsRefused) {
+  expect_refused(2, "--data " + shell_quote(images_) + " --ep 2", "vit_train: --ep needs mixture-of-experts layers");
+}
+
 // A pipeline needs a block per (virtual) stage: one block does not split over two stages.
 TEST_F(VitTrainBadInput, PipelineStagesWithoutBlocks) {
   expect_refused(2, "--data " + shell_quote(images_) + " --pp 2", "cannot be split over 2 pipeline");
