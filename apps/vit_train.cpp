@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
     augment.flip = !no_flip;
 
     o.finish(mpi.world_size());
+    TESSERA_CHECK(!o.grid(), "vit_train --tp-mode ", o.tp_mode, ": not supported yet (gpt_train has it); use 1d");
     TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "vit_train: sequence parallelism (--sp, --sp-mode",
                   " split_gather) is not supported for ViT yet");
     TESSERA_CHECK(!o.checkpointing().enabled(), "vit_train: --activation-checkpointing ", o.activation_checkpointing,
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
     mc.image = train_set->height;
     mc.channels = train_set->channels;
     mc.classes = train_set->num_classes();
-    mc.validate(o.mesh.tp);
+    mc.validate(o.mesh.tp_feature_parts());
     const int64_t steps_per_epoch = std::max<int64_t>(1, train_set->size() / tc.global_batch);
     if (epochs > 0) tc.steps = static_cast<int64_t>(std::ceil(epochs * static_cast<double>(steps_per_epoch)));
     if (eval_every_epochs > 0)

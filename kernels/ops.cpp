@@ -155,6 +155,75 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
 }
 
 namespace {
+// The split-column layer norm has CPU kernels only: a CUDA tensor throws; every tensor is f32.
+void split_layernorm_checks(const char* op, std::initializer_list<const Tensor*> ts) {
+  same_device(op, ts);
+  for (const Tensor* t : ts) {
+    TESSERA_CHECK(t->device() == Device::cpu, op, ": not implemented on CUDA (split-column layer norm)");
+    TESSERA_CHECK(t->dtype() == DType::f32, op, ": tensors must be f32, got ", dtype_name(t->dtype()));
+  }
+}
+}  // namespace
+
+void layernorm_split_row_sums(Tensor& sums, const Tensor& inp) {
+  split_layernorm_checks("layernorm_split_row_sums", {&sums, &inp});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(sums.numel() == rows, "layernorm_split_row_sums", "shapes do not fit");
+  kernels::cpu::layernorm_split_row_sums(sums.data<float>(), inp.data<float>(), rows, cols);
+}
+
+void layernorm_split_centered_squares(Tensor& sums, const Tensor& inp, const Tensor& row_sums, int64_t total_cols) {
+  split_layernorm_checks("layernorm_split_centered_squares", {&sums, &inp, &row_sums});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(sums.numel() == rows && row_sums.numel() == rows && total_cols > 0 && cols <= total_cols,
+         "layernorm_split_centered_squares", "shapes do not fit");
+  kernels::cpu::layernorm_split_centered_squares(sums.data<float>(), inp.data<float>(), row_sums.data<float>(),
+                                                 rows, cols, total_cols);
+}
+
+void layernorm_split_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                             const Tensor& bias, const Tensor& row_sums, const Tensor& squares, int64_t total_cols,
+                             float eps) {
+  split_layernorm_checks("layernorm_split_forward", {&out, &mean, &rstd, &inp, &weight, &bias, &row_sums, &squares});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(out.numel() == inp.numel() && mean.numel() == rows && rstd.numel() == rows && weight.numel() == cols &&
+             bias.numel() == cols && row_sums.numel() == rows && squares.numel() == rows && total_cols > 0 &&
+             cols <= total_cols,
+         "layernorm_split_forward", "shapes do not fit");
+  kernels::cpu::layernorm_split_forward(out.data<float>(), mean.data<float>(), rstd.data<float>(), inp.data<float>(),
+                                        weight.data<float>(), bias.data<float>(), row_sums.data<float>(),
+                                        squares.data<float>(), rows, cols, total_cols, eps);
+}
+
+void layernorm_split_backward_sums(Tensor& sums, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd) {
+  split_layernorm_checks("layernorm_split_backward_sums", {&sums, &dout, &inp, &weight, &mean, &rstd});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(sums.numel() == 2 * rows && dout.numel() == inp.numel() && weight.numel() == cols && mean.numel() == rows &&
+             rstd.numel() == rows,
+         "layernorm_split_backward_sums", "shapes do not fit");
+  kernels::cpu::layernorm_split_backward_sums(sums.data<float>(), dout.data<float>(), inp.data<float>(),
+                                              weight.data<float>(), mean.data<float>(), rstd.data<float>(), rows,
+                                              cols);
+}
+
+void layernorm_split_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                              const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& sums,
+                              int64_t total_cols) {
+  split_layernorm_checks("layernorm_split_backward",
+                         {&dinp, &dweight, &dbias, &dout, &inp, &weight, &mean, &rstd, &sums});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(dinp.numel() == inp.numel() && dout.numel() == inp.numel() && dweight.numel() == cols &&
+             dbias.numel() == cols && weight.numel() == cols && mean.numel() == rows && rstd.numel() == rows &&
+             sums.numel() == 2 * rows && total_cols > 0 && cols <= total_cols,
+         "layernorm_split_backward", "shapes do not fit");
+  kernels::cpu::layernorm_split_backward(dinp.data<float>(), dweight.data<float>(), dbias.data<float>(),
+                                         dout.data<float>(), inp.data<float>(), weight.data<float>(),
+                                         mean.data<float>(), rstd.data<float>(), sums.data<float>(), rows, cols,
+                                         total_cols);
+}
+
+namespace {
 struct AttentionDims {
   int64_t batch, seq, heads, head_dim;
 };

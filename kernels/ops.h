@@ -38,6 +38,28 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
                         const Tensor& inp, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd);
 
+// ---- layernorm over columns split across ranks (2D/2.5D/3D tensor parallelism) ----------------
+// Each rank holds inp [N, Cl], a block of the C = total_cols columns. The row statistics need sums
+// over every rank's columns: the caller all-reduces (sums) `sums` between the calls. Two passes like
+// layernorm_forward: mean first, then the centred squares. CPU only: a CUDA tensor throws.
+void layernorm_split_row_sums(Tensor& sums, const Tensor& inp);   // sums [N] = sum_c inp[n, c] (overwritten)
+void layernorm_split_centered_squares(Tensor& sums, const Tensor& inp, const Tensor& row_sums, int64_t total_cols);
+                                                                  // sums [N] = sum_c (inp - row_sums/total_cols)^2
+// out = (inp - mean) * rstd * weight + bias with mean = row_sums / C, rstd = 1/sqrt(squares / C + eps);
+// saves mean[N], rstd[N]. weight, bias: this rank's [Cl] block.
+void layernorm_split_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                             const Tensor& bias, const Tensor& row_sums, const Tensor& squares, int64_t total_cols,
+                             float eps);
+// sums [2, N]: sums[0][n] = sum_c g, sums[1][n] = sum_c g * xhat over this rank's columns (g = weight * dout,
+// xhat = (inp - mean) * rstd); overwritten.
+void layernorm_split_backward_sums(Tensor& sums, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd);
+// With the sums all-reduced: dinp += rstd (g - sums[0]/C - xhat sums[1]/C), dweight += dout xhat, dbias += dout
+// (accumulate, like layernorm_backward).
+void layernorm_split_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                              const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& sums,
+                              int64_t total_cols);
+
 // ---- causal self-attention ----------------------------------------------------------------------
 // qkv [B, T, 3, H, D] (the QKV projection's output, q then k then v, heads inside), out [B, T, H, D],
 // lse [B, H, T] (log-sum-exp of each query row's scaled scores, saved for backward). Computed in

@@ -111,6 +111,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
     if (dry_run) {
+      TESSERA_CHECK(!o.grid(), "--dry-run: the memory planner does not cover --tp-mode ", o.tp_mode, " yet");
       mc.vocab = vocab_size_of(input);
       mc.max_seq = seq_len;
       mc.validate(o.mesh.tp);
@@ -131,7 +132,10 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                     " differs from training vocab_size ", train_data.vocab_size);
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
-    mc.validate(o.mesh.tp);
+    const int q = o.mesh.tp_feature_parts();
+    TESSERA_CHECK(!o.grid() || (mc.heads % q == 0 && mc.hidden % q == 0), "--tp-mode ", o.tp_mode, " --tp ",
+                  o.mesh.tp, ": --heads ", mc.heads, " and --hidden ", mc.hidden, " must divide by the grid's side ", q);
+    mc.validate(q);
 
     if (mpi.world_rank() == 0)
       log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",

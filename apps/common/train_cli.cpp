@@ -43,7 +43,8 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB")
       ("dp", po::value(&mesh.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
       ("tp", po::value(&mesh.tp)->default_value(1), "tensor-parallel ranks (must divide --heads)")
-      ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split)")
+      ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split), 2d (SUMMA on a q x q grid, --tp q^2: rows of sequences x feature blocks) or 2.5d (--tp-depth d layers of q x q grids, --tp d q^2)")
+      ("tp-depth", po::value(&mesh.tp_depth)->default_value(1), "--tp-mode 2.5d: the grid layers d (the batch splits over d x q, the weights are the same on every layer)")
       ("pp", po::value(&mesh.pp)->default_value(1), "pipeline stages")
       ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b"), "pipeline schedule: gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
       ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1), "model chunks per pipeline stage (interleaved schedule)")
@@ -67,14 +68,22 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
 
 void TrainOptions::finish(int world_size) {
   if (threads > 0) omp_set_num_threads(threads);
-  mesh = mesh.resolved(world_size);
+  mesh.tp_mode = comm::parse_tp_mode(tp_mode);  // throws naming the choices
+  mesh = mesh.resolved(world_size);             // also checks --tp against the mode
   TESSERA_CHECK(!split_gather() || (mesh.tp > 1 && mesh.sp == 1), "--sp-mode split_gather splits the",
                 " sequence inside the tensor-parallel group: it needs --tp > 1 and takes no --sp (got ", mesh.str(),
                 ")");
   if (!split_gather()) parallel::parse_sequence_mode(sp_mode);  // throws naming the choices
-  TESSERA_CHECK(tp_mode == "1d" || tp_mode == "2d" || tp_mode == "2.5d" || tp_mode == "3d", "--tp-mode ", tp_mode,
-                ": expected 1d, 2d, 2.5d or 3d");
-  TESSERA_CHECK(tp_mode == "1d", "--tp-mode ", tp_mode, ": not implemented yet (this build has 1d)");
+  if (grid()) {
+    auto refuse = [&](bool bad, const std::string& what) {
+      TESSERA_CHECK(!bad, "--tp-mode ", tp_mode, " with ", what, ": not supported yet");
+    };
+    refuse(mesh.sp > 1 || split_gather(), "sequence parallelism (--sp, --sp-mode split_gather)");
+    refuse(mesh.ep > 1, "expert parallelism (--ep)");
+    refuse(mesh.pp > 1 && train.pp_schedule == "zb", "--pp-schedule zb");
+    refuse(device() != Device::cpu, "--device cuda");
+    refuse(train.precision != "fp32", "--precision " + train.precision);
+  }
   TESSERA_CHECK(device() == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                 " (or this build has no CUDA)");
   const models::ActivationCheckpointing ckpt = checkpointing();
@@ -88,11 +97,13 @@ void TrainOptions::finish(int world_size) {
   TESSERA_CHECK(offload == "none" || device() == Device::cpu, "--offload ", offload,
                 ": not implemented for --device cuda yet");
   if (offload == "nvme") memory::check_scratch_dir(train.adamw.offload_dir, "--offload-dir");
-  // The batch splits over dp x ep (expert-parallel ranks route different tokens).
-  const int batch_ranks = mesh.dp * mesh.ep;
+  // The batch splits over dp x ep (expert-parallel ranks route different tokens) x the tp grid's
+  // batch shares (its rows and layers hold different sequences).
+  const int batch_ranks = mesh.dp * mesh.ep * mesh.tp_batch_parts();
   if (train.micro_batch == 0) {
     TESSERA_CHECK(train.global_batch % batch_ranks == 0, "--global-batch ", train.global_batch,
-                  " does not split over dp x ep = ", batch_ranks, " ranks");
+                  " does not split over dp x ep", grid() ? " x the tp grid's rows and layers" : "", " = ", batch_ranks,
+                  " ranks");
     train.micro_batch = train.global_batch / batch_ranks;
   }
   train.validate(batch_ranks);
@@ -126,6 +137,7 @@ models::ActivationCheckpointing TrainOptions::checkpointing() const {
 
 ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim)
     : options_(options), mesh_(options.mesh), tensor_(mesh_.group(comm::Axis::tp), options.split_gather()) {
+  if (options.grid()) grid_.emplace(mesh_);
   for (comm::Communicator* g : mesh_.all_groups()) {
     g->set_timeout(options.comm_timeout);
     g->set_check_collectives(options.check_collectives);
@@ -133,12 +145,12 @@ ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t
   if (options.mesh.ep > 1) experts_.emplace(mesh_.group(comm::Axis::ep));
   if (options.mesh.sp > 1)
     sequence_.emplace(parallel::parse_sequence_mode(options.sp_mode), mesh_.group(comm::Axis::sp),
-                      heads / options.mesh.tp, head_dim);
+                      heads / options.mesh.tp_feature_parts(), head_dim);
 }
 
 models::ModelLayout ParallelSetup::layout() {
   models::ModelLayout layout;
-  layout.tensor = &tensor_;
+  layout.tensor = grid_ ? static_cast<const nn::TensorLayout*>(&*grid_) : &tensor_;
   if (sequence_) layout.sequence = &*sequence_;
   if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
   layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages};

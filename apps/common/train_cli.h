@@ -12,6 +12,7 @@
 #include "models/model_layout.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/sequence_parallel.h"
+#include "parallel/tensor_grid.h"
 #include "parallel/tensor_parallel.h"
 #include "train/train_config.h"
 
@@ -32,6 +33,7 @@ struct TrainOptions {
   // naming the first problem.
   void finish(int world_size);
   bool split_gather() const { return sp_mode == "split_gather"; }
+  bool grid() const { return mesh.tp_mode != comm::TpMode::d1; }  // --tp-mode 2d or 2.5d
   models::ActivationCheckpointing checkpointing() const;  // throws on an unknown mode
   Device device() const;
 };
@@ -49,6 +51,7 @@ class ParallelSetup {
   const TrainOptions& options_;
   comm::ProcessMesh mesh_;
   parallel::TensorParallel1D tensor_;
+  std::optional<parallel::TensorParallelGrid> grid_;  // --tp-mode 2d, 2.5d
   std::optional<parallel::SequenceParallel> sequence_;
   std::optional<parallel::ExpertParallel> experts_;
 };

@@ -30,6 +30,18 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t rows,
                         int64_t cols);
+// Columns split across ranks: inp [rows, cols] is a block of total_cols columns (ops.h).
+void layernorm_split_row_sums(float* sums, const float* inp, int64_t rows, int64_t cols);
+void layernorm_split_centered_squares(float* sums, const float* inp, const float* row_sums, int64_t rows,
+                                      int64_t cols, int64_t total_cols);
+void layernorm_split_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                             const float* bias, const float* row_sums, const float* squares, int64_t rows,
+                             int64_t cols, int64_t total_cols, float eps);
+void layernorm_split_backward_sums(float* sums, const float* dout, const float* inp, const float* weight,
+                                   const float* mean, const float* rstd, int64_t rows, int64_t cols);
+void layernorm_split_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, const float* sums,
+                              int64_t rows, int64_t cols, int64_t total_cols);
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, int64_t seq,
                        int64_t heads, int64_t head_dim);

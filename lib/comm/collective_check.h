@@ -17,7 +17,7 @@ struct CollectiveFingerprint {
   int64_t count = 0;    // elements (per rank where the call moves equal blocks); -1: not compared
   uint64_t counts_hash = 0;  // hash of the per-rank counts, 0 for the equal-block forms
   int32_t has_counts = 0;    // 1: the per-rank counts form (MPI's "v" collectives)
-  int32_t root = -1;         // broadcast's root; -1 where there is none
+  int32_t root = -1;         // broadcast's or reduce's root; -1 where there is none
 };
 
 // `counts` (the per-rank form's counts, identical on every rank) sets has_counts and counts_hash.

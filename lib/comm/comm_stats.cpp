@@ -17,6 +17,8 @@ const char* comm_op_name(CommOp op) {
       return "all_to_all";
     case CommOp::broadcast:
       return "broadcast";
+    case CommOp::reduce:
+      return "reduce";
     case CommOp::send:
       return "send";
     case CommOp::recv:

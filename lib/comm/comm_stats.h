@@ -14,11 +14,12 @@ enum class CommOp : int {
   all_gather,
   all_to_all,
   broadcast,
+  reduce,
   send,
   recv,
   barrier,
 };
-constexpr int kCommOps = 8;
+constexpr int kCommOps = 9;
 const char* comm_op_name(CommOp op);  // "all_reduce", "reduce_scatter", ...
 
 struct OpStats {
@@ -33,6 +34,7 @@ struct OpStats {
 //   all_gather      the output's size (all blocks, after gathering)
 //   all_to_all      the size this rank sends
 //   broadcast       the tensor's size, on the root and on every receiver
+//   reduce          the tensor's size, on the root and on every sender
 //   send, recv      the message's size
 //   barrier         0
 // Wall time runs from the call's start to its completion as the caller sees it: for a blocking

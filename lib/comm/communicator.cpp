@@ -536,7 +536,7 @@ void Communicator::all_to_all(const Tensor& input, Tensor& output,
   all_to_all_start(input, output, send_counts, recv_counts, false).wait();
 }
 
-// --- broadcast, barrier ---
+// --- broadcast, reduce, barrier ---
 
 void Communicator::broadcast(Tensor& t, int root) {
   const std::string what = where("broadcast");
@@ -551,6 +551,26 @@ void Communicator::broadcast(Tensor& t, int root) {
   mpi_check(MPI_Ibcast(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_,
                        &p->request),
             p->what, "MPI_Ibcast");
+  CommHandle(std::move(p)).wait();
+}
+
+void Communicator::reduce_sum(Tensor& t, int root) {
+  const std::string what = where("reduce_sum");
+  check_tensor(what, "tensor", t, size_ > 1);
+  TESSERA_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of a group of ",
+                size_);
+  check_reducible(what, t);
+  if (size_ == 1) return;
+  if (!enter_collective(what, "reduce_sum", dtype_name(t.dtype()), t.numel(), {}, false, root))
+    return;
+  auto p = begin(CommOp::reduce, static_cast<int64_t>(t.nbytes()), what);
+  p->keep[0] = t;
+  // In place on the root; the others only send (their receive buffer is not read by MPI).
+  const bool is_root = rank_ == root;
+  mpi_check(MPI_Ireduce(is_root ? MPI_IN_PLACE : t.raw(), is_root ? t.raw() : nullptr,
+                        static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM, root, comm_,
+                        &p->request),
+            p->what, "MPI_Ireduce");
   CommHandle(std::move(p)).wait();
 }
 

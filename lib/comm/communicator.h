@@ -122,6 +122,9 @@ class Communicator {
                   std::span<const int64_t> recv_counts);
 
   void broadcast(Tensor& t, int root);  // root's t to every rank's t (same numel and dtype)
+  // --- reduce (sum) to one rank: root's t becomes the elementwise sum over the group (in place);
+  // the other ranks' t is left as it was ---
+  void reduce_sum(Tensor& t, int root);  // f32 or i32
 
   // --- point to point: tagged, between two different ranks of the group ---
   void send(const Tensor& t, int dest, int tag = 0);

@@ -360,7 +360,7 @@ void NcclCommunicator::all_to_all(const Tensor& input, Tensor& output,
   finish(what, CommOp::all_to_all, static_cast<int64_t>(input.nbytes()), timer);
 }
 
-// --- broadcast, point to point ---
+// --- broadcast, reduce, point to point ---
 
 void NcclCommunicator::broadcast(Tensor& t, int root) {
   const std::string what = where("broadcast");
@@ -373,6 +373,22 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   nccl_check(ncclBroadcast(t.raw(), t.raw(), t.nbytes(), ncclUint8, root, nccl_, stream_), what,
              "ncclBroadcast", nccl_);
   finish(what, CommOp::broadcast, static_cast<int64_t>(t.nbytes()), timer);
+}
+
+void NcclCommunicator::reduce_sum(Tensor& t, int root) {
+  const std::string what = where("reduce_sum");
+  check_tensor(what, "tensor", t, size_ > 1);
+  TESSERA_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of a group of ",
+                size_);
+  const ncclDataType_t type = reduce_type(what, t.dtype());
+  if (size_ == 1) return;
+  Timer timer;
+  begin_on_stream(what);
+  // In place: sendbuff == recvbuff; NCCL writes recvbuff on the root only.
+  nccl_check(ncclReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), type, ncclSum, root,
+                        nccl_, stream_),
+             what, "ncclReduce", nccl_);
+  finish(what, CommOp::reduce, static_cast<int64_t>(t.nbytes()), timer);
 }
 
 void NcclCommunicator::send(const Tensor& t, int dest) {

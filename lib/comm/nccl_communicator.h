@@ -57,6 +57,7 @@ class NcclCommunicator {
   void all_to_all(const Tensor& input, Tensor& output, std::span<const int64_t> send_counts,
                   std::span<const int64_t> recv_counts);
   void broadcast(Tensor& t, int root);
+  void reduce_sum(Tensor& t, int root);  // sum onto root's t, in place; others' t unchanged
   // Point to point (NCCL has no tags: messages between two ranks match in order). A lone send or
   // recv completes only once its peer posts the other side; for exchanges where both ranks send,
   // use send_recv, which posts both in one NCCL group.

@@ -1,6 +1,8 @@
 // ProcessMesh: the world's ranks as a grid with axes pp, dp, ep, sp, tp (outermost to innermost,
 // tp fastest, so a tensor-parallel group sits on neighbouring ranks). Each axis has a
-// sub-communicator joining the ranks that differ only along that axis.
+// sub-communicator joining the ranks that differ only along that axis. Under the 2D and 2.5D
+// tensor-parallel modes the tp group is itself a depth x q x q grid, with sub-communicators for
+// its rows, columns and depth.
 #pragma once
 #include <array>
 #include <memory>
@@ -15,9 +17,30 @@ enum class Axis : int { pp = 0, dp = 1, ep = 2, sp = 3, tp = 4 };
 constexpr int kAxes = 5;
 const char* axis_name(Axis axis);
 
+// How the tensor-parallel group is arranged (--tp-mode): 1d, a q x q grid (2d: tp = q^2), d layers
+// of q x q grids (2.5d: tp = d q^2, d = --tp-depth), a q x q x q cube (3d: tp = q^3).
+enum class TpMode { d1, d2, d25, d3 };
+TpMode parse_tp_mode(const std::string& name);  // throws naming the choices
+const char* tp_mode_name(TpMode mode);
+
+// The grid coordinates of a tp rank: rank = (depth * q + row) * q + col.
+struct TpGrid {
+  int q = 1, depth = 1;
+  int row = 0, col = 0, layer = 0;
+  // The grid splits the micro-batch's sequences over its rows and layers (1 part under 1d).
+  int batch_parts() const { return depth * q; }
+  int batch_part() const { return layer * q + row; }
+};
+
 // Sizes per axis; dp = 0 means "infer": world / (pp * ep * sp * tp).
 struct MeshShape {
   int pp = 1, dp = 0, ep = 1, sp = 1, tp = 1;
+  TpMode tp_mode = TpMode::d1;
+  int tp_depth = 1;  // 2.5d's d
+  // The grid's side q (1 for 1d); throws listing the valid --tp sizes when tp does not fit the mode.
+  int tp_side() const;
+  int tp_batch_parts() const;
+  int tp_feature_parts() const;  // the ranks splitting the heads and features: tp (1d), q (2d, 2.5d)  // the tp grid's rows x layers: they split the batch (1 under 1d)
   // Fills in dp and checks that the product is the world size; throws an Error that states the
   // arithmetic otherwise. Runs before any communication.
   MeshShape resolved(int world_size) const;
@@ -44,7 +67,17 @@ class ProcessMesh {
   // different tokens: replicated parameters' gradients are reduced, and ZeRO shards, over it.
   Communicator& data_group() { return *data_; }
   const Communicator& data_group() const { return *data_; }
-  // Every communicator of the mesh: the axis groups, the data group and the world.
+  // The tp grid (2d, 2.5d): this rank's coordinates, and the groups of ranks that differ only in
+  //   row: the grid column (same token rows, different feature columns),
+  //   col: the grid row (same feature columns, different token rows, same depth),
+  //   depth: the depth layer (2.5d; one rank under 2d),
+  //   batch: grid row and depth (every rank holding the same feature columns).
+  // Under 1d they are groups of one rank.
+  enum class GridGroup { row, col, depth, batch };
+  const TpGrid& tp_grid() const { return grid_; }
+  Communicator& grid_group(GridGroup g) { return *grid_groups_[static_cast<int>(g)]; }
+  const Communicator& grid_group(GridGroup g) const { return *grid_groups_[static_cast<int>(g)]; }
+  // Every communicator of the mesh: the axis groups, the grid groups, the data group and the world.
   std::vector<Communicator*> all_groups();
   std::vector<const Communicator*> all_groups() const;
 
@@ -53,6 +86,8 @@ class ProcessMesh {
   static std::array<int, kAxes> coords_of(const MeshShape& shape, int rank);
 
  private:
+  void make_grid_groups();
+
   MeshShape shape_;
   int world_rank_ = 0, world_size_ = 1;
   std::array<int, kAxes> coords_{};
@@ -61,6 +96,9 @@ class ProcessMesh {
   std::unique_ptr<Communicator> world_;
   MPI_Comm data_comm_ = MPI_COMM_NULL;
   std::unique_ptr<Communicator> data_;
+  TpGrid grid_;
+  std::array<MPI_Comm, 4> grid_comms_{MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  std::array<std::unique_ptr<Communicator>, 4> grid_groups_;
 };
 
 }  // namespace tessera::comm

@@ -13,27 +13,66 @@ Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, 
   const int64_t multiple = pad_to * layout.size();
   padded_vocab_ = (vocab + multiple - 1) / multiple * multiple;
   vocab_start_ = layout.rank() * local_rows();
+  const Shard vocab_rows{0, vocab_start_, local_rows(), 1, layout.size()};
   tokens_ = store.add(name + ".tokens.weight", {vocab, channels}, Init::Normal(init_std), true,
-                      Shard{0, vocab_start_, local_rows(), 1, layout.size()});
-  positions_ = store.add(name + ".positions.weight", {max_seq, channels}, Init::Normal(init_std), true);
+                      layout.weight_block(vocab_rows, channels));
+  positions_ = store.add(name + ".positions.weight", {max_seq, channels}, Init::Normal(init_std), true,
+                         layout.feature_split(1, channels, (name + " features").c_str()));
+  if (layout.splits_features()) {  // the table's feature blocks are gathered around each use
+    if (layout.layer_partial_weights()) store.set_layer_partial_grad(tokens_);
+    store.set_row_partial_grad(positions_);
+  }
+}
+
+const Tensor& Embedding::table(Tensor& whole) const {
+  if (!layout_->splits_features()) return store_->value(tokens_);
+  const Tensor& block = store_->value(tokens_);
+  if (!whole.defined()) whole = Tensor::empty({block.dim(0), block.dim(1) * layout_->size()}, DType::f32, block.device());
+  return layout_->gather_block_columns(block, whole);
+}
+
+void Embedding::add_table_grad(Tensor& whole_grad) const { layout_->scatter_block_columns(whole_grad, store_->grad(tokens_)); }
+
+Tensor& Embedding::table_grad_workspace() const {
+  if (!table_grad_.defined()) {
+    const Tensor& block = store_->value(tokens_);
+    table_grad_ = Tensor::empty({block.dim(0), block.dim(1) * layout_->size()}, DType::f32, block.device());
+  }
+  table_grad_.zero();
+  return table_grad_;
 }
 
 int64_t Embedding::valid_rows() const { return std::clamp<int64_t>(vocab_ - vocab_start_, 0, local_rows()); }
 
 void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const {
-  const bool adds_positions = layout_->rank() == 0;  // the exit sums the ranks' outputs
   const int64_t seq = tokens.dim(1);
-  Tensor& whole = layout_->whole(out, region);
-  ops::embedding_forward(whole, tokens, store_->value(tokens_),
-                         adds_positions ? store_->value(positions_).rows(first_position, seq) : Tensor(), vocab_start_);
-  layout_->exit(out, whole);
+  const Tensor positions = store_->value(positions_).rows(first_position, seq);
+  const bool grid = layout_->splits_features();
+  const bool adds_positions = layout_->rank() == 0 && !grid;  // the exit sums the ranks' outputs
+  Tensor& whole = layout_->vocab_whole(out, region);
+  ops::embedding_forward(whole, tokens, table(table_), adds_positions ? positions : Tensor(), vocab_start_);
+  layout_->vocab_exit(out, whole);
+  if (grid)  // each rank adds its block of the positions' features
+    for (int64_t b = 0; b < tokens.dim(0); ++b) {
+      Tensor rows = out.rows(b * seq, seq);
+      ops::add_inplace(rows, positions);
+    }
 }
 
 void Embedding::backward(const Tensor& dout, const Tensor& tokens, int64_t first_position,
                          RegionWorkspace& region) const {
-  Tensor dpositions = store_->grad(positions_).rows(first_position, tokens.dim(1));
-  ops::embedding_backward(store_->grad(tokens_), dpositions, layout_->exit_backward(dout, region.out), tokens,
-                          vocab_start_);
+  const int64_t seq = tokens.dim(1);
+  Tensor dpositions = store_->grad(positions_).rows(first_position, seq);
+  const Tensor& whole_dout = layout_->vocab_exit_backward(dout, region.out);
+  if (!layout_->splits_features()) {
+    ops::embedding_backward(store_->grad(tokens_), dpositions, whole_dout, tokens, vocab_start_);
+    return;
+  }
+  Tensor& dtable = table_grad_workspace();
+  Tensor no_positions;
+  ops::embedding_backward(dtable, no_positions, whole_dout, tokens, vocab_start_);
+  add_table_grad(dtable);
+  for (int64_t b = 0; b < tokens.dim(0); ++b) ops::add_inplace(dpositions, dout.rows(b * seq, seq));
 }
 
 }  // namespace tessera::nn

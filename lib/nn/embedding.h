@@ -3,6 +3,10 @@
 // rows stay zero. Under a tensor-parallel layout the token table is vocab-parallel: each rank
 // holds a contiguous slice of the rows and looks up the tokens inside it (zero for the others;
 // rank 0 adds the positions): a region whose exit (nn/tensor_layout.h) sums the ranks' outputs.
+// Under a grid layout (2D, 2.5D) the table's vocabulary rows are split like that over the grid
+// row and its features over the grid column: the blocks are gathered around each use (the
+// lookup, the head), the lookup's output reduce-scattered to the rank's feature block, and each
+// rank adds its block of the positions.
 #pragma once
 #include <string>
 
@@ -32,12 +36,19 @@ class Embedding {
   int64_t local_rows() const { return padded_vocab_ / layout_->size(); }
   int64_t valid_rows() const;
   const TensorLayout& layout() const { return *layout_; }
+  // This rank's rows of the table over all features: the value (gathered into `whole` under a
+  // grid layout), and the gradient: table_grad_workspace() zeroed, then add_table_grad() adds
+  // this rank's block of it (summed over the ranks sharing the rows).
+  const Tensor& table(Tensor& whole) const;
+  Tensor& table_grad_workspace() const;
+  void add_table_grad(Tensor& whole_grad) const;
 
  private:
   ParamStore* store_ = nullptr;
   int tokens_ = -1, positions_ = -1;
   const TensorLayout* layout_ = nullptr;
   int64_t vocab_ = 0, padded_vocab_ = 0, vocab_start_ = 0;
+  mutable Tensor table_, table_grad_;  // grid layouts: the gathered rows and their gradient
 };
 
 }  // namespace tessera::nn

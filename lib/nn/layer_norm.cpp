@@ -7,25 +7,52 @@ namespace tessera::nn {
 
 LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channels, const TensorLayout& layout,
                      float eps)
-    : store_(&store), eps_(eps) {
-  weight_ = store.add(name + ".weight", {channels}, Init::Ones(), false);
-  bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false);
-  if (layout.splits_rows()) {
+    : store_(&store), eps_(eps), channels_(channels) {
+  if (layout.splits_features()) layout_ = &layout;
+  const Shard features = layout.feature_split(0, channels, (name + " features").c_str());
+  weight_ = store.add(name + ".weight", {channels}, Init::Ones(), false, features);
+  bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false, features);
+  if (layout.splits_rows() || layout.splits_features()) {
     store.set_row_partial_grad(weight_);
     store.set_row_partial_grad(bias_);
   }
 }
 
 void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
-  ops::layernorm_forward(y, mean, rstd, x, store_->value(weight_), store_->value(bias_), eps_);
+  if (!layout_) {
+    ops::layernorm_forward(y, mean, rstd, x, store_->value(weight_), store_->value(bias_), eps_);
+    return;
+  }
+  // Features split: the row statistics summed over the ranks holding the other features (mean and
+  // rstd hold the sums in between).
+  ops::layernorm_split_row_sums(mean, x);
+  layout_->all_reduce(mean);
+  ops::layernorm_split_centered_squares(rstd, x, mean, channels_);
+  layout_->all_reduce(rstd);
+  ops::layernorm_split_forward(y, mean, rstd, x, store_->value(weight_), store_->value(bias_), mean, rstd, channels_,
+                               eps_);
+}
+
+void LayerNorm::split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                               const Tensor& mean, const Tensor& rstd) const {
+  Tensor sums = Tensor::empty({2, x.numel() / (channels_ / layout_->size())}, DType::f32, x.device());
+  ops::layernorm_split_backward_sums(sums, dy, x, store_->value(weight_), mean, rstd);
+  layout_->all_reduce(sums);
+  ops::layernorm_split_backward(dx, dweight, dbias, dy, x, store_->value(weight_), mean, rstd, sums, channels_);
 }
 
 void LayerNorm::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                          WeightGrads* defer) const {
   if (!defer) {
-    ops::layernorm_backward(dx, store_->grad(weight_), store_->grad(bias_), dy, x, store_->value(weight_), mean, rstd);
+    if (layout_) {
+      split_backward(dx, store_->grad(weight_), store_->grad(bias_), dy, x, mean, rstd);
+    } else {
+      ops::layernorm_backward(dx, store_->grad(weight_), store_->grad(bias_), dy, x, store_->value(weight_), mean,
+                              rstd);
+    }
     return;
   }
+  TESSERA_CHECK(!layout_, "a grid layout's layer norm cannot defer its weight gradients (zero-bubble)");
   const Tensor& w = store_->value(weight_);
   Tensor dweight = defer->discard_like(w), dbias = defer->discard_like(w);
   defer->layer_norm(*this, dy, x, mean, rstd);

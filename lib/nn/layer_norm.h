@@ -1,6 +1,8 @@
 // LayerNorm over the last dimension with learned weight and bias. Local: under a layout that
 // splits token rows each rank normalises its rows, and its weight and bias gradients are partial
-// (marked row_partial_grad; summed over tp once per step).
+// (marked row_partial_grad; summed over tp once per step). Under a grid layout (2D, 2.5D) each
+// rank holds a block of the features: the row statistics are all-reduced over the ranks holding
+// the rest (two all-reduces of N values forward, one of 2N backward).
 #pragma once
 #include <string>
 
@@ -26,9 +28,14 @@ class LayerNorm {
                         Tensor& dx_discarded) const;
 
  private:
+  void split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dy, const Tensor& x,
+                      const Tensor& mean, const Tensor& rstd) const;
+
   ParamStore* store_ = nullptr;
+  const TensorLayout* layout_ = nullptr;  // a layout splitting the features; null otherwise
   int weight_ = -1, bias_ = -1;
   float eps_ = 1e-5f;
+  int64_t channels_ = 0;  // all ranks' features
 };
 
 }  // namespace tessera::nn

@@ -9,7 +9,16 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
                const TensorLayout& layout)
     : store_(&store), layout_(&layout), split_(layout.size() > 1 ? o.split : Split::none), in_(in), out_(out) {
   Shard weight_shard, bias_shard;
-  if (split_ == Split::columns) {
+  if (layout.splits_features()) {
+    // A grid layout: a block of W (outputs over the grid row, inputs over the batch ranks) and
+    // the outputs' slice of b; the layout's SUMMA does the GEMMs and their communication.
+    split_ = Split::block;
+    bias_shard = layout.split(0, out, o.groups, (name + " output features").c_str());
+    bias_shard.replica = layout.batch_part();
+    weight_shard = layout.weight_block(bias_shard, in);
+    out_ = layout.local_features(out);
+    in_ = layout.local_features(in);
+  } else if (split_ == Split::columns) {
     weight_shard = bias_shard = layout.split(0, out, o.groups, (name + " output features").c_str());
     out_ = out / layout.size();
   } else if (split_ == Split::rows) {
@@ -18,9 +27,17 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
   }
   weight_ = store.add(name + ".weight", {out, in}, Init::Normal(o.init_std), true, weight_shard);
   if (o.bias) bias_ = store.add(name + ".bias", {out}, Init::Zeros(), false, bias_shard);
+  if (split_ == Split::block) {
+    if (bias_ >= 0) store.set_row_partial_grad(bias_);
+    if (layout.layer_partial_weights()) store.set_layer_partial_grad(weight_);
+  }
 }
 
 void Linear::forward(Tensor& y, const Tensor& x) const {
+  if (split_ == Split::block) {
+    layout_->linear_forward(y, x, store_->value(weight_), bias_ >= 0 ? &store_->value(bias_) : nullptr);
+    return;
+  }
   // A row-split layer's bias is added by one rank only: the all-reduce sums the partial outputs.
   const bool with_bias = bias_ >= 0 && (split_ != Split::rows || layout_->rank() == 0);
   if (with_bias) ops::broadcast_rows(y, store_->value(bias_));
@@ -28,18 +45,30 @@ void Linear::forward(Tensor& y, const Tensor& x) const {
 }
 
 void Linear::backward_weights(const Tensor& dy, const Tensor& x) const {
+  if (split_ == Split::block) {
+    layout_->linear_backward(nullptr, dy, x, store_->value(weight_), &store_->grad(weight_),
+                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, false);
+    return;
+  }
   ops::matmul(dy, true, x, false, store_->grad(weight_), 1.0f, 1.0f);
   if (bias_ >= 0) ops::bias_backward(store_->grad(bias_), dy);
 }
 
 void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx, WeightGrads* defer,
                       bool x_outlives) const {
+  if (split_ == Split::block && !defer) {  // one pass: dx's and dW's products share the broadcasts
+    layout_->linear_backward(dx, dy, x, store_->value(weight_), &store_->grad(weight_),
+                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, accumulate_dx);
+    return;
+  }
   if (defer) {
     defer->linear(*this, dy, x, x_outlives);
   } else {
     backward_weights(dy, x);
   }
-  if (dx) ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+  if (dx && split_ == Split::block) {
+    layout_->linear_backward(dx, dy, x, store_->value(weight_), nullptr, nullptr, accumulate_dx);
+  } else if (dx) ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
 }
 
 }  // namespace tessera::nn

@@ -3,8 +3,10 @@
 //     slice of y from the whole x; its dx is partial (a sum over the group completes it);
 //   row-split: this rank holds a slice of the input features (W columns; b whole), takes its slice
 //     of x, and its y is partial (b is added by tp rank 0 only, so the sum adds it once).
-// The layer itself never communicates: the sums happen at the edges of the region it is part of
-// (nn/tensor_layout.h).
+//   block (the grid layouts, 2D/2.5D): this rank holds a block of W (a slice of the outputs and of
+//     the inputs) and of x and y; the layout's SUMMA broadcasts blocks and multiplies.
+// Under 1D the layer itself never communicates: the sums happen at the edges of the region it is
+// part of (nn/tensor_layout.h).
 #pragma once
 #include <string>
 
@@ -14,7 +16,7 @@
 
 namespace tessera::nn {
 
-enum class Split { none, columns, rows };
+enum class Split { none, columns, rows, block };
 
 struct LinearOptions {
   bool bias = true;

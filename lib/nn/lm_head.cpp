@@ -25,7 +25,7 @@ LmHead::LmHead(const Embedding& embedding, ParamStore& store, int64_t rows, Devi
 
 const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets, const int32_t* t, RegionWorkspace& region) {
   const Embedding& e = *embedding_;
-  ops::matmul(e.layout().enter(x, region.in), false, store_->value(e.tokens_id()), true, logits_);
+  ops::matmul(e.layout().vocab_enter(x, region.in), false, e.table(table_), true, logits_);
   if (e.layout().size() == 1) {
     ops::softmax_xent_forward(losses_, lse_, logits_, targets, e.vocab());
     host_losses_.copy_from(losses_);
@@ -55,10 +55,17 @@ void LmHead::backward(Tensor& dx, const Tensor& x, const Tensor& targets, float 
   const Embedding& e = *embedding_;
   const TensorLayout& layout = e.layout();
   ops::softmax_xent_backward(logits_, logits_, targets, lse_, e.valid_rows(), scale, e.vocab_start());
-  ops::matmul(logits_, true, layout.enter(x, region.in), false, store_->grad(e.tokens_id()), 1.0f, 1.0f);
-  Tensor& whole_dx = layout.whole(dx, region);
-  ops::matmul(logits_, false, store_->value(e.tokens_id()), false, whole_dx);
-  layout.enter_backward(dx, whole_dx);
+  const Tensor& whole_x = layout.vocab_enter(x, region.in);
+  if (layout.splits_features()) {
+    Tensor& dtable = e.table_grad_workspace();
+    ops::matmul(logits_, true, whole_x, false, dtable);
+    e.add_table_grad(dtable);
+  } else {
+    ops::matmul(logits_, true, whole_x, false, store_->grad(e.tokens_id()), 1.0f, 1.0f);
+  }
+  Tensor& whole_dx = layout.vocab_whole(dx, region);
+  ops::matmul(logits_, false, e.table(table_), false, whole_dx);
+  layout.vocab_enter_backward(dx, whole_dx);
 }
 
 }  // namespace tessera::nn

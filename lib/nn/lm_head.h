@@ -28,6 +28,7 @@ class LmHead {
   const Embedding* embedding_ = nullptr;
   ParamStore* store_ = nullptr;
   Tensor logits_, lse_, losses_, row_max_, sums_;
+  Tensor table_;  // grid layouts: the gathered rows of the token table
   Tensor host_losses_, host_lse_, host_max_, host_sums_;
 };
 

@@ -11,15 +11,24 @@ std::vector<Run> logical_runs(const ParamSpec& s, int64_t begin, int64_t end) {
   if (begin >= end) return runs;
   if (s.shard.dim < 0) return {{begin, begin, end - begin}};
   const Shape& g = s.global_shape;
-  const int d = s.shard.dim;
+  const int d = s.shard.dim, d2 = s.shard.dim2;
   const int64_t g_extent = g[d] / s.shard.groups;
   const int64_t valid = std::max<int64_t>(0, std::min(s.shard.local_extent, g_extent - s.shard.start));
-  int64_t inner = 1;
-  for (int i = d + 1; i < g.rank(); ++i) inner *= g[i];
-  const int64_t row = valid * inner;  // logical local elements per outer index
-  for (int64_t o = begin / row; o * row < end; ++o) {
-    const int64_t lo = std::max(begin, o * row), hi = std::min(end, (o + 1) * row);
-    runs.push_back({(o * g_extent + s.shard.start) * inner + (lo - o * row), lo, hi - lo});
+  int64_t mid = 1, inner = 1;  // [outer, extent, mid, extent2, inner] as in for_each_logical
+  for (int i = d + 1; i < (d2 < 0 ? g.rank() : d2); ++i) mid *= g[i];
+  for (int i = d2 + 1; d2 >= 0 && i < g.rank(); ++i) inner *= g[i];
+  // A run: what is contiguous in both the logical local tensor and the global one.
+  const int64_t run = d2 < 0 ? valid * mid : s.shard.local_extent2 * inner;
+  for (int64_t r = begin / run; r * run < end; ++r) {
+    const int64_t lo = std::max(begin, r * run), hi = std::min(end, (r + 1) * run);
+    int64_t global = 0;
+    if (d2 < 0) {
+      global = (r * g_extent + s.shard.start) * mid;
+    } else {
+      const int64_t m = r % mid, j = (r / mid) % valid, o = r / mid / valid;
+      global = (((o * g_extent + s.shard.start + j) * mid + m) * g[d2] + s.shard.start2) * inner;
+    }
+    runs.push_back({global + (lo - r * run), lo, hi - lo});
   }
   return runs;
 }
@@ -40,6 +49,12 @@ int ParamStore::add(std::string name, Shape global_shape, Init init, bool weight
                   s.name, ": only a first-dimension shard may be padded");
     std::vector<int64_t> dims = global_shape.dims();
     dims[shard.dim] = shard.local_extent * shard.groups;
+    if (shard.dim2 >= 0) {
+      TESSERA_CHECK(shard.dim2 > shard.dim && shard.dim2 < global_shape.rank() && shard.start2 >= 0 &&
+                        shard.start2 + shard.local_extent2 <= global_shape[shard.dim2],
+                    "parameter ", s.name, ": second shard dimension out of range");
+      dims[shard.dim2] = shard.local_extent2;
+    }
     s.local_shape = Shape(dims);
   }
   s.global_shape = std::move(global_shape);

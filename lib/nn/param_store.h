@@ -25,14 +25,21 @@ struct Init {
 // groups > 1: `dim` is `groups` equal blocks (the q, k and v rows of a fused QKV weight) and the
 // slice is taken inside each block: this rank holds [g * extent / groups + start, + local_extent)
 // for every block g, stored block after block.
+// dim2 >= 0 (> dim): a second split, along dim2, of global indices [start2, start2 + local_extent2)
+// (never padded, no blocks): the 2D/2.5D/3D layouts hold a block of a matrix.
 // parts: how many ranks of the tensor-parallel group hold distinct slices (1: every rank holds the
-// same tensor, or padding is the only difference).
+// same tensor, or padding is the only difference); replica: which of the ranks holding this same
+// slice this rank is (the first writes checkpoints).
 struct Shard {
   int dim = -1;
   int64_t start = 0;
   int64_t local_extent = 0;
   int64_t groups = 1;
   int parts = 1;
+  int dim2 = -1;
+  int64_t start2 = 0;
+  int64_t local_extent2 = 0;
+  int replica = 0;
   bool split() const { return parts > 1; }
 };
 
@@ -50,8 +57,11 @@ struct ParamSpec {
   Init init;
   bool weight_decay = true;
   // Its gradient on this rank covers only the token rows this rank holds (a layer norm when the
-  // tensor-parallel layout splits rows): complete once summed over the tp group.
+  // tensor-parallel layout splits rows; a bias or layer norm of a grid layout): complete once
+  // summed over the tp ranks splitting the rows (the tp group; the grid's batch group).
   bool row_partial_grad = false;
+  // Its gradient covers only this rank's layer of a 2.5D grid: complete once summed over the depth.
+  bool layer_partial_grad = false;
   // A mixture-of-experts expert's tensor: split over the expert-parallel group along its first
   // (expert) dimension, replicated over tp, and its gradient is complete over the ep group. Every
   // other parameter's gradient under expert parallelism covers this ep rank's tokens only.
@@ -62,7 +72,7 @@ struct ParamSpec {
 // Elements [begin, end) of a parameter's logical local tensor (this rank's slice, padding
 // excluded, row-major) as contiguous runs of the global tensor's row-major flattening, in order:
 // one run when the tensor is whole or sharded along its first dimension, one per outer index
-// otherwise. What checkpoints read and write.
+// otherwise (one per row of the block under a second split). What checkpoints read and write.
 struct Run {
   int64_t global_begin, local_begin, length;
 };
@@ -76,18 +86,23 @@ void for_each_logical(const ParamSpec& s, Fn fn) {
     for (int64_t i = 0; i < g.numel(); ++i) fn(i, i);
     return;
   }
-  // The index space as [outer, extent, inner] around the sharded dimension (its blocks folded
-  // into outer).
-  const int d = s.shard.dim;
+  // The index space as [outer, extent, mid, extent2, inner] around the split dimensions (dim's
+  // blocks folded into outer; without dim2: extent2 = 1 and inner = 1).
+  const int d = s.shard.dim, d2 = s.shard.dim2;
   const int64_t groups = s.shard.groups, g_extent = g[d] / groups, l_extent = l[d] / groups;
-  int64_t outer = groups, inner = 1;
+  const int64_t g2 = d2 < 0 ? 1 : g[d2], l2 = d2 < 0 ? 1 : l[d2], start2 = d2 < 0 ? 0 : s.shard.start2;
+  int64_t outer = groups, mid = 1, inner = 1;
   for (int i = 0; i < d; ++i) outer *= g[i];
-  for (int i = d + 1; i < g.rank(); ++i) inner *= g[i];
+  for (int i = d + 1; i < (d2 < 0 ? g.rank() : d2); ++i) mid *= g[i];
+  for (int i = d2 + 1; d2 >= 0 && i < g.rank(); ++i) inner *= g[i];
   const int64_t valid = std::max<int64_t>(0, std::min(l_extent, g_extent - s.shard.start));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < valid; ++j)
-      for (int64_t k = 0; k < inner; ++k)
-        fn((o * l_extent + j) * inner + k, (o * g_extent + s.shard.start + j) * inner + k);
+      for (int64_t m = 0; m < mid; ++m)
+        for (int64_t j2 = 0; j2 < l2; ++j2)
+          for (int64_t k = 0; k < inner; ++k)
+            fn((((o * l_extent + j) * mid + m) * l2 + j2) * inner + k,
+               (((o * g_extent + s.shard.start + j) * mid + m) * g2 + start2 + j2) * inner + k);
 }
 
 class ParamStore {
@@ -95,6 +110,7 @@ class ParamStore {
   // Registers a parameter; returns its id. Views are valid after allocate().
   int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
   void set_row_partial_grad(int id) { specs_[id].row_partial_grad = true; }
+  void set_layer_partial_grad(int id) { specs_[id].layer_partial_grad = true; }
   void set_expert(int id) { specs_[id].expert = true; }
   // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
   void allocate(Device device, uint64_t seed);

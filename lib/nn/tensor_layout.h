@@ -10,6 +10,12 @@
 //                      enter (forward / backward)          exit (forward / backward)
 //   1D:                identity / all-reduce dx            all-reduce y / identity
 //   sequence-split:    all-gather x / reduce-scatter dx    reduce-scatter y / all-gather dy
+//
+// The grid layouts (2D, 2.5D) split the residual stream's features as well: each rank holds a
+// block of token rows (a share of the micro-batch's sequences) and of feature columns. Their
+// linear layers communicate themselves (SUMMA: linear_forward/backward), attention and MLP regions
+// have no edges, and the vocabulary regions (embedding, head) gather the features:
+//   grid vocab region: all-gather x's features / reduce-scatter dx; reduce-scatter y / all-gather dy.
 #pragma once
 #include "core/tensor.h"
 #include "nn/param_store.h"
@@ -35,6 +41,45 @@ class TensorLayout {
   virtual bool splits_rows() const { return false; }
   int64_t local_rows(int64_t n) const;
 
+  // --- grid layouts (2D, 2.5D); the defaults are 1D's -------------------------------------------
+  // The residual stream's features are split over the size() ranks sharing this rank's token rows.
+  virtual bool splits_features() const { return false; }
+  int64_t local_features(int64_t c) const;
+  // How many ways the tensor-parallel group splits the micro-batch's sequences, and which share
+  // this rank holds (every rank of the group sees the model's micro-batch of B sequences; the
+  // group's is batch_parts() x B, like expert parallelism's).
+  virtual int batch_parts() const { return 1; }
+  virtual int batch_part() const { return 0; }
+  // A weight [out, in] whose output features are split as `out_split` says (from split()): the
+  // grid layouts also split its input features (dim2 = 1) over the batch ranks of this rank's
+  // depth layer, making it a block.
+  virtual Shard weight_block(Shard out_split, int64_t in) const { (void)in; return out_split; }
+  // A vector of features (bias, layer-norm weight, position table's columns along `dim`), split
+  // like the residual stream's features; replicated over the batch ranks (whose gradients are
+  // row-partial). Whole under 1D.
+  virtual Shard feature_split(int dim, int64_t extent, const char* what) const;
+  // Whether gradients of the weight blocks cover only this rank's depth layer's rows (2.5D).
+  virtual bool layer_partial_weights() const { return false; }
+  // y = x W^T (+ b) for a weight block, x and y the rows' feature blocks (2D/2.5D only).
+  virtual void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const;
+  // dx = dy W (overwritten, or added when accumulate_dx; skipped when dx is null); dw += dy^T x
+  // and db += the rows' sums of dy, when given.
+  virtual void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
+                               Tensor* db, bool accumulate_dx) const;
+  // A weight block's whole rows over its split input features (the vocabulary table: its columns
+  // gathered over the depth layer's batch ranks), and the gradient back: block_grad += this
+  // rank's block of whole_grad summed over them. Identity / accumulate under 1D.
+  virtual const Tensor& gather_block_columns(const Tensor& block, Tensor& whole) const { (void)whole; return block; }
+  virtual void scatter_block_columns(Tensor& whole_grad, Tensor& block_grad) const;
+  // The vocabulary regions' edges (embedding, head; see the table above): 1D's region edges.
+  virtual const Tensor& vocab_enter(const Tensor& x, Tensor& whole) const { return enter(x, whole); }
+  virtual void vocab_enter_backward(Tensor& dx, Tensor& whole_dx) const { enter_backward(dx, whole_dx); }
+  virtual void vocab_exit(Tensor& y, Tensor& whole_y) const { exit(y, whole_y); }
+  virtual const Tensor& vocab_exit_backward(const Tensor& dy, Tensor& whole) const { return exit_backward(dy, whole); }
+  Tensor& vocab_whole(Tensor& rows, RegionWorkspace& w) const {
+    return splits_rows() || splits_features() ? w.out : rows;
+  }
+
   // Region edges. `whole` is [N, ...] workspace (it may be the rows tensor itself when the layout
   // does not split rows). enter returns the tensor the region reads: x, or whole filled from x.
   virtual const Tensor& enter(const Tensor& x, Tensor& whole) const { (void)whole; return x; }
@@ -50,8 +95,8 @@ class TensorLayout {
   // The workspace for regions of n rows and `channels` features.
   RegionWorkspace workspace(int64_t n, int64_t channels, Device device) const;
 
-  // Sums over the group, in place (the vocab-parallel loss's row statistics; gradients of
-  // parameters that see only this rank's rows).
+  // Sums over the ranks splitting the features or vocabulary (the tp group under 1D, a grid row
+  // under 2D/2.5D), in place: the vocab-parallel loss's and the split layer norm's row statistics.
   virtual void all_reduce(Tensor& t) const { (void)t; }
   virtual void all_reduce_max(Tensor& t) const { (void)t; }
 

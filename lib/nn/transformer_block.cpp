@@ -16,6 +16,8 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, c
   if (c.moe) {
     TESSERA_CHECK(!layout.splits_rows(), "a mixture-of-experts block routes whole token rows: not under",
                   " --sp-mode split_gather");
+    TESSERA_CHECK(!layout.splits_features(), "a mixture-of-experts block routes whole token rows: not under",
+                  " --tp-mode 2d or 2.5d");
     moe_ = MoeFeedForward(store, name + ".moe", *c.moe, experts);
   } else {
     mlp_ = Mlp(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout);
@@ -46,7 +48,7 @@ TransformerBlock::Saved TransformerBlock::allocate_recomputed(int64_t batch, int
 
 TransformerBlock::Saved TransformerBlock::allocate_kept(int64_t batch, int64_t seq, Device device,
                                                         const SelfAttention::Saved* shared_core) const {
-  const int64_t rows = layout_->local_rows(batch * seq), c = config_.channels;
+  const int64_t rows = layout_->local_rows(batch * seq), c = layout_->local_features(config_.channels);
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
   Saved s;
   s.ln1 = act({rows, c});
@@ -68,7 +70,7 @@ TransformerBlock::Saved TransformerBlock::allocate_kept(int64_t batch, int64_t s
 TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int64_t seq, Device device) const {
   const int64_t n = batch * seq, c = config_.channels, tp = layout_->size();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
-  Scratch w{act({layout_->local_rows(n), c}), act({batch, seq, c / tp}), act({batch, seq, 3 * c / tp}),
+  Scratch w{act({layout_->local_rows(n), layout_->local_features(c)}), act({batch, seq, c / tp}), act({batch, seq, 3 * c / tp}),
             act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device), {}};
   if (is_moe()) w.moe = moe_.allocate_scratch(layout_->local_rows(n), device);
   return w;

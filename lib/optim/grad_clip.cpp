@@ -17,8 +17,8 @@ double squared_norm_share(const nn::ParamStore& store, const Tensor& grads, int6
   for (const nn::ParamSpec& s : store.specs()) {
     const int64_t b = std::max(s.offset, begin), e = std::min(s.offset + s.local_shape.numel(), end);
     if (b >= e) continue;
-    // Copies held by several ranks of a group count once over it.
-    const double copies = (s.shard.split() ? 1.0 : tp) * (s.expert ? 1.0 : ep);
+    // Copies held by several ranks of a group count once over it (tp / parts ranks hold each slice).
+    const double copies = static_cast<double>(tp / s.shard.parts) * (s.expert ? 1.0 : ep);
     share += ops::sum_squares(grads.slice(b - begin, {e - b})) / copies;
   }
   return share;

@@ -35,7 +35,8 @@ Tensor ZeroOptimizer::held_gradients(int64_t& begin) {
 }
 
 void ZeroOptimizer::complete_partial_grads() {
-  sum_partial(tp_, [](const nn::ParamSpec& s) { return s.row_partial_grad; });
+  sum_partial(rows_ ? rows_ : tp_, [](const nn::ParamSpec& s) { return s.row_partial_grad; });
+  sum_partial(layers_, [](const nn::ParamSpec& s) { return s.layer_partial_grad; });
   sum_partial(ep_, [](const nn::ParamSpec& s) { return !s.expert; });
 }
 

@@ -23,9 +23,17 @@ class ZeroOptimizer {
                 const AdamWConfig& config, comm::Communicator* tp = nullptr, comm::Communicator* pp = nullptr,
                 comm::Communicator* ep = nullptr);
 
-  // Once the gradients are reduced over dp: sums over tp the gradients marked row_partial_grad
-  // (layer norms when the tensor layout splits rows), in one all-reduce(tp), and over ep every
-  // gradient but the experts' (the ep ranks saw different tokens), in one all-reduce(ep).
+  // The groups completing row- and layer-partial gradients when they are not tp alone (the grid
+  // layouts: rows over the grid's batch group, layers over its depth).
+  void set_partial_groups(comm::Communicator* rows, comm::Communicator* layers) {
+    rows_ = rows;
+    layers_ = layers;
+  }
+  // Once the gradients are reduced over dp: sums the gradients marked row_partial_grad (layer
+  // norms when the tensor layout splits rows; grid layouts' biases, norms and positions) over the
+  // ranks splitting the rows (tp, or the grid's batch group), those marked layer_partial_grad
+  // over the grid's depth, and over ep every gradient but the experts' (the ep ranks saw
+  // different tokens): one all-reduce per group.
   void complete_partial_grads();
   double grad_norm();
   void step(float lr, float grad_scale);
@@ -48,6 +56,8 @@ class ZeroOptimizer {
   comm::Communicator* tp_;
   comm::Communicator* pp_;
   comm::Communicator* ep_;
+  comm::Communicator* rows_ = nullptr;    // row-partial gradients' group (default tp_)
+  comm::Communicator* layers_ = nullptr;  // layer-partial gradients' group
   AdamW adamw_;
   Tensor gather_input_;  // zero 1/2: this rank's updated shard, sent by the all-gather
   // Sums over `group` the held gradients of the parameters `partial` selects, packed into one

@@ -35,10 +35,13 @@ struct CheckpointState {
   optim::AdamW& optimizer;
   comm::Communicator& dp;
   comm::Communicator& world;
-  // Who writes the copies several ranks hold: tp rank 0 the parameters replicated over tp (all but
-  // tp slices), ep rank 0 those replicated over ep (all but the experts' tensors).
+  // Who writes the copies several ranks hold: tp rank 0 the parameters replicated over tp, the
+  // first replica of a tp slice (Shard::replica) the slices, ep rank 0 those replicated over ep
+  // (all but the experts' tensors).
   bool tp_first = true, ep_first = true;
-  bool writes(const nn::ParamSpec& s) const { return (s.shard.split() || tp_first) && (s.expert || ep_first); }
+  bool writes(const nn::ParamSpec& s) const {
+    return (s.shard.split() ? s.shard.replica == 0 : tp_first) && (s.expert || ep_first);
+  }
 };
 
 // Writes <dir>/step_<N>.h5 (through a .tmp and an atomic rename); returns its path.

@@ -13,16 +13,18 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
       config_(config),
       dp_rank_(mesh.coord(comm::Axis::dp)),
       dp_(mesh.shape().dp),
-      ep_rank_(mesh.coord(comm::Axis::ep)),
       ep_(mesh.shape().ep),
       tp_(mesh.shape().tp),
-      micro_batches_(config.micro_batches(mesh.shape().dp * mesh.shape().ep)),
+      share_rank_(mesh.coord(comm::Axis::ep) * mesh.tp_grid().batch_parts() + mesh.tp_grid().batch_part()),
+      shares_(ep_ * mesh.tp_grid().batch_parts()),
+      micro_batches_(config.micro_batches(mesh.shape().dp * shares_)),
       sp_(mesh.group(comm::Axis::sp)),
       ep_group_(mesh.group(comm::Axis::ep)),
+      grid_batch_(mesh.grid_group(comm::ProcessMesh::GridGroup::batch)),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
-  // An evaluation batch is an ep group's micro-batch: ep x B rows, this rank's B of them.
-  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch * ep_, config.seed);
+  // An evaluation batch is the micro-batch of the ranks sharing it: shares x B rows, this rank's B.
+  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch * shares_, config.seed);
   comm::Communicator& pp = mesh.group(comm::Axis::pp);
   comm::Communicator& data = mesh.data_group();
   if (pp.size() > 1) {
@@ -36,7 +38,7 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
 }
 
 int64_t GptWorkload::first_row(int64_t micro) const {
-  return ((dp_rank_ * micro_batches_ + micro) * ep_ + ep_rank_) * config_.micro_batch;
+  return ((dp_rank_ * micro_batches_ + micro) * shares_ + share_rank_) * config_.micro_batch;
 }
 
 std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
@@ -66,7 +68,7 @@ float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale,
 
 float GptWorkload::evaluate(int64_t batch, int chunk) {
   if (model_.has_embedding(chunk) || model_.has_head(chunk))
-    val_loader_->eval_rows(batch, ep_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
+    val_loader_->eval_rows(batch, share_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
   return model_.forward_chunk(chunk, static_cast<int>(batch), rows_.data(), false);
 }
 
@@ -82,12 +84,13 @@ Workload::Evaluation GptWorkload::evaluate() {
     loss = runner_->evaluate(batches);  // summed over the stages: the last one's
   } else {
     for (int64_t i = 0; i < batches; ++i) {
-      val_loader_->eval_rows(i, ep_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
+      val_loader_->eval_rows(i, share_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
       loss += model_.forward(rows_.data());
     }
   }
   if (sp_.size() > 1) loss = sp_.all_reduce_sum(loss);  // the shares of each sequence's positions
   if (ep_ > 1) loss = ep_group_.all_reduce_sum(loss);    // the shares of the group's sequences
+  if (grid_batch_.size() > 1) loss = grid_batch_.all_reduce_sum(loss);
   return {loss / static_cast<double>(batches), std::nullopt};
 }
 

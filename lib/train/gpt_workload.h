@@ -60,10 +60,13 @@ class GptWorkload final : public Workload, private PipelineStage {
   models::Gpt& model_;
   TrainConfig config_;
   int64_t first_row(int64_t micro) const;  // of this rank's rows of micro-batch `micro` of a global batch
-  int dp_rank_, dp_, ep_rank_, ep_, tp_;
-  int64_t micro_batches_;  // per step on each dp x ep rank
+  int dp_rank_, dp_, ep_, tp_;
+  // The ranks splitting each micro-batch's sequences (ep x the tp grid's rows) and this one's share.
+  int share_rank_, shares_;
+  int64_t micro_batches_;  // per step on each dp x shares rank
   comm::Communicator& sp_;
   comm::Communicator& ep_group_;
+  comm::Communicator& grid_batch_;
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]

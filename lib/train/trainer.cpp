@@ -69,6 +69,8 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       tp_(mesh.group(comm::Axis::tp)),
       pp_(mesh.group(comm::Axis::pp)),
       ep_(mesh.group(comm::Axis::ep)),
+      grid_batch_(mesh.grid_group(comm::ProcessMesh::GridGroup::batch)),
+      batch_ranks_(dp_.size() * ep_.size() * grid_batch_.size()),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
                                              work.params(), data_, config.zero_stage,
                                              static_cast<int64_t>(config.bucket_mb * (1 << 20)))
@@ -80,14 +82,16 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       scaler_(optim::parse_precision(config.precision) == optim::Precision::fp16 ? config.loss_scaler
                                                                                  : unit_loss_scale()),
       faults_(FaultHooks::from_environment()) {
-  config.validate(dp_.size() * ep_.size());
+  config.validate(batch_ranks_);
+  if (mesh.shape().tp_mode != comm::TpMode::d1)
+    optimizer_.set_partial_groups(&grid_batch_, &mesh.grid_group(comm::ProcessMesh::GridGroup::depth));
 }
 
 float Trainer::train_step(int64_t step) {
   work_.params().zero_grads();
-  // The batch splits over dp x ep; each rank's loss is its share of its (dp x sp x ep) group's
+  // The batch splits over dp x ep x the tp grid's rows; each rank's loss is its share of its (dp x sp x ep x grid) group's
   // micro-batch mean, so the shares add up over sp and ep, and dp averages.
-  const int64_t n_micro = config_.micro_batches(dp_.size() * ep_.size());
+  const int64_t n_micro = config_.micro_batches(batch_ranks_);
   // fp16: the loss is scaled (its gradients by the loss scale) so that small gradients survive.
   const float grad_scale = static_cast<float>(scaler_.scale()) / static_cast<float>(n_micro * dp_.size());
   precision_.round_weights();  // bf16/fp16: the step's forward and backward see rounded weights
@@ -121,6 +125,7 @@ float Trainer::train_step(int64_t step) {
   // pipeline only the last stage's ranks hold it.
   loss = data_.all_reduce_sum(loss);
   if (ep_.size() > 1) loss = ep_.all_reduce_sum(loss);
+  if (grid_batch_.size() > 1) loss = grid_batch_.all_reduce_sum(loss);
   if (pp_.size() > 1) loss = pp_.all_reduce_sum(loss);
   return static_cast<float>(loss / static_cast<double>(n_micro * dp_.size()));
 }

@@ -227,6 +227,106 @@ TEST(Broadcast, FromTheLastRankI32AndU16) {
   world.barrier();
 }
 
+// --- reduce ---
+
+TEST(Reduce, SumF32AndI32ToEveryRoot) {
+  Communicator world = Communicator::world();
+  const int n = world.size(), r = world.rank();
+  for (int root = 0; root < n; ++root) {
+    Tensor a = f32(5);
+    Tensor b = i32(4);
+    for (int k = 0; k < 5; ++k) a.data<float>()[k] = static_cast<float>(r * 10 + k) + 0.5f;
+    for (int k = 0; k < 4; ++k) b.data<int32_t>()[k] = (r + 1) * (k - 2) - 1000 * root;
+    world.reduce_sum(a, root);
+    world.reduce_sum(b, root);
+    for (int k = 0; k < 5; ++k) {
+      // Root: sum over ranks q of (10 q + k + 0.5), exact in f32 at these sizes.
+      const float want = r == root ? static_cast<float>(10 * n * (n - 1) / 2 + n * k) + 0.5f * n
+                                   : static_cast<float>(r * 10 + k) + 0.5f;
+      EXPECT_EQ(a.data<float>()[k], want) << "root " << root << " k " << k;
+    }
+    for (int k = 0; k < 4; ++k) {
+      const int32_t want = r == root ? n * (n + 1) / 2 * (k - 2) - 1000 * root * n
+                                     : (r + 1) * (k - 2) - 1000 * root;
+      EXPECT_EQ(b.data<int32_t>()[k], want) << "root " << root << " k " << k;
+    }
+  }
+  world.barrier();
+}
+
+TEST(Reduce, SubCommunicatorUsesGroupRoot) {
+  const int wr = world_rank();
+  SplitComm halves(wr % 2, wr);
+  Communicator half(halves.get(), "half");
+  const int n = half.size(), r = half.rank();
+  const int root = n - 1;
+  Tensor t = i32(2);
+  t.data<int32_t>()[0] = wr;
+  t.data<int32_t>()[1] = 1;
+  half.reduce_sum(t, root);
+  if (r == root) {
+    EXPECT_EQ(t.data<int32_t>()[0], n * (wr % 2) + n * (n - 1));  // sum of (wr % 2) + 2 i
+    EXPECT_EQ(t.data<int32_t>()[1], n);
+  } else {
+    EXPECT_EQ(t.data<int32_t>()[0], wr);
+    EXPECT_EQ(t.data<int32_t>()[1], 1);
+  }
+}
+
+TEST(Reduce, GroupOfOneIsANoOp) {
+  SplitComm alone(world_rank(), 0);
+  Communicator solo(alone.get(), "solo");
+  ASSERT_EQ(solo.size(), 1);
+  Tensor t = f32(3);
+  for (int k = 0; k < 3; ++k) t.data<float>()[k] = static_cast<float>(k + 1);
+  solo.reduce_sum(t, 0);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(t.data<float>()[k], static_cast<float>(k + 1));
+  Tensor i = i32(2);
+  i.data<int32_t>()[1] = -4;
+  solo.reduce_sum(i, 0);
+  EXPECT_EQ(i.data<int32_t>()[1], -4);
+  EXPECT_EQ(solo.stats().total_calls(), 0);
+  EXPECT_EQ(solo.stats().total_bytes(), 0);
+  // Its arguments are still checked.
+  expect_error([&] { solo.reduce_sum(t, 1); }, "reduce_sum(solo): root 1 is not a rank");
+}
+
+TEST(Reduce, BadArgumentsAreRefused) {
+  Communicator world = Communicator::world();
+  const int n = world.size();
+  Tensor t = f32(4);
+  expect_error([&] { world.reduce_sum(t, n); },
+               "reduce_sum(world): root " + std::to_string(n) + " is not a rank of a group of " +
+                   std::to_string(n));
+  expect_error([&] { world.reduce_sum(t, -1); }, "reduce_sum(world): root -1 is not a rank");
+  Tensor bf = Tensor::zeros({4}, DType::bf16);
+  expect_error([&] { world.reduce_sum(bf, 0); }, "reduce_sum(world): cannot reduce bf16 tensors");
+  Tensor u8 = Tensor::zeros({4}, DType::u8);
+  expect_error([&] { world.reduce_sum(u8, 0); }, "reduce_sum(world): cannot reduce u8 tensors");
+  Tensor undefined;
+  expect_error([&] { world.reduce_sum(undefined, 0); }, "reduce_sum(world): tensor is undefined");
+  // Nobody was left inside a collective.
+  EXPECT_EQ(world.all_reduce_sum(1.0), static_cast<double>(n));
+}
+
+TEST(Reduce, StatsCountOneReduceWithTheTensorsBytes) {
+  Communicator world = Communicator::world();
+  const int n = world.size();
+  world.stats().reset();
+  Tensor t = f32(6);
+  world.reduce_sum(t, n - 1);
+  const CommStats& s = world.stats();
+  EXPECT_EQ(s.op(CommOp::reduce).calls, n > 1 ? 1 : 0);
+  EXPECT_EQ(s.op(CommOp::reduce).bytes, n > 1 ? static_cast<int64_t>(t.nbytes()) : 0);
+  EXPECT_EQ(s.total_calls(), n > 1 ? 1 : 0);
+  EXPECT_EQ(s.op(CommOp::broadcast).calls, 0);
+  EXPECT_EQ(s.op(CommOp::all_reduce).calls, 0);
+  if (n > 1) {
+    EXPECT_NE(s.summary().find("reduce 1 call 0.000 MB"), std::string::npos) << s.summary();
+    EXPECT_STREQ(comm_op_name(CommOp::reduce), "reduce");
+  }
+}
+
 // --- point to point ---
 
 TEST(Async, TwoCollectivesOverlapAndCompleteInEitherOrder) {

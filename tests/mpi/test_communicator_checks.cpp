@@ -97,6 +97,12 @@ TEST(CollectiveCheckText, MismatchNamesBothSides) {
   EXPECT_EQ(find_mismatch(roots, std::vector<int>{0, 1}, "world", "").value_or(""),
             "collective mismatch in group world: rank 0 calls broadcast u8 x 8 from root 0, rank 1 "
             "calls broadcast u8 x 8 from root 1");
+  const std::vector<CollectiveFingerprint> reduce_roots{
+      make_fingerprint("reduce_sum", "f32", 8, {}, false, 0),
+      make_fingerprint("reduce_sum", "f32", 8, {}, false, 2)};
+  EXPECT_EQ(find_mismatch(reduce_roots, std::vector<int>{0, 1}, "world", "").value_or(""),
+            "collective mismatch in group world: rank 0 calls reduce_sum f32 x 8 from root 0, "
+            "rank 1 calls reduce_sum f32 x 8 from root 2");
 }
 
 TEST(CollectiveCheckText, FaultSpecParsing) {
@@ -198,6 +204,38 @@ TEST(CollectiveCheck, RealMismatchThrowsOnEveryRankNamingBothSides) {
                 : error_of([&] { world.all_reduce_sum(2.0); });
   EXPECT_EQ(text, "collective mismatch in group world at step 12, micro-batch 3: rank 0 calls "
                   "all_reduce_sum f32 x 1, rank 1 calls all_reduce_sum f64 x 1");
+}
+
+TEST(CollectiveCheck, ReduceIsFingerprintedWithItsRoot) {
+  Communicator world = Communicator::world();
+  world.set_check_collectives(true);
+  world.set_timeout(60);
+  world.set_context("step 5, micro-batch 2");
+  const int n = world.size(), r = world.rank();
+  world.stats().reset();
+  // Agreeing calls go through, and the exchange is not counted.
+  Tensor t = i32(4);
+  for (int k = 0; k < 4; ++k) t.data<int32_t>()[k] = r + k;
+  world.reduce_sum(t, 1);
+  if (r == 1)
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(t.data<int32_t>()[k], n * (n - 1) / 2 + n * k);
+  EXPECT_EQ(world.stats().total_calls(), 1);
+  EXPECT_EQ(world.stats().op(CommOp::reduce).calls, 1);
+  // A different root on the last rank is caught on every rank.
+  const int odd = n - 1;
+  Tensor f = f32(8);
+  const std::string text = error_of([&] { world.reduce_sum(f, r == odd ? 1 : 0); });
+  EXPECT_EQ(text, "collective mismatch in group world at step 5, micro-batch 2: rank 0 calls "
+                  "reduce_sum f32 x 8 from root 0, rank " + std::to_string(odd) +
+                  " calls reduce_sum f32 x 8 from root 1");
+  // A reduce against a broadcast of the same tensor, too.
+  const std::string text2 = r == odd ? error_of([&] { world.broadcast(f, 0); })
+                                     : error_of([&] { world.reduce_sum(f, 0); });
+  EXPECT_EQ(text2, "collective mismatch in group world at step 5, micro-batch 2: rank 0 calls "
+                   "reduce_sum f32 x 8 from root 0, rank " + std::to_string(odd) +
+                   " calls broadcast f32 x 8 from root 0");
+  // The group still works.
+  EXPECT_EQ(world.all_reduce_sum(1.0), static_cast<double>(n));
 }
 
 TEST(CollectiveCheck, MismatchHookChangesOnlyTheFingerprint) {

@@ -71,13 +71,57 @@ TEST(ProcessMesh, DataGroupJoinsDpAndSp) {
   EXPECT_EQ(data.name(), sp > 1 ? "dp*sp" : "dp");
   // Every member has this rank's tp coordinate.
   EXPECT_EQ(data.all_reduce_sum(static_cast<double>(mesh.coord(Axis::tp))), mesh.coord(Axis::tp) * data.size());
-  EXPECT_EQ(mesh.all_groups().size(), static_cast<size_t>(comm::kAxes + 2));
+  EXPECT_EQ(mesh.all_groups().size(), static_cast<size_t>(comm::kAxes + 6));  // + the 4 tp grid groups
 }
 
-TEST(ProcessMesh, BroadcastFromGroupRoot) {
-  ProcessMesh mesh(MeshShape{});
-  Tensor t = Tensor::empty({3}, DType::i32);
-  for (int i = 0; i < 3; ++i) t.data<int32_t>()[i] = mesh.world_rank() == 0 ? 7 + i : -1;
-  mesh.world().broadcast(t, 0);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(t.data<int32_t>()[i], 7 + i);
+// --tp-mode 2d and 2.5d: a --tp that is not q^2 (d q^2) is refused listing the valid sizes.
+TEST(MeshShape, GridModesNeedSquareGrids) {
+  MeshShape s{1, 0, 1, 1, 4};
+  s.tp_mode = TpMode::d2;
+  EXPECT_EQ(s.tp_side(), 2);
+  EXPECT_EQ(s.tp_batch_parts(), 2);
+  EXPECT_EQ(s.tp_feature_parts(), 2);
+  s.tp = 8;
+  try {
+    s.tp_side();
+    FAIL() << "tp 8 accepted for 2d";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one of 1, 4, 9, 16"), std::string::npos) << e.what();
+  }
+  s.tp_mode = TpMode::d25;
+  s.tp_depth = 2;
+  EXPECT_EQ(s.tp_side(), 2);
+  EXPECT_EQ(s.tp_batch_parts(), 4);
+  s.tp_mode = TpMode::d1;
+  EXPECT_THROW(s.tp_side(), Error);  // --tp-depth needs 2.5d
+}
+
+// The grid's groups: a 2 x 2 grid on 4 ranks, 2 layers of it on 8, a 1 x 1 grid (every group one
+// rank) on fewer. Rows join the ranks of one grid row (same token rows), columns those of one grid
+// column, depth the layers, batch the rows and layers of one column.
+TEST(ProcessMesh, GridGroupsJoinTheGridsRowsColumnsAndLayers) {
+  const int n = world_size();
+  MeshShape shape{1, 1, 1, 1, n >= 4 ? n : 1};
+  shape.dp = n / shape.tp;
+  shape.tp_mode = n == 8 ? TpMode::d25 : TpMode::d2;
+  shape.tp_depth = n == 8 ? 2 : 1;
+  ProcessMesh mesh(shape);
+  const TpGrid& g = mesh.tp_grid();
+  const int q = n >= 4 ? 2 : 1, depth = n == 8 ? 2 : 1;
+  EXPECT_EQ(g.q, q);
+  EXPECT_EQ(g.depth, depth);
+  EXPECT_EQ(mesh.coord(Axis::tp), (g.layer * q + g.row) * q + g.col);
+  using G = ProcessMesh::GridGroup;
+  EXPECT_EQ(mesh.grid_group(G::row).size(), q);
+  EXPECT_EQ(mesh.grid_group(G::row).rank(), g.col);
+  EXPECT_EQ(mesh.grid_group(G::col).size(), q);
+  EXPECT_EQ(mesh.grid_group(G::col).rank(), g.row);
+  EXPECT_EQ(mesh.grid_group(G::depth).size(), depth);
+  EXPECT_EQ(mesh.grid_group(G::batch).size(), q * depth);
+  EXPECT_EQ(mesh.grid_group(G::batch).rank(), g.batch_part());
+  // A row shares (layer, row); a column (layer, col); the batch group col.
+  const int row_id = g.layer * q + g.row, col_id = g.layer * q + g.col;
+  EXPECT_EQ(mesh.grid_group(G::row).all_reduce_sum(static_cast<double>(row_id)), q * row_id);
+  EXPECT_EQ(mesh.grid_group(G::col).all_reduce_sum(static_cast<double>(col_id)), q * col_id);
+  EXPECT_EQ(mesh.grid_group(G::batch).all_reduce_sum(static_cast<double>(g.col)), g.col * q * depth);
 }

@@ -205,6 +205,41 @@ TEST(ParamStore, BlockShardsHoldTheSameSliceOfEveryBlock) {
   EXPECT_THROW(bad.add("qkv", {10, c}, Init::Normal(1.0f), true, Shard{0, 0, 1, 3, 2}), tessera::Error);
 }
 
+// A block of a matrix (the grid layouts' weights): rows [2, 4) of each of 2 row blocks (dim 0,
+// groups 2) and columns [3, 6) (dim2 = 1) of an [8, 6] weight: the serial values, one run per row.
+TEST(ParamStore, MatrixBlocksHoldTheSerialBlockAndWriteOneRunPerRow) {
+  ParamStore full, s;
+  full.add("w", {8, 6}, Init::Normal(1.0f), true);
+  Shard block{0, 2, 2, 2, 4};
+  block.dim2 = 1;
+  block.start2 = 3;
+  block.local_extent2 = 3;
+  const int id = s.add("w", {8, 6}, Init::Normal(1.0f), true, block);
+  full.allocate(Device::cpu, kSeed);
+  s.allocate(Device::cpu, kSeed);
+  EXPECT_EQ(s.value(id).shape(), Shape({4, 3}));
+  EXPECT_EQ(s.logical_local_shape(id), Shape({4, 3}));
+  const float* f = full.value(0).data<float>();
+  const float* p = s.value(id).data<float>();
+  const int64_t rows[] = {2, 3, 6, 7};  // global rows of the local rows, block after block
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(p[r * 3 + c], f[rows[r] * 6 + 3 + c]) << r << " " << c;
+  const auto runs = tessera::nn::logical_runs(s.spec(id), 1, 12);
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].global_begin, 2 * 6 + 4);  // local element 1: row 2, column 4
+  EXPECT_EQ(runs[0].local_begin, 1);
+  EXPECT_EQ(runs[0].length, 2);
+  for (int64_t r = 1; r < 4; ++r) {
+    EXPECT_EQ(runs[r].global_begin, rows[r] * 6 + 3) << r;
+    EXPECT_EQ(runs[r].local_begin, r * 3) << r;
+    EXPECT_EQ(runs[r].length, 3) << r;
+  }
+  // The second split must lie inside its dimension.
+  ParamStore bad;
+  block.start2 = 4;
+  EXPECT_THROW(bad.add("w", {8, 6}, Init::Normal(1.0f), true, block), tessera::Error);
+}
+
 TEST(ParamStore, LogicalCopyAndAssignRoundTrip) {
   ParamStore s;
   const int w = s.add("emb", {5, 2}, Init::Normal(1.0f), true, Shard{0, 0, 8});

@@ -98,7 +98,8 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       local_seq_(layout.sequence->local_length(seq)),
       first_position_(layout.sequence->offset(seq)),
       rows_(layout.tensor->local_rows(micro_batch * layout.sequence->local_length(seq))),
-      token_share_(layout.experts->size()),
+      features_(layout.tensor->local_features(config.hidden)),
+      token_share_(layout.experts->size() * layout.tensor->batch_parts()),
       activation_rounding_(layout.activations) {
   config.validate(layout.tensor->size());
   TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
@@ -132,7 +133,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   }
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
-  const int64_t b = micro_batch, t = local_seq_, n = b * t, c = config.hidden;
+  const int64_t b = micro_batch, t = local_seq_, n = b * t;
   slots_ = ActivationSlots<Activations>(chunks_.size(), [this](int c) { return allocate_activations(chunks_[c]); });
   scratch_ = blocks_.front().allocate_scratch(b, t, device);
   for (const nn::TransformerBlock& blk : blocks_)
@@ -146,7 +147,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   host_rows_ = Tensor::empty({2, b, t}, DType::i32);
   if (last_stage) {
     targets_ = act({b, t}, DType::i32);
-    lnf_ = act({rows_, c});
+    lnf_ = act({rows_, features_});
     lnf_mean_ = act({rows_});
     lnf_rstd_ = act({rows_});
     head_ = nn::LmHead(embed_, mirror_ ? *mirror_ : store_, n, device);
@@ -165,7 +166,7 @@ std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const ModelChunk& c)
   auto a = std::make_unique<Activations>();
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device_); };
   if (c.embedding) a->inputs = act({batch_, local_seq_}, DType::i32);
-  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({rows_, config_.hidden}));
+  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({rows_, features_}));
   for (int64_t i = 0; i < c.blocks(); ++i) {
     const nn::TransformerBlock& blk = blocks_[c.block_base + static_cast<size_t>(i)];
     const auto shared = recomputed_.find(recomputed_kind(blk));
@@ -173,7 +174,7 @@ std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const ModelChunk& c)
                                     shared == recomputed_.end() ? nn::TransformerBlock::Saved{} : shared->second));
   }
   a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
-  a->dres = act({rows_, config_.hidden});
+  a->dres = act({rows_, features_});
   return a;
 }
 

@@ -160,7 +160,8 @@ class Gpt {
   int64_t batch_, seq_;
   int64_t local_seq_, first_position_;  // this rank's positions under sequence parallelism
   int64_t rows_;                        // token rows this rank holds between regions
-  int64_t token_share_ = 1;             // ranks splitting each micro-batch's sequences (ep): the loss is a share
+  int64_t features_;                    // residual-stream features this rank holds (a grid layout splits them)
+  int64_t token_share_ = 1;             // ranks splitting each micro-batch's sequences (ep, grid tp): the loss is a share
   nn::MoeConfig moe_config_;
   MoeStepStats moe_stats_;
   int64_t model_numel_ = 0;

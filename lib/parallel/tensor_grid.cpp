@@ -1,0 +1,151 @@
+// TensorParallelGrid: SUMMA products and the feature-block gathers.
+#include "parallel/tensor_grid.h"
+
+#include <cstring>
+
+#include "kernels/ops.h"
+
+namespace tessera::parallel {
+namespace {
+// A [..., c] tensor as [rows, c].
+Tensor as_matrix(const Tensor& t) {
+  const int64_t c = t.dim(t.shape().rank() - 1);
+  return t.reshape({t.numel() / c, c});
+}
+
+// blocks [q, rows, w] <-> whole [rows, q x w] (host tensors).
+void blocks_to_columns(const Tensor& blocks, Tensor& whole, int q) {
+  const int64_t rows = whole.dim(0), w = whole.dim(1) / q;
+  const float* src = blocks.data<float>();
+  float* dst = whole.data<float>();
+  for (int b = 0; b < q; ++b)
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + (r * q + b) * w, src + (b * rows + r) * w, w * sizeof(float));
+}
+
+void columns_to_blocks(const Tensor& whole, Tensor& blocks, int q) {
+  const int64_t rows = whole.dim(0), w = whole.dim(1) / q;
+  const float* src = whole.data<float>();
+  float* dst = blocks.data<float>();
+  for (int b = 0; b < q; ++b)
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + (b * rows + r) * w, src + (r * q + b) * w, w * sizeof(float));
+}
+}  // namespace
+
+TensorParallelGrid::TensorParallelGrid(comm::ProcessMesh& mesh)
+    : grid_(mesh.tp_grid()),
+      row_(mesh.grid_group(comm::ProcessMesh::GridGroup::row)),
+      col_(mesh.grid_group(comm::ProcessMesh::GridGroup::col)) {}
+
+nn::Shard TensorParallelGrid::weight_block(nn::Shard s, int64_t in) const {
+  TESSERA_CHECK(in % grid_.q == 0, "input features ", in, " are not divisible by the tensor-parallel grid's side ",
+                grid_.q);
+  s.dim2 = 1;
+  s.local_extent2 = in / grid_.q;
+  s.start2 = grid_.row * s.local_extent2;
+  s.parts = grid_.q * grid_.q;
+  s.replica = grid_.layer;
+  return s;
+}
+
+// y[row, col] = b[col] + sum_k x[row, k] W[col, k]^T: step k broadcasts x's block k along the grid
+// row (from column k) and W's block (col, k) along the grid column (from row k).
+void TensorParallelGrid::linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const {
+  Tensor xm = as_matrix(x), ym = as_matrix(y);
+  Tensor xk = Tensor::empty(xm.shape()), wk = Tensor::empty(w.shape());
+  if (b) {
+    ops::broadcast_rows(ym, *b);
+  } else {
+    ym.zero();
+  }
+  for (int k = 0; k < grid_.q; ++k) {
+    if (grid_.col == k) xk.copy_from(xm);
+    if (grid_.row == k) wk.copy_from(w);
+    row_.broadcast(xk, k);
+    col_.broadcast(wk, k);
+    ops::matmul(xk, false, wk, true, ym, 1.0f, 1.0f);
+  }
+}
+
+// dx[row, k] = sum_col dy[row, col] W[col, k]: W's block (col, k) broadcast along the column, the
+// partial products reduced along the row to column k. dW[col, k] = sum_row dy[row, col]^T x[row, k]:
+// x's block k broadcast along the row, the partial products reduced along the column to row k.
+void TensorParallelGrid::linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
+                                         Tensor* db, bool accumulate_dx) const {
+  Tensor dym = as_matrix(dy), xm = as_matrix(x);
+  if (db) ops::bias_backward(*db, dym);
+  if (!dx && !dw) return;
+  Tensor wk = Tensor::empty(w.shape()), xk = Tensor::empty(xm.shape());
+  Tensor dx_part = Tensor::empty(xm.shape()), dw_part = Tensor::empty(w.shape());
+  for (int k = 0; k < grid_.q; ++k) {
+    if (dx) {
+      if (grid_.row == k) wk.copy_from(w);
+      col_.broadcast(wk, k);
+      ops::matmul(dym, false, wk, false, dx_part);
+      row_.reduce_sum(dx_part, k);
+      if (grid_.col == k) {
+        Tensor dxm = as_matrix(*dx);
+        if (accumulate_dx) {
+          ops::add_inplace(dxm, dx_part);
+        } else {
+          dxm.copy_from(dx_part);
+        }
+      }
+    }
+    if (dw) {
+      if (grid_.col == k) xk.copy_from(xm);
+      row_.broadcast(xk, k);
+      ops::matmul(dym, true, xk, false, dw_part);
+      col_.reduce_sum(dw_part, k);
+      if (grid_.row == k) ops::add_inplace(*dw, dw_part);
+    }
+  }
+}
+
+const Tensor& TensorParallelGrid::gather_columns(comm::Communicator& group, const Tensor& part, Tensor& whole) const {
+  Tensor blocks = Tensor::empty({static_cast<int64_t>(grid_.q) * part.numel()});
+  group.all_gather(part.reshape({part.numel()}), blocks);
+  Tensor wm = as_matrix(whole);
+  blocks_to_columns(blocks, wm, grid_.q);
+  return whole;
+}
+
+void TensorParallelGrid::reduce_scatter_columns(comm::Communicator& group, const Tensor& whole, Tensor& part) const {
+  Tensor blocks = Tensor::empty({whole.numel()});
+  columns_to_blocks(as_matrix(whole), blocks, grid_.q);
+  Tensor flat = part.reshape({part.numel()});
+  group.reduce_scatter(blocks, flat);
+}
+
+const Tensor& TensorParallelGrid::gather_block_columns(const Tensor& block, Tensor& whole) const {
+  return gather_columns(col_, block, whole);
+}
+
+void TensorParallelGrid::scatter_block_columns(Tensor& whole_grad, Tensor& block_grad) const {
+  Tensor part = Tensor::empty(block_grad.shape());
+  reduce_scatter_columns(col_, whole_grad, part);
+  ops::add_inplace(block_grad, part);
+}
+
+const Tensor& TensorParallelGrid::vocab_enter(const Tensor& x, Tensor& whole) const {
+  return gather_columns(row_, x, whole);
+}
+
+void TensorParallelGrid::vocab_enter_backward(Tensor& dx, Tensor& whole_dx) const {
+  reduce_scatter_columns(row_, whole_dx, dx);
+}
+
+void TensorParallelGrid::vocab_exit(Tensor& y, Tensor& whole_y) const { reduce_scatter_columns(row_, whole_y, y); }
+
+const Tensor& TensorParallelGrid::vocab_exit_backward(const Tensor& dy, Tensor& whole) const {
+  return gather_columns(row_, dy, whole);
+}
+
+void TensorParallelGrid::all_reduce(Tensor& t) const {
+  if (grid_.q > 1) row_.all_reduce_sum(t);
+}
+
+void TensorParallelGrid::all_reduce_max(Tensor& t) const {
+  if (grid_.q > 1) row_.all_reduce_max(t);
+}
+
+}  // namespace tessera::parallel
