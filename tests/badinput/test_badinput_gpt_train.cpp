@@ -249,6 +249,36 @@ TEST_F(GptTrainBadLayout, UnknownTensorParallelMode) {
   expect_refused(2, "--tp 2 --tp-mode 4d", "--tp-mode 4d");
 }
 
+// The grid modes take only sizes that form the grid, and say which ones do.
+TEST_F(GptTrainBadLayout, TensorParallelSizeNotASquareFor2d) {
+  expect_refused(2, "--tp 2 --tp-mode 2d",
+                 "--tp 2 does not fit --tp-mode 2d: it needs --tp = q^2, one of 1, 4, 9, 16, 25, 36, 49, 64");
+}
+
+TEST_F(GptTrainBadLayout, TensorParallelSizeNotDepthTimesSquareFor25d) {
+  expect_refused(4, "--tp 4 --tp-mode 2.5d --tp-depth 2",
+                 "--tp 4 does not fit --tp-mode 2.5d --tp-depth 2: it needs --tp = d x q^2, one of 2, 8, 18, 32, 50");
+}
+
+TEST_F(GptTrainBadLayout, TensorParallelDepthWithout25d) {
+  expect_refused(2, "--tp 2 --tp-depth 2", "--tp-depth 2 needs --tp-mode 2.5d");
+}
+
+TEST_F(GptTrainBadLayout, GridTensorParallelWithSequenceParallel) {
+  expect_refused(8, "--tp 4 --tp-mode 2d --sp 2",
+                 "--tp-mode 2d with sequence parallelism (--sp, --sp-mode split_gather): not supported yet");
+}
+
+TEST_F(GptTrainBadLayout, TensorParallelMode3dNotImplemented) {
+  expect_refused(8, "--tp 8 --tp-mode 3d", "--tp-mode 3d: not implemented yet");
+}
+
+// The grid's rows split the batch like data parallelism: 3 sequences do not split over 2 rows.
+TEST_F(GptTrainBadLayout, GlobalBatchNotDivisibleByGridRows) {
+  expect_refused(4, "--tp 4 --tp-mode 2d --global-batch 3",
+                 "--global-batch 3 does not split over dp x ep x the tp grid's rows and layers = 2 ranks");
+}
+
 TEST_F(GptTrainBadLayout, SequenceNotDivisibleBySequenceParallel) {
   expect_refused(3, "--sp 3", "--seq-len 8 is not divisible by --sp 3");
 }

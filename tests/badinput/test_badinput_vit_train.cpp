@@ -63,6 +63,10 @@ TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {
   expect_refused(4, "--data " + shell_quote(images_) + " --tp 4", "--heads 2 is not divisible by --tp 4");
 }
 
+TEST_F(VitTrainBadInput, GridTensorParallelIsRefused) {
+  expect_refused(4, "--data " + shell_quote(images_) + " --tp 4 --tp-mode 2d", "vit_train --tp-mode 2d: not supported yet");
+}
+
 TEST_F(VitTrainBadInput, UnknownPooling) {
   expect_refused(1, "--data " + shell_quote(images_) + " --pool max", "pool");
 }

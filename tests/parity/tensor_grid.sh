@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Parity: grid tensor parallelism (SUMMA) reproduces the one-rank run (losses, step-1 gradients,
+# state after 10 steps: tests/tools/layout_parity.sh): --tp-mode 2d at tp 4 (q = 2) alone, with
+# dp and ZeRO 1 and 3, and with pp 2 (1F1B); at tp 9 (q = 3) on a second model; --tp-mode 2.5d at
+# tp 8 (q = 2, depth 2) alone and with dp and ZeRO 2. The grid's rows (and layers) split the batch
+# like data parallelism. The communication bytes per step and the parameter memory per rank of
+# 2d-tp4 and 25d-tp8 equal their formulas. Checkpoints move between grid and other layouts: 5 + 5
+# resumed steps equal 10 straight.
+set -euo pipefail
+build=$1; src=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+common=(--layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11
+        --threads 1 --bucket-mb 0.01)
+source "$src/tests/tools/layout_parity.sh"
+
+data="$tmp/v61.h5"
+"$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$data" >/dev/null
+parity_reference ref "$data" --micro-batch 8
+parity_case 2d-tp4 4 ref "$data" --tp 4 --tp-mode 2d
+parity_case 2d-tp4-dp2-zero1 8 ref "$data" --tp 4 --tp-mode 2d --zero 1
+parity_case 2d-tp4-dp2-zero3 8 ref "$data" --tp 4 --tp-mode 2d --zero 3
+parity_case 2d-tp4-pp2 8 ref "$data" --tp 4 --tp-mode 2d --pp 2 --micro-batch 2
+parity_case 25d-tp8 8 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2
+parity_case 25d-tp8-dp2-zero2 16 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2 --zero 2
+
+# Communication per step (floats; bytes are 4 x floats) on a grid of side q and depth d, with
+# L = 2 blocks, hidden C = 32, sequence T = 16, N = (global batch / (q d)) x T token rows per rank
+# and micro-batch, Vl = the vocabulary padded to 64 q, over q:
+#   SUMMA linears, split layer norms, embedding and head: L (21 N C + 36 C^2 / q + 8 N) + 4 N
+#     + 5 N C + 5 Vl C + 3 N
+#   row-partial gradients summed over the grid's batch group: L 13 C / q + 2 C / q + T C / q
+#   weight blocks summed over the depth (d > 1): L 12 C^2 / q^2 + Vl C / q
+# plus per step the preemption flag, the gradient norm's share and the loss (8 bytes each).
+# Parameters per rank: L (12 C^2 / q^2 + 13 C / q) + Vl C / q + T C / q + 2 C / q (replicated over
+# the depth), held as value, gradient, exp_avg and exp_avg_sq in fp32.
+for case in "2d-tp4 2 1 582168 125952" "25d-tp8 2 2 415384 125952"; do
+  read -r name q d want_comm want_state <<<"$case"
+  echo -n "$name communication and parameter bytes per step: "
+  /usr/bin/python3 - "$tmp/$name.jsonl" "$q" "$d" "$want_comm" "$want_state" <<'PY'
+import json, sys
+q, d, want_comm, want_state = map(int, sys.argv[2:])
+L, C, T = 2, 32, 16
+N = 8 // (q * d) * T
+vl = -(-61 // (64 * q)) * 64 * q // q
+floats = (L * (21 * N * C + 36 * C * C // q + 8 * N) + 4 * N + 5 * N * C + 5 * vl * C + 3 * N
+          + L * 13 * C // q + 2 * C // q + T * C // q
+          + (L * 12 * C * C // (q * q) + vl * C // q if d > 1 else 0))
+comm = 4 * floats + 24
+params = L * (12 * C * C // (q * q) + 13 * C // q) + vl * C // q + T * C // q + 2 * C // q
+state = 4 * 4 * params
+if (comm, state) != (want_comm, want_state):
+    sys.exit(f"error: the formulas give {comm} and {state} bytes, the script expects {want_comm} and {want_state}")
+steps = [json.loads(line) for line in open(sys.argv[1]) if '"loss"' in line]
+got = {s["comm_bytes"] for s in steps}
+if got != {comm}:
+    sys.exit(f"error: comm_bytes {sorted(got)} per step, expected {comm}")
+got = {s["state_bytes"] for s in steps}
+if got != {state}:
+    sys.exit(f"error: state_bytes {sorted(got)}, expected {state}")
+print(f"{comm} and {state} as the formulas give")
+PY
+done
+
+# Resume across layouts: the step-5 checkpoint of 2d-tp4 resumed at one rank and at 2.5d tp 8; the
+# one-rank step-5 checkpoint resumed at 2d tp 4 x dp 2 ZeRO-3.
+head -n 5 "$tmp/ref.jsonl" > "$tmp/first5.jsonl"
+resume_case() {  # name, checkpoint, ranks, options...
+  local name=$1 ck=$2 ranks=$3; shift 3
+  echo -n "resume $name: "
+  mpirun -np "$ranks" "$build/apps/gpt_train" --input "$data" "${common[@]}" --steps 10 --resume "$ck" "$@" \
+    --metrics "$tmp/$name.jsonl" >/dev/null
+  cat "$tmp/first5.jsonl" "$tmp/$name.jsonl" > "$tmp/$name.all.jsonl"
+  $compare_losses "$tmp/ref.jsonl" "$tmp/$name.all.jsonl" --rtol 1e-5
+}
+resume_case 2d-tp4-to-one-rank "$tmp/2d-tp4/step_5.h5" 1 --micro-batch 8
+resume_case 2d-tp4-to-25d-tp8 "$tmp/2d-tp4/step_5.h5" 8 --tp 8 --tp-mode 2.5d --tp-depth 2
+resume_case one-rank-to-2d-tp4-dp2-zero3 "$tmp/ref/step_5.h5" 8 --tp 4 --tp-mode 2d --zero 3
+
+# A second model for a 3 x 3 grid: hidden 36 and 6 heads split over q = 3, the batch of 6 over the
+# grid's 3 rows.
+common=(--layers 2 --hidden 36 --heads 6 --seq-len 16 --global-batch 6 --lr 3e-3 --warmup 2 --seed 11
+        --threads 1 --bucket-mb 0.01)
+parity_reference ref9 "$data" --micro-batch 6
+parity_case 2d-tp9 9 ref9 "$data" --tp 9 --tp-mode 2d
