@@ -133,8 +133,11 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
     const int q = o.mesh.tp_feature_parts();
-    TESSERA_CHECK(!o.grid() || (mc.heads % q == 0 && mc.hidden % q == 0), "--tp-mode ", o.tp_mode, " --tp ",
-                  o.mesh.tp, ": --heads ", mc.heads, " and --hidden ", mc.hidden, " must divide by the grid's side ", q);
+    // A grid splits the heads and features over its side q (3d: a weight's inputs over q^2).
+    const int hidden_parts = o.mesh.tp_mode == comm::TpMode::d3 ? q * q : q;
+    TESSERA_CHECK(!o.grid() || (mc.heads % q == 0 && mc.hidden % hidden_parts == 0), "--tp-mode ", o.tp_mode,
+                  " --tp ", o.mesh.tp, ": --heads ", mc.heads, " must divide by the grid's side ", q, " and --hidden ",
+                  mc.hidden, " by ", hidden_parts);
     mc.validate(q);
 
     if (mpi.world_rank() == 0)

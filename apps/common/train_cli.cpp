@@ -43,7 +43,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB")
       ("dp", po::value(&mesh.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
       ("tp", po::value(&mesh.tp)->default_value(1), "tensor-parallel ranks (must divide --heads)")
-      ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split), 2d (SUMMA on a q x q grid, --tp q^2: rows of sequences x feature blocks) or 2.5d (--tp-depth d layers of q x q grids, --tp d q^2)")
+      ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split), 2d (SUMMA on a q x q grid, --tp q^2: rows of sequences x feature blocks) 2.5d (--tp-depth d layers of q x q grids, --tp d q^2) or 3d (a q x q x q cube, --tp q^3)")
       ("tp-depth", po::value(&mesh.tp_depth)->default_value(1), "--tp-mode 2.5d: the grid layers d (the batch splits over d x q, the weights are the same on every layer)")
       ("pp", po::value(&mesh.pp)->default_value(1), "pipeline stages")
       ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b"), "pipeline schedule: gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")

@@ -68,11 +68,14 @@ int MeshShape::tp_side() const {
                 "--tp ", tp, " does not fit --tp-mode ", tp_mode_name(tp_mode),
                 tp_mode == TpMode::d25 ? " --tp-depth " + std::to_string(tp_depth) : std::string(), ": it needs --tp = ",
                 shape, ", one of ", valid_sizes(tp_mode, tp_depth));
-  TESSERA_CHECK(tp_mode != TpMode::d3, "--tp-mode 3d: not implemented yet (this build has 1d, 2d and 2.5d)");
   return q;
 }
 
-int MeshShape::tp_batch_parts() const { return tp_mode == TpMode::d1 ? 1 : tp / tp_side(); }
+int MeshShape::tp_batch_parts() const {
+  if (tp_mode == TpMode::d1) return 1;
+  const int q = tp_side();
+  return tp_mode == TpMode::d3 ? q * q : tp / q;
+}
 
 int MeshShape::tp_feature_parts() const { return tp_mode == TpMode::d1 ? tp : tp_side(); }
 
@@ -147,16 +150,18 @@ void ProcessMesh::make_grid_groups() {
     grid_.col = t % q;
     grid_.row = t / q % q;
     grid_.layer = t / (q * q);
+    grid_.cube = shape_.tp_mode == TpMode::d3;
   }
   // (color, key) inside the tp group: the ranks sharing a color form the group, ordered by key
   // (under 1d every grid group is this rank alone).
   const int row = grid_.row, col = grid_.col, layer = grid_.layer;
-  const std::array<std::pair<int, int>, 4> split{{{layer * q + row, col},   // row: varies col
-                                                  {layer * q + col, row},   // col: varies row
-                                                  {row * q + col, layer},   // depth: varies layer
-                                                  {col, layer * q + row}}};  // batch: varies layer, row
-  static const char* names[] = {"tp_row", "tp_col", "tp_depth", "tp_batch"};
-  for (int g = 0; g < 4; ++g) {
+  const std::array<std::pair<int, int>, 5> split{{{layer * q + row, col},    // row: varies col
+                                                  {layer * q + col, row},    // col: varies row
+                                                  {row * q + col, layer},    // depth: varies layer
+                                                  {col, layer * q + row},    // batch: varies layer, row
+                                                  {layer, row * q + col}}};  // plane: varies row, col
+  static const char* names[] = {"tp_row", "tp_col", "tp_depth", "tp_batch", "tp_plane"};
+  for (int g = 0; g < 5; ++g) {
     MPI_Comm_split(comms_[static_cast<int>(Axis::tp)], grid ? split[g].first : t, grid ? split[g].second : 0,
                    &grid_comms_[g]);
     grid_groups_[g] = std::make_unique<Communicator>(grid_comms_[g], names[g]);

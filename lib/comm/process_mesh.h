@@ -23,13 +23,16 @@ enum class TpMode { d1, d2, d25, d3 };
 TpMode parse_tp_mode(const std::string& name);  // throws naming the choices
 const char* tp_mode_name(TpMode mode);
 
-// The grid coordinates of a tp rank: rank = (depth * q + row) * q + col.
+// The grid coordinates of a tp rank: rank = (layer * q + row) * q + col (2d: one layer; 2.5d: d
+// layers; 3d: q layers, cube = true).
 struct TpGrid {
   int q = 1, depth = 1;
   int row = 0, col = 0, layer = 0;
-  // The grid splits the micro-batch's sequences over its rows and layers (1 part under 1d).
-  int batch_parts() const { return depth * q; }
-  int batch_part() const { return layer * q + row; }
+  bool cube = false;
+  // The residual stream's token rows are split over the grid's rows and layers (2d, 2.5d) or over
+  // its rows and columns (3d): which share of the micro-batch's sequences this rank holds.
+  int batch_parts() const { return cube ? q * q : depth * q; }
+  int batch_part() const { return cube ? row * q + col : layer * q + row; }
 };
 
 // Sizes per axis; dp = 0 means "infer": world / (pp * ep * sp * tp).
@@ -67,13 +70,15 @@ class ProcessMesh {
   // different tokens: replicated parameters' gradients are reduced, and ZeRO shards, over it.
   Communicator& data_group() { return *data_; }
   const Communicator& data_group() const { return *data_; }
-  // The tp grid (2d, 2.5d): this rank's coordinates, and the groups of ranks that differ only in
-  //   row: the grid column (same token rows, different feature columns),
-  //   col: the grid row (same feature columns, different token rows, same depth),
-  //   depth: the depth layer (2.5d; one rank under 2d),
-  //   batch: grid row and depth (every rank holding the same feature columns).
+  // The tp grid (2d, 2.5d, 3d): this rank's coordinates, and the groups of ranks that differ only in
+  //   row: the column (ordered by col), col: the row, depth: the layer,
+  //   batch: the row and the layer (ordered layer-major), plane: the row and the column (row-major).
+  // Under 2d/2.5d a row group shares token rows (it splits the features), batch shares features;
+  // under 3d the stream's rows are shared by a depth group, its features by a plane.
   // Under 1d they are groups of one rank.
-  enum class GridGroup { row, col, depth, batch };
+  enum class GridGroup { row, col, depth, batch, plane };
+  // The ranks splitting the residual stream's token rows: batch (2d, 2.5d) or plane (3d).
+  Communicator& grid_rows() { return grid_group(grid_.cube ? GridGroup::plane : GridGroup::batch); }
   const TpGrid& tp_grid() const { return grid_; }
   Communicator& grid_group(GridGroup g) { return *grid_groups_[static_cast<int>(g)]; }
   const Communicator& grid_group(GridGroup g) const { return *grid_groups_[static_cast<int>(g)]; }
@@ -97,8 +102,8 @@ class ProcessMesh {
   MPI_Comm data_comm_ = MPI_COMM_NULL;
   std::unique_ptr<Communicator> data_;
   TpGrid grid_;
-  std::array<MPI_Comm, 4> grid_comms_{MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
-  std::array<std::unique_ptr<Communicator>, 4> grid_groups_;
+  std::array<MPI_Comm, 5> grid_comms_{MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL, MPI_COMM_NULL};
+  std::array<std::unique_ptr<Communicator>, 5> grid_groups_;
 };
 
 }  // namespace tessera::comm

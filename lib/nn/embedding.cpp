@@ -15,12 +15,12 @@ Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, 
   vocab_start_ = layout.rank() * local_rows();
   const Shard vocab_rows{0, vocab_start_, local_rows(), 1, layout.size()};
   tokens_ = store.add(name + ".tokens.weight", {vocab, channels}, Init::Normal(init_std), true,
-                      layout.weight_block(vocab_rows, channels));
+                      layout.table_block(vocab_rows, channels));
   positions_ = store.add(name + ".positions.weight", {max_seq, channels}, Init::Normal(init_std), true,
-                         layout.feature_split(1, channels, (name + " features").c_str()));
+                         layout.feature_split(1, channels, 1, false, (name + " features").c_str()));
   if (layout.splits_features()) {  // the table's feature blocks are gathered around each use
-    if (layout.layer_partial_weights()) store.set_layer_partial_grad(tokens_);
-    store.set_row_partial_grad(positions_);
+    store.set_partial(tokens_, layout.table_partial());
+    store.set_partial(positions_, PartialGrad::rows);
   }
 }
 

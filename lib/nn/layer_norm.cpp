@@ -9,12 +9,12 @@ LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channel
                      float eps)
     : store_(&store), eps_(eps), channels_(channels) {
   if (layout.splits_features()) layout_ = &layout;
-  const Shard features = layout.feature_split(0, channels, (name + " features").c_str());
+  const Shard features = layout.feature_split(0, channels, 1, false, (name + " features").c_str());
   weight_ = store.add(name + ".weight", {channels}, Init::Ones(), false, features);
   bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false, features);
   if (layout.splits_rows() || layout.splits_features()) {
-    store.set_row_partial_grad(weight_);
-    store.set_row_partial_grad(bias_);
+    store.set_partial(weight_, PartialGrad::rows);
+    store.set_partial(bias_, PartialGrad::rows);
   }
 }
 

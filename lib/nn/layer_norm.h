@@ -1,6 +1,6 @@
 // LayerNorm over the last dimension with learned weight and bias. Local: under a layout that
 // splits token rows each rank normalises its rows, and its weight and bias gradients are partial
-// (marked row_partial_grad; summed over tp once per step). Under a grid layout (2D, 2.5D) each
+// (PartialGrad::rows; summed over tp once per step). Under a grid layout (2D, 2.5D, 3D) each
 // rank holds a block of the features: the row statistics are all-reduced over the ranks holding
 // the rest (two all-reduces of N values forward, one of 2N backward).
 #pragma once

@@ -10,12 +10,13 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
     : store_(&store), layout_(&layout), split_(layout.size() > 1 ? o.split : Split::none), in_(in), out_(out) {
   Shard weight_shard, bias_shard;
   if (layout.splits_features()) {
-    // A grid layout: a block of W (outputs over the grid row, inputs over the batch ranks) and
-    // the outputs' slice of b; the layout's SUMMA does the GEMMs and their communication.
+    // A grid layout: a block of W and the outputs' slice of b; the layout does the GEMMs and
+    // their communication (2D/2.5D: SUMMA; 3D: gathers and a reduce-scatter).
     split_ = Split::block;
-    bias_shard = layout.split(0, out, o.groups, (name + " output features").c_str());
-    bias_shard.replica = layout.batch_part();
-    weight_shard = layout.weight_block(bias_shard, in);
+    role_ = o.split == Split::rows ? LinearRole::out_of_branch : LinearRole::into_branch;
+    bias_shard = layout.feature_split(0, out, o.groups, role_ == LinearRole::into_branch,
+                                      (name + " output features").c_str());
+    weight_shard = layout.linear_weight(bias_shard, in, role_);
     out_ = layout.local_features(out);
     in_ = layout.local_features(in);
   } else if (split_ == Split::columns) {
@@ -28,14 +29,15 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
   weight_ = store.add(name + ".weight", {out, in}, Init::Normal(o.init_std), true, weight_shard);
   if (o.bias) bias_ = store.add(name + ".bias", {out}, Init::Zeros(), false, bias_shard);
   if (split_ == Split::block) {
-    if (bias_ >= 0) store.set_row_partial_grad(bias_);
-    if (layout.layer_partial_weights()) store.set_layer_partial_grad(weight_);
+    if (bias_ >= 0)
+      store.set_partial(bias_, role_ == LinearRole::into_branch ? PartialGrad::branch_rows : PartialGrad::rows);
+    store.set_partial(weight_, layout.weight_partial());
   }
 }
 
 void Linear::forward(Tensor& y, const Tensor& x) const {
   if (split_ == Split::block) {
-    layout_->linear_forward(y, x, store_->value(weight_), bias_ >= 0 ? &store_->value(bias_) : nullptr);
+    layout_->linear_forward(y, x, store_->value(weight_), bias_ >= 0 ? &store_->value(bias_) : nullptr, role_);
     return;
   }
   // A row-split layer's bias is added by one rank only: the all-reduce sums the partial outputs.
@@ -47,7 +49,7 @@ void Linear::forward(Tensor& y, const Tensor& x) const {
 void Linear::backward_weights(const Tensor& dy, const Tensor& x) const {
   if (split_ == Split::block) {
     layout_->linear_backward(nullptr, dy, x, store_->value(weight_), &store_->grad(weight_),
-                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, false);
+                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, false, role_);
     return;
   }
   ops::matmul(dy, true, x, false, store_->grad(weight_), 1.0f, 1.0f);
@@ -58,7 +60,7 @@ void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumu
                       bool x_outlives) const {
   if (split_ == Split::block && !defer) {  // one pass: dx's and dW's products share the broadcasts
     layout_->linear_backward(dx, dy, x, store_->value(weight_), &store_->grad(weight_),
-                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, accumulate_dx);
+                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, accumulate_dx, role_);
     return;
   }
   if (defer) {
@@ -67,7 +69,7 @@ void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumu
     backward_weights(dy, x);
   }
   if (dx && split_ == Split::block) {
-    layout_->linear_backward(dx, dy, x, store_->value(weight_), nullptr, nullptr, accumulate_dx);
+    layout_->linear_backward(dx, dy, x, store_->value(weight_), nullptr, nullptr, accumulate_dx, role_);
   } else if (dx) ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
 }
 

@@ -3,8 +3,9 @@
 //     slice of y from the whole x; its dx is partial (a sum over the group completes it);
 //   row-split: this rank holds a slice of the input features (W columns; b whole), takes its slice
 //     of x, and its y is partial (b is added by tp rank 0 only, so the sum adds it once).
-//   block (the grid layouts, 2D/2.5D): this rank holds a block of W (a slice of the outputs and of
-//     the inputs) and of x and y; the layout's SUMMA broadcasts blocks and multiplies.
+//   block (the grid layouts, 2D/2.5D/3D): this rank holds a block of W (a slice of the outputs and
+//     of the inputs) and of x and y; the layout communicates and multiplies (a column-split
+//     option means the layer writes a branch, a row-split one that it writes the stream).
 // Under 1D the layer itself never communicates: the sums happen at the edges of the region it is
 // part of (nn/tensor_layout.h).
 #pragma once
@@ -49,6 +50,7 @@ class Linear {
   ParamStore* store_ = nullptr;
   const TensorLayout* layout_ = nullptr;
   Split split_ = Split::none;
+  LinearRole role_ = LinearRole::into_branch;  // grid layouts (block): where in its branch the layer is
   int weight_ = -1, bias_ = -1;
   int64_t in_ = 0, out_ = 0;
 };

@@ -49,6 +49,17 @@ struct ParamSpec;
 template <typename Fn>
 void for_each_logical(const ParamSpec& s, Fn fn);
 
+// Which tensor-parallel ranks' gradients of a parameter add up to its gradient (summed once per
+// step, after the data-parallel reduction):
+//   complete: this rank's is whole;
+//   rows: the ranks holding the same residual-stream features for other token rows (layer norms
+//     under split_gather: the tp group; the grid layouts' norms, positions and biases of the
+//     layers writing the stream);
+//   branch_rows: the same for the features inside an attention or MLP branch (3D's biases of the
+//     layers writing a branch; the same ranks as rows under 2D and 2.5D);
+//   replicas: the ranks holding copies of the same weight block (2.5D's layers, 3D's token table).
+enum class PartialGrad : int8_t { complete, rows, branch_rows, replicas };
+
 struct ParamSpec {
   std::string name;        // logical name, e.g. "blocks.3.attn.qkv.weight"
   Shape global_shape;      // logical shape of the whole parameter
@@ -56,12 +67,7 @@ struct ParamSpec {
   Shard shard;
   Init init;
   bool weight_decay = true;
-  // Its gradient on this rank covers only the token rows this rank holds (a layer norm when the
-  // tensor-parallel layout splits rows; a bias or layer norm of a grid layout): complete once
-  // summed over the tp ranks splitting the rows (the tp group; the grid's batch group).
-  bool row_partial_grad = false;
-  // Its gradient covers only this rank's layer of a 2.5D grid: complete once summed over the depth.
-  bool layer_partial_grad = false;
+  PartialGrad partial = PartialGrad::complete;
   // A mixture-of-experts expert's tensor: split over the expert-parallel group along its first
   // (expert) dimension, replicated over tp, and its gradient is complete over the ep group. Every
   // other parameter's gradient under expert parallelism covers this ep rank's tokens only.
@@ -109,8 +115,7 @@ class ParamStore {
  public:
   // Registers a parameter; returns its id. Views are valid after allocate().
   int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
-  void set_row_partial_grad(int id) { specs_[id].row_partial_grad = true; }
-  void set_layer_partial_grad(int id) { specs_[id].layer_partial_grad = true; }
+  void set_partial(int id, PartialGrad partial) { specs_[id].partial = partial; }
   void set_expert(int id) { specs_[id].expert = true; }
   // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
   void allocate(Device device, uint64_t seed);

@@ -26,18 +26,17 @@ int64_t TensorLayout::local_features(int64_t c) const {
   return c / size();
 }
 
-Shard TensorLayout::feature_split(int dim, int64_t extent, const char* what) const {
-  if (!splits_features()) return {};
-  Shard s = split(dim, extent, 1, what);
-  s.replica = batch_part();
-  return s;
+Shard TensorLayout::feature_split(int dim, int64_t extent, int64_t groups, bool branch, const char* what) const {
+  (void)dim, (void)extent, (void)groups, (void)branch, (void)what;
+  return {};
 }
 
-void TensorLayout::linear_forward(Tensor&, const Tensor&, const Tensor&, const Tensor*) const {
+void TensorLayout::linear_forward(Tensor&, const Tensor&, const Tensor&, const Tensor*, LinearRole) const {
   throw Error("linear_forward: this tensor-parallel layout does not split a linear layer's input features");
 }
 
-void TensorLayout::linear_backward(Tensor*, const Tensor&, const Tensor&, const Tensor&, Tensor*, Tensor*, bool) const {
+void TensorLayout::linear_backward(Tensor*, const Tensor&, const Tensor&, const Tensor&, Tensor*, Tensor*, bool,
+                                   LinearRole) const {
   throw Error("linear_backward: this tensor-parallel layout does not split a linear layer's input features");
 }
 

@@ -28,6 +28,11 @@ struct RegionWorkspace {
   Tensor in, out;
 };
 
+// A linear layer's place in a branch: into_branch reads the residual stream's layout and writes
+// the branch's (QKV, MLP up: column-split under 1D), out_of_branch the reverse (the output
+// projections: row-split under 1D). Only 3D tells them apart.
+enum class LinearRole { into_branch, out_of_branch };
+
 class TensorLayout {
  public:
   virtual ~TensorLayout() = default;
@@ -50,22 +55,24 @@ class TensorLayout {
   // group's is batch_parts() x B, like expert parallelism's).
   virtual int batch_parts() const { return 1; }
   virtual int batch_part() const { return 0; }
-  // A weight [out, in] whose output features are split as `out_split` says (from split()): the
-  // grid layouts also split its input features (dim2 = 1) over the batch ranks of this rank's
-  // depth layer, making it a block.
-  virtual Shard weight_block(Shard out_split, int64_t in) const { (void)in; return out_split; }
-  // A vector of features (bias, layer-norm weight, position table's columns along `dim`), split
-  // like the residual stream's features; replicated over the batch ranks (whose gradients are
-  // row-partial). Whole under 1D.
-  virtual Shard feature_split(int dim, int64_t extent, const char* what) const;
-  // Whether gradients of the weight blocks cover only this rank's depth layer's rows (2.5D).
-  virtual bool layer_partial_weights() const { return false; }
-  // y = x W^T (+ b) for a weight block, x and y the rows' feature blocks (2D/2.5D only).
-  virtual void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const;
+  // The shards of the grid layouts' tensors (1D: whole, see split()):
+  // a vector of features (bias, layer-norm weight, the position table's columns along `dim`),
+  // split like the residual stream's features, or a branch's (branch: the features an attention
+  // or MLP branch works on; 3D splits them over another axis than the stream's);
+  virtual Shard feature_split(int dim, int64_t extent, int64_t groups, bool branch, const char* what) const;
+  // a linear layer's weight [out, in] whose outputs are split as `outputs` (from feature_split);
+  virtual Shard linear_weight(Shard outputs, int64_t in, LinearRole role) const { (void)in, (void)role; return outputs; }
+  // the token table [V, C] whose vocabulary rows are split as `vocab_rows` (from split()).
+  virtual Shard table_block(Shard vocab_rows, int64_t channels) const { (void)channels; return vocab_rows; }
+  // Which ranks' gradients complete those of weight blocks and of the table (nn::PartialGrad).
+  virtual PartialGrad weight_partial() const { return PartialGrad::complete; }
+  virtual PartialGrad table_partial() const { return PartialGrad::complete; }
+  // y = x W^T (+ b) for a weight block, x and y the rows' feature blocks (grid layouts only).
+  virtual void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, LinearRole role) const;
   // dx = dy W (overwritten, or added when accumulate_dx; skipped when dx is null); dw += dy^T x
   // and db += the rows' sums of dy, when given.
   virtual void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
-                               Tensor* db, bool accumulate_dx) const;
+                               Tensor* db, bool accumulate_dx, LinearRole role) const;
   // A weight block's whole rows over its split input features (the vocabulary table: its columns
   // gathered over the depth layer's batch ranks), and the gradient back: block_grad += this
   // rank's block of whole_grad summed over them. Identity / accumulate under 1D.

@@ -35,8 +35,17 @@ Tensor ZeroOptimizer::held_gradients(int64_t& begin) {
 }
 
 void ZeroOptimizer::complete_partial_grads() {
-  sum_partial(rows_ ? rows_ : tp_, [](const nn::ParamSpec& s) { return s.row_partial_grad; });
-  sum_partial(layers_, [](const nn::ParamSpec& s) { return s.layer_partial_grad; });
+  using nn::PartialGrad;
+  comm::Communicator* rows = rows_ ? rows_ : tp_;
+  if (branch_rows_ == rows) {  // the same ranks (2D, 2.5D): one all-reduce
+    sum_partial(rows, [](const nn::ParamSpec& s) {
+      return s.partial == PartialGrad::rows || s.partial == PartialGrad::branch_rows;
+    });
+  } else {
+    sum_partial(rows, [](const nn::ParamSpec& s) { return s.partial == PartialGrad::rows; });
+    sum_partial(branch_rows_, [](const nn::ParamSpec& s) { return s.partial == PartialGrad::branch_rows; });
+  }
+  sum_partial(replicas_, [](const nn::ParamSpec& s) { return s.partial == PartialGrad::replicas; });
   sum_partial(ep_, [](const nn::ParamSpec& s) { return !s.expert; });
 }
 

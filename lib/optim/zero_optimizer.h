@@ -23,17 +23,16 @@ class ZeroOptimizer {
                 const AdamWConfig& config, comm::Communicator* tp = nullptr, comm::Communicator* pp = nullptr,
                 comm::Communicator* ep = nullptr);
 
-  // The groups completing row- and layer-partial gradients when they are not tp alone (the grid
-  // layouts: rows over the grid's batch group, layers over its depth).
-  void set_partial_groups(comm::Communicator* rows, comm::Communicator* layers) {
+  // The groups completing partial gradients (nn::PartialGrad) under a grid layout; by default
+  // row-partial ones sum over tp (split_gather).
+  void set_partial_groups(comm::Communicator* rows, comm::Communicator* branch_rows, comm::Communicator* replicas) {
     rows_ = rows;
-    layers_ = layers;
+    branch_rows_ = branch_rows;
+    replicas_ = replicas;
   }
-  // Once the gradients are reduced over dp: sums the gradients marked row_partial_grad (layer
-  // norms when the tensor layout splits rows; grid layouts' biases, norms and positions) over the
-  // ranks splitting the rows (tp, or the grid's batch group), those marked layer_partial_grad
-  // over the grid's depth, and over ep every gradient but the experts' (the ep ranks saw
-  // different tokens): one all-reduce per group.
+  // Once the gradients are reduced over dp: sums each partial gradient over its group (rows:
+  // tp or the grid's; branch rows; replicas) and over ep every gradient but the experts' (the ep
+  // ranks saw different tokens): one all-reduce per group.
   void complete_partial_grads();
   double grad_norm();
   void step(float lr, float grad_scale);
@@ -56,8 +55,9 @@ class ZeroOptimizer {
   comm::Communicator* tp_;
   comm::Communicator* pp_;
   comm::Communicator* ep_;
-  comm::Communicator* rows_ = nullptr;    // row-partial gradients' group (default tp_)
-  comm::Communicator* layers_ = nullptr;  // layer-partial gradients' group
+  comm::Communicator* rows_ = nullptr;  // row-partial gradients' group (default tp_)
+  comm::Communicator* branch_rows_ = nullptr;
+  comm::Communicator* replicas_ = nullptr;
   AdamW adamw_;
   Tensor gather_input_;  // zero 1/2: this rank's updated shard, sent by the all-gather
   // Sums over `group` the held gradients of the parameters `partial` selects, packed into one

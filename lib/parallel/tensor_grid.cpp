@@ -1,4 +1,5 @@
-// TensorParallelGrid: SUMMA products and the feature-block gathers.
+// TensorParallelGrid: shards, the 2D/2.5D SUMMA products and the feature-block gathers (the 3D
+// products are in tensor_grid_3d.cpp).
 #include "parallel/tensor_grid.h"
 
 #include <cstring>
@@ -7,11 +8,6 @@
 
 namespace tessera::parallel {
 namespace {
-// A [..., c] tensor as [rows, c].
-Tensor as_matrix(const Tensor& t) {
-  const int64_t c = t.dim(t.shape().rank() - 1);
-  return t.reshape({t.numel() / c, c});
-}
 
 // blocks [q, rows, w] <-> whole [rows, q x w] (host tensors).
 void blocks_to_columns(const Tensor& blocks, Tensor& whole, int q) {
@@ -31,25 +27,92 @@ void columns_to_blocks(const Tensor& whole, Tensor& blocks, int q) {
 }
 }  // namespace
 
+Tensor TensorParallelGrid::as_matrix(const Tensor& t) {
+  const int64_t c = t.dim(t.shape().rank() - 1);
+  return t.reshape({t.numel() / c, c});
+}
+
 TensorParallelGrid::TensorParallelGrid(comm::ProcessMesh& mesh)
     : grid_(mesh.tp_grid()),
       row_(mesh.grid_group(comm::ProcessMesh::GridGroup::row)),
-      col_(mesh.grid_group(comm::ProcessMesh::GridGroup::col)) {}
+      col_(mesh.grid_group(comm::ProcessMesh::GridGroup::col)),
+      depth_(mesh.grid_group(comm::ProcessMesh::GridGroup::depth)),
+      features_(grid_.cube ? depth_ : row_) {}
 
-nn::Shard TensorParallelGrid::weight_block(nn::Shard s, int64_t in) const {
-  TESSERA_CHECK(in % grid_.q == 0, "input features ", in, " are not divisible by the tensor-parallel grid's side ",
+nn::Shard TensorParallelGrid::feature_split(int dim, int64_t extent, int64_t groups, bool branch,
+                                            const char* what) const {
+  const int64_t block = extent / groups, q = grid_.q;
+  TESSERA_CHECK(block % q == 0, what, " ", block, " is not divisible by the tensor-parallel grid's side ", q);
+  // 3D: a branch's features over the columns (replicated over rows and layers), the stream's over
+  // the layers (replicated over rows and columns); 2D/2.5D: both over the columns.
+  const bool over_columns = !grid_.cube || branch;
+  const int index = over_columns ? grid_.col : grid_.layer;
+  const int replica = !grid_.cube ? grid_.batch_part() : branch ? grid_.row * grid_.q + grid_.layer : grid_.batch_part();
+  return {dim, index * (block / q), block / q, groups, grid_.q, -1, 0, 0, replica};
+}
+
+nn::Shard TensorParallelGrid::linear_weight(nn::Shard s, int64_t in, nn::LinearRole role) const {
+  const int64_t q = grid_.q;
+  s.dim2 = 1;
+  if (!grid_.cube) {  // block (out col, in row), copied on every layer
+    TESSERA_CHECK(in % q == 0, "input features ", in, " are not divisible by the tensor-parallel grid's side ", q);
+    s.local_extent2 = in / q;
+    s.start2 = grid_.row * s.local_extent2;
+    s.parts = grid_.q * grid_.q;
+    s.replica = grid_.layer;
+    return s;
+  }
+  // 3D: the inputs' block (the stream's features l, or the branch's j), split over the rows i.
+  TESSERA_CHECK(in % (q * q) == 0, "input features ", in, " are not divisible by q^2 = ", q * q,
+                " (--tp-mode 3d splits a weight's input block over the grid's rows)");
+  const int in_block = role == nn::LinearRole::into_branch ? grid_.layer : grid_.col;
+  s.local_extent2 = in / (q * q);
+  s.start2 = in_block * (in / q) + grid_.row * s.local_extent2;
+  s.parts = grid_.q * grid_.q * grid_.q;
+  s.replica = 0;
+  return s;
+}
+
+nn::Shard TensorParallelGrid::table_block(nn::Shard s, int64_t channels) const {
+  TESSERA_CHECK(channels % grid_.q == 0, "hidden size ", channels, " is not divisible by the tensor-parallel grid's side ",
                 grid_.q);
   s.dim2 = 1;
-  s.local_extent2 = in / grid_.q;
+  s.local_extent2 = channels / grid_.q;
   s.start2 = grid_.row * s.local_extent2;
   s.parts = grid_.q * grid_.q;
-  s.replica = grid_.layer;
+  s.replica = grid_.cube ? grid_.col : grid_.layer;  // copies: over the columns (3D), the layers (2.5D)
   return s;
+}
+
+nn::PartialGrad TensorParallelGrid::weight_partial() const {
+  return !grid_.cube && grid_.depth > 1 ? nn::PartialGrad::replicas : nn::PartialGrad::complete;
+}
+
+nn::PartialGrad TensorParallelGrid::table_partial() const {
+  return grid_.cube || grid_.depth > 1 ? nn::PartialGrad::replicas : nn::PartialGrad::complete;
+}
+
+void TensorParallelGrid::linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
+                                        nn::LinearRole role) const {
+  if (grid_.cube) {
+    cube_forward(y, x, w, b, role);
+  } else {
+    summa_forward(y, x, w, b);
+  }
+}
+
+void TensorParallelGrid::linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
+                                         Tensor* db, bool accumulate_dx, nn::LinearRole role) const {
+  if (grid_.cube) {
+    cube_backward(dx, dy, x, w, dw, db, accumulate_dx, role);
+  } else {
+    summa_backward(dx, dy, x, w, dw, db, accumulate_dx);
+  }
 }
 
 // y[row, col] = b[col] + sum_k x[row, k] W[col, k]^T: step k broadcasts x's block k along the grid
 // row (from column k) and W's block (col, k) along the grid column (from row k).
-void TensorParallelGrid::linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const {
+void TensorParallelGrid::summa_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const {
   Tensor xm = as_matrix(x), ym = as_matrix(y);
   Tensor xk = Tensor::empty(xm.shape()), wk = Tensor::empty(w.shape());
   if (b) {
@@ -69,8 +132,8 @@ void TensorParallelGrid::linear_forward(Tensor& y, const Tensor& x, const Tensor
 // dx[row, k] = sum_col dy[row, col] W[col, k]: W's block (col, k) broadcast along the column, the
 // partial products reduced along the row to column k. dW[col, k] = sum_row dy[row, col]^T x[row, k]:
 // x's block k broadcast along the row, the partial products reduced along the column to row k.
-void TensorParallelGrid::linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
-                                         Tensor* db, bool accumulate_dx) const {
+void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
+                                        Tensor* db, bool accumulate_dx) const {
   Tensor dym = as_matrix(dy), xm = as_matrix(x);
   if (db) ops::bias_backward(*db, dym);
   if (!dx && !dw) return;
@@ -127,25 +190,27 @@ void TensorParallelGrid::scatter_block_columns(Tensor& whole_grad, Tensor& block
 }
 
 const Tensor& TensorParallelGrid::vocab_enter(const Tensor& x, Tensor& whole) const {
-  return gather_columns(row_, x, whole);
+  return gather_columns(features_, x, whole);
 }
 
 void TensorParallelGrid::vocab_enter_backward(Tensor& dx, Tensor& whole_dx) const {
-  reduce_scatter_columns(row_, whole_dx, dx);
+  reduce_scatter_columns(features_, whole_dx, dx);
 }
 
-void TensorParallelGrid::vocab_exit(Tensor& y, Tensor& whole_y) const { reduce_scatter_columns(row_, whole_y, y); }
+void TensorParallelGrid::vocab_exit(Tensor& y, Tensor& whole_y) const {
+  reduce_scatter_columns(features_, whole_y, y);
+}
 
 const Tensor& TensorParallelGrid::vocab_exit_backward(const Tensor& dy, Tensor& whole) const {
-  return gather_columns(row_, dy, whole);
+  return gather_columns(features_, dy, whole);
 }
 
 void TensorParallelGrid::all_reduce(Tensor& t) const {
-  if (grid_.q > 1) row_.all_reduce_sum(t);
+  if (grid_.q > 1) features_.all_reduce_sum(t);
 }
 
 void TensorParallelGrid::all_reduce_max(Tensor& t) const {
-  if (grid_.q > 1) row_.all_reduce_max(t);
+  if (grid_.q > 1) features_.all_reduce_max(t);
 }
 
 }  // namespace tessera::parallel

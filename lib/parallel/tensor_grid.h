@@ -1,21 +1,30 @@
-// TensorParallelGrid: the 2D (Optimus, SUMMA) and 2.5D (Tesseract) tensor-parallel layouts over
-// the tp group arranged as d layers of q x q grids (2D: d = 1). Rank (layer, row, col) holds
-//   activations: the token rows of batch share (layer, row) -- whole sequences, so attention
-//     stays local -- and feature columns block col of the residual stream (heads block col);
+// TensorParallelGrid: the 2D (Optimus, SUMMA), 2.5D (Tesseract) and 3D tensor-parallel layouts
+// over the tp group arranged as layers x q x q (2D: one layer; 2.5D: d; 3D: q, a cube).
+//
+// 2D / 2.5D: rank (layer, row, col) holds
+//   activations: the token rows of sequence share (layer, row) of the micro-batch -- whole
+//     sequences, so attention stays local -- and feature block col (heads block col);
 //   weights W [out, in]: block (out block col, in block row), the same on every layer;
 //   biases, layer norms, positions: feature block col (replicated over rows and layers).
-// Communication (N: this rank's token rows, per linear layer of in -> out features, q steps):
-//   forward   y = x W^T:  broadcast x's block along the grid row, W's block along the grid column;
-//   backward  dx = dy W:  broadcast W's block along the column, reduce dx's partial block along the
-//             row to its owner; dW = dy^T x: broadcast x's block along the row, reduce dW's block
-//             along the column to its owner.
-//   vocabulary regions (embedding, tied head; the table is vocab rows over the grid row's columns x
-//   feature blocks over its column): the table's blocks all-gathered (column) and its gradient
-//   reduce-scattered; the features all-gathered (row) into the head and reduce-scattered out of the
-//   embedding.
-//   layer norm: two all-reduces (row) of N values forward, one of 2N backward.
-// Gradients: biases, norms and positions sum over the batch group (layer x row) once per step,
-// weight blocks over the depth (2.5D). The loss sums over the batch group.
+//   A linear layer is SUMMA over q steps: step k broadcasts x's block k along the grid row (from
+//   column k) and W's block (col, k) along the grid column (from row k); backward broadcasts W's
+//   block along the column and reduces dx's partial block along the row to column k, and
+//   broadcasts x's block along the row and reduces dW's partial block along the column to row k.
+// 3D: rank (layer l, row i, col j). The residual stream holds rows of share (i, j) and features
+//   block l; a branch (attention, MLP hidden) rows of share (i, l) and features block j. A layer
+//   writing a branch (QKV, MLP up) holds W's block (out j, in l) split over i along its inputs:
+//   forward all-gathers x's rows over j, W's pieces over i, multiplies, and reduce-scatters the
+//   rows of the partial product over l; backward all-gathers dy over l and reduce-scatters dx
+//   over j and dW's pieces over i. A layer writing the stream (the projections) swaps j and l.
+//
+// Vocabulary regions (embedding, tied head; all modes): the table's vocabulary rows are split
+// over the ranks splitting the stream's features, its features over the grid column's ranks (i);
+// the blocks are all-gathered around each use and the gradient reduce-scattered back; the
+// lookup's [N, C] output is reduce-scattered to the rank's feature block, the head's input
+// all-gathered, and the loss is vocab-parallel over the feature ranks. Layer norms all-reduce
+// their row statistics over the feature ranks (two all-reduces of N values forward, one of 2N
+// backward). Gradients of vectors and replicated blocks are completed once per step over the
+// groups nn::PartialGrad names (train/trainer.cpp). The loss sums over the ranks splitting rows.
 #pragma once
 #include "comm/process_mesh.h"
 #include "nn/tensor_layout.h"
@@ -26,17 +35,23 @@ class TensorParallelGrid final : public nn::TensorLayout {
  public:
   explicit TensorParallelGrid(comm::ProcessMesh& mesh);
 
-  int rank() const override { return grid_.col; }
+  // The ranks splitting the stream's features and the vocabulary: the grid row (2D, 2.5D) or
+  // the layers (3D).
+  int rank() const override { return grid_.cube ? grid_.layer : grid_.col; }
   int size() const override { return grid_.q; }
   bool splits_features() const override { return true; }
   int batch_parts() const override { return grid_.batch_parts(); }
   int batch_part() const override { return grid_.batch_part(); }
-  nn::Shard weight_block(nn::Shard out_split, int64_t in) const override;
-  bool layer_partial_weights() const override { return grid_.depth > 1; }
 
-  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const override;
+  nn::Shard feature_split(int dim, int64_t extent, int64_t groups, bool branch, const char* what) const override;
+  nn::Shard linear_weight(nn::Shard outputs, int64_t in, nn::LinearRole role) const override;
+  nn::Shard table_block(nn::Shard vocab_rows, int64_t channels) const override;
+  nn::PartialGrad weight_partial() const override;
+  nn::PartialGrad table_partial() const override;
+
+  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, nn::LinearRole role) const override;
   void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw, Tensor* db,
-                       bool accumulate_dx) const override;
+                       bool accumulate_dx, nn::LinearRole role) const override;
 
   const Tensor& gather_block_columns(const Tensor& block, Tensor& whole) const override;
   void scatter_block_columns(Tensor& whole_grad, Tensor& block_grad) const override;
@@ -49,13 +64,22 @@ class TensorParallelGrid final : public nn::TensorLayout {
   void all_reduce_max(Tensor& t) const override;
 
  private:
+  void summa_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const;
+  void summa_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw, Tensor* db,
+                      bool accumulate_dx) const;
+  void cube_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, nn::LinearRole role) const;
+  void cube_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw, Tensor* db,
+                     bool accumulate_dx, nn::LinearRole role) const;
+  static Tensor as_matrix(const Tensor& t);  // [..., c] as [rows, c]
   // whole [rows, q x w] <-> the group's blocks in rank order [q, rows, w].
   const Tensor& gather_columns(comm::Communicator& group, const Tensor& part, Tensor& whole) const;
   void reduce_scatter_columns(comm::Communicator& group, const Tensor& whole, Tensor& part) const;
 
   comm::TpGrid grid_;
-  comm::Communicator& row_;  // same token rows, the grid row's feature blocks (ordered by col)
-  comm::Communicator& col_;  // same feature blocks, the layer's row shares (ordered by row)
+  comm::Communicator& row_;       // varies col (ordered by col)
+  comm::Communicator& col_;       // varies row
+  comm::Communicator& depth_;     // varies layer
+  comm::Communicator& features_;  // the stream's feature ranks: row_ (2D, 2.5D), depth_ (3D)
 };
 
 }  // namespace tessera::parallel

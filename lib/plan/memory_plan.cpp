@@ -151,7 +151,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   const int64_t held_begin = zero >= 2 ? shard.begin : 0, held_end = zero >= 2 ? shard.end : n;
   int64_t partial = 0;  // gradients summed over tp (split rows) or ep once reduced, packed
   if (run.split_gather)
-    partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return s.row_partial_grad; });
+    partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return s.partial != nn::PartialGrad::complete; });
   if (mesh.ep > 1)
     partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return !s.expert; });
   add(m, "buffers", "partial gradients packed for one all-reduce", kBytes * partial);

@@ -20,7 +20,7 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
       micro_batches_(config.micro_batches(mesh.shape().dp * shares_)),
       sp_(mesh.group(comm::Axis::sp)),
       ep_group_(mesh.group(comm::Axis::ep)),
-      grid_batch_(mesh.grid_group(comm::ProcessMesh::GridGroup::batch)),
+      grid_batch_(mesh.grid_rows()),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
   // An evaluation batch is the micro-batch of the ranks sharing it: shares x B rows, this rank's B.

@@ -69,7 +69,7 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       tp_(mesh.group(comm::Axis::tp)),
       pp_(mesh.group(comm::Axis::pp)),
       ep_(mesh.group(comm::Axis::ep)),
-      grid_batch_(mesh.grid_group(comm::ProcessMesh::GridGroup::batch)),
+      grid_batch_(mesh.grid_rows()),
       batch_ranks_(dp_.size() * ep_.size() * grid_batch_.size()),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
                                              work.params(), data_, config.zero_stage,
@@ -83,8 +83,14 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
                                                                                  : unit_loss_scale()),
       faults_(FaultHooks::from_environment()) {
   config.validate(batch_ranks_);
-  if (mesh.shape().tp_mode != comm::TpMode::d1)
-    optimizer_.set_partial_groups(&grid_batch_, &mesh.grid_group(comm::ProcessMesh::GridGroup::depth));
+  if (mesh.shape().tp_mode != comm::TpMode::d1) {
+    // A grid's partial gradients (parallel/tensor_grid.h): the stream's rows, a branch's rows
+    // (the grid's rows and layers), and the copies of weight blocks (2.5d: the layers; 3d: the
+    // token table's copies along the columns).
+    using G = comm::ProcessMesh::GridGroup;
+    optimizer_.set_partial_groups(&grid_batch_, &mesh.grid_group(G::batch),
+                                  &mesh.grid_group(mesh.tp_grid().cube ? G::row : G::depth));
+  }
 }
 
 float Trainer::train_step(int64_t step) {

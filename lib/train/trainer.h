@@ -65,7 +65,7 @@ class Trainer {
   comm::Communicator& tp_;
   comm::Communicator& pp_;    // pipeline stages: the loss and the gradient norm are summed over it
   comm::Communicator& ep_;    // expert parallelism: its ranks see different tokens (like dp)
-  comm::Communicator& grid_batch_;  // the tp grid's ranks holding different sequences (2d, 2.5d)
+  comm::Communicator& grid_batch_;  // the tp grid's ranks holding different sequences (ProcessMesh::grid_rows)
   int batch_ranks_;                 // dp x ep x grid_batch_: the ranks splitting a step's batch
   std::unique_ptr<parallel::GradSync> grad_sync_;  // zero 0-2; under zero 3 the model reduces
   optim::ZeroOptimizer optimizer_;

@@ -269,8 +269,8 @@ TEST_F(GptTrainBadLayout, GridTensorParallelWithSequenceParallel) {
                  "--tp-mode 2d with sequence parallelism (--sp, --sp-mode split_gather): not supported yet");
 }
 
-TEST_F(GptTrainBadLayout, TensorParallelMode3dNotImplemented) {
-  expect_refused(8, "--tp 8 --tp-mode 3d", "--tp-mode 3d: not implemented yet");
+TEST_F(GptTrainBadLayout, TensorParallelSizeNotACubeFor3d) {
+  expect_refused(4, "--tp 4 --tp-mode 3d", "--tp 4 does not fit --tp-mode 3d: it needs --tp = q^3, one of 1, 8, 27, 64");
 }
 
 // The grid's rows split the batch like data parallelism: 3 sequences do not split over 2 rows.

@@ -71,7 +71,7 @@ TEST(ProcessMesh, DataGroupJoinsDpAndSp) {
   EXPECT_EQ(data.name(), sp > 1 ? "dp*sp" : "dp");
   // Every member has this rank's tp coordinate.
   EXPECT_EQ(data.all_reduce_sum(static_cast<double>(mesh.coord(Axis::tp))), mesh.coord(Axis::tp) * data.size());
-  EXPECT_EQ(mesh.all_groups().size(), static_cast<size_t>(comm::kAxes + 6));  // + the 4 tp grid groups
+  EXPECT_EQ(mesh.all_groups().size(), static_cast<size_t>(comm::kAxes + 7));  // + the 5 tp grid groups
 }
 
 // --tp-mode 2d and 2.5d: a --tp that is not q^2 (d q^2) is refused listing the valid sizes.

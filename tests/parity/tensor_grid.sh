@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Parity: grid tensor parallelism (SUMMA) reproduces the one-rank run (losses, step-1 gradients,
-# state after 10 steps: tests/tools/layout_parity.sh): --tp-mode 2d at tp 4 (q = 2) alone, with
+# Parity: grid tensor parallelism reproduces the one-rank run (losses, step-1 gradients, state
+# after 10 steps: tests/tools/layout_parity.sh): --tp-mode 2d (SUMMA) at tp 4 (q = 2) alone, with
 # dp and ZeRO 1 and 3, and with pp 2 (1F1B); at tp 9 (q = 3) on a second model; --tp-mode 2.5d at
-# tp 8 (q = 2, depth 2) alone and with dp and ZeRO 2. The grid's rows (and layers) split the batch
-# like data parallelism. The communication bytes per step and the parameter memory per rank of
-# 2d-tp4 and 25d-tp8 equal their formulas. Checkpoints move between grid and other layouts: 5 + 5
+# tp 8 (q = 2, depth 2) alone and with dp and ZeRO 2; --tp-mode 3d at tp 8 (q = 2) alone, with dp
+# and ZeRO 3 and with pp 2. The grid splits the batch like data parallelism. The communication
+# bytes per step and the parameter memory per rank of 2d-tp4, 25d-tp8 and 3d-tp8 equal the cost
+# table's formulas (docs/parallelism.md). Checkpoints move between grid and other layouts: 5 + 5
 # resumed steps equal 10 straight.
 set -euo pipefail
 build=$1; src=$2
@@ -22,31 +23,37 @@ parity_case 2d-tp4-dp2-zero3 8 ref "$data" --tp 4 --tp-mode 2d --zero 3
 parity_case 2d-tp4-pp2 8 ref "$data" --tp 4 --tp-mode 2d --pp 2 --micro-batch 2
 parity_case 25d-tp8 8 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2
 parity_case 25d-tp8-dp2-zero2 16 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2 --zero 2
+parity_case 3d-tp8 8 ref "$data" --tp 8 --tp-mode 3d
+parity_case 3d-tp8-dp2-zero3 16 ref "$data" --tp 8 --tp-mode 3d --zero 3
+parity_case 3d-tp8-pp2 16 ref "$data" --tp 8 --tp-mode 3d --pp 2 --micro-batch 1
 
-# Communication per step (floats; bytes are 4 x floats) on a grid of side q and depth d, with
-# L = 2 blocks, hidden C = 32, sequence T = 16, N = (global batch / (q d)) x T token rows per rank
-# and micro-batch, Vl = the vocabulary padded to 64 q, over q:
-#   SUMMA linears, split layer norms, embedding and head: L (21 N C + 36 C^2 / q + 8 N) + 4 N
-#     + 5 N C + 5 Vl C + 3 N
-#   row-partial gradients summed over the grid's batch group: L 13 C / q + 2 C / q + T C / q
-#   weight blocks summed over the depth (d > 1): L 12 C^2 / q^2 + Vl C / q
+# Communication per step (floats; bytes are 4 x floats) on a grid of side q and depth d (3d: q),
+# with L = 2 blocks, hidden C = 32, sequence T = 16, N = this rank's token rows per micro-batch
+# (global batch / (q d) sequences; 3d: / q^2), V = the vocabulary padded to 64 q:
+#   linears: 2d/2.5d L (21 N C + 36 C^2 / q); 3d L (39 N C + 36 C^2 / q^2)
+#   split layer norms, embedding and head: 8 L N + 4 N + 5 N C + 5 V C / q + 3 N
+#   vectors summed over the ranks sharing their features: L 13 C / q + 2 C / q + T C / q
+#   weight blocks summed over the depth (2.5d): L 12 C^2 / q^2 + V C / q^2; 3d: the table, V C / q^2
 # plus per step the preemption flag, the gradient norm's share and the loss (8 bytes each).
-# Parameters per rank: L (12 C^2 / q^2 + 13 C / q) + Vl C / q + T C / q + 2 C / q (replicated over
-# the depth), held as value, gradient, exp_avg and exp_avg_sq in fp32.
-for case in "2d-tp4 2 1 582168 125952" "25d-tp8 2 2 415384 125952"; do
-  read -r name q d want_comm want_state <<<"$case"
+# Parameters per rank: L (12 C^2 / q^2 + 13 C / q) + V C / q^2 + T C / q + 2 C / q (3d: 12 C^2 /
+# q^3), held as value, gradient, exp_avg and exp_avg_sq in fp32.
+for case in "2d-tp4 2d 2 1 582168 125952" "25d-tp8 2.5d 2 2 415384 125952" "3d-tp8 3d 2 2 464536 76800"; do
+  read -r name mode q d want_comm want_state <<<"$case"
   echo -n "$name communication and parameter bytes per step: "
-  /usr/bin/python3 - "$tmp/$name.jsonl" "$q" "$d" "$want_comm" "$want_state" <<'PY'
+  /usr/bin/python3 - "$tmp/$name.jsonl" "$mode" "$q" "$d" "$want_comm" "$want_state" <<'PY'
 import json, sys
-q, d, want_comm, want_state = map(int, sys.argv[2:])
+mode = sys.argv[2]
+q, d, want_comm, want_state = map(int, sys.argv[3:])
+cube = mode == "3d"
 L, C, T = 2, 32, 16
-N = 8 // (q * d) * T
-vl = -(-61 // (64 * q)) * 64 * q // q
-floats = (L * (21 * N * C + 36 * C * C // q + 8 * N) + 4 * N + 5 * N * C + 5 * vl * C + 3 * N
+N = 8 // (q * q if cube else q * d) * T
+V = -(-61 // (64 * q)) * 64 * q
+linears = L * (39 * N * C + 36 * C * C // q**2) if cube else L * (21 * N * C + 36 * C * C // q)
+floats = (linears + 8 * L * N + 4 * N + 5 * N * C + 5 * V * C // q + 3 * N
           + L * 13 * C // q + 2 * C // q + T * C // q
-          + (L * 12 * C * C // (q * q) + vl * C // q if d > 1 else 0))
+          + (L * 12 * C * C // q**2 if d > 1 and not cube else 0) + (V * C // q**2 if d > 1 or cube else 0))
 comm = 4 * floats + 24
-params = L * (12 * C * C // (q * q) + 13 * C // q) + vl * C // q + T * C // q + 2 * C // q
+params = L * (12 * C * C // (q**3 if cube else q**2) + 13 * C // q) + V * C // q**2 + T * C // q + 2 * C // q
 state = 4 * 4 * params
 if (comm, state) != (want_comm, want_state):
     sys.exit(f"error: the formulas give {comm} and {state} bytes, the script expects {want_comm} and {want_state}")
@@ -61,8 +68,8 @@ print(f"{comm} and {state} as the formulas give")
 PY
 done
 
-# Resume across layouts: the step-5 checkpoint of 2d-tp4 resumed at one rank and at 2.5d tp 8; the
-# one-rank step-5 checkpoint resumed at 2d tp 4 x dp 2 ZeRO-3.
+# Resume across layouts: the step-5 checkpoint of 2d-tp4 resumed at one rank and at 2.5d tp 8, 3d
+# tp 8's at 2d tp 4; the one-rank step-5 checkpoint resumed at 2d tp 4 x dp 2 ZeRO-3.
 head -n 5 "$tmp/ref.jsonl" > "$tmp/first5.jsonl"
 resume_case() {  # name, checkpoint, ranks, options...
   local name=$1 ck=$2 ranks=$3; shift 3
@@ -74,6 +81,7 @@ resume_case() {  # name, checkpoint, ranks, options...
 }
 resume_case 2d-tp4-to-one-rank "$tmp/2d-tp4/step_5.h5" 1 --micro-batch 8
 resume_case 2d-tp4-to-25d-tp8 "$tmp/2d-tp4/step_5.h5" 8 --tp 8 --tp-mode 2.5d --tp-depth 2
+resume_case 3d-tp8-to-2d-tp4 "$tmp/3d-tp8/step_5.h5" 4 --tp 4 --tp-mode 2d
 resume_case one-rank-to-2d-tp4-dp2-zero3 "$tmp/ref/step_5.h5" 8 --tp 4 --tp-mode 2d --zero 3
 
 # A second model for a 3 x 3 grid: hidden 36 and 6 heads split over q = 3, the batch of 6 over the
