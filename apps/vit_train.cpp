@@ -50,7 +50,6 @@ int main(int argc, char** argv) {
     augment.flip = !no_flip;
 
     o.finish(mpi.world_size());
-    TESSERA_CHECK(!o.grid(), "vit_train --tp-mode ", o.tp_mode, ": not supported yet (gpt_train has it); use 1d");
     TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "vit_train: sequence parallelism (--sp, --sp-mode",
                   " split_gather) is not supported for ViT yet");
     TESSERA_CHECK(!o.checkpointing().enabled(), "vit_train: --activation-checkpointing ", o.activation_checkpointing,
@@ -65,12 +64,12 @@ int main(int argc, char** argv) {
     mc.image = train_set->height;
     mc.channels = train_set->channels;
     mc.classes = train_set->num_classes();
-    mc.validate(o.mesh.tp_feature_parts());
+    mc.validate(o.split_model(mc.heads, mc.hidden));
     const int64_t steps_per_epoch = std::max<int64_t>(1, train_set->size() / tc.global_batch);
     if (epochs > 0) tc.steps = static_cast<int64_t>(std::ceil(epochs * static_cast<double>(steps_per_epoch)));
     if (eval_every_epochs > 0)
       tc.eval_every = std::max<int64_t>(1, std::llround(eval_every_epochs * static_cast<double>(steps_per_epoch)));
-    tc.validate(o.mesh.dp);
+    tc.validate(o.mesh.dp * o.mesh.tp_batch_parts());
     TESSERA_CHECK(o.mesh.ep == 1, "vit_train: --ep needs mixture-of-experts layers (moe_train has them)");
     if (benchmark_loader > 0) {
       const io::ImageLoader loader(train_set, tc.global_batch, tc.seed, io::channel_stats(*train_set), augment);
@@ -94,7 +93,7 @@ int main(int argc, char** argv) {
       log::info("parameters: ", model.model_numel());
       cli::log_slurm_job();
     }
-    train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp),
+    train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp), mesh.grid_rows(),
                                 mesh.group(comm::Axis::pp), mesh.data_group(), augment);
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();

@@ -132,13 +132,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                     " differs from training vocab_size ", train_data.vocab_size);
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
-    const int q = o.mesh.tp_feature_parts();
-    // A grid splits the heads and features over its side q (3d: a weight's inputs over q^2).
-    const int hidden_parts = o.mesh.tp_mode == comm::TpMode::d3 ? q * q : q;
-    TESSERA_CHECK(!o.grid() || (mc.heads % q == 0 && mc.hidden % hidden_parts == 0), "--tp-mode ", o.tp_mode,
-                  " --tp ", o.mesh.tp, ": --heads ", mc.heads, " must divide by the grid's side ", q, " and --hidden ",
-                  mc.hidden, " by ", hidden_parts);
-    mc.validate(q);
+    mc.validate(o.split_model(mc.heads, mc.hidden));
 
     if (mpi.world_rank() == 0)
       log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",

@@ -118,6 +118,15 @@ void TrainOptions::finish(int world_size) {
   }
 }
 
+int TrainOptions::split_model(int64_t heads, int64_t hidden) const {
+  const int q = mesh.tp_feature_parts();
+  const int hidden_parts = mesh.tp_mode == comm::TpMode::d3 ? q * q : q;
+  TESSERA_CHECK(!grid() || (heads % q == 0 && hidden % hidden_parts == 0), "--tp-mode ", tp_mode, " --tp ", mesh.tp,
+                ": --heads ", heads, " must divide by the grid's side ", q, " and --hidden ", hidden, " by ",
+                hidden_parts);
+  return q;
+}
+
 Device TrainOptions::device() const { return parse_device(device_name); }
 
 models::ActivationCheckpointing TrainOptions::checkpointing() const {

@@ -33,7 +33,10 @@ struct TrainOptions {
   // naming the first problem.
   void finish(int world_size);
   bool split_gather() const { return sp_mode == "split_gather"; }
-  bool grid() const { return mesh.tp_mode != comm::TpMode::d1; }  // --tp-mode 2d or 2.5d
+  bool grid() const { return mesh.tp_mode != comm::TpMode::d1; }  // --tp-mode 2d, 2.5d or 3d
+  // The ranks splitting the model's heads (tp, or a grid's side q), after checking that a grid
+  // can split the heads and features (3d: a weight's inputs over q^2).
+  int split_model(int64_t heads, int64_t hidden) const;
   models::ActivationCheckpointing checkpointing() const;  // throws on an unknown mode
   Device device() const;
 };

@@ -9,7 +9,18 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
                const TensorLayout& layout)
     : store_(&store), layout_(&layout), split_(layout.size() > 1 ? o.split : Split::none), in_(in), out_(out) {
   Shard weight_shard, bias_shard;
-  if (layout.splits_features()) {
+  if (o.stream_edge && !layout.splits_features()) split_ = Split::none;
+  if (o.stream_edge && layout.splits_features()) {
+    // The stream's feature ranks split it like 1D; its gradients cover this rank's rows.
+    const std::string what = name + (split_ == Split::columns ? " output features" : " input features");
+    if (split_ == Split::columns) {
+      weight_shard = bias_shard = layout.feature_split(0, out, 1, false, what.c_str());
+      out_ = layout.local_features(out);
+    } else {
+      weight_shard = layout.feature_split(1, in, 1, false, what.c_str());
+      in_ = layout.local_features(in);
+    }
+  } else if (layout.splits_features()) {
     // A grid layout: a block of W and the outputs' slice of b; the layout does the GEMMs and
     // their communication (2D/2.5D: SUMMA; 3D: gathers and a reduce-scatter).
     split_ = Split::block;
@@ -28,6 +39,10 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
   }
   weight_ = store.add(name + ".weight", {out, in}, Init::Normal(o.init_std), true, weight_shard);
   if (o.bias) bias_ = store.add(name + ".bias", {out}, Init::Zeros(), false, bias_shard);
+  if (o.stream_edge && layout.splits_features()) {
+    store.set_partial(weight_, PartialGrad::rows);
+    if (bias_ >= 0) store.set_partial(bias_, PartialGrad::rows);
+  }
   if (split_ == Split::block) {
     if (bias_ >= 0)
       store.set_partial(bias_, role_ == LinearRole::into_branch ? PartialGrad::branch_rows : PartialGrad::rows);

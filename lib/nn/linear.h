@@ -24,6 +24,11 @@ struct LinearOptions {
   float init_std = 0.02f;
   Split split = Split::none;
   int64_t groups = 1;  // columns split inside each of `groups` blocks of the outputs (fused QKV: 3)
+  // A layer at the edge of the residual stream (a ViT's patch embedding and classifier head):
+  // whole under 1D; under a grid layout split like 1D over the ranks splitting the stream's
+  // features (columns: its outputs are the stream's features; rows: its inputs are, and the
+  // caller sums the partial outputs with TensorLayout::all_reduce).
+  bool stream_edge = false;
 };
 
 class Linear {

@@ -8,14 +8,17 @@ namespace tessera::train {
 
 VitWorkload::VitWorkload(models::Vit& model, std::shared_ptr<const io::ImageDataset> train,
                          std::shared_ptr<const io::ImageDataset> test, const TrainConfig& config,
-                         comm::Communicator& dp, comm::Communicator& pp, comm::Communicator& data,
-                         io::ImageAugment augment)
+                         comm::Communicator& dp, comm::Communicator& grid_rows, comm::Communicator& pp,
+                         comm::Communicator& data, io::ImageAugment augment)
     : model_(model),
       config_(config),
       dp_(dp),
+      grid_rows_(grid_rows),
       pp_(pp),
-      first_row_(dp.rank() * config.micro_batches(dp.size()) * config.micro_batch),
-      rows_(config.micro_batches(dp.size()) * config.micro_batch),
+      batch_rank_(dp.rank() * grid_rows.size() + grid_rows.rank()),
+      batch_ranks_(dp.size() * grid_rows.size()),
+      first_row_(batch_rank_ * config.micro_batches(batch_ranks_) * config.micro_batch),
+      rows_(config.micro_batches(batch_ranks_) * config.micro_batch),
       train_loader_(train, config.global_batch, config.seed, io::channel_stats(*train), augment) {
   if (test) {
     eval_loader_.emplace(test, config.micro_batch, config.seed, io::channel_stats(*train), io::ImageAugment{0, false});
@@ -26,7 +29,7 @@ VitWorkload::VitWorkload(models::Vit& model, std::shared_ptr<const io::ImageData
     tied_ = std::make_unique<parallel::TiedWeights>(nullptr, nullptr, 0, nullptr, 0, pp, data);
     runner_ = std::make_unique<PipelineRunner>(
         static_cast<PipelineStage&>(*this), pp,
-        parallel::make_schedule(config.pp_schedule, pp.size(), static_cast<int>(config.micro_batches(dp.size())),
+        parallel::make_schedule(config.pp_schedule, pp.size(), static_cast<int>(config.micro_batches(batch_ranks_)),
                                 model.chunks()));
   }
 }
@@ -72,13 +75,14 @@ float VitWorkload::forward(int64_t step, int chunk, int micro, float grad_scale,
   const int32_t* labels = nullptr;
   if (model_.has_embedding(chunk)) images = step_batch(step).images.data() + at * train_loader_.image_floats();
   if (model_.has_head(chunk)) labels = step_labels(step) + at;
-  return model_.forward_chunk(chunk, micro, images, labels, true, grad_scale, sync).mean_loss();
+  return model_.training_loss(model_.forward_chunk(chunk, micro, images, labels, true, grad_scale, sync));
 }
 
 void VitWorkload::load_eval_round(int64_t round) {
-  // Batch round x dp + rank goes to this rank; every rank runs the same number of rounds (a rank
-  // past the end evaluates an all-padding batch, which counts nothing), as ZeRO-3's gathers need.
-  const int64_t b = round * dp_.size() + dp_.rank();
+  // Batch round x ranks + rank goes to this rank; every rank runs the same number of rounds (a
+  // rank past the end evaluates an all-padding batch, which counts nothing), as ZeRO-3's gathers
+  // need.
+  const int64_t b = round * batch_ranks_ + batch_rank_;
   if (b < eval_loader_->eval_batches()) {
     eval_loader_->eval_batch(b, 0, config_.micro_batch, eval_images_.data(), eval_labels_.data());
   } else {
@@ -102,7 +106,7 @@ float VitWorkload::evaluate(int64_t batch, int chunk) {
 }
 
 Workload::Evaluation VitWorkload::evaluate() {
-  const int64_t rounds = (eval_loader_->eval_batches() + dp_.size() - 1) / dp_.size();
+  const int64_t rounds = (eval_loader_->eval_batches() + batch_ranks_ - 1) / batch_ranks_;
   eval_sum_ = {};
   if (runner_) {
     // Through the stages, in windows that keep the runner's message tags (2 x chunks per batch)
@@ -118,7 +122,7 @@ Workload::Evaluation VitWorkload::evaluate() {
   }
   double loss = eval_sum_.loss_sum, correct = static_cast<double>(eval_sum_.correct),
          count = static_cast<double>(eval_sum_.count);
-  for (comm::Communicator* group : {&dp_, &pp_}) {
+  for (comm::Communicator* group : {&dp_, &grid_rows_, &pp_}) {
     if (group->size() == 1) continue;
     loss = group->all_reduce_sum(loss);
     correct = group->all_reduce_sum(correct);

@@ -23,12 +23,14 @@ namespace tessera::train {
 
 class VitWorkload final : public Workload, private PipelineStage {
  public:
-  // test may be null (no evaluation). dp: the data-parallel group (its rank picks the slice);
-  // pp: the pipeline group (its size and the model's chunks pick the schedule of
-  // config.pp_schedule); data: the data group (dp x sp) of the trainer.
+  // test may be null (no evaluation). dp: the data-parallel group and grid_rows the tensor-parallel
+  // grid's ranks splitting each micro-batch (ProcessMesh::grid_rows; one rank otherwise): their
+  // ranks pick the slice; pp: the pipeline group (its size and the model's chunks pick the
+  // schedule of config.pp_schedule); data: the data group (dp x sp) of the trainer.
   VitWorkload(models::Vit& model, std::shared_ptr<const io::ImageDataset> train,
               std::shared_ptr<const io::ImageDataset> test, const TrainConfig& config, comm::Communicator& dp,
-              comm::Communicator& pp, comm::Communicator& data, io::ImageAugment augment = {});
+              comm::Communicator& grid_rows, comm::Communicator& pp, comm::Communicator& data,
+              io::ImageAugment augment = {});
   ~VitWorkload() override;
 
   nn::ParamStore& params() override { return model_.params(); }
@@ -62,14 +64,16 @@ class VitWorkload final : public Workload, private PipelineStage {
 
   const io::ImageBatch& step_batch(int64_t step);  // this rank's rows of the step, prefetched
   const int32_t* step_labels(int64_t step);        // their labels (a last stage loads only these)
-  void load_eval_round(int64_t round);             // test batch round x dp + rank, or padding
+  void load_eval_round(int64_t round);             // test batch round x ranks + rank, or padding
   void add(const models::Vit::Eval& e);            // to eval_sum_
 
   models::Vit& model_;
   TrainConfig config_;
   comm::Communicator& dp_;
+  comm::Communicator& grid_rows_;
   comm::Communicator& pp_;
-  int64_t first_row_, rows_;  // this rank's slice of each global batch
+  int batch_rank_, batch_ranks_;  // this rank among the dp x grid_rows ranks splitting a batch
+  int64_t first_row_, rows_;      // this rank's slice of each global batch
   io::ImageLoader train_loader_;
   std::optional<io::ImageLoader> eval_loader_;
   std::unique_ptr<io::ImagePrefetcher> prefetcher_;  // on the stage with the embedding

@@ -63,8 +63,9 @@ TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {
   expect_refused(4, "--data " + shell_quote(images_) + " --tp 4", "--heads 2 is not divisible by --tp 4");
 }
 
-TEST_F(VitTrainBadInput, GridTensorParallelIsRefused) {
-  expect_refused(4, "--data " + shell_quote(images_) + " --tp 4 --tp-mode 2d", "vit_train --tp-mode 2d: not supported yet");
+TEST_F(VitTrainBadInput, HiddenNotSplittingOverA3dGrid) {
+  expect_refused(8, "--data " + shell_quote(images_) + " --tp 8 --tp-mode 3d --hidden 34 --heads 2",
+                 "--tp-mode 3d --tp 8: --heads 2 must divide by the grid's side 2 and --hidden 34 by 4");
 }
 
 TEST_F(VitTrainBadInput, UnknownPooling) {

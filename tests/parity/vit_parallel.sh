@@ -2,8 +2,10 @@
 # Parity of vit_train: data parallelism with ZeRO 1, 2, 3 and micro-batching, 1D tensor
 # parallelism, tp x dp with ZeRO (class-token and mean pooling), and pipeline parallelism (GPipe,
 # 1F1B, ZB-H1 with its weight gradients deferred, interleaved with 2 chunks per stage; pp x dp with
-# ZeRO-1, and ZeRO-3 under ZB-H1 and 1F1B; pp x tp) reproduce the one-rank run on a synthetic image
-# set (losses, step-1 gradients and the state after 10 steps: tests/tools/layout_parity.sh);
+# ZeRO-1, and ZeRO-3 under ZB-H1 and 1F1B; pp x tp) and the grid tensor-parallel modes (2d at
+# tp 4 alone and with dp and ZeRO-3, 2.5d and 3d at tp 8, 3d with pp 2 and ZeRO-1) reproduce the
+# one-rank run on a synthetic image set (losses, step-1 gradients and the state after 10 steps:
+# tests/tools/layout_parity.sh);
 # checkpoints saved at tp 2 x dp 2 ZeRO-3 and at pp 2 x dp 2 ZeRO-3 (1F1B) resume on one rank, and
 # the first also at pp 2; evaluation gives the same loss and accuracy under every layout.
 set -euo pipefail
@@ -36,13 +38,19 @@ parity_case pp2-zb 2 ref "$data" --pp 2 --micro-batch 2 --pp-schedule zb
 parity_case pp2-dp2-zero1 4 ref "$data" --pp 2 --micro-batch 2 --zero 1
 parity_case pp2-dp2-zero3-zb 4 ref "$data" --pp 2 --micro-batch 1 --zero 3 --pp-schedule zb
 parity_case pp2-tp2 4 ref "$data" --pp 2 --tp 2 --micro-batch 2
+# Grids: each rank holds a share of the images and a block of the features (docs/parallelism.md).
+parity_case 2d-tp4 4 ref "$data" --tp 4 --tp-mode 2d
+parity_case 2d-tp4-dp2-zero3 8 ref "$data" --tp 4 --tp-mode 2d --zero 3
+parity_case 25d-tp8 8 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2
+parity_case 3d-tp8 8 ref "$data" --tp 8 --tp-mode 3d
+parity_case 3d-tp8-pp2-zero1 16 ref "$data" --tp 8 --tp-mode 3d --pp 2 --micro-batch 1 --zero 1
 parity_reference ref-deep "$data" --micro-batch 8 --layers 4 --pool mean
 parity_case pp2-interleaved-v2-mean-pool 2 ref-deep "$data" --layers 4 --pool mean --pp 2 --micro-batch 2 \
   --pp-schedule interleaved --virtual-stages 2
 
 echo -n "evaluation (loss and accuracy at step 10) under every layout: "
 /usr/bin/python3 - "$tmp" ref dp2 dp2-micro2-zero1 dp4-zero2 dp4-zero3 tp2 tp4 tp2-dp2-zero3 pp2-gpipe pp2-1f1b pp2-zb \
-  pp2-dp2-zero1 pp2-dp2-zero3-zb pp2-tp2 -- ref-mean tp2-dp2-zero2-mean-pool -- ref-deep pp2-interleaved-v2-mean-pool <<'PY'
+  pp2-dp2-zero1 pp2-dp2-zero3-zb pp2-tp2 2d-tp4 2d-tp4-dp2-zero3 25d-tp8 3d-tp8 3d-tp8-pp2-zero1 -- ref-mean tp2-dp2-zero2-mean-pool -- ref-deep pp2-interleaved-v2-mean-pool <<'PY'
 import json, sys
 folder, groups = sys.argv[1], " ".join(sys.argv[2:]).split(" -- ")
 def last_eval(name):

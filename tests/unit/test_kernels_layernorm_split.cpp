@@ -3,6 +3,7 @@
 // all-reduce), and the reassembled results compared to ops::layernorm_forward/backward on the whole.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -130,8 +131,11 @@ TEST_P(LayerNormSplit, PiecesMatchWholeLayerNorm) {
       EXPECT_LT(max_mixed_error(rstds[p], rstd), tol) << "rstd of piece " << p << ", " << where;
     }
     EXPECT_LT(max_mixed_error(s_dinp, dinp), tol) << "dinp, " << where;
-    EXPECT_LT(max_mixed_error(s_dw, dw), tol) << "dweight, " << where;
-    EXPECT_LT(max_mixed_error(s_db, db), tol) << "dbias, " << where;
+    // dweight and dbias sum over the rows: float rounding in another order (threads, vector width
+    // of the build) grows with their number.
+    const double sum_tol = std::max(tol, 1e-8 * static_cast<double>(rows));
+    EXPECT_LT(max_mixed_error(s_dw, dw), sum_tol) << "dweight, " << where;
+    EXPECT_LT(max_mixed_error(s_db, db), sum_tol) << "dbias, " << where;
   }
 }
 

@@ -10,8 +10,8 @@
 #   --epochs   overrides the config's epochs (the comparison, not the final accuracy, is the point
 #              on a small machine)
 #   --data     default: made by validation/cifar10/prepare.sh from ../shared/data
-#   --layouts  default: one rank, dp 2, tp 2 (1d), tp 2 x dp 2 ZeRO-3 (layouts this build trains;
-#              2d/2.5d/3d tensor and pipeline layouts join as they land)
+#   --layouts  default: one rank, tp 4 (1d), tp 4 (2d), tp 8 (2.5d, depth 2), tp 8 (3d), pp 2
+#              (1f1b) and tp 2 x dp 2 ZeRO-3
 # Needs python3-matplotlib (jobscripts/install_deps.sh validation).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,7 +21,8 @@ data=""
 out=/tmp/tessera-cifar10-run
 build=$root/build
 threads=1
-layouts="one-rank:1:;dp2:2:--dp 2;tp2-1d:2:--tp 2;tp2-dp2-zero3:4:--tp 2 --zero 3"
+layouts="one-rank:1:;tp4-1d:4:--tp 4;tp4-2d:4:--tp 4 --tp-mode 2d;tp8-2.5d:8:--tp 8 --tp-mode 2.5d --tp-depth 2"
+layouts+=";tp8-3d:8:--tp 8 --tp-mode 3d;pp2-1f1b:2:--pp 2 --micro-batch 16;tp2-dp2-zero3:4:--tp 2 --zero 3"
 while [ $# -gt 0 ]; do
   case $1 in
     --config) config=$2; shift 2 ;;

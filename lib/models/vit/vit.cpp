@@ -31,6 +31,9 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
       device_(device),
       batch_(micro_batch),
       tokens_(config.tokens()),
+      features_(layout.tensor->local_features(config.hidden)),
+      token_share_(layout.tensor->batch_parts()),
+      tensor_(layout.tensor),
       slots_(static_cast<size_t>(std::max(layout.pipeline.chunks, 1)),
              [this](int chunk) { return allocate_activations(chunk); }),
       activation_rounding_(layout.activations) {
@@ -44,21 +47,32 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   const int64_t c = config.hidden;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
   const nn::BlockConfig block{c, config.heads, config.mlp_ratio * c, std, proj_std, /*causal=*/false};
-  // Replicated over tp: the patch embedding, class token and positions ...
+  // Replicated over 1D tp (a grid splits them like the stream's features): the patch embedding,
+  // class token and positions ...
+  const nn::TensorLayout& tensor = *layout.tensor;
   auto add_embedding = [&](nn::ParamStore& store) {
-    nn::Linear proj(store, "patch.proj", config.patch_features(), c, {true, std});
-    const int cls = config.pool == "cls" ? store.add("cls_token", {c}, nn::Init::Normal(std), false) : -1;
-    const int pos = store.add("pos.weight", {tokens_, c}, nn::Init::Normal(std), false);
+    nn::LinearOptions edge{true, std, nn::Split::columns, 1, /*stream_edge=*/true};
+    nn::Linear proj(store, "patch.proj", config.patch_features(), c, edge, tensor);
+    auto add_features = [&](const char* name, Shape shape, int dim) {
+      const int id = store.add(name, std::move(shape), nn::Init::Normal(std), false,
+                               tensor.feature_split(dim, c, 1, false, name));
+      if (tensor.splits_features()) store.set_partial(id, nn::PartialGrad::rows);
+      return id;
+    };
+    const int cls = config.pool == "cls" ? add_features("cls_token", {c}, 0) : -1;
+    const int pos = add_features("pos.weight", {tokens_, c}, 1);
     return std::tuple{proj, cls, pos};
   };
   // ... the blocks, split over tp ...
   auto add_block = [&](nn::ParamStore& store, int64_t i) {
     return nn::TransformerBlock(store, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
   };
-  // ... and the final norm and classifier head, replicated again.
+  // ... and the final norm and classifier head, replicated again (split over a grid's feature
+  // ranks: the head's partial logits are summed).
   auto add_head = [&](nn::ParamStore& store) {
-    nn::LayerNorm norm(store, "ln_f", c, *layout.tensor);
-    return std::pair{norm, nn::Linear(store, "head", c, config.classes, {true, std})};
+    nn::LayerNorm norm(store, "ln_f", c, tensor);
+    nn::LinearOptions edge{true, std, nn::Split::rows, 1, /*stream_edge=*/true};
+    return std::pair{norm, nn::Linear(store, "head", c, config.classes, edge, tensor)};
   };
   std::vector<int> first_param;  // of each unit
   if (first_stage) {
@@ -94,17 +108,17 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   if (first_stage) {
     host_images_ = Tensor::empty({b, config.image, config.image, config.channels});
     images_ = device == Device::cpu ? host_images_ : act(host_images_.shape());
-    proj_ = act({b, config.patches(), c});
+    proj_ = act({b, config.patches(), features_});
   }
   if (last_stage) {
     const int64_t n = b * tokens_;
     host_labels_ = Tensor::empty({b}, DType::i32);
     labels_ = device == Device::cpu ? host_labels_ : act({b}, DType::i32);
-    lnf_ = act({n, c});
+    lnf_ = act({n, features_});
     lnf_mean_ = act({n});
     lnf_rstd_ = act({n});
-    pooled_ = act({b, c});
-    dpooled_ = act({b, c});
+    pooled_ = act({b, features_});
+    dpooled_ = act({b, features_});
     logits_ = act({b, config.classes});
     losses_ = act({b});
     lse_ = act({b});
@@ -128,11 +142,11 @@ std::unique_ptr<Vit::Activations> Vit::allocate_activations(int chunk) const {
   auto a = std::make_unique<Activations>();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device_); };
   if (c.embedding) a->patches = act({batch_, config_.patches(), config_.patch_features()});
-  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({batch_ * tokens_, config_.hidden}));
+  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({batch_ * tokens_, features_}));
   for (int64_t i = 0; i < c.blocks(); ++i)
     a->saved.push_back(blocks_[c.block_base + static_cast<size_t>(i)].allocate(batch_, tokens_, device_));
   a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
-  a->dres = act({batch_ * tokens_, config_.hidden});
+  a->dres = act({batch_ * tokens_, features_});
   return a;
 }
 
@@ -155,7 +169,7 @@ void Vit::embed(Activations& a, const float* images, bool keep_for_backward) {
   units_->gather(embed_unit_, keep_for_backward);
   ops::image_to_patches(a.patches, images_, config_.patch);
   patch_proj_.forward(proj_, a.patches);
-  Tensor tokens = a.residual[0].reshape({batch_, tokens_, config_.hidden});
+  Tensor tokens = a.residual[0].reshape({batch_, tokens_, features_});
   ops::image_tokens_forward(tokens, proj_, cls_ >= 0 ? store_.value(cls_) : Tensor(), store_.value(pos_));
   activation_rounding_.round(a.residual[0]);
   if (!keep_for_backward) units_->release(embed_unit_);
@@ -180,8 +194,9 @@ Vit::Eval Vit::forward_chunk(int chunk, int micro, const float* images, const in
 Vit::Eval Vit::head_forward(Activations& a, bool training, float grad_scale, parallel::GradSync* sync) {
   units_->gather(head_unit_, training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, a.residual.back());
-  ops::token_pool_forward(pooled_, lnf_.reshape({batch_, tokens_, config_.hidden}), pooling());
+  ops::token_pool_forward(pooled_, lnf_.reshape({batch_, tokens_, features_}), pooling());
   head_.forward(logits_, pooled_);
+  if (tensor_->splits_features()) tensor_->all_reduce(logits_);  // the feature blocks' partial logits
   ops::classifier_xent_forward(losses_, lse_, logits_, labels_, config_.label_smoothing);
   if (!training) units_->release(head_unit_);
   host_losses_.copy_from(losses_);
@@ -192,7 +207,8 @@ Vit::Eval Vit::head_forward(Activations& a, bool training, float grad_scale, par
   if (training) {
     // Even without a valid row backward runs (scale 0): the collectives inside it must match the
     // other ranks'.
-    head_backward(a, valid_ > 0 ? static_cast<float>(grad_scale / static_cast<double>(valid_)) : 0.0f, sync);
+    const double rows = static_cast<double>(valid_ * token_share_);  // the grid's shares add up
+    head_backward(a, valid_ > 0 ? static_cast<float>(grad_scale / rows) : 0.0f, sync);
   } else {
     count_correct(e);
   }
@@ -203,7 +219,7 @@ Vit::Eval Vit::head_forward(Activations& a, bool training, float grad_scale, par
 void Vit::head_backward(Activations& a, float scale, parallel::GradSync* sync) {
   ops::classifier_xent_backward(logits_, logits_, labels_, lse_, config_.label_smoothing, scale);
   head_.backward(&dpooled_, logits_, pooled_);
-  Tensor dlnf = scratch_.d_c.reshape({batch_, tokens_, config_.hidden});
+  Tensor dlnf = scratch_.d_c.reshape({batch_, tokens_, features_});
   ops::token_pool_backward(dlnf, dpooled_, pooling());
   a.dres.zero();
   ln_f_.backward(a.dres, scratch_.d_c, a.residual.back(), lnf_mean_, lnf_rstd_);
@@ -265,7 +281,7 @@ float Vit::forward_backward(const float* images, const int32_t* labels, float gr
   const Eval e = forward_chunk(0, 0, images, labels, true, grad_scale, sync);
   backward_chunk(0, 0, sync);
   release(0, 0);
-  return e.mean_loss();
+  return training_loss(e);
 }
 
 Vit::Eval Vit::evaluate(const float* images, const int32_t* labels) {

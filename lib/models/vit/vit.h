@@ -4,6 +4,9 @@
 // trained with label-smoothed cross-entropy. Under 1D tensor parallelism the blocks split as
 // nn/transformer_block.h describes; everything else is replicated on every tp rank (its gradients
 // come out identical there: the blocks' region edges complete the residual stream's gradient).
+// Under a grid layout (2D, 2.5D, 3D) every rank holds a share of the micro-batch's images and a
+// block of the stream's features: the patch embedding, class token, positions and final norm
+// hold that block, the head its input block (the partial logits are all-reduced).
 // On a pipeline a rank holds its chunks' blocks, the embedding on the first virtual stage and the
 // final norm and head on the last (models/model_chunks.h).
 #pragma once
@@ -103,6 +106,9 @@ class Vit {
   // 12 x layers x tokens^2 x hidden (attention scores and their product with the values: 4 T^2 C
   // forward per layer, 3 x that with backward, no causal halving).
   double flops_per_sample() const;
+  // A training micro-batch's loss from its Eval: this rank's share of the mean over the
+  // micro-batch's valid rows (a tensor-parallel grid's ranks split the rows: the shares add up).
+  float training_loss(const Eval& e) const { return e.mean_loss() / static_cast<float>(token_share_); }
 
  private:
   // One micro-batch's activations in one chunk.
@@ -128,6 +134,9 @@ class Vit {
   VitConfig config_;
   Device device_;
   int64_t batch_, tokens_;
+  int64_t features_;     // the residual stream's features this rank holds (a grid splits them)
+  int64_t token_share_;  // the grid's ranks splitting each micro-batch's images (1 otherwise)
+  const nn::TensorLayout* tensor_;
   int64_t model_numel_ = 0;
   nn::ParamStore store_;
   nn::Linear patch_proj_;
