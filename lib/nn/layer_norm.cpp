@@ -35,7 +35,9 @@ void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) 
 
 void LayerNorm::split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dy, const Tensor& x,
                                const Tensor& mean, const Tensor& rstd) const {
-  Tensor sums = Tensor::empty({2, x.numel() / (channels_ / layout_->size())}, DType::f32, x.device());
+  const int64_t rows = x.numel() / (channels_ / layout_->size());
+  if (sums_.numel() != 2 * rows) sums_ = Tensor::empty({2, rows}, DType::f32, x.device());
+  Tensor& sums = sums_;
   ops::layernorm_split_backward_sums(sums, dy, x, store_->value(weight_), mean, rstd);
   layout_->all_reduce(sums);
   ops::layernorm_split_backward(dx, dweight, dbias, dy, x, store_->value(weight_), mean, rstd, sums, channels_);

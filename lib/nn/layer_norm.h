@@ -36,6 +36,7 @@ class LayerNorm {
   int weight_ = -1, bias_ = -1;
   float eps_ = 1e-5f;
   int64_t channels_ = 0;  // all ranks' features
+  mutable Tensor sums_;   // a split layer norm's backward row sums [2, N], kept between calls
 };
 
 }  // namespace tessera::nn

@@ -63,16 +63,20 @@ void ZeroOptimizer::sum_partial(comm::Communicator* group, Partial partial) {
     n += e - b;
   }
   if (pieces.empty()) return;  // the same on every rank of the group
-  if (packed_.numel() != n) packed_ = Tensor::empty({n}, DType::f32, store_.device());
+  if (packed_.numel() < n) {  // grown to the largest group's (freed first: no two at once)
+    packed_ = Tensor();
+    packed_ = Tensor::empty({n}, DType::f32, store_.device());
+  }
+  Tensor packed = packed_.slice(0, {n});
   int64_t at = 0;
   for (const Tensor& p : pieces) {
-    packed_.slice(at, {p.numel()}).copy_from(p);
+    packed.slice(at, {p.numel()}).copy_from(p);
     at += p.numel();
   }
-  group->all_reduce_sum(packed_);
+  group->all_reduce_sum(packed);
   at = 0;
   for (Tensor& p : pieces) {
-    p.copy_from(packed_.slice(at, {p.numel()}));
+    p.copy_from(packed.slice(at, {p.numel()}));
     at += p.numel();
   }
 }

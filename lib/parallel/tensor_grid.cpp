@@ -32,6 +32,15 @@ Tensor TensorParallelGrid::as_matrix(const Tensor& t) {
   return t.reshape({t.numel() / c, c});
 }
 
+Tensor TensorParallelGrid::work(Slot s, const Shape& shape) const {
+  Tensor& buffer = work_[s];
+  if (!buffer.defined() || buffer.numel() < shape.numel()) {
+    buffer = Tensor();  // freed before the larger one is made: the peak holds one of them
+    buffer = Tensor::empty({shape.numel()});
+  }
+  return buffer.slice(0, shape);
+}
+
 TensorParallelGrid::TensorParallelGrid(comm::ProcessMesh& mesh)
     : grid_(mesh.tp_grid()),
       row_(mesh.grid_group(comm::ProcessMesh::GridGroup::row)),
@@ -114,7 +123,7 @@ void TensorParallelGrid::linear_backward(Tensor* dx, const Tensor& dy, const Ten
 // row (from column k) and W's block (col, k) along the grid column (from row k).
 void TensorParallelGrid::summa_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const {
   Tensor xm = as_matrix(x), ym = as_matrix(y);
-  Tensor xk = Tensor::empty(xm.shape()), wk = Tensor::empty(w.shape());
+  Tensor xk = work(x_block, xm.shape()), wk = work(w_block, w.shape());
   if (b) {
     ops::broadcast_rows(ym, *b);
   } else {
@@ -137,8 +146,8 @@ void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tens
   Tensor dym = as_matrix(dy), xm = as_matrix(x);
   if (db) ops::bias_backward(*db, dym);
   if (!dx && !dw) return;
-  Tensor wk = Tensor::empty(w.shape()), xk = Tensor::empty(xm.shape());
-  Tensor dx_part = Tensor::empty(xm.shape()), dw_part = Tensor::empty(w.shape());
+  Tensor wk = work(w_block, w.shape()), xk = work(x_block, xm.shape());
+  Tensor dx_part = work(Slot::dx_part, xm.shape()), dw_part = work(Slot::dw_part, w.shape());
   for (int k = 0; k < grid_.q; ++k) {
     if (dx) {
       if (grid_.row == k) wk.copy_from(w);
@@ -165,7 +174,7 @@ void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tens
 }
 
 const Tensor& TensorParallelGrid::gather_columns(comm::Communicator& group, const Tensor& part, Tensor& whole) const {
-  Tensor blocks = Tensor::empty({static_cast<int64_t>(grid_.q) * part.numel()});
+  Tensor blocks = work(gathered, {static_cast<int64_t>(grid_.q) * part.numel()});
   group.all_gather(part.reshape({part.numel()}), blocks);
   Tensor wm = as_matrix(whole);
   blocks_to_columns(blocks, wm, grid_.q);
@@ -173,7 +182,7 @@ const Tensor& TensorParallelGrid::gather_columns(comm::Communicator& group, cons
 }
 
 void TensorParallelGrid::reduce_scatter_columns(comm::Communicator& group, const Tensor& whole, Tensor& part) const {
-  Tensor blocks = Tensor::empty({whole.numel()});
+  Tensor blocks = work(scattered, {whole.numel()});
   columns_to_blocks(as_matrix(whole), blocks, grid_.q);
   Tensor flat = part.reshape({part.numel()});
   group.reduce_scatter(blocks, flat);
@@ -184,7 +193,7 @@ const Tensor& TensorParallelGrid::gather_block_columns(const Tensor& block, Tens
 }
 
 void TensorParallelGrid::scatter_block_columns(Tensor& whole_grad, Tensor& block_grad) const {
-  Tensor part = Tensor::empty(block_grad.shape());
+  Tensor part = work(scatter_part, block_grad.shape());
   reduce_scatter_columns(col_, whole_grad, part);
   ops::add_inplace(block_grad, part);
 }

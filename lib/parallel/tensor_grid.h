@@ -71,6 +71,10 @@ class TensorParallelGrid final : public nn::TensorLayout {
   void cube_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw, Tensor* db,
                      bool accumulate_dx, nn::LinearRole role) const;
   static Tensor as_matrix(const Tensor& t);  // [..., c] as [rows, c]
+  // Workspace kept between calls (a step allocates nothing once every layer has run): a view of
+  // slot s's buffer, which grows (freed first) to the largest shape asked of it.
+  enum Slot { x_block, w_block, dx_part, dw_part, dy_whole, dw_piece, dx_sum, gathered, scattered, scatter_part, kSlots };
+  Tensor work(Slot s, const Shape& shape) const;
   // whole [rows, q x w] <-> the group's blocks in rank order [q, rows, w].
   const Tensor& gather_columns(comm::Communicator& group, const Tensor& part, Tensor& whole) const;
   void reduce_scatter_columns(comm::Communicator& group, const Tensor& whole, Tensor& part) const;
@@ -80,6 +84,7 @@ class TensorParallelGrid final : public nn::TensorLayout {
   comm::Communicator& col_;       // varies row
   comm::Communicator& depth_;     // varies layer
   comm::Communicator& features_;  // the stream's feature ranks: row_ (2D, 2.5D), depth_ (3D)
+  mutable Tensor work_[kSlots];
 };
 
 }  // namespace tessera::parallel

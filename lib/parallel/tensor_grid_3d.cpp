@@ -15,12 +15,12 @@ void TensorParallelGrid::cube_forward(Tensor& y, const Tensor& x, const Tensor& 
   const Tensor xm = as_matrix(x);
   Tensor ym = as_matrix(y);
   const int64_t q = grid_.q, rows = xm.dim(0);
-  Tensor whole_x = Tensor::empty({q * rows, xm.dim(1)});
+  Tensor whole_x = work(x_block, {q * rows, xm.dim(1)});
   gather.all_gather(xm.reshape({xm.numel()}), whole_x);
-  Tensor whole_w = Tensor::empty({w.dim(0), w.dim(1) * q});
+  Tensor whole_w = work(w_block, {w.dim(0), w.dim(1) * q});
   gather_columns(col_, w, whole_w);
   // The partial product over the inputs' blocks; the bias enters once, from the first of them.
-  Tensor partial = Tensor::empty({q * rows, ym.dim(1)});
+  Tensor partial = work(dx_part, {q * rows, ym.dim(1)});
   const bool with_bias = b && scatter.rank() == 0;
   if (with_bias) ops::broadcast_rows(partial, *b);
   ops::matmul(whole_x, false, whole_w, true, partial, 1.0f, with_bias ? 1.0f : 0.0f);
@@ -37,26 +37,26 @@ void TensorParallelGrid::cube_backward(Tensor* dx, const Tensor& dy, const Tenso
   if (db) ops::bias_backward(*db, dym);
   if (!dx && !dw) return;
   const int64_t q = grid_.q, rows = dym.dim(0);
-  Tensor whole_dy = Tensor::empty({q * rows, dym.dim(1)});
+  Tensor whole_dy = work(dy_whole, {q * rows, dym.dim(1)});
   scatter.all_gather(dym.reshape({dym.numel()}), whole_dy);
   if (dx) {
-    Tensor whole_w = Tensor::empty({w.dim(0), w.dim(1) * q});
+    Tensor whole_w = work(w_block, {w.dim(0), w.dim(1) * q});
     gather_columns(col_, w, whole_w);
-    Tensor partial = Tensor::empty({q * rows, whole_w.dim(1)});
+    Tensor partial = work(dx_part, {q * rows, whole_w.dim(1)});
     ops::matmul(whole_dy, false, whole_w, false, partial);
     Tensor dxm = as_matrix(*dx);
-    Tensor out = accumulate_dx ? Tensor::empty(dxm.shape()) : dxm;
+    Tensor out = accumulate_dx ? work(dx_sum, dxm.shape()) : dxm;
     Tensor flat = out.reshape({out.numel()});
     gather.reduce_scatter(partial.reshape({partial.numel()}), flat);
     if (accumulate_dx) ops::add_inplace(dxm, out);
   }
   if (dw) {
     const Tensor xm = as_matrix(x);
-    Tensor whole_x = Tensor::empty({q * xm.dim(0), xm.dim(1)});
+    Tensor whole_x = work(x_block, {q * xm.dim(0), xm.dim(1)});
     gather.all_gather(xm.reshape({xm.numel()}), whole_x);
-    Tensor partial = Tensor::empty({w.dim(0), w.dim(1) * q});
+    Tensor partial = work(dw_part, {w.dim(0), w.dim(1) * q});
     ops::matmul(whole_dy, true, whole_x, false, partial);
-    Tensor piece = Tensor::empty(w.shape());
+    Tensor piece = work(dw_piece, w.shape());
     reduce_scatter_columns(col_, partial, piece);
     ops::add_inplace(*dw, piece);
   }

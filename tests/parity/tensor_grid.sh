@@ -2,11 +2,11 @@
 # Parity: grid tensor parallelism reproduces the one-rank run (losses, step-1 gradients, state
 # after 10 steps: tests/tools/layout_parity.sh): --tp-mode 2d (SUMMA) at tp 4 (q = 2) alone, with
 # dp and ZeRO 1 and 3, and with pp 2 (1F1B); at tp 9 (q = 3) on a second model; --tp-mode 2.5d at
-# tp 8 (q = 2, depth 2) alone and with dp and ZeRO 2; --tp-mode 3d at tp 8 (q = 2) alone, with dp
-# and ZeRO 3 and with pp 2. The grid splits the batch like data parallelism. The communication
-# bytes per step and the parameter memory per rank of 2d-tp4, 25d-tp8 and 3d-tp8 equal the cost
-# table's formulas (docs/parallelism.md). Checkpoints move between grid and other layouts: 5 + 5
-# resumed steps equal 10 straight.
+# tp 8 (q = 2, depth 2) alone and with dp and ZeRO 2; --tp-mode 3d at tp 8 (q = 2) alone and with
+# dp and ZeRO 3 (3d with pp: tests/parity/vit_parallel.sh). The grid splits the batch like data parallelism. The communication
+# bytes per step, the parameter and the activation memory per rank of 2d-tp4, 25d-tp8 and 3d-tp8
+# equal the cost table's formulas (docs/parallelism.md). Checkpoints move between grid and other
+# layouts: 5 + 5 resumed steps equal 10 straight.
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -25,7 +25,6 @@ parity_case 25d-tp8 8 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2
 parity_case 25d-tp8-dp2-zero2 16 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2 --zero 2
 parity_case 3d-tp8 8 ref "$data" --tp 8 --tp-mode 3d
 parity_case 3d-tp8-dp2-zero3 16 ref "$data" --tp 8 --tp-mode 3d --zero 3
-parity_case 3d-tp8-pp2 16 ref "$data" --tp 8 --tp-mode 3d --pp 2 --micro-batch 1
 
 # Communication per step (floats; bytes are 4 x floats) on a grid of side q and depth d (3d: q),
 # with L = 2 blocks, hidden C = 32, sequence T = 16, N = this rank's token rows per micro-batch
@@ -65,6 +64,43 @@ got = {s["state_bytes"] for s in steps}
 if got != {state}:
     sys.exit(f"error: state_bytes {sorted(got)}, expected {state}")
 print(f"{comm} and {state} as the formulas give")
+PY
+done
+
+# Activation memory per rank (the tracked peak minus the persistent state, every step) equals
+# docs/parallelism.md's formula exactly, in floats (N this rank's token rows, H = 4 heads):
+#   L N (15 C/q + 4 + H/q) + (L + 4) N C/q + 8 N C/q + N V/q + 16 N      as 1D's, on feature blocks
+#   + 2 N C + 3 V C/q + 2 (2L + 1) N                   vocabulary regions, gathered table, norm sums
+#   + 2 max(N C, V C/q [, 3d: 4 C^2/q^2]) + V C/q^2    gather and reduce-scatter staging
+#   + linears' workspace: 2d/2.5d 8 N C/q + 8 C^2/q^2; 3d 12 N C + 8 C^2/q^2 + 4 C^2/q^3
+#   + the largest group of partial gradients packed for its all-reduce
+for case in "2d 4 --tp 4 --tp-mode 2d" "2.5d 8 --tp 8 --tp-mode 2.5d --tp-depth 2" "3d 8 --tp 8 --tp-mode 3d"; do
+  read -r mode ranks options <<<"$case"
+  mpirun -np "$ranks" "$build/apps/gpt_train" --input "$data" "${common[@]}" --steps 3 $options \
+    --metrics "$tmp/memory-$mode.jsonl" >/dev/null
+  echo -n "activation bytes per rank under $mode: "
+  /usr/bin/python3 - "$tmp/memory-$mode.jsonl" "$mode" <<'PY'
+import json, sys
+mode = sys.argv[2]
+cube = mode == "3d"
+q, d = 2, 2 if mode == "2.5d" else 1
+L, C, T, H = 2, 32, 16, 4
+N = 8 // (q * q if cube else q * d) * T
+V = -(-61 // (64 * q)) * 64 * q
+floats = (L * N * (15 * C // q + 4 + H // q) + (L + 4) * N * C // q + 8 * N * C // q + N * V // q + 16 * N
+          + 2 * N * C + 3 * V * C // q + 2 * (2 * L + 1) * N
+          + 2 * max(N * C, V * C // q, 4 * C * C // q**2 if cube else 0) + V * C // q**2
+          + (12 * N * C + 8 * C * C // q**2 + 4 * C * C // q**3 if cube else 8 * N * C // q + 8 * C * C // q**2))
+rows_group = L * 13 * C // q + 2 * C // q + T * C // q
+if cube:
+    packed = max(L * 6 * C // q + 2 * C // q + T * C // q, L * 7 * C // q, V * C // q**2)
+else:
+    packed = max(rows_group, L * 12 * C * C // q**2 + V * C // q**2 if d > 1 else 0)
+want = 4 * (floats + packed)
+got = {r["peak_mem_bytes"] - r["state_bytes"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r}
+if got != {want}:
+    sys.exit(f"error: {sorted(got)} bytes of activations, the formula gives {want}")
+print(f"{want} as the formula gives")
 PY
 done
 
