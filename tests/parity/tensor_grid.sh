@@ -3,10 +3,10 @@
 # after 10 steps: tests/tools/layout_parity.sh): --tp-mode 2d (SUMMA) at tp 4 (q = 2) alone, with
 # dp and ZeRO 1 and 3, and with pp 2 (1F1B); at tp 9 (q = 3) on a second model; --tp-mode 2.5d at
 # tp 8 (q = 2, depth 2) alone and with dp and ZeRO 2; --tp-mode 3d at tp 8 (q = 2) alone and with
-# dp and ZeRO 3 (3d with pp: tests/parity/vit_parallel.sh). The grid splits the batch like data parallelism. The communication
-# bytes per step, the parameter and the activation memory per rank of 2d-tp4, 25d-tp8 and 3d-tp8
-# equal the cost table's formulas (docs/parallelism.md). Checkpoints move between grid and other
-# layouts: 5 + 5 resumed steps equal 10 straight.
+# dp and ZeRO 3 (3d with pp: tests/parity/vit_parallel.sh). The grid splits the batch like data
+# parallelism. The communication bytes per step, the parameter and the activation memory per rank
+# of 2d-tp4, 25d-tp8 and 3d-tp8 equal the cost table's formulas (docs/parallelism.md). Checkpoints
+# move between grid and other layouts: 5 + 5 resumed steps equal 10 straight.
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
