@@ -42,8 +42,8 @@ struct MeshShape {
   int tp_depth = 1;  // 2.5d's d
   // The grid's side q (1 for 1d); throws listing the valid --tp sizes when tp does not fit the mode.
   int tp_side() const;
-  int tp_batch_parts() const;
-  int tp_feature_parts() const;  // the ranks splitting the heads and features: tp (1d), q (2d, 2.5d)  // the tp grid's rows x layers: they split the batch (1 under 1d)
+  int tp_batch_parts() const;    // the tp grid's shares of the batch (TpGrid::batch_parts; 1 under 1d)
+  int tp_feature_parts() const;  // the ranks splitting the heads and features: tp (1d), q (grids)
   // Fills in dp and checks that the product is the world size; throws an Error that states the
   // arithmetic otherwise. Runs before any communication.
   MeshShape resolved(int world_size) const;

@@ -3,8 +3,8 @@
 // rows stay zero. Under a tensor-parallel layout the token table is vocab-parallel: each rank
 // holds a contiguous slice of the rows and looks up the tokens inside it (zero for the others;
 // rank 0 adds the positions): a region whose exit (nn/tensor_layout.h) sums the ranks' outputs.
-// Under a grid layout (2D, 2.5D) the table's vocabulary rows are split like that over the grid
-// row and its features over the grid column: the blocks are gathered around each use (the
+// Under a grid layout (2D, 2.5D, 3D) the table's vocabulary rows are split like that over the
+// ranks splitting the stream's features, and its features over the grid column: the blocks are gathered around each use (the
 // lookup, the head), the lookup's output reduce-scattered to the rank's feature block, and each
 // rank adds its block of the positions.
 #pragma once

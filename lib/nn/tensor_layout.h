@@ -11,10 +11,11 @@
 //   1D:                identity / all-reduce dx            all-reduce y / identity
 //   sequence-split:    all-gather x / reduce-scatter dx    reduce-scatter y / all-gather dy
 //
-// The grid layouts (2D, 2.5D) split the residual stream's features as well: each rank holds a
-// block of token rows (a share of the micro-batch's sequences) and of feature columns. Their
-// linear layers communicate themselves (SUMMA: linear_forward/backward), attention and MLP regions
-// have no edges, and the vocabulary regions (embedding, head) gather the features:
+// The grid layouts (2D, 2.5D, 3D: parallel/tensor_grid.h) split the residual stream's features as
+// well: each rank holds a block of token rows (a share of the micro-batch's sequences) and of
+// feature columns. Their linear layers communicate themselves (linear_forward/backward: SUMMA, or
+// 3D's gathers), attention and MLP regions have no edges, and the vocabulary regions (embedding,
+// head) gather the features:
 //   grid vocab region: all-gather x's features / reduce-scatter dx; reduce-scatter y / all-gather dy.
 #pragma once
 #include "core/tensor.h"
@@ -46,7 +47,7 @@ class TensorLayout {
   virtual bool splits_rows() const { return false; }
   int64_t local_rows(int64_t n) const;
 
-  // --- grid layouts (2D, 2.5D); the defaults are 1D's -------------------------------------------
+  // --- grid layouts (2D, 2.5D, 3D); the defaults are 1D's --------------------------------------
   // The residual stream's features are split over the size() ranks sharing this rank's token rows.
   virtual bool splits_features() const { return false; }
   int64_t local_features(int64_t c) const;
@@ -73,9 +74,9 @@ class TensorLayout {
   // and db += the rows' sums of dy, when given.
   virtual void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
                                Tensor* db, bool accumulate_dx, LinearRole role) const;
-  // A weight block's whole rows over its split input features (the vocabulary table: its columns
-  // gathered over the depth layer's batch ranks), and the gradient back: block_grad += this
-  // rank's block of whole_grad summed over them. Identity / accumulate under 1D.
+  // The token table's rows over all features (its feature blocks gathered over the grid column),
+  // and the gradient back: block_grad += this rank's block of whole_grad summed over the column.
+  // Identity / accumulate under 1D.
   virtual const Tensor& gather_block_columns(const Tensor& block, Tensor& whole) const { (void)whole; return block; }
   virtual void scatter_block_columns(Tensor& whole_grad, Tensor& block_grad) const;
   // The vocabulary regions' edges (embedding, head; see the table above): 1D's region edges.
@@ -102,8 +103,9 @@ class TensorLayout {
   // The workspace for regions of n rows and `channels` features.
   RegionWorkspace workspace(int64_t n, int64_t channels, Device device) const;
 
-  // Sums over the ranks splitting the features or vocabulary (the tp group under 1D, a grid row
-  // under 2D/2.5D), in place: the vocab-parallel loss's and the split layer norm's row statistics.
+  // Sums over the ranks splitting the features or vocabulary (the tp group under 1D, the stream's
+  // feature ranks of a grid), in place: the vocab-parallel loss's and the split layer norm's row
+  // statistics.
   virtual void all_reduce(Tensor& t) const { (void)t; }
   virtual void all_reduce_max(Tensor& t) const { (void)t; }
 
