@@ -56,7 +56,7 @@ nn::Shard TensorParallelGrid::feature_split(int dim, int64_t extent, int64_t gro
   // the layers (replicated over rows and columns); 2D/2.5D: both over the columns.
   const bool over_columns = !grid_.cube || branch;
   const int index = over_columns ? grid_.col : grid_.layer;
-  const int replica = !grid_.cube ? grid_.batch_part() : branch ? grid_.row * grid_.q + grid_.layer : grid_.batch_part();
+  const int replica = grid_.cube && branch ? grid_.row * grid_.q + grid_.layer : grid_.batch_part();
   return {dim, index * (block / q), block / q, groups, grid_.q, -1, 0, 0, replica};
 }
 
