@@ -264,6 +264,19 @@ TEST_F(GptTrainBadLayout, TensorParallelDepthWithout25d) {
   expect_refused(2, "--tp 2 --tp-depth 2", "--tp-depth 2 needs --tp-mode 2.5d");
 }
 
+TEST_F(GptTrainBadLayout, GridTensorParallelWithLowPrecision) {
+  expect_refused(4, "--tp 4 --tp-mode 2d --precision bf16", "--tp-mode 2d with --precision bf16: not supported yet");
+}
+
+TEST_F(GptTrainBadLayout, GridTensorParallelWithZeroBubbleSchedule) {
+  expect_refused(8, "--tp 4 --tp-mode 2d --pp 2 --micro-batch 1 --pp-schedule zb",
+                 "--tp-mode 2d with --pp-schedule zb: not supported yet");
+}
+
+TEST_F(GptTrainBadLayout, GridTensorParallelDryRun) {
+  expect_refused(1, "--tp 4 --tp-mode 2d --dp 1 --dry-run", "--dry-run: the memory planner does not cover --tp-mode 2d yet");
+}
+
 TEST_F(GptTrainBadLayout, GridTensorParallelWithSequenceParallel) {
   expect_refused(8, "--tp 4 --tp-mode 2d --sp 2",
                  "--tp-mode 2d with sequence parallelism (--sp, --sp-mode split_gather): not supported yet");
