@@ -1,5 +1,7 @@
 // Regression tests for what the fuzzers (tests/fuzz) found, each fed the reproducer's bytes.
 // fuzz_config_file: Boost 1.74's error message looped forever on an option named with a placeholder.
+// fuzz_checkpoint_reader: a file whose metadata header asks HDF5 for a 7 EiB buffer (ASan aborted
+// inside libhdf5's malloc; glibc returns NULL, HDF5 reports it, the reader names the file).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -39,5 +41,15 @@ TEST(FuzzRegression, CommandLineOptionWithBoostPlaceholderIsRefusedNotHung) {
   const CommandResult r = run_command(kNoLeakCheck + app + " '--%canonical_option%=1'");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("'--%canonical_option%=1'"), std::string::npos) << r.err;
+}
+TEST(FuzzRegression, CheckpointAskingHdf5ForAnAbsurdBufferIsRefused) {
+  const std::string file = std::string(TESSERA_SOURCE_DIR) + "/tests/fuzz/regressions/checkpoint_absurd_metadata_size.h5";
+  const std::string tool = std::string(TESSERA_BUILD_DIR) + "/apps/ckpt_tool";
+  // Under ASan, malloc must fail as glibc's does (tests/fuzz/run_fuzz_ci.sh says why).
+  const CommandResult r = run_command(
+      "env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 timeout 60 " + tool + " verify " + file);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("corrupt HDF5 file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint_absurd_metadata_size.h5"), std::string::npos) << r.err;
 }
 }  // namespace
