@@ -50,10 +50,8 @@ int main(int argc, char** argv) {
     augment.flip = !no_flip;
 
     o.finish(mpi.world_size());
-    TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "vit_train: sequence parallelism (--sp, --sp-mode",
-                  " split_gather) is not supported for ViT yet");
-    TESSERA_CHECK(!o.checkpointing().enabled(), "vit_train: --activation-checkpointing ", o.activation_checkpointing,
-                  " is not implemented for ViT yet (gpt_train and moe_train have it); use none");
+    TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
+                  " all_to_all or ring");
     TESSERA_CHECK(epochs >= 0 && eval_every_epochs >= 0, "--epochs and --eval-every-epochs must be >= 0");
     TESSERA_CHECK(augment.pad >= 0, "--crop-pad must be >= 0, got ", augment.pad);
     train::TrainConfig& tc = o.train;

@@ -1,8 +1,9 @@
 // SequenceLayout: how each sequence is split over the sequence-parallel group, as the model sees
-// it: this rank holds the contiguous positions [offset(), offset() + local length), and causal
-// attention runs over the whole sequence from this rank's share of q, k and v. The base class is
-// one rank (the whole sequence, the local attention kernels); lib/parallel implements the
-// all-to-all (Ulysses) and ring modes, which communicate inside attention only.
+// it: this rank holds the contiguous positions [offset(), offset() + local length), and attention
+// (causal, or every position to every position) runs over the whole sequence from this rank's
+// share of q, k and v. The base class is one rank (the whole sequence, the local attention
+// kernels); lib/parallel implements the all-to-all (Ulysses) and ring modes, which communicate
+// inside attention (and in all_reduce, for a model's per-sequence values) only.
 #pragma once
 #include "core/tensor.h"
 
@@ -32,6 +33,10 @@ class SequenceLayout {
   virtual void forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved);
   virtual void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t heads,
                         bool causal, const AttentionSaved& saved);
+
+  // Sums t over the sequence-parallel group (a model's per-sequence values from its shares of the
+  // positions, e.g. a pooled image token); nothing on one rank.
+  virtual void all_reduce(Tensor& t) const { (void)t; }
 
   static SequenceLayout& single();  // the one-rank layout
 };

@@ -1,5 +1,6 @@
 // SequenceAttention (sequence_attention.h): the all-to-all and ring schedules of sequence-parallel
-// causal attention, their argument checks, and the layout copies between shards and messages.
+// attention (causal and not), their argument checks, and the layout copies between shards and
+// messages.
 #include "parallel/sequence_attention.h"
 
 #include <cstring>
@@ -98,26 +99,38 @@ Tensor SequenceAttention::scratch(int i, Shape shape) {
   return scratch_[i].slice(0, std::move(shape));
 }
 
-void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved) {
+void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal) {
   check_call("forward", qkv, 3, out, 1, saved);
-  if (mode_ == SequenceMode::ring) return ring_forward(out, qkv, saved);
+  if (mode_ == SequenceMode::ring) return causal ? ring_forward(out, qkv, saved) : full_ring_forward(out, qkv, saved);
   to_heads(saved.qkv_heads, qkv, 3);
-  ops::attention_forward(saved.out_heads, saved.lse, saved.qkv_heads, heads_ / sp_.size());
+  const int64_t hs = heads_ / sp_.size();
+  if (causal) {
+    ops::attention_forward(saved.out_heads, saved.lse, saved.qkv_heads, hs);
+  } else {
+    ops::attention_block_forward(saved.out_heads, saved.lse, saved.qkv_heads, saved.qkv_heads, hs, false, false);
+  }
   to_sequence(out, saved.out_heads, 1);
 }
 
 void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                 const Saved& saved) {
+                                 const Saved& saved, bool causal) {
   check_call("backward", dqkv, 3, dout, 1, saved);
   check_call("backward", qkv, 3, out, 1, saved);
-  if (mode_ == SequenceMode::ring) return ring_backward(dqkv, dout, qkv, out, saved);
+  if (mode_ == SequenceMode::ring)
+    return causal ? ring_backward(dqkv, dout, qkv, out, saved) : full_ring_backward(dqkv, dout, qkv, out, saved);
   const int64_t hs = heads_ / sp_.size(), seq = saved.local_seq * sp_.size();
   // to_heads stages through scratch 0 and 1, to_sequence likewise; see their comments for why these
   // two may live there.
   Tensor dout_heads = scratch(0, {saved.batch, seq, hs * head_dim_});
   to_heads(dout_heads, dout, 1);
   Tensor dqkv_heads = scratch(1, {saved.batch, seq, 3 * hs * head_dim_});
-  ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs);
+  if (causal) {
+    ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs);
+  } else {
+    dqkv_heads.zero();
+    ops::attention_block_backward(dqkv_heads, dqkv_heads, dout_heads, saved.qkv_heads, saved.qkv_heads,
+                                  saved.out_heads, saved.lse, hs, false);
+  }
   to_sequence(dqkv, dqkv_heads, 3);
 }
 
@@ -223,6 +236,86 @@ void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Te
     partial_sending[s % 2] = last ? sp_.isend(mine, r - s, kTagReturn) : sp_.isend(mine, r + 1, kTagPartial);
   }
   if (send_up) {  // the visitors' total for this rank's own block
+    returning.wait();
+    copy_rows(d.data<float>() + c, 3 * c, returned.data<float>(), 2 * c, batch * tl, 2 * c, true);
+  }
+  for (auto* h : {&kv_sending[0], &kv_sending[1], &partial_sending[0], &partial_sending[1]}) h->wait();
+}
+
+// ---- ring, not causal ------------------------------------------------------------------------------
+// At step s (0 <= s < sp) rank r attends to block (r - s) mod sp: its own first, then the one its
+// lower neighbour passed up; a block is passed on until every rank has seen it (sp - 1 hops).
+
+void SequenceAttention::full_ring_forward(Tensor& out, const Tensor& qkv, Saved& saved) {
+  const int p = sp_.size(), r = sp_.rank(), up = (r + 1) % p, down = (r + p - 1) % p;
+  const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
+  const Tensor q = qkv.reshape({batch, tl, 3 * c});
+  Tensor o = out.reshape({batch, tl, c});
+  Tensor kv[2] = {scratch(0, {batch, tl, 2 * c}), scratch(1, {batch, tl, 2 * c})};
+  comm::CommHandle sending[2], receiving;
+  if (p > 1) {
+    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
+    sending[0] = sp_.isend(kv[0], up, kTagKv);
+    receiving = sp_.irecv(kv[1], down, kTagKv);
+  }
+  ops::attention_block_forward(o, saved.lse, q, q, heads_, /*causal=*/false, /*merge=*/false);
+  for (int s = 1; s < p; ++s) {
+    Tensor& cur = kv[s % 2];
+    receiving.wait();
+    if (s + 1 < p) {  // pass it on; the next block comes into the other buffer once its send is done
+      sending[s % 2] = sp_.isend(cur, up, kTagKv);
+      sending[(s + 1) % 2].wait();
+      receiving = sp_.irecv(kv[(s + 1) % 2], down, kTagKv);
+    }
+    ops::attention_block_forward(o, saved.lse, q, cur, heads_, /*causal=*/false, /*merge=*/true);
+  }
+  sending[0].wait();
+  sending[1].wait();
+}
+
+// The blocks travel as in forward. Block (r - s) arrives with the dk/dv sums of the visitors before
+// this rank (none at s = 1); this rank adds its share and passes the total up, the last visitor
+// (s = sp - 1) to the owner, which adds it to its own share in dqkv at the end.
+void SequenceAttention::full_ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                           const Saved& saved) {
+  const int p = sp_.size(), r = sp_.rank(), up = (r + 1) % p, down = (r + p - 1) % p;
+  const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
+  const Tensor q = qkv.reshape({batch, tl, 3 * c});
+  const Tensor o = out.reshape({batch, tl, c}), g = dout.reshape({batch, tl, c});
+  Tensor d = dqkv.reshape({batch, tl, 3 * c});
+  const Shape block{batch, tl, 2 * c};
+  Tensor kv[2] = {scratch(0, block), scratch(1, block)};
+  Tensor partial[2] = {scratch(2, block), scratch(3, block)};
+  Tensor incoming = scratch(4, block), returned = scratch(5, block);
+  comm::CommHandle kv_sending[2], kv_receiving, partial_sending[2], partial_receiving, returning;
+  d.zero();
+  if (p > 1) {
+    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
+    kv_sending[0] = sp_.isend(kv[0], up, kTagKv);
+    kv_receiving = sp_.irecv(kv[1], down, kTagKv);
+    returning = sp_.irecv(returned, down, kTagReturn);
+  }
+  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, /*causal=*/false);
+  for (int s = 1; s < p; ++s) {
+    Tensor& cur = kv[s % 2];
+    Tensor& mine = partial[s % 2];
+    kv_receiving.wait();
+    if (s + 1 < p) {
+      kv_sending[s % 2] = sp_.isend(cur, up, kTagKv);
+      kv_sending[(s + 1) % 2].wait();
+      kv_receiving = sp_.irecv(kv[(s + 1) % 2], down, kTagKv);
+    }
+    if (s >= 2) partial_receiving = sp_.irecv(incoming, down, kTagPartial);  // the visitors before this rank
+    partial_sending[s % 2].wait();
+    mine.zero();
+    ops::attention_block_backward(d, mine, g, q, cur, o, saved.lse, heads_, /*causal=*/false);
+    if (s >= 2) {
+      partial_receiving.wait();
+      ops::add_inplace(mine, incoming);
+    }
+    partial_sending[s % 2] = sp_.isend(mine, up, s + 1 < p ? kTagPartial : kTagReturn);
+  }
+  if (p > 1) {  // the other ranks' total for this rank's own block
     returning.wait();
     copy_rows(d.data<float>() + c, 3 * c, returned.data<float>(), 2 * c, batch * tl, 2 * c, true);
   }

@@ -1,6 +1,6 @@
-// SequenceAttention: causal multi-head attention over a sequence cut into contiguous shards over
-// the sp group (rank r holds positions [r * Tl, (r + 1) * Tl)), in two modes: all-to-all (DeepSpeed
-// Ulysses) and ring attention.
+// SequenceAttention: multi-head attention (causal, or every position to every position) over a
+// sequence cut into contiguous shards over the sp group (rank r holds positions [r * Tl, (r + 1) *
+// Tl)), in two modes: all-to-all (DeepSpeed Ulysses) and ring attention.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -36,6 +36,12 @@ SequenceMode parse_sequence_mode(const std::string& name);  // throws naming the
 //   its own block's sums from the last rank (r < sp - 1); per step at most two 8E-byte messages
 //   each way. Saves only lse; works for any H. The work is not balanced: rank r attends to r + 1
 //   blocks.
+// ring, not causal (a vision transformer): every block goes round the whole ring (r -> r+1 -> ...
+//   -> r-1, sp - 1 hops), so every rank attends to all sp blocks (balanced); forward sends and
+//   receives sp - 1 blocks of 8E bytes. Backward sends the blocks round again, each followed by its
+//   dk/dv partial sums (8E), which the last visitor r - 1 returns to the owner r: per rank sp - 1
+//   blocks and sp - 1 partials out and in. all_to_all is the same as causal (the head-shard kernel
+//   attends to every position).
 // Memory per rank is O(Tl) in both modes: besides Saved, scratch buffers owned by this object and
 // reused by every call (all_to_all 2 x 3E floats, ring 6 x 2E), so one object may serve every
 // block of a stage, one call at a time.
@@ -50,10 +56,12 @@ class SequenceAttention {
   Saved allocate(int64_t batch, int64_t local_seq, Device device = Device::cpu) const;
 
   // qkv [B, Tl, 3, H, D] (or [B, Tl, 3 H D]; q, k, v of this rank's positions, heads inside) ->
-  // out [B, Tl, H, D] (overwritten).
-  void forward(Tensor& out, const Tensor& qkv, Saved& saved);
-  // dqkv (qkv's shape) overwritten, from dout (out's shape); qkv and out as given to / left by forward.
-  void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved);
+  // out [B, Tl, H, D] (overwritten). causal: a position attends to itself and earlier ones only.
+  void forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal = true);
+  // dqkv (qkv's shape) overwritten, from dout (out's shape); qkv and out as given to / left by
+  // forward, causal as there.
+  void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved,
+                bool causal = true);
 
   SequenceMode mode() const { return mode_; }
 
@@ -67,6 +75,9 @@ class SequenceAttention {
   void to_sequence(Tensor& dst, const Tensor& src, int64_t slots);
   void ring_forward(Tensor& out, const Tensor& qkv, Saved& saved);
   void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved);
+  void full_ring_forward(Tensor& out, const Tensor& qkv, Saved& saved);  // not causal
+  void full_ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Saved& saved);
 
   SequenceMode mode_;
   comm::Communicator& sp_;

@@ -1,7 +1,8 @@
 // SequenceParallel: the sequence-parallel layout of a model over the sp group: each rank holds a
 // contiguous share of every sequence's positions for the whole model (embedding, norms, MLP,
 // loss), and attention, the only layer that mixes positions, runs as SequenceAttention in the
-// all-to-all (Ulysses) or ring mode; its header gives the communication.
+// all-to-all (Ulysses) or ring mode; its header gives the communication. A vision model's pooling
+// sums its shares of each image's pooled token over the group (all_reduce, B x C floats).
 #pragma once
 #include "nn/sequence_layout.h"
 #include "parallel/sequence_attention.h"
@@ -20,14 +21,13 @@ class SequenceParallel final : public nn::SequenceLayout {
     return attention_.allocate(batch, local_seq, device);
   }
   void forward(Tensor& out, const Tensor& qkv, int64_t, bool causal, nn::AttentionSaved& saved) override {
-    TESSERA_CHECK(causal, "sequence parallelism (--sp) runs causal attention only: train this model without --sp");
-    attention_.forward(out, qkv, saved);
+    attention_.forward(out, qkv, saved, causal);
   }
   void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t, bool causal,
                 const nn::AttentionSaved& saved) override {
-    TESSERA_CHECK(causal, "sequence parallelism (--sp) runs causal attention only");
-    attention_.backward(dqkv, dout, qkv, out, saved);
+    attention_.backward(dqkv, dout, qkv, out, saved, causal);
   }
+  void all_reduce(Tensor& t) const override { sp_.all_reduce_sum(t); }
 
  private:
   comm::Communicator& sp_;

@@ -55,8 +55,20 @@ TEST_F(VitTrainBadInput, PatchThatDoesNotDivideTheImage) {
   expect_refused(1, "--data " + shell_quote(images_) + " --patch 3", "patch");
 }
 
-TEST_F(VitTrainBadInput, SequenceParallelismIsRefused) {
-  expect_refused(2, "--data " + shell_quote(images_) + " --sp 2", "not supported for ViT");
+TEST_F(VitTrainBadInput, SequenceParallelismThatDoesNotSplitTheTokens) {
+  // 8 x 8 images in 4 x 4 patches: 4 patches + the class token = 5 tokens.
+  expect_refused(2, "--data " + shell_quote(images_) + " --sp 2",
+                 "vit: --sp 2 does not divide the 5 tokens of an image (4 patches + the class token");
+}
+
+TEST_F(VitTrainBadInput, SplitGatherSequenceParallelismIsRefused) {
+  expect_refused(2, "--data " + shell_quote(images_) + " --tp 2 --sp-mode split_gather",
+                 "--sp-mode split_gather is not supported for ViT");
+}
+
+TEST_F(VitTrainBadInput, CheckpointEveryMoreBlocksThanTheModelHas) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --activation-checkpointing full --checkpoint-every-k-blocks 2",
+                 "--checkpoint-every-k-blocks 2 must be in [1, --layers 1]");
 }
 
 TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {

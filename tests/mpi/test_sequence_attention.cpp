@@ -1,7 +1,7 @@
-// Sequence-parallel causal attention (parallel/sequence_attention.h) on real ranks, both modes:
-// each rank's out and dqkv against the one-rank causal kernel on the whole sequence, the bytes each
-// mode moves, the memory it holds, and the clear errors for heads that do not split and shapes
-// that do not fit.
+// Sequence-parallel attention (parallel/sequence_attention.h) on real ranks, both modes, causal
+// and not: each rank's out and dqkv against the one-rank kernel on the whole sequence, the bytes
+// each mode moves, the memory it holds, and the clear errors for heads that do not split and
+// shapes that do not fit.
 // ranks: 2 4
 #include <gtest/gtest.h>
 
@@ -53,7 +53,7 @@ struct Problem {
   Tensor my_qkv, my_dout;       // this rank's positions
 };
 
-Problem make_problem(const Case& k, int rank, int size) {
+Problem make_problem(const Case& k, int rank, int size, bool causal = true) {
   Problem p;
   p.c = k.heads * k.head_dim;
   p.seq = k.local_seq * size;
@@ -62,8 +62,14 @@ Problem make_problem(const Case& k, int rank, int size) {
   p.out = Tensor::empty({k.batch, p.seq, p.c});
   p.dqkv = Tensor::empty(p.qkv.shape());
   Tensor lse = Tensor::empty({k.batch, k.heads, p.seq});
-  ops::attention_forward(p.out, lse, p.qkv, k.heads);
-  ops::attention_backward(p.dqkv, p.dout, p.qkv, p.out, lse, k.heads);
+  if (causal) {
+    ops::attention_forward(p.out, lse, p.qkv, k.heads);
+    ops::attention_backward(p.dqkv, p.dout, p.qkv, p.out, lse, k.heads);
+  } else {  // every position to every position, in one block
+    ops::attention_block_forward(p.out, lse, p.qkv, p.qkv, k.heads, false, false);
+    p.dqkv.zero();
+    ops::attention_block_backward(p.dqkv, p.dqkv, p.dout, p.qkv, p.qkv, p.out, lse, k.heads, false);
+  }
   p.my_qkv = take_positions(p.qkv, rank * k.local_seq, k.local_seq).reshape({k.batch, k.local_seq, 3, k.heads, k.head_dim});
   p.my_dout = take_positions(p.dout, rank * k.local_seq, k.local_seq).reshape({k.batch, k.local_seq, k.heads, k.head_dim});
   return p;
@@ -105,6 +111,29 @@ TEST_P(SequenceParallel, MatchesTheOneRankKernelOnTheWholeSequence) {
   const int64_t e_bytes = k.batch * k.local_seq * p.c * 4, lse_bytes = k.batch * k.heads * k.local_seq * 4;
   const int64_t held = memory_stats(Device::cpu).peak_bytes - before - out.nbytes() - dqkv.nbytes();
   EXPECT_EQ(held, (k.mode == SequenceMode::ring ? 12 : 10) * e_bytes + lse_bytes) << "rank " << r;
+}
+
+// Not causal (a vision transformer): every rank attends to every block; the same memory.
+TEST_P(SequenceParallel, NotCausalMatchesTheOneRankKernelOnTheWholeSequence) {
+  const Case k = GetParam();
+  comm::Communicator world = comm::Communicator::world();
+  const int r = world.rank(), n = world.size();
+  const Problem p = make_problem(k, r, n, /*causal=*/false);
+  const Tensor want_out = take_positions(p.out, r * k.local_seq, k.local_seq);
+  const Tensor want_dqkv = take_positions(p.dqkv, r * k.local_seq, k.local_seq);
+  SequenceAttention attn(k.mode, world, k.heads, k.head_dim);
+  SequenceAttention::Saved saved = attn.allocate(k.batch, k.local_seq);
+  Tensor out = Tensor::empty({k.batch, k.local_seq, k.heads, k.head_dim});
+  Tensor dqkv = Tensor::empty(p.my_qkv.shape());
+  for (int step = 0; step < 2; ++step) {
+    for (int64_t i = 0; i < dqkv.numel(); ++i) dqkv.data<float>()[i] = NAN;  // must be overwritten
+    attn.forward(out, p.my_qkv, saved, /*causal=*/false);
+    attn.backward(dqkv, p.my_dout, p.my_qkv, out, saved, /*causal=*/false);
+    EXPECT_LT(max_rel_error(out, want_out), 1e-5) << "out, rank " << r << ", step " << step;
+    for (int part = 0; part < 3; ++part)
+      EXPECT_LT(max_rel_error(dqkv, want_dqkv, part * p.c, p.c), 1e-5)
+          << "d" << "qkv"[part] << ", rank " << r << ", step " << step;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -174,6 +203,34 @@ TEST(SequenceParallelComm, BytesMatchTheFormulas) {
                   parallel::sequence_mode_name(mode), n, static_cast<long long>(e_bytes / 4),
                   static_cast<long long>(forward_bytes), static_cast<long long>(backward_bytes));
   }
+}
+
+// Not causal, ring: every block goes the whole way round (sequence_attention.h): forward n - 1
+// blocks out and in on every rank; backward the blocks again and n - 1 dk/dv sums out and in.
+TEST(SequenceParallelComm, NotCausalRingBytesMatchTheFormulas) {
+  comm::Communicator world = comm::Communicator::world();
+  const int r = world.rank(), n = world.size();
+  const Case k{SequenceMode::ring, 2, 9, 4, 6};
+  const Problem p = make_problem(k, r, n, /*causal=*/false);
+  const int64_t block = 2 * k.batch * k.local_seq * p.c * 4;
+  SequenceAttention attn(k.mode, world, k.heads, k.head_dim);
+  SequenceAttention::Saved saved = attn.allocate(k.batch, k.local_seq);
+  Tensor out = Tensor::empty(p.my_dout.shape()), dqkv = Tensor::empty(p.my_qkv.shape());
+  const comm::CommStats& stats = world.stats();
+  const comm::OpStats &sends = stats.op(comm::CommOp::send), &recvs = stats.op(comm::CommOp::recv);
+  world.stats().reset();
+  attn.forward(out, p.my_qkv, saved, false);
+  EXPECT_EQ(sends.calls, n - 1) << "rank " << r;
+  EXPECT_EQ(sends.bytes, (n - 1) * block);
+  EXPECT_EQ(recvs.calls, n - 1);
+  EXPECT_EQ(recvs.bytes, (n - 1) * block);
+  world.stats().reset();
+  attn.backward(dqkv, p.my_dout, p.my_qkv, out, saved, false);
+  EXPECT_EQ(sends.calls, 2 * (n - 1)) << "rank " << r;
+  EXPECT_EQ(sends.bytes, 2 * (n - 1) * block);
+  EXPECT_EQ(recvs.calls, 2 * (n - 1));
+  EXPECT_EQ(recvs.bytes, 2 * (n - 1) * block);
+  EXPECT_EQ(stats.total_bytes(), 4 * (n - 1) * block);  // sends and receives both counted
 }
 
 TEST(SequenceParallelErrors, HeadsThatDoNotSplitOverSpAreRefusedInAllToAll) {

@@ -5,7 +5,7 @@
 # step-1 gradients and the state after 10 steps equal the same layout's plain run to a relative
 # 1e-6 (recomputation on the CPU is bit-identical: the differences are 0). The activation memory
 # (tracked peak minus persistent state) falls by exactly what docs/memory.md's formulas give. The
-# combinations that are refused say why.
+# combinations that are refused say why. (vit_train: tests/parity/vit_activation_checkpointing.sh.)
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -108,5 +108,3 @@ refused "expected none, full or selective" "$build/apps/gpt_train" --input "$dat
 refused "must be in [1, --layers 4]" "$build/apps/gpt_train" --input "$data" --layers 4 --steps 1 \
   --activation-checkpointing full --checkpoint-every-k-blocks 5
 refused "must be >= 1" "$build/apps/gpt_train" --input "$data" --checkpoint-every-k-blocks 0
-"$build/apps/data_prep" synth-images --classes 5 --train 20 --test 10 --size 16 --seed 3 --output "$tmp/img.h5" >/dev/null
-refused "not implemented for ViT yet" "$build/apps/vit_train" --data "$tmp/img.h5" --activation-checkpointing full

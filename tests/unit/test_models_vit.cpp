@@ -389,9 +389,9 @@ TEST(Vit, BadConfigsLayoutsAndLabelsThrow) {
   tessera::models::ModelLayout split_gather, sp;
   split_gather.tensor = &rows;
   sp.sequence = &sequence;
-  const std::string refused = "vit: --sp-mode split_gather / --sp are not supported for ViT yet";
-  expect_error([&] { Vit m(tiny(), Device::cpu, 1, 2, split_gather); }, refused);
-  expect_error([&] { Vit m(tiny(), Device::cpu, 1, 2, sp); }, refused);
+  expect_error([&] { Vit m(tiny(), Device::cpu, 1, 2, split_gather); }, "--sp-mode split_gather is not supported");
+  // 8 x 8 images in 4 x 4 patches: 4 patches + the class token do not split over 2 ranks.
+  expect_error([&] { Vit m(tiny(), Device::cpu, 1, 2, sp); }, "--sp 2 does not divide the 5 tokens of an image");
 
   Vit m(tiny(), Device::cpu, 1, 2);
   const auto images = random_images(tiny(), 2);

@@ -26,27 +26,45 @@ void VitConfig::validate(int tp) const {
                 " (tensor parallelism splits the attention heads)");
 }
 
+namespace {
+
+// This rank's share of an image's tokens under sequence parallelism.
+int64_t local_tokens(const VitConfig& config, const nn::SequenceLayout& sequence) {
+  const int64_t t = config.tokens(), sp = sequence.size();
+  TESSERA_CHECK(t % sp == 0, "vit: --sp ", sp, " does not divide the ", t, " tokens of an image (", config.patches(),
+                " patches", config.pool == "cls" ? " + the class token; --pool mean has no class token" : "",
+                "): sequence parallelism gives each rank an equal share of the tokens");
+  return t / sp;
+}
+
+}  // namespace
+
 Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_batch, const ModelLayout& layout)
     : config_(config),
       device_(device),
       batch_(micro_batch),
       tokens_(config.tokens()),
+      local_tokens_(local_tokens(config, *layout.sequence)),
+      first_token_(layout.sequence->rank() * local_tokens_),
       features_(layout.tensor->local_features(config.hidden)),
       token_share_(layout.tensor->batch_parts()),
       tensor_(layout.tensor),
+      sequence_(layout.sequence),
       slots_(static_cast<size_t>(std::max(layout.pipeline.chunks, 1)),
              [this](int chunk) { return allocate_activations(chunk); }),
       activation_rounding_(layout.activations) {
   config.validate(layout.tensor->size());
-  TESSERA_CHECK(!layout.tensor->splits_rows() && layout.sequence->size() == 1,
-                "vit: --sp-mode split_gather / --sp are not supported for ViT yet");
+  TESSERA_CHECK(!layout.tensor->splits_rows(), "vit: --sp-mode split_gather is not supported for ViT (use --sp)");
+  const ActivationCheckpointing& ckpt = layout.checkpointing;
+  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--checkpoint-every-k-blocks ",
+                ckpt.every, " must be in [1, --layers ", config.layers, "]");
   TESSERA_CHECK(micro_batch >= 1, "vit: the micro-batch must be at least 1, got ", micro_batch);
   chunks_ = model_chunks(config.layers, layout.pipeline);
   const bool first_stage = chunks_.front().embedding, last_stage = chunks_.back().head;
 
   const int64_t c = config.hidden;
   const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
-  const nn::BlockConfig block{c, config.heads, config.mlp_ratio * c, std, proj_std, /*causal=*/false};
+  nn::BlockConfig block{c, config.heads, config.mlp_ratio * c, std, proj_std, /*causal=*/false};
   // Replicated over 1D tp (a grid splits them like the stream's features): the patch embedding,
   // class token and positions ...
   const nn::TensorLayout& tensor = *layout.tensor;
@@ -65,6 +83,7 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   };
   // ... the blocks, split over tp ...
   auto add_block = [&](nn::ParamStore& store, int64_t i) {
+    block.recompute = ckpt.of_block(i);
     return nn::TransformerBlock(store, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
   };
   // ... and the final norm and classifier head, replicated again (split over a grid's feature
@@ -103,15 +122,19 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   }
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
-  const int64_t b = micro_batch;
-  scratch_ = blocks_.front().allocate_scratch(b, tokens_, device);
+  const int64_t b = micro_batch, t = local_tokens_;
+  scratch_ = blocks_.front().allocate_scratch(b, t, device);
+  for (const nn::TransformerBlock& blk : blocks_)  // checkpointed blocks' shared buffers
+    if (blk.recompute() != nn::Recompute::nothing && !recomputed_.count(blk.recompute()))
+      recomputed_.emplace(blk.recompute(), blk.allocate_recomputed(b, t, device));
   if (first_stage) {
     host_images_ = Tensor::empty({b, config.image, config.image, config.channels});
     images_ = device == Device::cpu ? host_images_ : act(host_images_.shape());
-    proj_ = act({b, config.patches(), features_});
+    proj_ = act({b, local_patches(), features_});
+    if (sp_size() > 1) all_patches_ = act({b, config.patches(), config.patch_features()});
   }
   if (last_stage) {
-    const int64_t n = b * tokens_;
+    const int64_t n = b * t;
     host_labels_ = Tensor::empty({b}, DType::i32);
     labels_ = device == Device::cpu ? host_labels_ : act({b}, DType::i32);
     lnf_ = act({n, features_});
@@ -141,12 +164,16 @@ std::unique_ptr<Vit::Activations> Vit::allocate_activations(int chunk) const {
   const ModelChunk& c = chunks_[static_cast<size_t>(chunk)];
   auto a = std::make_unique<Activations>();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device_); };
-  if (c.embedding) a->patches = act({batch_, config_.patches(), config_.patch_features()});
-  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({batch_ * tokens_, features_}));
-  for (int64_t i = 0; i < c.blocks(); ++i)
-    a->saved.push_back(blocks_[c.block_base + static_cast<size_t>(i)].allocate(batch_, tokens_, device_));
+  if (c.embedding) a->patches = act({batch_, local_patches(), config_.patch_features()});
+  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({batch_ * local_tokens_, features_}));
+  for (int64_t i = 0; i < c.blocks(); ++i) {
+    const nn::TransformerBlock& blk = blocks_[c.block_base + static_cast<size_t>(i)];
+    const auto shared = recomputed_.find(blk.recompute());
+    a->saved.push_back(blk.allocate(batch_, local_tokens_, device_,
+                                    shared == recomputed_.end() ? nn::TransformerBlock::Saved{} : shared->second));
+  }
   a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
-  a->dres = act({batch_ * tokens_, features_});
+  a->dres = act({batch_ * local_tokens_, features_});
   return a;
 }
 
@@ -167,10 +194,18 @@ void Vit::embed(Activations& a, const float* images, bool keep_for_backward) {
   std::copy_n(images, host_images_.numel(), host_images_.data<float>());
   if (device_ != Device::cpu) images_.copy_from(host_images_);
   units_->gather(embed_unit_, keep_for_backward);
-  ops::image_to_patches(a.patches, images_, config_.patch);
+  if (sp_size() == 1) {
+    ops::image_to_patches(a.patches, images_, config_.patch);
+  } else {  // this rank's patches of each image
+    ops::image_to_patches(all_patches_, images_, config_.patch);
+    const int64_t width = config_.patch_features(), all = config_.patches(), mine = local_patches();
+    for (int64_t b = 0; b < batch_; ++b)
+      std::copy_n(all_patches_.data<float>() + (b * all + first_patch()) * width, mine * width,
+                  a.patches.data<float>() + b * mine * width);
+  }
   patch_proj_.forward(proj_, a.patches);
-  Tensor tokens = a.residual[0].reshape({batch_, tokens_, features_});
-  ops::image_tokens_forward(tokens, proj_, cls_ >= 0 ? store_.value(cls_) : Tensor(), store_.value(pos_));
+  Tensor tokens = a.residual[0].reshape({batch_, local_tokens_, features_});
+  ops::image_tokens_forward(tokens, proj_, holds_cls() ? store_.value(cls_) : Tensor(), positions(store_.value(pos_)));
   activation_rounding_.round(a.residual[0]);
   if (!keep_for_backward) units_->release(embed_unit_);
 }
@@ -194,7 +229,7 @@ Vit::Eval Vit::forward_chunk(int chunk, int micro, const float* images, const in
 Vit::Eval Vit::head_forward(Activations& a, bool training, float grad_scale, parallel::GradSync* sync) {
   units_->gather(head_unit_, training);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, a.residual.back());
-  ops::token_pool_forward(pooled_, lnf_.reshape({batch_, tokens_, features_}), pooling());
+  pool_forward();
   head_.forward(logits_, pooled_);
   if (tensor_->splits_features()) tensor_->all_reduce(logits_);  // the feature blocks' partial logits
   ops::classifier_xent_forward(losses_, lse_, logits_, labels_, config_.label_smoothing);
@@ -217,13 +252,41 @@ Vit::Eval Vit::head_forward(Activations& a, bool training, float grad_scale, par
 
 // dL/d(chunk output) into a.dres; logits_ holds their gradient afterwards.
 void Vit::head_backward(Activations& a, float scale, parallel::GradSync* sync) {
-  ops::classifier_xent_backward(logits_, logits_, labels_, lse_, config_.label_smoothing, scale);
+  // Every sp rank runs the head on the same pooled rows: each takes a 1/sp share of its gradients.
+  ops::classifier_xent_backward(logits_, logits_, labels_, lse_, config_.label_smoothing,
+                                scale / static_cast<float>(sp_size()));
   head_.backward(&dpooled_, logits_, pooled_);
-  Tensor dlnf = scratch_.d_c.reshape({batch_, tokens_, features_});
-  ops::token_pool_backward(dlnf, dpooled_, pooling());
+  pool_backward();
   a.dres.zero();
   ln_f_.backward(a.dres, scratch_.d_c, a.residual.back(), lnf_mean_, lnf_rstd_);
   units_->grads_done(head_unit_, sync);
+}
+
+// Under sp each rank pools its own tokens (the class token's rank, or a 1/sp share of the mean:
+// its tokens' mean / sp), and the shares are summed over the sp group.
+void Vit::pool_forward() {
+  const Tensor x = lnf_.reshape({batch_, local_tokens_, features_});
+  if (pooling() == ops::TokenPool::first && !holds_cls()) {
+    pooled_.zero();
+  } else {
+    ops::token_pool_forward(pooled_, x, pooling());
+    if (pooling() == ops::TokenPool::mean && sp_size() > 1) ops::scale_inplace(pooled_, 1.0f / static_cast<float>(sp_size()));
+  }
+  sequence_->all_reduce(pooled_);
+}
+
+// dpooled_ is this rank's 1/sp share of the pooled rows' gradient: the mean's gradient per token,
+// dpooled / tokens, is the share / local tokens; the class token's rank needs the whole.
+void Vit::pool_backward() {
+  Tensor dlnf = scratch_.d_c.reshape({batch_, local_tokens_, features_});
+  if (pooling() == ops::TokenPool::first) {
+    if (!holds_cls()) {
+      dlnf.zero();
+      return;
+    }
+    if (sp_size() > 1) ops::scale_inplace(dpooled_, static_cast<float>(sp_size()));
+  }
+  ops::token_pool_backward(dlnf, dpooled_, pooling());
 }
 
 void Vit::count_correct(Eval& e) {
@@ -248,6 +311,7 @@ void Vit::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
       continue;
     }
     units_->gather(block_unit(b), true);
+    blocks_[b].recompute(a.residual[j], a.saved[j], scratch_);  // activation checkpointing
     blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_);
     units_->grads_done(block_unit(b), sync);
   }
@@ -269,8 +333,9 @@ void Vit::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync)
 // gathered: the embedding unit is still gathered, with gradients, from its forward.
 void Vit::embed_backward(Activations& a, bool gathered, parallel::GradSync* sync) {
   if (!gathered) units_->gather(embed_unit_, true);
-  Tensor dcls = cls_ >= 0 ? store_.grad(cls_) : Tensor();
-  ops::image_tokens_backward(proj_, dcls, store_.grad(pos_), a.dres);  // proj_ now holds its gradient
+  Tensor dcls = holds_cls() ? store_.grad(cls_) : Tensor();
+  Tensor dpos = positions(store_.grad(pos_));
+  ops::image_tokens_backward(proj_, dcls, dpos, a.dres);  // proj_ now holds its gradient
   patch_proj_.backward(nullptr, proj_, a.patches);
   units_->grads_done(embed_unit_, sync);
 }

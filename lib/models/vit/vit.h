@@ -9,7 +9,14 @@
 // hold that block, the head its input block (the partial logits are all-reduced).
 // On a pipeline a rank holds its chunks' blocks, the embedding on the first virtual stage and the
 // final norm and head on the last (models/model_chunks.h).
+// Under sequence parallelism (--sp) a rank holds a contiguous share of every image's tokens (the
+// class token is token 0) through the whole model; attention sees all tokens through the sp
+// layout, the pooled token is summed over the sp group, and the head runs on every sp rank, its
+// gradients scaled to a 1/sp share each (the data-parallel reduction, over dp x sp, adds them up).
+// Activation checkpointing (layout.checkpointing) works as in Gpt: a checkpointed block keeps its
+// input and recomputes the rest, into buffers the model's blocks share.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,7 +47,8 @@ struct VitConfig {
 
 class Vit {
  public:
-  // Throws for layouts it cannot run yet: split_gather (rows split over tp) or sequence parallelism.
+  // Throws for layouts it cannot run: split_gather (rows split over tp), or an sp that does not
+  // divide the tokens.
   Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_batch, const ModelLayout& layout = {});
   // Modules point into store_: a Vit stays where it was built.
   Vit(const Vit&) = delete;
@@ -70,7 +78,7 @@ class Vit {
   Eval evaluate(const float* images, const int32_t* labels);
 
   // ---- pipeline stages: the same computation, chunk by chunk and micro-batch by micro-batch ----
-  // chunk_input is the chunk's input activation [B x T, C] (the previous virtual stage's output,
+  // chunk_input is the chunk's input activation [B x Tl, C] (the previous virtual stage's output,
   // received into it), chunk_output its output (sent to the next); chunk_grad is the gradient of
   // the chunk's output on entry to backward_chunk (received into it) and of its input after it.
   int chunks() const { return static_cast<int>(chunks_.size()); }
@@ -108,13 +116,14 @@ class Vit {
   double flops_per_sample() const;
   // A training micro-batch's loss from its Eval: this rank's share of the mean over the
   // micro-batch's valid rows (a tensor-parallel grid's ranks split the rows: the shares add up).
-  float training_loss(const Eval& e) const { return e.mean_loss() / static_cast<float>(token_share_); }
+  // Every sp rank returns the same loss: a 1/sp share each, as Gpt's sequence shares.
+  float training_loss(const Eval& e) const { return e.mean_loss() / static_cast<float>(token_share_ * sp_size()); }
 
  private:
   // One micro-batch's activations in one chunk.
   struct Activations {
     Tensor patches;                // [B, P, p*p*C] (the embedding's chunk)
-    std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [B x T, C] each
+    std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [B x Tl, C] each
     std::vector<nn::TransformerBlock::Saved> saved;
     std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
     Tensor dres;  // on the embedding's chunk it keeps dL/d(tokens) from a deferred B to its W
@@ -126,6 +135,16 @@ class Vit {
   Eval head_forward(Activations& a, bool training, float grad_scale, parallel::GradSync* sync);
   void head_backward(Activations& a, float scale, parallel::GradSync* sync);
   void count_correct(Eval& e);  // from the logits and labels of the head's forward
+  void pool_forward();   // lnf_ -> pooled_ (summed over the sp group)
+  void pool_backward();  // dpooled_ (a 1/sp share) -> dL/d(lnf_) in scratch_.d_c
+  // This rank's rows [first_token_, + local_tokens_) of a [tokens, features] positions tensor.
+  Tensor positions(const Tensor& pos) const { return pos.slice(first_token_ * features_, {local_tokens_, features_}); }
+  int64_t sp_size() const { return sequence_->size(); }
+  // Whether token 0, the class token (with --pool cls), is among this rank's tokens.
+  bool holds_cls() const { return config_.pool == "cls" && first_token_ == 0; }
+  // This rank's patches of each image: the first one and how many (tokens minus the class token).
+  int64_t first_patch() const { return first_token_ - (config_.pool == "cls" && first_token_ > 0 ? 1 : 0); }
+  int64_t local_patches() const { return local_tokens_ - (holds_cls() ? 1 : 0); }
   ops::TokenPool pooling() const { return config_.pool == "cls" ? ops::TokenPool::first : ops::TokenPool::mean; }
   // Units: the embedding (patch projection, class token, positions; first stage), each block, the
   // head (final norm and classifier; last stage).
@@ -133,10 +152,12 @@ class Vit {
 
   VitConfig config_;
   Device device_;
-  int64_t batch_, tokens_;
+  int64_t batch_, tokens_;              // tokens_: each image's, all sp ranks together
+  int64_t local_tokens_, first_token_;  // this rank's share of them under sequence parallelism
   int64_t features_;     // the residual stream's features this rank holds (a grid splits them)
   int64_t token_share_;  // the grid's ranks splitting each micro-batch's images (1 otherwise)
   const nn::TensorLayout* tensor_;
+  const nn::SequenceLayout* sequence_;
   int64_t model_numel_ = 0;
   nn::ParamStore store_;
   nn::Linear patch_proj_;
@@ -150,9 +171,12 @@ class Vit {
 
   ActivationSlots<Activations> slots_;
   nn::TransformerBlock::Scratch scratch_;
+  // Activation checkpointing: the buffers checkpointed blocks recompute into, by kind.
+  std::map<nn::Recompute, nn::TransformerBlock::Saved> recomputed_;
   nn::PrecisionRounding activation_rounding_;  // mixed precision: the residual stream's storage
   // The embedding's, used within one forward_chunk or backward_chunk.
   Tensor host_images_, images_;   // [B, H, W, C] f32 (the same tensor on the cpu)
+  Tensor all_patches_;            // [B, P, p*p*C]: every patch, this rank's copied out (sp only)
   Tensor proj_;                   // [B, P, C] patch projections, then their gradient
   // The head's, used within one forward_chunk.
   Tensor host_labels_, labels_;   // [B] i32
