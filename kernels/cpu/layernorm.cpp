@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <cmath>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -10,7 +12,7 @@
 namespace tessera::kernels::cpu {
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
-}
+}  // namespace
 
 // mean = sum x / C; var = sum (x - mean)^2 / C (biased, two passes); rstd = 1 / sqrt(var + eps).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -35,19 +37,36 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   }
 }
 
-// With xhat = (x - mean) rstd and g = weight * dout:
+namespace {
+
+// Per row, with xhat = (x - mean) rstd and g = weight * dout: sum_c g and sum_c g xhat.
+inline std::pair<float, float> gradient_row_sums(const float* x, const float* dy, const float* weight, float mu,
+                                                 float rs, int64_t cols) {
+  float sum_g = 0.0f, sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+  for (int64_t c = 0; c < cols; ++c) {
+    const float g = weight[c] * dy[c];
+    sum_g += g;
+    sum_gx += g * (x[c] - mu) * rs;
+  }
+  return {sum_g, sum_gx};
+}
+
+// What both backward kernels share, given each row's (mean_c g, mean_c g xhat) from row_means(r, x, dy):
 //   dinp += rstd (g - mean(g) - xhat mean(g xhat)),  dweight += dout xhat,  dbias += dout.
-// dweight/dbias: each thread sums its rows into a private pair of vectors, added up at the end.
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t rows,
-                        int64_t cols) {
-  const float inv_cols = 1.0f / static_cast<float>(cols);
+// dweight/dbias: each thread sums its rows into a private pair of vectors (kept between calls, so
+// a training step allocates nothing here), added up at the end.
+template <typename RowMeans>
+void backward_rows(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* weight,
+                   const float* mean, const float* rstd, int64_t rows, int64_t cols, RowMeans row_means) {
   const int threads = rows * cols > kParallelMin ? omp_get_max_threads() : 1;
-  std::vector<float> partial(threads > 1 ? static_cast<size_t>(threads) * 2 * cols : 0, 0.0f);
+  thread_local std::vector<float> scratch;  // the calling thread's: the team reads it through `partial`
+  if (threads > 1) scratch.assign(static_cast<size_t>(threads) * 2 * cols, 0.0f);
+  float* const partial = scratch.data();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int nt = omp_get_num_threads();
-    float* dw = nt > 1 ? partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * cols : dweight;
+    float* dw = nt > 1 ? partial + static_cast<size_t>(omp_get_thread_num()) * 2 * cols : dweight;
     float* db = nt > 1 ? dw + cols : dbias;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -55,14 +74,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       const float* dy = dout + r * cols;
       float* dx = dinp + r * cols;
       const float mu = mean[r], rs = rstd[r];
-      float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-      for (int64_t c = 0; c < cols; ++c) {
-        const float g = weight[c] * dy[c];
-        sum_g += g;
-        sum_gx += g * (x[c] - mu) * rs;
-      }
-      const float mean_g = sum_g * inv_cols, mean_gx = sum_gx * inv_cols;
+      const auto [mean_g, mean_gx] = row_means(r, x, dy);
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
         const float xhat = (x[c] - mu) * rs;
@@ -84,6 +96,19 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
     }
   }
+}
+
+}  // namespace
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows,
+                        int64_t cols) {
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  backward_rows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols,
+                [&](int64_t r, const float* x, const float* dy) {
+                  const auto [sum_g, sum_gx] = gradient_row_sums(x, dy, weight, mean[r], rstd[r], cols);
+                  return std::pair{sum_g * inv_cols, sum_gx * inv_cols};
+                });
 }
 
 // ---- columns split across ranks: this rank's block of `cols` of the `total_cols` columns ----------
@@ -136,20 +161,8 @@ void layernorm_split_forward(float* out, float* mean, float* rstd, const float* 
 void layernorm_split_backward_sums(float* sums, const float* dout, const float* inp, const float* weight,
                                    const float* mean, const float* rstd, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = inp + r * cols;
-    const float* dy = dout + r * cols;
-    const float mu = mean[r], rs = rstd[r];
-    float sum_g = 0.0f, sum_gx = 0.0f;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float g = weight[c] * dy[c];
-      sum_g += g;
-      sum_gx += g * (x[c] - mu) * rs;
-    }
-    sums[r] = sum_g;
-    sums[rows + r] = sum_gx;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    std::tie(sums[r], sums[rows + r]) = gradient_row_sums(inp + r * cols, dout + r * cols, weight, mean[r], rstd[r], cols);
 }
 
 // As layernorm_backward after its row sums, with sums all-reduced over every rank's columns.
@@ -157,41 +170,10 @@ void layernorm_split_backward(float* dinp, float* dweight, float* dbias, const f
                               const float* weight, const float* mean, const float* rstd, const float* sums,
                               int64_t rows, int64_t cols, int64_t total_cols) {
   const float inv_cols = 1.0f / static_cast<float>(total_cols);
-  const int threads = rows * cols > kParallelMin ? omp_get_max_threads() : 1;
-  std::vector<float> partial(threads > 1 ? static_cast<size_t>(threads) * 2 * cols : 0, 0.0f);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const int nt = omp_get_num_threads();
-    float* dw = nt > 1 ? partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * cols : dweight;
-    float* db = nt > 1 ? dw + cols : dbias;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* x = inp + r * cols;
-      const float* dy = dout + r * cols;
-      float* dx = dinp + r * cols;
-      const float mu = mean[r], rs = rstd[r];
-      const float mean_g = sums[r] * inv_cols, mean_gx = sums[rows + r] * inv_cols;
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) {
-        const float xhat = (x[c] - mu) * rs;
-        dx[c] += rs * (weight[c] * dy[c] - mean_g - xhat * mean_gx);
-        dw[c] += dy[c] * xhat;
-        db[c] += dy[c];
-      }
-    }
-    if (nt > 1) {
-#pragma omp for schedule(static)
-      for (int64_t c = 0; c < cols; ++c) {
-        float sw = 0.0f, sb = 0.0f;
-        for (int t = 0; t < nt; ++t) {
-          sw += partial[static_cast<size_t>(t) * 2 * cols + c];
-          sb += partial[static_cast<size_t>(t) * 2 * cols + cols + c];
-        }
-        dweight[c] += sw;
-        dbias[c] += sb;
-      }
-    }
-  }
+  backward_rows(dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols,
+                [&](int64_t r, const float*, const float*) {
+                  return std::pair{sums[r] * inv_cols, sums[rows + r] * inv_cols};
+                });
 }
 
 }  // namespace tessera::kernels::cpu
