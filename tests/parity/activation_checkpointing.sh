@@ -13,36 +13,17 @@ common=(--layers 4 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3
         --threads 1 --bucket-mb 0.01)
 source "$src/tests/tools/layout_parity.sh"
 
-same_as_plain() {  # NAME PLAIN: run NAME equals run PLAIN (losses, step-1 gradients, step-10 state)
-  echo -n "$1: "
-  $compare_losses "$tmp/$2.jsonl" "$tmp/$1.jsonl" --rtol 1e-6
-  echo -n "    step-1 gradients (exp_avg): "
-  $compare_checkpoints "$tmp/$2/step_1.h5" "$tmp/$1/step_1.h5" --rtol 1e-6 --only 'exp_avg$'
-  echo -n "    parameters and states after 10 steps: "
-  $compare_checkpoints "$tmp/$2/step_10.h5" "$tmp/$1/step_10.h5" --rtol 1e-6
-}
-
-checkpointed_like_plain() {  # NAME RANKS options...: the plain run, then each checkpointing against it
-  local name=$1 ranks=$2; shift 2
-  parity_train "$name" "$ranks" "$data" "$@"
-  for mode in full selective; do
-    for k in 1 2; do
-      parity_train "$name-$mode-k$k" "$ranks" "$data" "$@" --activation-checkpointing $mode --checkpoint-every-k-blocks $k
-      same_as_plain "$name-$mode-k$k" "$name"
-    done
-  done
-}
 
 data="$tmp/v61.h5"
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$data" >/dev/null
-checkpointed_like_plain one-rank 1 --micro-batch 8
-checkpointed_like_plain tp2 2 --tp 2
-checkpointed_like_plain dp2-zero3 2 --zero 3
-checkpointed_like_plain pp2-1f1b 2 --pp 2 --micro-batch 2 --pp-schedule 1f1b
+checkpointed_like_plain one-rank 1 "$data" --micro-batch 8
+checkpointed_like_plain tp2 2 "$data" --tp 2
+checkpointed_like_plain dp2-zero3 2 "$data" --zero 3
+checkpointed_like_plain pp2-1f1b 2 "$data" --pp 2 --micro-batch 2 --pp-schedule 1f1b
 gpt_common=("${common[@]}")
 app=moe_train
 common+=(--experts 4 --moe-every 2 --top-k 2 --capacity-factor 1.25)
-checkpointed_like_plain moe-ep2 2 --ep 2 --micro-batch 4
+checkpointed_like_plain moe-ep2 2 "$data" --ep 2 --micro-batch 4
 app=gpt_train
 common=("${gpt_common[@]}")
 
@@ -62,38 +43,13 @@ for mode in full selective; do
   memory_run tp2-$mode 2 --tp 2 --activation-checkpointing $mode
   memory_run pp2-$mode 2 --pp 2 --global-batch 4 --micro-batch 1 --activation-checkpointing $mode
 done
-/usr/bin/python3 - "$tmp" <<'PY'
-import json, sys
-tmp = sys.argv[1]
-L, C, H = 4, 32, 4
-
-def activations(name):
-    last = [json.loads(l) for l in open(f"{tmp}/mem-{name}.jsonl") if '"loss"' in l][-1]
-    return last["peak_mem_bytes"] - last["state_bytes"]
-
-def block(n, tp):  # a block's saved tensors per micro-batch, bytes (docs/parallelism.md)
-    return 4 * n * (3 * C + 12 * C // tp + 4 + H // tp)
-
-def core(n, tp):  # the attention core's output and log-sum-exp: what selective recomputes
-    return 4 * n * (C + H) // tp
-
-# (run, plain run, the blocks checkpointed per micro-batch in flight x micro-batches in flight,
-# bytes per checkpointed block): one shared recompute buffer replaces them all.
-N = 2048
-cases = [("full-k1", "plain", 4, block(N, 1)), ("full-k2", "plain", 2, block(N, 1)),
-         ("selective-k1", "plain", 4, core(N, 1)), ("selective-k2", "plain", 2, core(N, 1)),
-         ("tp2-full", "tp2", 4, block(N, 2)), ("tp2-selective", "tp2", 4, core(N, 2)),
-         # pp 2, 1f1b, 4 micro-batches of 1 sequence: stage 0 (rank 0) holds blocks 0-1 for 2 in flight
-         ("pp2-full", "pp2", 2 * 2, block(N // 2, 1)), ("pp2-selective", "pp2", 2 * 2, core(N // 2, 1))]
-for name, plain, checkpointed, per_block in cases:
-    want = (checkpointed - 1) * per_block
-    before, after = activations(plain), activations(name)
-    if before - after != want:
-        sys.exit(f"error: {name}: activations {after} bytes against {before} plain: saved {before - after},"
-                 f" the formula gives {want}")
-    print(f"activation bytes {name}: {after} against {before} plain ({after / before:.3f}x), saving {want}"
-          " as the formula gives")
-PY
+# (run, plain run, checkpointed blocks per micro-batch in flight x micro-batches in flight, mode,
+# token rows per micro-batch, tp); pp 2, 1f1b, 4 micro-batches of 1 sequence: stage 0 (rank 0)
+# holds blocks 0-1 for 2 in flight.
+python3 "$src/tests/tools/activation_savings.py" "$tmp" 32 4 128 full-k1,plain,4,full,2048,1 \
+  full-k2,plain,2,full,2048,1 selective-k1,plain,4,selective,2048,1 selective-k2,plain,2,selective,2048,1 \
+  tp2-full,tp2,4,full,2048,2 tp2-selective,tp2,4,selective,2048,2 pp2-full,pp2,4,full,1024,1 \
+  pp2-selective,pp2,4,selective,1024,1
 
 # Refused, with the reason.
 refused() {  # EXPECTED_MESSAGE command...

@@ -4,8 +4,8 @@
 # tokens split over sp ranks, attention over all of them (not causal) in the all_to_all and the
 # ring mode, with mean pooling (16 x 16 images in 4 x 4 patches: 16 tokens, sp 2 and 4) and with
 # the class token (12 x 12 images: 9 patches + the class token = 10 tokens, sp 2: the class token on
-# rank 0 only), and combined with dp and ZeRO-3, tp and pp. A checkpoint saved at sp 2 x dp 2
-# resumes on one rank. (An sp that does not divide the tokens is refused: tests/badinput.)
+# rank 0 only), and combined with dp and ZeRO-3, tp and pp. Checkpoints move between sp 2 x dp 2
+# and one rank. (An sp that does not divide the tokens is refused: tests/badinput.)
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -32,32 +32,10 @@ parity_case sp2-pp2-1f1b-cls 4 ref-cls "$cls" --sp 2 --pp 2 --micro-batch 2 --pp
 parity_case sp2-tp2-pp2-cls 8 ref-cls "$cls" --sp 2 --tp 2 --pp 2 --micro-batch 2
 
 echo -n "evaluation (loss and accuracy at step 10) under every layout: "
-/usr/bin/python3 - "$tmp" ref-mean sp2-a2a-mean sp4-ring-mean sp2-ring-tp2-mean -- ref-cls sp2-a2a-cls \
-  sp2-ring-dp2-zero3-cls sp2-pp2-1f1b-cls sp2-tp2-pp2-cls <<'PY'
-import json, sys
-folder, groups = sys.argv[1], " ".join(sys.argv[2:]).split(" -- ")
-def last_eval(name):
-    return [json.loads(l) for l in open(f"{folder}/{name}.jsonl") if "eval_loss" in l][-1]
-said = []
-for group in groups:  # a reference, then the layouts that must evaluate as it does
-    ref_name, *names = group.split()
-    ref = last_eval(ref_name)
-    for name in names:
-        e = last_eval(name)
-        if abs(e["eval_loss"] - ref["eval_loss"]) > 1e-5 * abs(ref["eval_loss"]) or abs(e["eval_acc"] - ref["eval_acc"]) > 1e-9:
-            sys.exit(f"error: {name}: eval_loss {e['eval_loss']}, eval_acc {e['eval_acc']} vs {ref_name}'s {ref['eval_loss']}, {ref['eval_acc']}")
-    said.append(f"{ref_name} {ref['eval_loss']:.6f} / {ref['eval_acc']:.4f} under {len(names)} layouts")
-print("eval_loss / eval_acc:", "; ".join(said))
-PY
+python3 "$src/tests/tools/compare_evals.py" "$tmp" ref-mean sp2-a2a-mean sp4-ring-mean sp2-ring-tp2-mean -- ref-cls \
+  sp2-a2a-cls sp2-ring-dp2-zero3-cls sp2-pp2-1f1b-cls sp2-tp2-pp2-cls
 
-echo -n "a checkpoint saved at sp 2 x dp 2 (ring), resumed on one rank: "
-mpirun -np 1 "$build/apps/vit_train" --data "$cls" "${common[@]}" --steps 20 --micro-batch 8 \
-  --metrics "$tmp/ref20.jsonl" >/dev/null
-mpirun -np 4 "$build/apps/vit_train" --data "$cls" "${common[@]}" --steps 20 --sp 2 --sp-mode ring \
-  --checkpoint-dir "$tmp/ck" --checkpoint-every 10 --metrics "$tmp/first.jsonl" >/dev/null
-mpirun -np 1 "$build/apps/vit_train" --data "$cls" "${common[@]}" --steps 20 --micro-batch 8 \
-  --resume "$tmp/ck/step_10.h5" --metrics "$tmp/resumed.jsonl" >/dev/null
-# The first run's steps 1..10 (its training lines only), then the resumed ones.
-grep '"loss"' "$tmp/first.jsonl" > "$tmp/first_train.jsonl"
-head -n 10 "$tmp/first_train.jsonl" | cat - "$tmp/resumed.jsonl" > "$tmp/all.jsonl"
-$compare_losses "$tmp/ref20.jsonl" "$tmp/all.jsonl" --rtol 1e-5
+# Resume across layouts: the one-rank step-5 checkpoint at sp 2 x dp 2 (ring), and sp 2 x dp 2
+# ZeRO-3's on one rank.
+resume_case one-rank-to-sp2-dp2-ring ref-cls "$cls" "$tmp/ref-cls/step_5.h5" 4 --sp 2 --sp-mode ring
+resume_case sp2-dp2-zero3-to-one-rank ref-cls "$cls" "$tmp/sp2-ring-dp2-zero3-cls/step_5.h5" 1 --micro-batch 8

@@ -8,6 +8,15 @@
 #     0.1 x the clipped gradient) and the parameters and optimizer states after 10 steps (relative
 #     1e-5, or within ${state_atol:-1e-5} for tensors whose exact gradient is zero: see
 #     compare_checkpoints.py).
+#   same_as_plain NAME PLAIN
+#     run NAME equals run PLAIN to a relative 1e-6 (losses, step-1 gradients, step-10 state): for
+#     options that must change nothing but memory or speed.
+#   checkpointed_like_plain NAME RANKS DATA [options...]
+#     the layout's plain run NAME, then --activation-checkpointing full and selective, every block
+#     and every 2nd, each the same as plain (same_as_plain).
+#   resume_case NAME REF DATA CHECKPOINT RANKS [options...]
+#     resumes CHECKPOINT (.../step_K.h5) under the layout and trains to run REF's last step; REF's
+#     first K steps followed by the resumed ones equal REF's losses (relative 1e-5).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 compare_losses="python3 $src/tests/tools/compare_losses.py"
 compare_checkpoints="/usr/bin/python3 $src/tests/tools/compare_checkpoints.py"
@@ -29,4 +38,38 @@ parity_case() {
   $compare_checkpoints "$tmp/$ref/step_1.h5" "$tmp/$name/step_1.h5" --rtol 1e-5 --atol 1e-6 --only 'exp_avg$'
   echo -n "    parameters and states after 10 steps: "
   $compare_checkpoints "$tmp/$ref/step_10.h5" "$tmp/$name/step_10.h5" --rtol 1e-5 --atol "${state_atol:-1e-5}"
+}
+
+same_as_plain() {
+  echo -n "$1: "
+  $compare_losses "$tmp/$2.jsonl" "$tmp/$1.jsonl" --rtol 1e-6
+  echo -n "    step-1 gradients (exp_avg): "
+  $compare_checkpoints "$tmp/$2/step_1.h5" "$tmp/$1/step_1.h5" --rtol 1e-6 --only 'exp_avg$'
+  echo -n "    parameters and states after 10 steps: "
+  $compare_checkpoints "$tmp/$2/step_10.h5" "$tmp/$1/step_10.h5" --rtol 1e-6
+}
+
+checkpointed_like_plain() {
+  local name=$1 ranks=$2 data=$3; shift 3
+  parity_train "$name" "$ranks" "$data" "$@"
+  for mode in full selective; do
+    for k in 1 2; do
+      parity_train "$name-$mode-k$k" "$ranks" "$data" "$@" --activation-checkpointing $mode --checkpoint-every-k-blocks $k
+      same_as_plain "$name-$mode-k$k" "$name"
+    done
+  done
+}
+
+resume_case() {
+  local name=$1 ref=$2 data=$3 ck=$4 ranks=$5; shift 5
+  local k=${ck##*step_}
+  k=${k%.h5}
+  grep '"loss"' "$tmp/$ref.jsonl" > "$tmp/$ref.train.jsonl"  # training lines only (no evaluations)
+  local steps
+  steps=$(wc -l < "$tmp/$ref.train.jsonl")
+  echo -n "resume $name: "
+  mpirun -np "$ranks" "$build/apps/${app:-gpt_train}" "${data_option:---input}" "$data" "${common[@]}" --steps "$steps" \
+    --resume "$ck" "$@" --metrics "$tmp/$name.jsonl" >/dev/null
+  head -n "$k" "$tmp/$ref.train.jsonl" | cat - "$tmp/$name.jsonl" > "$tmp/$name.all.jsonl"
+  $compare_losses "$tmp/$ref.train.jsonl" "$tmp/$name.all.jsonl" --rtol 1e-5
 }
