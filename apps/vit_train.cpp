@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
     o.finish(mpi.world_size());
     TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
                   " all_to_all or ring");
+    TESSERA_CHECK(!o.auto_placement(), "vit_train: --placement auto needs the memory planner, which covers gpt_train",
+                  " and moe_train; use --offload-optim-frac (static) with --device-memory-limit");
     TESSERA_CHECK(epochs >= 0 && eval_every_epochs >= 0, "--epochs and --eval-every-epochs must be >= 0");
     TESSERA_CHECK(augment.pad >= 0, "--crop-pad must be >= 0, got ", augment.pad);
     train::TrainConfig& tc = o.train;

@@ -48,6 +48,26 @@ std::string error_message(const po::error& e) {
 }
 }  // namespace
 
+int64_t parse_bytes(const std::string& text, const std::string& option) {
+  size_t used = 0;
+  long long value = -1;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string suffix = text.substr(used);
+  for (const char* unit : {"iB", "B"})
+    if (suffix.size() > 1 && suffix.ends_with(unit)) {
+      suffix.resize(suffix.size() - std::char_traits<char>::length(unit));
+      break;
+    }
+  const int shift = suffix.empty() ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+  TESSERA_CHECK(used > 0 && value >= 0 && shift >= 0 && value <= (int64_t{1} << (62 - shift)), option, " ", text,
+                ": expected a number of bytes, optionally with K, M or G (KiB, MiB, GiB), e.g. 2G");
+  return static_cast<int64_t>(value) << shift;
+}
+
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
            const std::string& usage) {
   po::options_description all("Options");

@@ -2,6 +2,7 @@
 // the long option names, --help, and the top-level error handling (one "error:" line, exit code).
 #pragma once
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -18,6 +19,10 @@ constexpr int kExitUsage = 2;
 // Returns false when --help was printed.
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
            const std::string& usage);
+
+// A size in bytes: a whole number with an optional suffix K, M or G (KiB, MiB, GiB; "KiB", "MB"
+// and the like are read the same). Throws naming `option` on anything else.
+int64_t parse_bytes(const std::string& text, const std::string& option);
 
 // Runs body, turning exceptions into one "error: ..." line on stderr and the matching exit code.
 int run_main(const std::function<int()>& body);

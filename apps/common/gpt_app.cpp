@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -31,8 +32,8 @@ int64_t vocab_size_of(const std::string& path) {
   fail(path, ": missing attribute vocab_size (looked on /train and /)");
 }
 
-// --dry-run: the predicted peak memory per rank, by category (plan/memory_plan.h).
-std::string memory_plan(const TrainOptions& o, const models::GptConfig& model, int64_t seq) {
+// What the memory planner needs of the run (plan/memory_plan.h).
+plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, int64_t seq) {
   plan::GptRun run;
   run.model = model;
   run.seq = seq;
@@ -48,7 +49,9 @@ std::string memory_plan(const TrainOptions& o, const models::GptConfig& model, i
   run.precision = o.train.precision;
   run.offload = o.train.adamw.offload;
   run.offload_chunk = o.train.adamw.offload_chunk;
-  return plan::describe(plan::plan_memory(run), run);
+  run.host_fraction = o.train.adamw.host_fraction;
+  run.placement_chunk = o.train.adamw.placement_chunk;
+  return run;
 }
 
 }  // namespace
@@ -110,12 +113,26 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                   " (sequence parallelism gives each rank an equal share of the positions)");
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
-    if (dry_run) {
-      TESSERA_CHECK(!o.grid(), "--dry-run: the memory planner does not cover --tp-mode ", o.tp_mode, " yet");
+    if (dry_run || o.auto_placement()) {
+      TESSERA_CHECK(!o.grid(), dry_run ? "--dry-run" : "--placement auto", ": the memory planner does not cover",
+                    " --tp-mode ", o.tp_mode, " yet");
       mc.vocab = vocab_size_of(input);
       mc.max_seq = seq_len;
       mc.validate(o.mesh.tp);
-      if (mpi.world_rank() == 0) std::cout << memory_plan(o, mc, seq_len);
+    }
+    if (o.auto_placement()) {  // before the dry run, which then shows the placement chosen
+      tc.adamw.host_fraction = plan::host_fraction_for(planned_run(o, mc, seq_len), tc.device_memory_limit);
+      const plan::MemoryPlan placed = plan::plan_memory(planned_run(o, mc, seq_len));
+      int64_t host = 0;
+      for (const plan::StageMemory& stage : placed.stages) host = std::max(host, stage.host_tier());
+      if (mpi.world_rank() == 0)
+        log::info("--placement auto: ", host, " bytes of optimizer states per rank on",
+                  " the host tier (--offload-optim-frac ", tc.adamw.host_fraction, "), planned device peak ",
+                  placed.peak(), " bytes within --device-memory-limit ", tc.device_memory_limit);
+    }
+    if (dry_run) {
+      const plan::GptRun run = planned_run(o, mc, seq_len);
+      if (mpi.world_rank() == 0) std::cout << plan::describe(plan::plan_memory(run), run);
       return 0;
     }
     const io::TokenDataset train_data = io::TokenDataset::open(input, "train");

@@ -1,6 +1,8 @@
 // The training apps' shared options, checks and parallel set-up.
 #include "apps/common/train_cli.h"
 
+#include <algorithm>
+
 #include <omp.h>
 
 #include <cstdlib>
@@ -31,8 +33,12 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
       ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
       ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
-      ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none or cpu (host memory), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
+      ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
       ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk)")
+      ("offload-optim-frac", po::value(&tc.adamw.host_fraction)->default_value(0.0), "static placement: this share of the optimizer states' chunks on the host tier (the last ones of the flat order), the rest on the compute device (--offload cpu: all)")
+      ("placement-chunk-mb", po::value(&placement_chunk_mb)->default_value(4.0), "the optimizer states' placement unit: MiB of each state per chunk")
+      ("placement", po::value(&placement)->default_value("static"), "static (--offload, --offload-optim-frac as given) or auto (gpt_train, moe_train: the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)")
+      ("device-memory-limit", po::value(&device_memory_limit)->default_value("0"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
       ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
       ("precision", po::value(&tc.precision)->default_value("fp32"), "fp32, bf16 or fp16: parameters, activations and gradients (fp32 master weights and optimizer states; on the CPU, rounded storage with fp32 arithmetic)")
       ("loss-scale", po::value(&tc.loss_scaler.initial_scale)->default_value(65536.0), "fp16: the initial loss scale")
@@ -97,6 +103,18 @@ void TrainOptions::finish(int world_size) {
   TESSERA_CHECK(offload == "none" || device() == Device::cpu, "--offload ", offload,
                 ": not implemented for --device cuda yet");
   if (offload == "nvme") memory::check_scratch_dir(train.adamw.offload_dir, "--offload-dir");
+  const double frac = train.adamw.host_fraction;
+  TESSERA_CHECK(frac >= 0.0 && frac <= 1.0, "--offload-optim-frac must be in [0, 1], got ", frac);
+  TESSERA_CHECK(frac == 0.0 || offload == "none", "--offload-optim-frac ", frac, " places the optimizer states",
+                " itself: it takes no --offload ", offload, " (--offload cpu is --offload-optim-frac 1)");
+  TESSERA_CHECK(frac == 0.0 || device() == Device::cpu, "--offload-optim-frac: not implemented for --device cuda yet");
+  train.device_memory_limit = parse_bytes(device_memory_limit, "--device-memory-limit");
+  TESSERA_CHECK(placement_chunk_mb > 0, "--placement-chunk-mb must be > 0, got ", placement_chunk_mb);
+  train.adamw.placement_chunk = std::max<int64_t>(1, static_cast<int64_t>(placement_chunk_mb * (1 << 20) / 4));
+  TESSERA_CHECK(placement == "static" || placement == "auto", "--placement ", placement, ": expected static or auto");
+  TESSERA_CHECK(placement == "static" || (train.device_memory_limit > 0 && offload == "none" && frac == 0.0),
+                "--placement auto chooses --offload-optim-frac to fit --device-memory-limit: give the limit, and",
+                " no --offload or --offload-optim-frac");
   // The batch splits over dp x ep (expert-parallel ranks route different tokens) x the tp grid's
   // batch shares (its rows and layers hold different sequences).
   const int batch_ranks = mesh.dp * mesh.ep * mesh.tp_batch_parts();

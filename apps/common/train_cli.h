@@ -23,6 +23,9 @@ struct TrainOptions {
   comm::MeshShape mesh;
   std::string tp_mode, sp_mode, device_name;
   std::string activation_checkpointing = "none";  // none, full or selective
+  std::string placement = "static";               // static or auto (the planner picks the host share)
+  std::string device_memory_limit = "0";          // parsed into train.device_memory_limit
+  double placement_chunk_mb = 4.0;                // parsed into train.adamw.placement_chunk
   int64_t checkpoint_every_k_blocks = 1;
   int threads = 0;
   double comm_timeout = 600;
@@ -33,6 +36,7 @@ struct TrainOptions {
   // naming the first problem.
   void finish(int world_size);
   bool split_gather() const { return sp_mode == "split_gather"; }
+  bool auto_placement() const { return placement == "auto"; }
   bool grid() const { return mesh.tp_mode != comm::TpMode::d1; }  // --tp-mode 2d, 2.5d or 3d
   // The ranks splitting the model's heads (tp, or a grid's side q), after checking that a grid
   // can split the heads and features (3d: a weight's inputs over q^2).

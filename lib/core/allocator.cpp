@@ -18,9 +18,9 @@ struct Counters {
   std::atomic<int64_t> current{0}, peak{0}, allocations{0};
 };
 Counters g_counters[2];  // process-wide by nature, like the device's own memory
+Counters g_host_tier;
 
-void count(Device device, int64_t delta) {
-  Counters& c = g_counters[static_cast<int>(device)];
+void count(Counters& c, int64_t delta) {
   const int64_t now = c.current.fetch_add(delta) + delta;
   if (delta > 0) {
     c.allocations.fetch_add(1);
@@ -50,7 +50,7 @@ void* allocate_bytes(Device device, size_t bytes) {
     fail("this build of tessera has no CUDA support (reconfigure with -DTESSERA_CUDA=ON on a machine with nvcc)");
 #endif
   }
-  count(device, static_cast<int64_t>(bytes));
+  count(g_counters[static_cast<int>(device)], static_cast<int64_t>(bytes));
   return ptr;
 }
 
@@ -62,7 +62,7 @@ void free_bytes(Device device, void* ptr, size_t bytes) {
     if (ptr) cudaFree(ptr);
 #endif
   }
-  count(device, -static_cast<int64_t>(bytes));
+  count(g_counters[static_cast<int>(device)], -static_cast<int64_t>(bytes));
 }
 
 MemoryStats memory_stats(Device device) {
@@ -74,6 +74,38 @@ void reset_peak_memory(Device device) {
   Counters& c = g_counters[static_cast<int>(device)];
   c.peak = c.current.load();
 }
+
+void* allocate_host_tier_bytes(size_t bytes) {
+  void* ptr = nullptr;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+#ifdef TESSERA_HAVE_CUDA
+  if (rounded && cuda_available()) {  // pinned: copies to and from the GPU run at full speed
+    cuda_check(cudaMallocHost(&ptr, rounded), "cudaMallocHost");
+    count(g_host_tier, static_cast<int64_t>(bytes));
+    return ptr;
+  }
+#endif
+  ptr = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+  TESSERA_CHECK(ptr || !rounded, "out of host memory allocating ", bytes, " bytes of the host tier");
+  count(g_host_tier, static_cast<int64_t>(bytes));
+  return ptr;
+}
+
+void free_host_tier_bytes(void* ptr, size_t bytes) {
+#ifdef TESSERA_HAVE_CUDA
+  if (ptr && cuda_available()) {
+    cudaFreeHost(ptr);
+    count(g_host_tier, -static_cast<int64_t>(bytes));
+    return;
+  }
+#endif
+  std::free(ptr);
+  count(g_host_tier, -static_cast<int64_t>(bytes));
+}
+
+MemoryStats host_tier_stats() { return {g_host_tier.current.load(), g_host_tier.peak.load(), g_host_tier.allocations.load()}; }
+
+void reset_host_tier_peak() { g_host_tier.peak = g_host_tier.current.load(); }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;

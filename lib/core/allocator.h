@@ -1,5 +1,10 @@
 // Tracked allocation: every byte a Tensor holds goes through here, so current and peak bytes are
-// known per device (reported as peak_mem_bytes in the metrics).
+// known per device (reported as peak_mem_bytes in the metrics), and for the host tier apart.
+// The host tier is host memory that holds what was offloaded from the compute device (optimizer
+// states under --offload cpu or --offload-optim-frac): pinned (cudaMallocHost) in a CUDA build
+// with a GPU, plain aligned memory otherwise. Its bytes count only in host_tier_stats(), never in
+// memory_stats(Device::cpu), so that on a CPU-only build, where the compute device is the host,
+// the device tier's budget logic (--device-memory-limit) is measured and tested as on a GPU.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +23,12 @@ void* allocate_bytes(Device device, size_t bytes);  // 64-byte aligned on cpu; z
 void free_bytes(Device device, void* ptr, size_t bytes);
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);  // peak := current
+
+// Host-tier memory: host-addressable (Device::cpu tensors), 64-byte aligned, counted apart.
+void* allocate_host_tier_bytes(size_t bytes);
+void free_host_tier_bytes(void* ptr, size_t bytes);
+MemoryStats host_tier_stats();
+void reset_host_tier_peak();
 
 // Copies between any two devices (host<->device, device<->device, host<->host).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);

@@ -22,6 +22,19 @@ Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::host_tier_zeros(Shape shape, DType dtype) {
+  for (int64_t d : shape.dims()) TESSERA_CHECK(d >= 0, "negative extent in shape ", shape.str());
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>();
+  t.storage_->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  t.storage_->host_tier = true;
+  t.storage_->ptr = allocate_host_tier_bytes(t.storage_->bytes);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.zero();
+  return t;
+}
+
 Tensor Tensor::reshape(Shape shape) const {
   TESSERA_CHECK(shape.numel() == numel(), "reshape of ", shape_.str(), " to ", shape.str(),
                 " changes the number of elements");

@@ -15,6 +15,8 @@ class Tensor {
   Tensor() = default;
   static Tensor empty(Shape shape, DType dtype = DType::f32, Device device = Device::cpu);
   static Tensor zeros(Shape shape, DType dtype = DType::f32, Device device = Device::cpu);
+  // Zeros on the host tier (core/allocator.h): a cpu tensor whose bytes count in host_tier_stats().
+  static Tensor host_tier_zeros(Shape shape, DType dtype = DType::f32);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -52,7 +54,8 @@ class Tensor {
     void* ptr = nullptr;
     size_t bytes = 0;
     Device device = Device::cpu;
-    ~Storage() { free_bytes(device, ptr, bytes); }
+    bool host_tier = false;
+    ~Storage() { host_tier ? free_host_tier_bytes(ptr, bytes) : free_bytes(device, ptr, bytes); }
   };
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;  // bytes

@@ -9,6 +9,14 @@
 
 namespace tessera::optim {
 
+int64_t AdamWConfig::device_elements(int64_t shard) const {
+  if (offload == "cpu") return 0;
+  if (offload == "nvme" || host_fraction <= 0.0) return shard;
+  const int64_t chunks = (shard + placement_chunk - 1) / placement_chunk;
+  const auto host_chunks = static_cast<int64_t>(host_fraction * static_cast<double>(chunks) + 0.5);
+  return std::max<int64_t>(0, shard - host_chunks * placement_chunk);
+}
+
 AdamW::AdamW(nn::ParamStore& store, const AdamWConfig& config) : AdamW(store, config, {0, store.numel()}) {}
 
 AdamW::AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range shard)
@@ -28,9 +36,16 @@ AdamW::AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range s
                 config.offload, ": expected none, cpu or nvme");
   TESSERA_CHECK(config.offload == "none" || device == Device::cpu, "--offload ", config.offload,
                 ": not implemented for --device cuda yet");
+  TESSERA_CHECK(config.host_fraction >= 0.0 && config.host_fraction <= 1.0 && config.placement_chunk > 0,
+                "--offload-optim-frac must be in [0, 1], got ", config.host_fraction);
+  TESSERA_CHECK(config.host_fraction == 0.0 || device == Device::cpu,
+                "--offload-optim-frac: not implemented for --device cuda yet");
   if (config.offload != "nvme") {
-    exp_avg_ = Tensor::zeros({shard.size()}, DType::f32, device);
-    exp_avg_sq_ = Tensor::zeros({shard.size()}, DType::f32, device);
+    const int64_t on_device = config.device_elements(shard.size()), on_host = shard.size() - on_device;
+    exp_avg_ = Tensor::zeros({on_device}, DType::f32, device);
+    exp_avg_sq_ = Tensor::zeros({on_device}, DType::f32, device);
+    host_exp_avg_ = Tensor::host_tier_zeros({on_host});
+    host_exp_avg_sq_ = Tensor::host_tier_zeros({on_host});
     return;
   }
   TESSERA_CHECK(config.offload_chunk > 0, "AdamW: offload_chunk must be positive");
@@ -45,13 +60,23 @@ AdamW::AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range s
 AdamW::~AdamW() = default;
 
 Tensor& AdamW::exp_avg() {
-  TESSERA_CHECK(!state_file_, "AdamW::exp_avg: the states are in files (--offload nvme); use read_states");
+  TESSERA_CHECK(!state_file_ && host_tier_elements() == 0,
+                "AdamW::exp_avg: the states are offloaded (--offload cpu/nvme, --offload-optim-frac); use read_states");
   return exp_avg_;
 }
 
 Tensor& AdamW::exp_avg_sq() {
-  TESSERA_CHECK(!state_file_, "AdamW::exp_avg_sq: the states are in files (--offload nvme); use read_states");
+  TESSERA_CHECK(!state_file_ && host_tier_elements() == 0,
+                "AdamW::exp_avg_sq: the states are offloaded (--offload cpu/nvme, --offload-optim-frac); use read_states");
   return exp_avg_sq_;
+}
+
+template <typename F>
+void AdamW::for_each_part(int64_t begin, int64_t count, F f) const {
+  const int64_t split = exp_avg_.numel(), end = begin + count;
+  if (begin < split) f(exp_avg_, exp_avg_sq_, begin, std::min(end, split) - begin, begin);
+  if (end > split) f(host_exp_avg_, host_exp_avg_sq_, std::max(begin, split), end - std::max(begin, split),
+                     std::max(begin, split) - split);
 }
 
 void AdamW::read_states(int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq) const {
@@ -63,8 +88,11 @@ void AdamW::read_states(int64_t begin, int64_t count, float* exp_avg, float* exp
     state_file_->read((shard_.size() + begin) * int64_t(sizeof(float)), exp_avg_sq, bytes);
     return;
   }
-  copy_bytes(exp_avg, Device::cpu, exp_avg_.data<float>() + begin, exp_avg_.device(), bytes);
-  copy_bytes(exp_avg_sq, Device::cpu, exp_avg_sq_.data<float>() + begin, exp_avg_sq_.device(), bytes);
+  for_each_part(begin, count, [&](const Tensor& m, const Tensor& v, int64_t at, int64_t n, int64_t offset) {
+    const size_t part = static_cast<size_t>(n) * sizeof(float);
+    copy_bytes(exp_avg + (at - begin), Device::cpu, m.data<float>() + offset, m.device(), part);
+    copy_bytes(exp_avg_sq + (at - begin), Device::cpu, v.data<float>() + offset, v.device(), part);
+  });
 }
 
 void AdamW::write_states(int64_t begin, int64_t count, const float* exp_avg, const float* exp_avg_sq) {
@@ -76,8 +104,11 @@ void AdamW::write_states(int64_t begin, int64_t count, const float* exp_avg, con
     state_file_->write((shard_.size() + begin) * int64_t(sizeof(float)), exp_avg_sq, bytes);
     return;
   }
-  copy_bytes(exp_avg_.data<float>() + begin, exp_avg_.device(), exp_avg, Device::cpu, bytes);
-  copy_bytes(exp_avg_sq_.data<float>() + begin, exp_avg_sq_.device(), exp_avg_sq, Device::cpu, bytes);
+  for_each_part(begin, count, [&](const Tensor& m, const Tensor& v, int64_t at, int64_t n, int64_t offset) {
+    const size_t part = static_cast<size_t>(n) * sizeof(float);
+    copy_bytes(m.data<float>() + offset, m.device(), exp_avg + (at - begin), Device::cpu, part);
+    copy_bytes(v.data<float>() + offset, v.device(), exp_avg_sq + (at - begin), Device::cpu, part);
+  });
 }
 
 void AdamW::step(float lr, float grad_scale) {
@@ -101,12 +132,16 @@ void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads
   if (state_file_) return step_streamed(args, params, grads);
   for (const Range& r : ranges_) {
     args.weight_decay = r.decay ? config_.weight_decay : 0.0f;
-    const Shape shape{r.end - r.begin};
-    Tensor p = params.slice(r.begin, shape);
-    Tensor g = grads.slice(r.begin, shape);
-    Tensor m = exp_avg_.slice(r.begin, shape);
-    Tensor v = exp_avg_sq_.slice(r.begin, shape);
-    ops::adamw(p, g, m, v, args);
+    // Each part where its states live (on a CPU build the host tier is host memory, as the
+    // parameters are: the same kernel updates both).
+    for_each_part(r.begin, r.end - r.begin, [&](const Tensor& ms, const Tensor& vs, int64_t at, int64_t n, int64_t offset) {
+      const Shape shape{n};
+      Tensor p = params.slice(at, shape);
+      Tensor g = grads.slice(at, shape);
+      Tensor m = ms.slice(offset, shape);
+      Tensor v = vs.slice(offset, shape);
+      ops::adamw(p, g, m, v, args);
+    });
   }
 }
 

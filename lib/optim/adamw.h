@@ -1,8 +1,10 @@
 // AdamW over a range of a ParamStore's flat order (all of it, or a ZeRO shard): fp32 states
 // (exp_avg, exp_avg_sq) laid out like that range; weight decay only on parameters registered with
 // it (matrices and embeddings). Adjacent parameters with the same decay flag are updated as one
-// range: a few fused passes over the flat buffers. The states live in memory (offload none or
-// cpu) or in a scratch file under offload_dir (nvme), streamed through two buffers per step.
+// range: a few fused passes over the flat buffers. The states live on the compute device, on the
+// host tier (all of them under offload cpu, a share of their chunks under host_fraction: the
+// update runs on each part where it lives; core/allocator.h) or in a scratch file under
+// offload_dir (nvme), streamed through two buffers per step.
 #pragma once
 #include <memory>
 #include <string>
@@ -21,12 +23,19 @@ namespace tessera::optim {
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
-  // Where exp_avg and exp_avg_sq live: "none" or "cpu" (host memory; on a CPU build the same), or
-  // "nvme": a scratch file in offload_dir (deleted at exit), streamed in pieces of
-  // offload_chunk elements through two host buffers, reads and writes overlapping the update.
+  // Where exp_avg and exp_avg_sq live: "none" (the compute device, but host_fraction of them on
+  // the host tier), "cpu" (all on the host tier), or "nvme": a scratch file in offload_dir
+  // (deleted at exit), streamed in pieces of offload_chunk elements through two host buffers,
+  // reads and writes overlapping the update.
   std::string offload = "none";
   std::string offload_dir;
   int64_t offload_chunk = int64_t{1} << 20;  // 4 MiB of each state per buffer
+  // Static placement: the states of the shard cut into chunks of placement_chunk elements; the
+  // last round(host_fraction x chunks) chunks live on the host tier (offload "cpu": all).
+  double host_fraction = 0.0;
+  int64_t placement_chunk = int64_t{1} << 20;
+  // The shard's elements whose states stay on the compute device.
+  int64_t device_elements(int64_t shard) const;
 };
 
 class AdamW {
@@ -43,10 +52,11 @@ class AdamW {
   parallel::Range shard() const { return shard_; }
   int64_t steps_taken() const { return step_; }
   void set_steps_taken(int64_t step) { step_ = step; }
-  // The states in memory (not under nvme offload: use read_states / write_states).
+  // The states, all on the compute device (otherwise use read_states / write_states).
   Tensor& exp_avg();
   Tensor& exp_avg_sq();
   bool states_in_files() const { return state_file_ != nullptr; }
+  int64_t host_tier_elements() const { return host_exp_avg_.numel(); }  // per state
   // Elements [begin, begin + count) of the shard's states to or from host memory, wherever they live.
   void read_states(int64_t begin, int64_t count, float* exp_avg, float* exp_avg_sq) const;
   void write_states(int64_t begin, int64_t count, const float* exp_avg, const float* exp_avg_sq);
@@ -64,7 +74,13 @@ class AdamW {
   AdamWConfig config_;
   parallel::Range shard_;
   std::vector<Range> ranges_;
-  Tensor exp_avg_, exp_avg_sq_;                      // in memory: the states
+  // Calls f(m, v, at, n, offset): the n states from element `at` of [begin, begin + count) are
+  // m[offset ...] and v[offset ...] (the device part, then the host part).
+  template <typename F>
+  void for_each_part(int64_t begin, int64_t count, F f) const;
+
+  Tensor exp_avg_, exp_avg_sq_;                      // in memory: the device part of the states
+  Tensor host_exp_avg_, host_exp_avg_sq_;            // the rest, on the host tier
   std::unique_ptr<memory::ScratchFile> state_file_;  // nvme: [exp_avg | exp_avg_sq] of the shard
   Tensor stream_buffers_[2];                         // nvme: each [exp_avg piece | exp_avg_sq piece]
   std::unique_ptr<memory::IoWorker> io_;             // last: destroyed first, its jobs use the above

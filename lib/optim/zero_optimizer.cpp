@@ -113,7 +113,8 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
 int64_t ZeroOptimizer::state_bytes() const {
   const int64_t f = sizeof(float);
   const int64_t n = store_.numel(), shard = adamw_.shard().size();
-  const int64_t states = adamw_.states_in_files() ? 0 : 2 * shard;  // --offload nvme: on disk
+  // --offload nvme: on disk; the host tier's part counts in host_state_bytes()
+  const int64_t states = adamw_.states_in_files() ? 0 : 2 * (shard - adamw_.host_tier_elements());
   if (zero_ == 3) return f * (2 * shard + states);  // parameters, gradients, two states: all sharded
   const int64_t grads = zero_ == 2 ? n + shard : n;  // zero 2: the flat buffer + the reduced shard
   return f * (n + grads + states);

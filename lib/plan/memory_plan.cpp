@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "optim/adamw.h"
 #include "parallel/flat_shards.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/gpt_activations.h"
@@ -70,7 +71,14 @@ void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const
     add(m, "buffers", "--offload nvme: two streaming buffers of both moments",
         kBytes * 2 * 2 * std::min(run.offload_chunk, std::max<int64_t>(states, 1)));
   } else {
-    add(m, "optimizer states", zero == 0 ? "AdamW moments" : "AdamW moments of the 1/dp shard", kBytes * 2 * states);
+    optim::AdamWConfig placement;
+    placement.offload = run.offload;
+    placement.host_fraction = run.host_fraction;
+    placement.placement_chunk = run.placement_chunk;
+    const int64_t on_device = placement.device_elements(states);
+    add(m, "optimizer states", zero == 0 ? "AdamW moments" : "AdamW moments of the 1/dp shard",
+        kBytes * 2 * on_device);
+    add(m, "host tier", "AdamW moments offloaded (--offload cpu, --offload-optim-frac)", kBytes * 2 * (states - on_device));
   }
 }
 
@@ -197,7 +205,8 @@ std::string mib(int64_t bytes) {
 
 int64_t StageMemory::total() const {
   int64_t t = 0;
-  for (const MemoryItem& i : items) t += i.bytes;
+  for (const MemoryItem& i : items)
+    if (i.category != "host tier") t += i.bytes;
   return t;
 }
 
@@ -231,6 +240,22 @@ MemoryPlan plan_memory(const GptRun& run) {
   return plan;
 }
 
+double host_fraction_for(GptRun run, int64_t limit) {
+  run.offload = "none";
+  const int steps = 64;  // the fraction in 1/64s: as fine as the chunks allow at most sizes
+  for (int k = 0; k <= steps; ++k) {
+    run.host_fraction = static_cast<double>(k) / steps;
+    const MemoryPlan plan = plan_memory(run);
+    if (plan.peak() <= limit) return run.host_fraction;
+    if (k == steps)
+      fail("--device-memory-limit ", limit, " bytes: even with every optimizer state on the host tier the plan",
+           " needs ", plan.peak(), " bytes per rank on the device (", plan.peak() - limit,
+           " too many); use ZeRO-3, more ranks, activation checkpointing or a smaller micro-batch (gpt_train",
+           " --dry-run shows where the bytes go)");
+  }
+  return 1.0;
+}
+
 std::string describe(const MemoryPlan& plan, const GptRun& run) {
   std::ostringstream out;
   const nn::Recompute r = run.checkpointing.recompute;
@@ -257,6 +282,9 @@ std::string describe(const MemoryPlan& plan, const GptRun& run) {
     out << line;
   }
   out << "\npredicted peak per rank: " << plan.peak() << " bytes (" << mib(plan.peak()) << " MiB)\n";
+  int64_t host = 0;
+  for (const StageMemory& s : plan.stages) host = std::max(host, s.host_tier());
+  if (host > 0) out << "host tier per rank (not in the peak): " << host << " bytes (" << mib(host) << " MiB)\n";
   out << "counted: what tessera's tracked allocator holds (tensors); not MPI's, HDF5's or the C++ runtime's own"
          " memory, nor the data set\n";
   if (approximate)

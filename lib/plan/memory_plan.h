@@ -29,10 +29,14 @@ struct GptRun {
   std::string precision = "fp32";  // bf16, fp16: the weights rounded for the step (optim/mixed_precision.h)
   std::string offload = "none";    // nvme: the optimizer states in files, streamed (optim/adamw.h)
   int64_t offload_chunk = int64_t{1} << 20;
+  double host_fraction = 0.0;      // the optimizer states' chunks on the host tier (offload cpu: all)
+  int64_t placement_chunk = int64_t{1} << 20;
 };
 
 struct MemoryItem {
-  std::string category;  // parameters, gradients, optimizer states, activations, workspace, buffers
+  // parameters, gradients, optimizer states, activations, workspace, buffers: on the compute
+  // device; "host tier": offloaded there (not in the device's total)
+  std::string category;
   std::string what;      // what it counts, in a few words
   int64_t bytes = 0;
   bool approximate = false;
@@ -42,7 +46,8 @@ struct StageMemory {
   int stage = 0;
   std::string holds;  // "blocks 0-3, embedding, head"
   std::vector<MemoryItem> items;
-  int64_t total() const;
+  int64_t total() const;  // on the compute device
+  int64_t host_tier() const { return category_bytes("host tier"); }
   int64_t category_bytes(const std::string& category) const;
   // parameters + gradients + optimizer states: ZeroOptimizer::state_bytes() of the stage's ranks
   int64_t state_bytes() const;
@@ -54,6 +59,10 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const GptRun& run);
+// --placement auto: the smallest share of the optimizer states' chunks on the host tier whose
+// planned device peak fits in `limit` bytes (0 when everything fits); throws naming the
+// shortfall when even all of them offloaded do not fit.
+double host_fraction_for(GptRun run, int64_t limit);
 // The dry run's report: per category and stage, bytes and MiB, what is approximate, and the peak.
 std::string describe(const MemoryPlan& plan, const GptRun& run);
 

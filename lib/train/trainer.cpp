@@ -231,9 +231,12 @@ TrainResult Trainer::run() {
         .add("comm_ms", comm_ms - comm_ms_before)
         .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", loss_scale)
         .add("skipped_steps", result.skipped_steps);
+    if (const MemoryStats host = host_tier_stats(); host.allocations > 0)  // something was offloaded there
+      line.add("host_peak_bytes", host.peak_bytes).add("host_state_bytes", optimizer_.host_state_bytes());
     for (const Workload::StepMetric& m : work_.step_metrics())  // summed or maxed over the job
       line.add(m.name, m.max ? world_.all_reduce_max(m.value) : world_.all_reduce_sum(m.value));
     metrics.write(line);
+    check_device_memory(step, device);
     result.last_loss = loss;
     char summary[160];
     std::snprintf(summary, sizeof summary, "loss %.4f | lr %.2e | grad_norm %.3f | %.0f ms | %.0f %s/s", loss, lr,
@@ -302,6 +305,17 @@ void Trainer::check_checkpoint_dir() {
   const double failed = world_.all_reduce_sum(problem.empty() ? 0.0 : 1.0);
   TESSERA_CHECK(failed == 0.0, "cannot write checkpoints to --checkpoint-dir ", config_.checkpoint_dir,
                 problem.empty() ? std::string() : ": " + problem);
+}
+
+void Trainer::check_device_memory(int64_t step, Device device) {
+  const int64_t limit = config_.device_memory_limit;
+  if (limit <= 0) return;
+  const int64_t mine = memory_stats(device).peak_bytes;
+  const int64_t worst = world_.all_reduce_max(mine);  // every rank stops together, or none
+  TESSERA_CHECK(worst <= limit, "step ", step, ": the device tier's peak reached ", worst, " bytes on a rank (this ",
+                "rank: ", mine, "), over --device-memory-limit ", limit, "; offload more (--placement auto, ",
+                "--offload-optim-frac, --offload cpu|nvme), use ZeRO-3 or activation checkpointing (gpt_train ",
+                "--dry-run shows where the bytes go)");
 }
 
 std::string Trainer::first_nonfinite_gradient() {

@@ -48,6 +48,8 @@ class Trainer {
   void set_context(const std::string& context);  // on every group, for the watchdog's messages
   int64_t resume();  // returns the step to continue after (0: a fresh start)
   void check_checkpoint_dir();  // before step 1: the folder can be written, on every rank's word
+  // --device-memory-limit: every rank stops, naming the worst rank's peak, once it is passed.
+  void check_device_memory(int64_t step, Device device);
   std::string first_nonfinite_gradient();  // over every rank's gradients; "" if none
   void poison_gradient();  // test hook (TESSERA_FAULT_NAN_STEP)
   void save(int64_t step);

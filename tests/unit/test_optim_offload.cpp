@@ -1,15 +1,19 @@
-// Unit tests of NVMe offload's pieces: AdamW with its states in a scratch file, streamed in small
-// pieces through two buffers, equals AdamW with the states in memory bit for bit (whole store and
-// a shard, decay ranges cut across pieces); read_states / write_states round-trip; the scratch
-// file leaves nothing behind; an unusable directory is an error naming it; IoWorker order and errors.
+// Unit tests of offload's pieces: AdamW with its states in a scratch file, streamed in small
+// pieces through two buffers, or split between the device and the host tier in small chunks,
+// equals AdamW with the states on the device bit for bit (whole store and a shard, decay ranges cut
+// across pieces); the host tier's bytes count apart from the device's; read_states / write_states
+// round-trip; the scratch file leaves nothing behind; an unusable directory is an error naming
+// it; IoWorker order and errors.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "memory/io_worker.h"
@@ -84,13 +88,55 @@ TEST(AdamWOffload, StreamedStatesEqualInMemoryOnesBitForBit) {
   EXPECT_TRUE(dir.empty());
 }
 
+TEST(AdamWOffload, HostTierStatesEqualDeviceOnesAndCountApart) {
+  for (const double fraction : {0.5, 1.0})
+    for (tessera::parallel::Range shard : {tessera::parallel::Range{0, -1}, tessera::parallel::Range{20, 90}}) {
+      ParamStore a, b;
+      build(a);
+      build(b);
+      if (shard.end < 0) shard.end = a.numel();
+      AdamWConfig split_cfg;
+      split_cfg.host_fraction = fraction;
+      split_cfg.placement_chunk = 7;  // chunks cut the decay ranges anywhere
+      const int64_t host_before = tessera::host_tier_stats().current_bytes;
+      const int64_t device_before = tessera::memory_stats(Device::cpu).current_bytes;
+      AdamW on_device(a, AdamWConfig{}, shard);
+      const int64_t device_states = tessera::memory_stats(Device::cpu).current_bytes - device_before;
+      AdamW split(b, split_cfg, shard);
+      const int64_t chunks = (shard.size() + 6) / 7;
+      const int64_t host = std::min(shard.size(), static_cast<int64_t>(fraction * double(chunks) + 0.5) * 7);
+      EXPECT_EQ(split.host_tier_elements(), host);
+      EXPECT_EQ(tessera::host_tier_stats().current_bytes - host_before, 2 * 4 * host);
+      EXPECT_EQ(tessera::memory_stats(Device::cpu).current_bytes - device_before - device_states,
+                2 * 4 * (shard.size() - host))
+          << "the host tier's bytes must not count on the device";
+      for (int t = 1; t <= 5; ++t) {
+        set_grads(a, t);
+        set_grads(b, t);
+        on_device.step(0.01f, 0.7f);
+        split.step(0.01f, 0.7f);
+      }
+      for (int64_t i = 0; i < a.numel(); ++i)
+        ASSERT_EQ(a.flat_values().data<float>()[i], b.flat_values().data<float>()[i]) << fraction << " i=" << i;
+      std::vector<float> m(shard.size()), v(shard.size());
+      split.read_states(0, shard.size(), m.data(), v.data());
+      for (int64_t i = 0; i < shard.size(); ++i) {
+        ASSERT_EQ(m[i], on_device.exp_avg().data<float>()[i]) << i;
+        ASSERT_EQ(v[i], on_device.exp_avg_sq().data<float>()[i]) << i;
+      }
+      EXPECT_THROW(split.exp_avg(), tessera::Error);
+    }
+}
+
 TEST(AdamWOffload, WriteThenReadStatesRoundTrips) {
   TempDir dir;
-  for (const char* where : {"none", "nvme"}) {
+  for (const char* where : {"none", "nvme", "cpu", "half"}) {
     ParamStore s;
     build(s);
     AdamWConfig cfg;
-    cfg.offload = where;
+    cfg.offload = std::string(where) == "half" ? "none" : where;
+    cfg.host_fraction = std::string(where) == "half" ? 0.5 : 0.0;
+    cfg.placement_chunk = 7;
     cfg.offload_dir = dir.path.string();
     AdamW opt(s, cfg);
     const int64_t n = s.numel();
