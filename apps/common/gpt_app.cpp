@@ -51,6 +51,7 @@ plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, 
   run.offload_chunk = o.train.adamw.offload_chunk;
   run.host_fraction = o.train.adamw.host_fraction;
   run.placement_chunk = o.train.adamw.placement_chunk;
+  run.offload_params = o.train.offload_params;
   return run;
 }
 

@@ -36,6 +36,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
       ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk)")
       ("offload-optim-frac", po::value(&tc.adamw.host_fraction)->default_value(0.0), "static placement: this share of the optimizer states' chunks on the host tier (the last ones of the flat order), the rest on the compute device (--offload cpu: all)")
+      ("offload-params", po::bool_switch(&tc.offload_params), "with --zero 3: this rank's shard of the parameters and gradients on the host tier (the device holds the units gathered for use; ZeRO-Infinity)")
       ("placement-chunk-mb", po::value(&placement_chunk_mb)->default_value(4.0), "the optimizer states' placement unit: MiB of each state per chunk")
       ("placement", po::value(&placement)->default_value("static"), "static (--offload, --offload-optim-frac as given) or auto (gpt_train, moe_train: the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)")
       ("device-memory-limit", po::value(&device_memory_limit)->default_value("0"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
@@ -109,6 +110,9 @@ void TrainOptions::finish(int world_size) {
                 " itself: it takes no --offload ", offload, " (--offload cpu is --offload-optim-frac 1)");
   TESSERA_CHECK(frac == 0.0 || device() == Device::cpu, "--offload-optim-frac: not implemented for --device cuda yet");
   train.device_memory_limit = parse_bytes(device_memory_limit, "--device-memory-limit");
+  TESSERA_CHECK(!train.offload_params || train.zero_stage == 3, "--offload-params moves ZeRO-3's shard of the",
+                " parameters: it needs --zero 3 (with --dp 1 the shard is the whole model)");
+  TESSERA_CHECK(!train.offload_params || device() == Device::cpu, "--offload-params: not implemented for --device cuda yet");
   TESSERA_CHECK(placement_chunk_mb > 0, "--placement-chunk-mb must be > 0, got ", placement_chunk_mb);
   train.adamw.placement_chunk = std::max<int64_t>(1, static_cast<int64_t>(placement_chunk_mb * (1 << 20) / 4));
   TESSERA_CHECK(placement == "static" || placement == "auto", "--placement ", placement, ": expected static or auto");
@@ -180,6 +184,7 @@ models::ModelLayout ParallelSetup::layout() {
   layout.tensor = grid_ ? static_cast<const nn::TensorLayout*>(&*grid_) : &tensor_;
   if (sequence_) layout.sequence = &*sequence_;
   if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
+  layout.offload_params = options_.train.offload_params;
   layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages};
   if (experts_) layout.experts = &*experts_;
   layout.checkpointing = options_.checkpointing();

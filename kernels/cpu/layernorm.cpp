@@ -74,7 +74,9 @@ void backward_rows(float* dinp, float* dweight, float* dbias, const float* dout,
       const float* dy = dout + r * cols;
       float* dx = dinp + r * cols;
       const float mu = mean[r], rs = rstd[r];
-      const auto [mean_g, mean_gx] = row_means(r, x, dy);
+      // (not a structured binding: clang cannot capture one into the simd region below)
+      const std::pair<float, float> means = row_means(r, x, dy);
+      const float mean_g = means.first, mean_gx = means.second;
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c) {
         const float xhat = (x[c] - mu) * rs;

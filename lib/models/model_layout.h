@@ -35,6 +35,7 @@ struct ModelLayout {
   const nn::TensorLayout* tensor = &nn::TensorLayout::single();
   nn::SequenceLayout* sequence = &nn::SequenceLayout::single();
   comm::Communicator* zero3 = nullptr;  // shard the parameters over this group (ZeRO-3)
+  bool offload_params = false;          // ZeRO-3: the shard (values, gradients) on the host tier
   PipelinePlacement pipeline;
   // Mixed precision: the activations kept between blocks (the residual stream, which pipeline
   // stages also send) are rounded to this storage type (f32: kept as they are).

@@ -109,13 +109,15 @@ void ParamStore::fill_init(float* out, int64_t begin, int64_t end, uint64_t seed
   }
 }
 
-void ParamStore::allocate_shard(Device device, uint64_t seed, int64_t begin, int64_t end) {
+void ParamStore::allocate_shard(Device device, uint64_t seed, int64_t begin, int64_t end, bool host_tier) {
   TESSERA_CHECK(0 <= begin && begin <= end && end <= total_, "allocate_shard: [", begin, ", ", end, ") outside ", total_);
-  Tensor host = Tensor::zeros({end - begin});
+  TESSERA_CHECK(!host_tier || device == Device::cpu, "--offload-params: not implemented for --device cuda yet");
+  Tensor host = host_tier ? Tensor::host_tier_zeros({end - begin}) : Tensor::zeros({end - begin});
   fill_init(host.data<float>(), begin, end, seed);
   shard_values_ = device == Device::cpu ? host : host.to(device);
-  shard_grads_ = Tensor::zeros({end - begin}, DType::f32, device);
+  shard_grads_ = host_tier ? Tensor::host_tier_zeros({end - begin}) : Tensor::zeros({end - begin}, DType::f32, device);
   sharded_ = true;
+  shard_on_host_tier_ = host_tier;
   device_ = device;
   shard_begin_ = begin;
   values_.assign(specs_.size(), Tensor());

@@ -121,9 +121,12 @@ class ParamStore {
   void allocate(Device device, uint64_t seed);
   // ZeRO-3: only elements [begin, end) of the flat order are resident (shard_values/shard_grads,
   // initialised with exactly the values allocate() would put there); a parameter's views exist
-  // only while bind() points them into a gathered buffer.
-  void allocate_shard(Device device, uint64_t seed, int64_t begin, int64_t end);
+  // only while bind() points them into a gathered buffer. host_tier: the shard's values and
+  // gradients live on the host tier (core/allocator.h: ZeRO-Infinity's parameter offload; the
+  // gathered units are the device's).
+  void allocate_shard(Device device, uint64_t seed, int64_t begin, int64_t end, bool host_tier = false);
   bool sharded() const { return sharded_; }
+  bool shard_on_host_tier() const { return shard_on_host_tier_; }
   Device device() const { return device_; }
   int64_t shard_begin() const { return shard_begin_; }
   Tensor& shard_values() { return shard_values_; }
@@ -165,7 +168,7 @@ class ParamStore {
   std::vector<ParamSpec> specs_;
   std::vector<Tensor> values_, grads_;
   Tensor flat_values_, flat_grads_;
-  bool sharded_ = false;
+  bool sharded_ = false, shard_on_host_tier_ = false;
   Device device_ = Device::cpu;
   int64_t shard_begin_ = 0;
   Tensor shard_values_, shard_grads_;

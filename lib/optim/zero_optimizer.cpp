@@ -110,12 +110,18 @@ void ZeroOptimizer::step(float lr, float grad_scale) {
   dp_.all_gather(gather_input_, store_.flat_values(), counts);
 }
 
+int64_t ZeroOptimizer::host_state_bytes() const {
+  const int64_t params = store_.shard_on_host_tier() ? 2 * adamw_.shard().size() : 0;  // values, gradients
+  return int64_t(sizeof(float)) * (params + 2 * adamw_.host_tier_elements());
+}
+
 int64_t ZeroOptimizer::state_bytes() const {
   const int64_t f = sizeof(float);
   const int64_t n = store_.numel(), shard = adamw_.shard().size();
   // --offload nvme: on disk; the host tier's part counts in host_state_bytes()
   const int64_t states = adamw_.states_in_files() ? 0 : 2 * (shard - adamw_.host_tier_elements());
-  if (zero_ == 3) return f * (2 * shard + states);  // parameters, gradients, two states: all sharded
+  if (zero_ == 3)  // parameters, gradients, two states: all sharded (--offload-params: the first two on the host tier)
+    return f * ((store_.shard_on_host_tier() ? 0 : 2 * shard) + states);
   const int64_t grads = zero_ == 2 ? n + shard : n;  // zero 2: the flat buffer + the reduced shard
   return f * (n + grads + states);
 }

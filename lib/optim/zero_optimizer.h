@@ -45,7 +45,7 @@ class ZeroOptimizer {
   // Bytes this rank holds on the compute device for parameters, gradients and optimizer states
   // (states offloaded to the host tier or to files not counted), and on the host tier.
   int64_t state_bytes() const;
-  int64_t host_state_bytes() const { return int64_t{2} * int64_t(sizeof(float)) * adamw_.host_tier_elements(); }
+  int64_t host_state_bytes() const;
 
  private:
   Tensor shard_grads();

@@ -1,6 +1,7 @@
 // ParamUnits: a model's parameters as units (contiguous ranges of whole parameters in the flat
 // order: an embedding, each block, a head) and what a unit needs around its use. Allocates the
-// store: whole, or under ZeRO-3 this rank's shard over the given group. Then, per unit: under
+// store: whole, or under ZeRO-3 this rank's shard over the given group (on the host tier with
+// shard_on_host_tier: --offload-params, the gathers then read it from there). Then, per unit: under
 // ZeRO-3 an all-gather before its forward and backward and a release after; after its backward
 // the data-parallel reduction of its gradients (ZeRO-3: reduce-scatter now; else GradSync's
 // buckets, told that everything from the unit's start is final).
@@ -17,7 +18,7 @@ class ParamUnits {
  public:
   // first_params: each unit's first parameter id, ascending from 0; the last unit runs to the end.
   ParamUnits(nn::ParamStore& store, std::vector<int> first_params, Device device, uint64_t seed,
-             comm::Communicator* zero3);
+             comm::Communicator* zero3, bool shard_on_host_tier = false);
 
   size_t size() const { return ranges_.size(); }
   Range range(size_t unit) const { return ranges_[unit]; }

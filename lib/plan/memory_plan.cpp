@@ -62,10 +62,14 @@ void add(StageMemory& m, const char* category, std::string what, int64_t bytes, 
 // largest shard of the flat order (n elements) over the data group.
 void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const GptRun& run) {
   const int64_t states = zero == 0 ? n : shard.size();
-  add(m, "parameters", zero == 3 ? "1/dp shard of the stage's flat buffer" : "the stage's flat buffer",
-      kBytes * (zero == 3 ? shard.size() : n));
-  add(m, "gradients", zero == 3 ? "1/dp shard" : zero == 2 ? "flat buffer + reduced 1/dp shard" : "flat buffer",
-      kBytes * (zero == 3 ? shard.size() : zero == 2 ? n + shard.size() : n));
+  if (zero == 3 && run.offload_params) {
+    add(m, "host tier", "--offload-params: 1/dp shard of the parameters and their gradients", kBytes * 2 * shard.size());
+  } else {
+    add(m, "parameters", zero == 3 ? "1/dp shard of the stage's flat buffer" : "the stage's flat buffer",
+        kBytes * (zero == 3 ? shard.size() : n));
+    add(m, "gradients", zero == 3 ? "1/dp shard" : zero == 2 ? "flat buffer + reduced 1/dp shard" : "flat buffer",
+        kBytes * (zero == 3 ? shard.size() : zero == 2 ? n + shard.size() : n));
+  }
   if (run.offload == "nvme") {  // in a scratch file, streamed through two buffers of both moments
     add(m, "optimizer states", "AdamW moments: in a scratch file under --offload-dir", 0);
     add(m, "buffers", "--offload nvme: two streaming buffers of both moments",
@@ -250,8 +254,8 @@ double host_fraction_for(GptRun run, int64_t limit) {
     if (k == steps)
       fail("--device-memory-limit ", limit, " bytes: even with every optimizer state on the host tier the plan",
            " needs ", plan.peak(), " bytes per rank on the device (", plan.peak() - limit,
-           " too many); use ZeRO-3, more ranks, activation checkpointing or a smaller micro-batch (gpt_train",
-           " --dry-run shows where the bytes go)");
+           " too many); use ZeRO-3 (with --offload-params), more ranks, activation checkpointing or a smaller",
+           " micro-batch (gpt_train --dry-run shows where the bytes go)");
   }
   return 1.0;
 }

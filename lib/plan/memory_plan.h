@@ -30,6 +30,7 @@ struct GptRun {
   std::string offload = "none";    // nvme: the optimizer states in files, streamed (optim/adamw.h)
   int64_t offload_chunk = int64_t{1} << 20;
   double host_fraction = 0.0;      // the optimizer states' chunks on the host tier (offload cpu: all)
+  bool offload_params = false;     // ZeRO-3's shard of parameters and gradients on the host tier
   int64_t placement_chunk = int64_t{1} << 20;
 };
 

@@ -32,6 +32,7 @@ struct TrainConfig {
   int virtual_stages = 1;            // model chunks per pipeline stage (interleaved)
   std::string trace_path;            // Chrome trace of the pipeline's compute and messages
   std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
+  bool offload_params = false;       // ZeRO-3's parameter shard on the host tier
   int64_t device_memory_limit = 0;   // bytes per rank on the compute device (0: none), checked every step
   void validate(int dp = 1) const;  // throws naming the first bad option
   // Micro-batches each of `dp` ranks runs per step.

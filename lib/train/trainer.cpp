@@ -314,7 +314,7 @@ void Trainer::check_device_memory(int64_t step, Device device) {
   const int64_t worst = world_.all_reduce_max(mine);  // every rank stops together, or none
   TESSERA_CHECK(worst <= limit, "step ", step, ": the device tier's peak reached ", worst, " bytes on a rank (this ",
                 "rank: ", mine, "), over --device-memory-limit ", limit, "; offload more (--placement auto, ",
-                "--offload-optim-frac, --offload cpu|nvme), use ZeRO-3 or activation checkpointing (gpt_train ",
+                "--offload-optim-frac, --offload cpu|nvme, --zero 3 --offload-params) or use activation checkpointing (gpt_train ",
                 "--dry-run shows where the bytes go)");
 }
 

@@ -6,6 +6,9 @@
 #      at dp 2 with ZeRO-1; the device tier's state and peak bytes fall by exactly the host tier's
 #      bytes, which the metrics report (host_state_bytes, host_peak_bytes);
 #   2. a checkpoint saved with states split between the tiers resumes in a plain run and back;
+#   2b. --zero 3 --offload-params (the shard of parameters and gradients on the host tier), alone and
+#      with --offload cpu, at one rank and dp 2, equals plain ZeRO-3 the same way, and the planner
+#      (--dry-run) predicts the one-rank device peak exactly;
 #   3. --placement auto --device-memory-limit between the plain and the all-offloaded peak picks a
 #      share whose measured device peak is within the limit (the planner is exact here), and the
 #      run equals the plain one; a limit no placement meets is refused before step 1, naming the
@@ -56,6 +59,22 @@ train plain-to-cpu 1 --steps 10 --resume "$tmp/ref/step_5.h5" --offload-optim-fr
 head -n 5 "$tmp/ref.jsonl" | cat - "$tmp/plain-to-cpu.jsonl" > "$tmp/b.jsonl"
 echo -n "device states saved, resumed with 3/4 on the host tier: "; $compare "$tmp/ref.jsonl" "$tmp/b.jsonl"
 
+# 2b. ZeRO-3's shard on the host tier
+for ranks in 1 2; do
+  train z3-$ranks $ranks --steps 10 --zero 3
+  train z3-params-$ranks $ranks --steps 10 --zero 3 --offload-params
+  echo -n "--zero 3 --offload-params, $ranks rank(s): "; $compare "$tmp/z3-$ranks.jsonl" "$tmp/z3-params-$ranks.jsonl"
+  moved_to_host z3-params-$ranks z3-$ranks
+  train z3-all-$ranks $ranks --steps 10 --zero 3 --offload-params --offload cpu
+  echo -n "--zero 3 --offload-params --offload cpu, $ranks rank(s): "; $compare "$tmp/z3-$ranks.jsonl" "$tmp/z3-all-$ranks.jsonl"
+  moved_to_host z3-all-$ranks z3-$ranks
+done
+planned=$("$build/apps/gpt_train" "${common[@]}" --zero 3 --offload-params --offload cpu --dry-run |
+  sed -n 's/^predicted peak per rank: \([0-9]*\) bytes.*/\1/p')
+[[ $planned -eq $(last z3-all-1 peak_mem_bytes) ]] ||
+  { echo "error: planned $planned, measured $(last z3-all-1 peak_mem_bytes)"; exit 1; }
+echo "    one rank, everything on the host tier: planned device peak $planned bytes = measured"
+
 # 3. the budget
 plain=$(last ref peak_mem_bytes) offloaded=$(last cpu peak_mem_bytes)
 limit=$(( (plain + offloaded) / 2 ))
@@ -83,3 +102,4 @@ refused "step 1: the device tier's peak reached" 2 --device-memory-limit 1M  # b
 refused "--placement auto chooses --offload-optim-frac" 1 --placement auto
 refused "--offload-optim-frac 0.5 places the optimizer states itself" 1 --offload-optim-frac 0.5 --offload cpu
 refused "--device-memory-limit 2X: expected a number of bytes" 1 --device-memory-limit 2X
+refused "--offload-params moves ZeRO-3's shard of the parameters: it needs --zero 3" 1 --offload-params

@@ -118,7 +118,8 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   ln_f_ = std::move(m.ln_f);
   block_unit_base_ = first_stage ? 1 : 0;
   ln_f_unit_ = block_unit_base_ + blocks_.size();
-  units_ = std::make_unique<parallel::ParamUnits>(store_, m.unit_first_param, device, seed, layout.zero3);
+  units_ = std::make_unique<parallel::ParamUnits>(store_, m.unit_first_param, device, seed, layout.zero3,
+                                                  layout.offload_params);
   if (mirror_->size() > 0) {
     mirror_->allocate(device, seed);  // the same values as the first stage's table
   } else {

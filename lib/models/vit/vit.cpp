@@ -110,7 +110,8 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
     first_param.push_back(store_.size());
     std::tie(ln_f_, head_) = add_head(store_);
   }
-  units_ = std::make_unique<parallel::ParamUnits>(store_, first_param, device, seed, layout.zero3);
+  units_ = std::make_unique<parallel::ParamUnits>(store_, first_param, device, seed, layout.zero3,
+                                                  layout.offload_params);
   if (layout.pipeline.pipelined()) {  // the whole model's size, from its parameter list alone
     nn::ParamStore whole;
     add_embedding(whole);
