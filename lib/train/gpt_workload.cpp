@@ -9,7 +9,8 @@ namespace tessera::train {
 
 GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
                          const TrainConfig& config, comm::ProcessMesh& mesh)
-    : model_(model),
+    : ModelStage(model),
+      model_(model),
       config_(config),
       dp_rank_(mesh.coord(comm::Axis::dp)),
       dp_(mesh.shape().dp),

@@ -19,7 +19,7 @@
 
 namespace tessera::train {
 
-class GptWorkload final : public Workload, private PipelineStage {
+class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
  public:
   // pp, data: the pipeline group (its size and the model's chunks pick the schedule of
   // config.pp_schedule) and the data group (dp x sp) the tied table's gradient is summed over.
@@ -43,19 +43,9 @@ class GptWorkload final : public Workload, private PipelineStage {
   void dump_first_step(const std::string& path) override;
 
  private:
-  // PipelineStage: the model's chunks, with this rank's token rows.
-  int chunks() const override { return model_.chunks(); }
-  Tensor& chunk_input(int chunk, int micro) override { return model_.chunk_input(chunk, micro); }
-  Tensor& chunk_output(int chunk, int micro) override { return model_.chunk_output(chunk, micro); }
-  Tensor& chunk_grad(int chunk, int micro) override { return model_.chunk_grad(chunk, micro); }
+  // PipelineStage (ModelStage answers the rest): the model's chunks with this rank's token rows.
   float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) override;
-  void backward(int chunk, int micro, parallel::GradSync* sync) override { model_.backward_chunk(chunk, micro, sync); }
-  void backward_input(int chunk, int micro) override { model_.backward_chunk(chunk, micro, nullptr, true); }
-  void backward_weights(int chunk, int micro, parallel::GradSync* sync) override {
-    model_.backward_weights_chunk(chunk, micro, sync);
-  }
   float evaluate(int64_t batch, int chunk) override;
-  void release(int chunk, int micro) override { model_.release(chunk, micro); }
 
   models::Gpt& model_;
   TrainConfig config_;

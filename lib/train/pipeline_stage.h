@@ -29,4 +29,26 @@ class PipelineStage {
   virtual void release(int chunk, int micro) = 0;
 };
 
+// The PipelineStage calls a model (models::Gpt, models::Vit) answers itself: its chunks'
+// activation buffers, backward (whole, or split into B and W) and release. A workload derives
+// from it and adds forward and evaluate, which need its data.
+template <typename Model>
+class ModelStage : public PipelineStage {
+ public:
+  explicit ModelStage(Model& model) : staged_(model) {}
+  int chunks() const override { return staged_.chunks(); }
+  Tensor& chunk_input(int chunk, int micro) override { return staged_.chunk_input(chunk, micro); }
+  Tensor& chunk_output(int chunk, int micro) override { return staged_.chunk_output(chunk, micro); }
+  Tensor& chunk_grad(int chunk, int micro) override { return staged_.chunk_grad(chunk, micro); }
+  void backward(int chunk, int micro, parallel::GradSync* sync) override { staged_.backward_chunk(chunk, micro, sync); }
+  void backward_input(int chunk, int micro) override { staged_.backward_chunk(chunk, micro, nullptr, true); }
+  void backward_weights(int chunk, int micro, parallel::GradSync* sync) override {
+    staged_.backward_weights_chunk(chunk, micro, sync);
+  }
+  void release(int chunk, int micro) override { staged_.release(chunk, micro); }
+
+ private:
+  Model& staged_;
+};
+
 }  // namespace tessera::train

@@ -10,7 +10,8 @@ VitWorkload::VitWorkload(models::Vit& model, std::shared_ptr<const io::ImageData
                          std::shared_ptr<const io::ImageDataset> test, const TrainConfig& config,
                          comm::Communicator& dp, comm::Communicator& grid_rows, comm::Communicator& pp,
                          comm::Communicator& data, io::ImageAugment augment)
-    : model_(model),
+    : ModelStage(model),
+      model_(model),
       config_(config),
       dp_(dp),
       grid_rows_(grid_rows),

@@ -21,7 +21,7 @@
 
 namespace tessera::train {
 
-class VitWorkload final : public Workload, private PipelineStage {
+class VitWorkload final : public Workload, private ModelStage<models::Vit> {
  public:
   // test may be null (no evaluation). dp: the data-parallel group and grid_rows the tensor-parallel
   // grid's ranks splitting each micro-batch (ProcessMesh::grid_rows; one rank otherwise): their
@@ -48,19 +48,9 @@ class VitWorkload final : public Workload, private PipelineStage {
   parallel::TiedWeights* tied_weights() override { return tied_.get(); }
 
  private:
-  // PipelineStage: the model's chunks, with this rank's images and labels.
-  int chunks() const override { return model_.chunks(); }
-  Tensor& chunk_input(int chunk, int micro) override { return model_.chunk_input(chunk, micro); }
-  Tensor& chunk_output(int chunk, int micro) override { return model_.chunk_output(chunk, micro); }
-  Tensor& chunk_grad(int chunk, int micro) override { return model_.chunk_grad(chunk, micro); }
+  // PipelineStage (ModelStage answers the rest): the model's chunks with this rank's images and labels.
   float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) override;
-  void backward(int chunk, int micro, parallel::GradSync* sync) override { model_.backward_chunk(chunk, micro, sync); }
-  void backward_input(int chunk, int micro) override { model_.backward_chunk(chunk, micro, nullptr, true); }
-  void backward_weights(int chunk, int micro, parallel::GradSync* sync) override {
-    model_.backward_weights_chunk(chunk, micro, sync);
-  }
   float evaluate(int64_t batch, int chunk) override;
-  void release(int chunk, int micro) override { model_.release(chunk, micro); }
 
   const io::ImageBatch& step_batch(int64_t step);  // this rank's rows of the step, prefetched
   const int32_t* step_labels(int64_t step);        // their labels (a last stage loads only these)
