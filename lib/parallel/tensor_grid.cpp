@@ -120,7 +120,8 @@ void TensorParallelGrid::linear_backward(Tensor* dx, const Tensor& dy, const Ten
 }
 
 // y[row, col] = b[col] + sum_k x[row, k] W[col, k]^T: step k broadcasts x's block k along the grid
-// row (from column k) and W's block (col, k) along the grid column (from row k).
+// row (from column k) and W's block (col, k) along the grid column (from row k). The root sends
+// its own block in place; the others receive into the workspace.
 void TensorParallelGrid::summa_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const {
   Tensor xm = as_matrix(x), ym = as_matrix(y);
   Tensor xk = work(x_block, xm.shape()), wk = work(w_block, w.shape());
@@ -130,11 +131,10 @@ void TensorParallelGrid::summa_forward(Tensor& y, const Tensor& x, const Tensor&
     ym.zero();
   }
   for (int k = 0; k < grid_.q; ++k) {
-    if (grid_.col == k) xk.copy_from(xm);
-    if (grid_.row == k) wk.copy_from(w);
-    row_.broadcast(xk, k);
-    col_.broadcast(wk, k);
-    ops::matmul(xk, false, wk, true, ym, 1.0f, 1.0f);
+    Tensor x_step = grid_.col == k ? xm : xk, w_step = grid_.row == k ? w : wk;
+    row_.broadcast(x_step, k);
+    col_.broadcast(w_step, k);
+    ops::matmul(x_step, false, w_step, true, ym, 1.0f, 1.0f);
   }
 }
 
@@ -150,9 +150,9 @@ void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tens
   Tensor dx_part = work(Slot::dx_part, xm.shape()), dw_part = work(Slot::dw_part, w.shape());
   for (int k = 0; k < grid_.q; ++k) {
     if (dx) {
-      if (grid_.row == k) wk.copy_from(w);
-      col_.broadcast(wk, k);
-      ops::matmul(dym, false, wk, false, dx_part);
+      Tensor w_step = grid_.row == k ? w : wk;
+      col_.broadcast(w_step, k);
+      ops::matmul(dym, false, w_step, false, dx_part);
       row_.reduce_sum(dx_part, k);
       if (grid_.col == k) {
         Tensor dxm = as_matrix(*dx);
@@ -164,9 +164,9 @@ void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tens
       }
     }
     if (dw) {
-      if (grid_.col == k) xk.copy_from(xm);
-      row_.broadcast(xk, k);
-      ops::matmul(dym, true, xk, false, dw_part);
+      Tensor x_step = grid_.col == k ? xm : xk;
+      row_.broadcast(x_step, k);
+      ops::matmul(dym, true, x_step, false, dw_part);
       col_.reduce_sum(dw_part, k);
       if (grid_.row == k) ops::add_inplace(*dw, dw_part);
     }
