@@ -1,0 +1,140 @@
+// Roofline lines for tessera's CPU kernels, each against a limit measured in the same run (not a
+// test): the GEMMs of a GPT-2 124M step (batch 4 x seq 64 = 256 token rows) through ops::matmul in
+// GFLOP/s against a 2048^3 sgemm; layer norm forward and backward in GB/s against a copy loop's
+// bandwidth; causal attention forward and backward in GFLOP/s (against the same sgemm rate, which
+// attention, made of small tiles and a softmax, can at best approach).
+//
+// usage: bench_kernels_cpu [--reps N]     threads: OMP_NUM_THREADS
+// Each figure is the best of N runs (default 7) after one warm-up.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace {
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+int g_reps = 7;
+
+// Best seconds of g_reps runs of f after one warm-up.
+double best_seconds(const std::function<void()>& f) {
+  f();
+  double best = 1e30;
+  for (int r = 0; r < g_reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+Tensor filled(Shape shape, float scale) {
+  Tensor t = Tensor::empty(std::move(shape));
+  float* p = t.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = scale * static_cast<float>((i * 7919) % 1000 - 500) / 500.0f;
+  return t;
+}
+
+// C[m, n] = A[m, k] B^T (B stored [n, k], as a linear layer's weight) and the backward products.
+double gemm_gflops(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) {
+  Tensor a = trans_a ? filled({k, m}, 1.0f) : filled({m, k}, 1.0f);
+  Tensor b = trans_b ? filled({n, k}, 1.0f) : filled({k, n}, 1.0f);
+  Tensor c = Tensor::zeros({m, n});
+  const double s = best_seconds([&] { ops::matmul(a, trans_a, b, trans_b, c); });
+  return 2.0 * double(m) * double(n) * double(k) / s / 1e9;
+}
+
+// A copy of n floats: 8 bytes per element counted (no write-allocate), as STREAM counts it.
+double copy_gbs(int64_t n) {
+  Tensor src = filled({n}, 1.0f), dst = Tensor::zeros({n});
+  const float* s = src.data<float>();
+  float* d = dst.data<float>();
+  const double sec = best_seconds([&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = s[i];
+  });
+  return 8.0 * double(n) / sec / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+      g_reps = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: bench_kernels_cpu [--reps N]\n");
+      return 2;
+    }
+  }
+  std::printf("threads %d, best of %d\n\n", omp_get_max_threads(), g_reps);
+  const double limit = gemm_gflops(2048, 2048, 2048, false, true);
+  std::printf("limit: sgemm 2048^3 through ops::matmul: %.1f GFLOP/s\n\n", limit);
+
+  std::printf("%-44s %10s %8s\n", "GEMM (GPT-2 124M, 256 token rows)", "GFLOP/s", "% limit");
+  struct Shape3 {
+    const char* name;
+    int64_t m, n, k;
+    bool ta, tb;
+  };
+  const int64_t rows = 256, c = 768;
+  const Shape3 gemms[] = {
+      {"qkv forward      [256x768] x [2304x768]^T", rows, 3 * c, c, false, true},
+      {"proj forward     [256x768] x [768x768]^T", rows, c, c, false, true},
+      {"fc forward       [256x768] x [3072x768]^T", rows, 4 * c, c, false, true},
+      {"fc2 forward      [256x3072] x [768x3072]^T", rows, c, 4 * c, false, true},
+      {"fc dx            [256x3072] x [3072x768]", rows, c, 4 * c, false, false},
+      {"fc dW            [256x3072]^T x [256x768]", 4 * c, c, rows, true, false},
+      {"head forward     [256x768] x [50257x768]^T", rows, 50257, c, false, true},
+      {"head dW          [256x50257]^T x [256x768]", 50257, c, rows, true, false},
+  };
+  for (const Shape3& g : gemms) {
+    const double r = gemm_gflops(g.m, g.n, g.k, g.ta, g.tb);
+    std::printf("%-44s %10.1f %7.0f%%\n", g.name, r, 100.0 * r / limit);
+  }
+
+  const double bandwidth = copy_gbs(int64_t{64} << 20);
+  std::printf("\nlimit: copy of 64M floats: %.1f GB/s (8 bytes per element)\n\n", bandwidth);
+  std::printf("%-44s %10s %8s\n", "layer norm (bytes: x, y or dy, dx)", "GB/s", "% copy");
+  for (const int64_t n : {int64_t{4096}, int64_t{65536}}) {
+    Tensor x = filled({n, c}, 1.0f), y = Tensor::zeros({n, c}), w = filled({c}, 1.0f), b = filled({c}, 0.1f);
+    Tensor mean = Tensor::zeros({n}), rstd = Tensor::zeros({n});
+    Tensor dy = filled({n, c}, 0.5f), dx = Tensor::zeros({n, c}), dw = Tensor::zeros({c}), db = Tensor::zeros({c});
+    const double elements = double(n) * double(c);
+    const double fwd = 8.0 * elements / best_seconds([&] { ops::layernorm_forward(y, mean, rstd, x, w, b); }) / 1e9;
+    // backward reads dy and x, reads and writes dx (it accumulates): 16 bytes per element
+    const double bwd =
+        16.0 * elements / best_seconds([&] { ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd); }) / 1e9;
+    std::printf("forward  %6lld x %-28lld %10.1f %7.0f%%\n", static_cast<long long>(n), static_cast<long long>(c), fwd,
+                100.0 * fwd / bandwidth);
+    std::printf("backward %6lld x %-28lld %10.1f %7.0f%%\n", static_cast<long long>(n), static_cast<long long>(c), bwd,
+                100.0 * bwd / bandwidth);
+  }
+
+  std::printf("\n%-44s %10s %8s\n", "causal attention (12 heads of 64)", "GFLOP/s", "% limit");
+  for (const int64_t t : {int64_t{64}, int64_t{256}, int64_t{1024}}) {
+    const int64_t batch = 4, heads = 12, d = 64;
+    Tensor qkv = filled({batch, t, 3 * heads * d}, 0.5f), out = Tensor::zeros({batch, t, heads * d});
+    Tensor lse = Tensor::zeros({batch, heads, t}), dout = filled({batch, t, heads * d}, 0.5f);
+    Tensor dqkv = Tensor::zeros(qkv.shape());
+    // causal: half the T x T scores; forward q k^T and p v (4 T^2 D / 2 per head), backward 2.5x that
+    const double fwd_flops = 2.0 * double(batch * heads) * double(t) * double(t) * double(d);
+    const double fwd = fwd_flops / best_seconds([&] { ops::attention_forward(out, lse, qkv, heads); }) / 1e9;
+    const double bwd = 2.5 * fwd_flops /
+                       best_seconds([&] { ops::attention_backward(dqkv, dout, qkv, out, lse, heads); }) / 1e9;
+    std::printf("forward  B 4, T %-27lld %10.1f %7.0f%%\n", static_cast<long long>(t), fwd, 100.0 * fwd / limit);
+    std::printf("backward B 4, T %-27lld %10.1f %7.0f%%\n", static_cast<long long>(t), bwd, 100.0 * bwd / limit);
+  }
+  return 0;
+}
