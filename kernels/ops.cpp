@@ -2,6 +2,7 @@
 #include "kernels/ops.h"
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernel_timing.h"
 #ifdef TESSERA_HAVE_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -11,15 +12,20 @@ namespace {
 
 // Runs the same call on the CPU or the CUDA namespace, by the device of the first tensor.
 #ifdef TESSERA_HAVE_CUDA
-#define TESSERA_DISPATCH(device, fn, ...)                                        \
-  do {                                                                           \
-    if ((device) == Device::cuda) ::tessera::kernels::cuda::fn(__VA_ARGS__);     \
-    else ::tessera::kernels::cpu::fn(__VA_ARGS__);                               \
+#define TESSERA_DISPATCH(device, fn, ...)                                                             \
+  do {                                                                                                \
+    if ((device) == Device::cuda) {                                                                   \
+      ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                      \
+    } else {                                                                                          \
+      const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn));              \
+      ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                       \
+    }                                                                                                 \
   } while (0)
 #else
 #define TESSERA_DISPATCH(device, fn, ...)                                                        \
   do {                                                                                           \
     TESSERA_CHECK((device) == Device::cpu, #fn ": a cuda tensor in a build without CUDA");       \
+    const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn));           \
     ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                    \
   } while (0)
 #endif

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "io/hdf5_file.h"
+#include "kernels/kernel_timing.h"
 #include "kernels/peak_flops.h"
 #include "comm/string_exchange.h"
 #include "optim/grad_clip.h"
@@ -208,6 +209,7 @@ TrainResult Trainer::run() {
     if (step == faults_.signal_step && world_.rank() == faults_.signal_rank) std::raise(faults_.signal);
     reset_peak_memory(device);
     const auto [comm_bytes_before, comm_ms_before] = comm_totals();
+    kernels::take_kernel_times();  // the step's own kernels from here (not the last evaluation's)
     Timer timer;
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) work_.dump_first_step(config_.dump_path);
@@ -219,6 +221,7 @@ TrainResult Trainer::run() {
     result.preempted = world_.all_reduce_max(int64_t{preemption_requested()}) != 0;
     const double ms = timer.millis();
     const auto [comm_bytes, comm_ms] = comm_totals();
+    const kernels::KernelTimes kernel_times = kernels::take_kernel_times();
 
     const double samples_per_s = static_cast<double>(config_.global_batch) / (ms / 1e3);
     const double units_per_s = static_cast<double>(units_per_step) / (ms / 1e3);
@@ -231,6 +234,12 @@ TrainResult Trainer::run() {
         .add("comm_ms", comm_ms - comm_ms_before)
         .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", loss_scale)
         .add("skipped_steps", result.skipped_steps);
+    if (device == Device::cpu) {  // the step's time split (CUDA kernels run asynchronously: not timed)
+      using kernels::KernelKind;
+      line.add("gemm_ms", kernel_times.of(KernelKind::gemm)).add("attention_ms", kernel_times.of(KernelKind::attention))
+          .add("optimizer_ms", kernel_times.of(KernelKind::optimizer))
+          .add("other_kernels_ms", kernel_times.of(KernelKind::other));
+    }
     if (const MemoryStats host = host_tier_stats(); host.allocations > 0)  // something was offloaded there
       line.add("host_peak_bytes", host.peak_bytes).add("host_state_bytes", optimizer_.host_state_bytes());
     for (const Workload::StepMetric& m : work_.step_metrics())  // summed or maxed over the job
