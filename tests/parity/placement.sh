@@ -103,3 +103,14 @@ refused "--placement auto chooses --offload-optim-frac" 1 --placement auto
 refused "--offload-optim-frac 0.5 places the optimizer states itself" 1 --offload-optim-frac 0.5 --offload cpu
 refused "--device-memory-limit 2X: expected a number of bytes" 1 --device-memory-limit 2X
 refused "--offload-params moves ZeRO-3's shard of the parameters: it needs --zero 3" 1 --offload-params
+refused "--offload-optim-frac must be in [0, 1], got 1.5" 1 --offload-optim-frac 1.5
+refused "--placement some: expected static or auto" 1 --placement some
+refused "--placement-chunk-mb must be > 0" 1 --placement-chunk-mb 0
+"$build/apps/data_prep" synth-images --classes 3 --train 24 --test 8 --size 8 --seed 1 --output "$tmp/images.h5" >/dev/null
+echo -n "vit_train --placement auto: "
+if "$build/apps/vit_train" --data "$tmp/images.h5" --layers 1 --hidden 16 --heads 2 --global-batch 4 --steps 1 \
+     --placement auto --device-memory-limit 1G >"$tmp/vit.log" 2>&1; then
+  echo "error: accepted"; exit 1
+fi
+grep -qF "vit_train: --placement auto needs the memory planner" "$tmp/vit.log" || { cat "$tmp/vit.log"; exit 1; }
+echo "refused: $(grep -m1 'error:' "$tmp/vit.log")"
