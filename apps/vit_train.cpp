@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
                 mc.hidden, ", ", mc.heads, " heads, patch ", mc.patch, ", ", mc.classes, " classes, ",
                 train_set->size(), " training images (", steps_per_epoch, " steps per epoch), global batch ",
                 tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps, " steps on ", o.device_name, " with ",
-                omp_get_max_threads(), " threads");
+                omp_get_max_threads(), " threads", o.gemm_note());
     cli::ParallelSetup parallel(o, mc.heads, mc.hidden / mc.heads);
     comm::ProcessMesh& mesh = parallel.mesh();
     models::Vit model(mc, o.device(), tc.seed, tc.micro_batch, parallel.layout());

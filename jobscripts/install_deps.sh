@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tessera needs, only those missing (quiet when all are there).
 # usage: jobscripts/install_deps.sh [build|test|validation]
-#   test = build + what the test suite uses; validation = test + plotting for validation/
+#   test = build + what the test suite uses; validation = test + plotting and BLIS for validation/
 set -euo pipefail
 what=${1:-build}
 pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
-      libboost-program-options-dev libopenblas-dev libopenblas0-openmp libgtest-dev)
+      libboost-program-options-dev libopenblas-dev libopenblas0-openmp libdnnl-dev libgtest-dev)
 case $what in build|test|validation) ;; *) echo "error: unknown part '$what' (build, test or validation)" >&2; exit 2 ;; esac
 if [ "$what" != build ]; then
   pkgs+=(python3-torch python3-h5py python3-numpy slurmd slurmctld slurm-client munge libpmix-dev)
   # the sanitizer and fuzz trees (tests/fuzz): clang, its libFuzzer/ASan runtimes, its OpenMP
   pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 fi
-[ "$what" = validation ] && pkgs+=(python3-matplotlib)
+[ "$what" = validation ] && pkgs+=(python3-matplotlib libblis-openmp-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,22 +1,24 @@
-// Where a training step's compute time goes: every kernels/ops.h call on the CPU is timed on the
-// calling thread and added to its kind (GEMMs, attention, the optimizer's update, everything
-// else), until take_kernel_times() hands the sums over and starts again (the trainer does so once
-// per step: gemm_ms, attention_ms, optimizer_ms, other_kernels_ms in the metrics). CUDA kernels
-// run asynchronously, so a host-side timer would time their launch only: they are not counted.
+// Where a training step's time goes: every kernels/ops.h call on the CPU is timed on the calling
+// thread and added to its kind (GEMMs, attention, the optimizer: the update, the gradient norm
+// and zeroing the gradients; everything else), as is the wait for the step's data, until
+// take_kernel_times() hands the sums over and starts again (the trainer does so once per step:
+// gemm_ms, attention_ms, optimizer_ms, other_kernels_ms, data_ms in the metrics; comm_ms comes
+// from the communicators). CUDA kernels run asynchronously, so a host-side timer would time their
+// launch only: they are not counted.
 #pragma once
 #include <chrono>
 #include <string_view>
 
 namespace tessera::kernels {
 
-enum class KernelKind { gemm, attention, optimizer, other };
-constexpr int kKernelKinds = 4;
+enum class KernelKind { gemm, attention, optimizer, other, data };
+constexpr int kKernelKinds = 5;
 
 // The kind of a kernel by its name in kernels/cpu/cpu_ops.h.
 constexpr KernelKind kernel_kind(std::string_view name) {
   if (name.starts_with("gemm")) return KernelKind::gemm;
   if (name.starts_with("attention")) return KernelKind::attention;
-  if (name.starts_with("adamw")) return KernelKind::optimizer;
+  if (name.starts_with("adamw") || name == "sum_squares") return KernelKind::optimizer;  // the update, the norm
   return KernelKind::other;
 }
 

@@ -115,6 +115,7 @@ double sum_squares(const Tensor& x) {
   if (x.device() == Device::cuda) return kernels::cuda::sum_squares(x.data<float>(), x.numel());
 #endif
   TESSERA_CHECK(x.device() == Device::cpu, "sum_squares: a cuda tensor in a build without CUDA");
+  const kernels::KernelTimer timer(kernels::kernel_kind("sum_squares"));
   return kernels::cpu::sum_squares(x.data<float>(), x.numel());
 }
 

@@ -122,14 +122,12 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       mc.validate(o.mesh.tp);
     }
     if (o.auto_placement()) {  // before the dry run, which then shows the placement chosen
-      tc.adamw.host_fraction = plan::host_fraction_for(planned_run(o, mc, seq_len), tc.device_memory_limit);
-      const plan::MemoryPlan placed = plan::plan_memory(planned_run(o, mc, seq_len));
-      int64_t host = 0;
-      for (const plan::StageMemory& stage : placed.stages) host = std::max(host, stage.host_tier());
+      const plan::Placement placed = plan::placement_for(planned_run(o, mc, seq_len), tc.device_memory_limit);
+      tc.adamw.host_fraction = placed.host_fraction;
       if (mpi.world_rank() == 0)
-        log::info("--placement auto: ", host, " bytes of optimizer states per rank on",
+        log::info("--placement auto: ", placed.plan.host_tier(), " bytes per rank on",
                   " the host tier (--offload-optim-frac ", tc.adamw.host_fraction, "), planned device peak ",
-                  placed.peak(), " bytes within --device-memory-limit ", tc.device_memory_limit);
+                  placed.plan.peak(), " bytes within --device-memory-limit ", tc.device_memory_limit);
     }
     if (dry_run) {
       const plan::GptRun run = planned_run(o, mc, seq_len);
@@ -156,7 +154,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",
                 mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab, ", seq ", seq_len, ", global batch ",
                 tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps, " steps on ", o.device_name, " with ",
-                omp_get_max_threads(), " threads",
+                omp_get_max_threads(), " threads", o.gemm_note(),
                 moe ? ", " + std::to_string(mc.moe.experts) + " experts (top-" + std::to_string(mc.moe.router.top_k) +
                           ") every " + std::to_string(mc.moe_every) + " blocks"
                     : std::string());

@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "core/log.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "memory/scratch_file.h"
 #include "optim/mixed_precision.h"
 #include "parallel/pipeline_verifier.h"
@@ -55,7 +56,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("pp", po::value(&mesh.pp)->default_value(1), "pipeline stages")
       ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b"), "pipeline schedule: gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
       ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1), "model chunks per pipeline stage (interleaved schedule)")
-      ("trace", po::value(&tc.trace_path), "write the pipeline's per-rank timeline of compute and messages to this Chrome trace JSON file (Perfetto)")
+      ("trace", po::value(&tc.trace_path), "write a Chrome trace JSON file (Perfetto): every rank's steps with their time split, and on a pipeline its compute and messages")
       ("sp", po::value(&mesh.sp)->default_value(1), "sequence-parallel ranks (must divide the sequence)")
       ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention), or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
       ("activation-checkpointing", po::value(&activation_checkpointing)->default_value("none"), "none, full (a checkpointed block keeps only its input; backward reruns its forward) or selective (backward recomputes the attention core's output)")
@@ -150,6 +151,10 @@ int TrainOptions::split_model(int64_t heads, int64_t hidden) const {
 }
 
 Device TrainOptions::device() const { return parse_device(device_name); }
+
+std::string TrainOptions::gemm_note() const {
+  return device() == Device::cpu ? std::string(" (GEMMs: ") + kernels::cpu::gemm_library_name() + ")" : std::string();
+}
 
 models::ActivationCheckpointing TrainOptions::checkpointing() const {
   models::ActivationCheckpointing c;

@@ -1,4 +1,4 @@
-// CPU kernels behind kernels/ops.h, on raw pointers: BLAS for GEMM, OpenMP + SIMD loops for the
+// CPU kernels behind kernels/ops.h, on raw pointers: oneDNN or BLAS for GEMM, OpenMP + SIMD loops for the
 // rest. Each one has a CUDA twin of the same name in kernels/cuda/cuda_ops.h.
 #pragma once
 #include <cstdint>
@@ -7,6 +7,11 @@
 
 namespace tessera::kernels::cpu {
 
+// "oneDNN" or "BLAS": the library gemm runs on (TESSERA_CPU_GEMM=blas|onednn chooses; oneDNN
+// when the build has it), and the one a setting of TESSERA_CPU_GEMM would choose (throws naming
+// a bad setting, or onednn in a build without oneDNN).
+const char* gemm_library_name();
+const char* gemm_library_for(const char* setting);
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c);
 void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,

@@ -1,12 +1,40 @@
-// GEMM on the CPU: row-major cblas_sgemm, single and batched.
+// GEMM on the CPU, single and batched: oneDNN's row-major sgemm when the build found it, the
+// BLAS's cblas_sgemm otherwise or when TESSERA_CPU_GEMM=blas. Both run on the OpenMP threads
+// tessera's own kernels use.
 #include <cblas.h>
+#ifdef TESSERA_HAVE_ONEDNN
+#include <dnnl.h>
+#endif
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
+#include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace tessera::kernels::cpu {
 namespace {
+
+enum class GemmLibrary { blas, onednn };
+
+GemmLibrary choose_library(const char* setting) {
+  const std::string asked = setting ? setting : "";
+#ifdef TESSERA_HAVE_ONEDNN
+  if (asked.empty() || asked == "onednn") return GemmLibrary::onednn;
+#else
+  TESSERA_CHECK(asked != "onednn", "TESSERA_CPU_GEMM=onednn, but this build has no oneDNN (Debian: libdnnl-dev, then "
+                                   "configure again)");
+  if (asked.empty()) return GemmLibrary::blas;
+#endif
+  TESSERA_CHECK(asked == "blas", "TESSERA_CPU_GEMM must be onednn or blas, not '", asked, "'");
+  return GemmLibrary::blas;
+}
+
+GemmLibrary library() {
+  static const GemmLibrary chosen = choose_library(std::getenv("TESSERA_CPU_GEMM"));
+  return chosen;
+}
 
 // c[m, n] *= beta (k == 0: the product is empty); beta == 0 overwrites, as BLAS does.
 void scale_only(int64_t m, int64_t n, float beta, float* c) {
@@ -21,6 +49,15 @@ void scale_only(int64_t m, int64_t n, float beta, float* c) {
 
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            const float* b, float beta, float* c) {
+#ifdef TESSERA_HAVE_ONEDNN
+  if (library() == GemmLibrary::onednn) {
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
+                                            trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    TESSERA_CHECK(status == dnnl_success, "oneDNN sgemm failed (status ", static_cast<int>(status), ") for ", m, "x", n,
+                  "x", k);
+    return;
+  }
+#endif
   const blasint lda = static_cast<blasint>(std::max<int64_t>(1, trans_a ? m : k));
   const blasint ldb = static_cast<blasint>(std::max<int64_t>(1, trans_b ? k : n));
   const blasint ldc = static_cast<blasint>(std::max<int64_t>(1, n));
@@ -29,7 +66,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
               ldb, beta, c, ldc);
 }
 
+const char* name_of(GemmLibrary l) { return l == GemmLibrary::onednn ? "oneDNN" : "BLAS"; }
+
 }  // namespace
+
+const char* gemm_library_for(const char* setting) { return name_of(choose_library(setting)); }
+const char* gemm_library_name() { return name_of(library()); }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           const float* b, float beta, float* c) {

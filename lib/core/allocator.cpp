@@ -1,6 +1,9 @@
 // Host allocations (aligned new) and, when built with CUDA, device allocations, counted per device.
 #include "core/allocator.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -107,10 +110,34 @@ MemoryStats host_tier_stats() { return {g_host_tier.current.load(), g_host_tier.
 
 void reset_host_tier_peak() { g_host_tier.peak = g_host_tier.current.load(); }
 
+namespace {
+
+// Runs fn(offset, bytes) over [0, bytes) split among the OpenMP threads when the range is large
+// (one thread does not reach the memory bandwidth: zeroing 0.5 GB took 50 ms on one thread of the
+// benchmark machine, 27 on two), whole on the calling thread otherwise.
+template <typename Fn>
+void on_host_threads(size_t bytes, Fn fn) {
+  constexpr size_t kParallelBytes = size_t{1} << 22;
+  constexpr size_t kAlign = 4096;
+  if (bytes < kParallelBytes || omp_in_parallel() || omp_get_max_threads() == 1) return fn(0, bytes);
+#pragma omp parallel
+  {
+    const size_t parts = static_cast<size_t>(omp_get_num_threads());
+    const size_t per = (bytes / parts + kAlign - 1) / kAlign * kAlign;
+    const size_t at = std::min(bytes, per * static_cast<size_t>(omp_get_thread_num()));
+    const size_t n = std::min(bytes - at, per);
+    if (n > 0) fn(at, n);
+  }
+}
+
+}  // namespace
+
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device == Device::cpu && src_device == Device::cpu) {
-    std::memcpy(dst, src, bytes);
+    on_host_threads(bytes, [&](size_t at, size_t n) {
+      std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, n);
+    });
     return;
   }
 #ifdef TESSERA_HAVE_CUDA
@@ -123,7 +150,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 void zero_bytes(void* dst, Device device, size_t bytes) {
   if (bytes == 0) return;
   if (device == Device::cpu) {
-    std::memset(dst, 0, bytes);
+    on_host_threads(bytes, [&](size_t at, size_t n) { std::memset(static_cast<char*>(dst) + at, 0, n); });
     return;
   }
 #ifdef TESSERA_HAVE_CUDA

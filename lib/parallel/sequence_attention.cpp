@@ -101,7 +101,7 @@ Tensor SequenceAttention::scratch(int i, Shape shape) {
 
 void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal) {
   check_call("forward", qkv, 3, out, 1, saved);
-  if (mode_ == SequenceMode::ring) return causal ? ring_forward(out, qkv, saved) : full_ring_forward(out, qkv, saved);
+  if (mode_ == SequenceMode::ring) return ring_forward(out, qkv, saved, ring_route(causal));
   to_heads(saved.qkv_heads, qkv, 3);
   const int64_t hs = heads_ / sp_.size();
   if (causal) {
@@ -116,8 +116,7 @@ void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor&
                                  const Saved& saved, bool causal) {
   check_call("backward", dqkv, 3, dout, 1, saved);
   check_call("backward", qkv, 3, out, 1, saved);
-  if (mode_ == SequenceMode::ring)
-    return causal ? ring_backward(dqkv, dout, qkv, out, saved) : full_ring_backward(dqkv, dout, qkv, out, saved);
+  if (mode_ == SequenceMode::ring) return ring_backward(dqkv, dout, qkv, out, saved, ring_route(causal));
   const int64_t hs = heads_ / sp_.size(), seq = saved.local_seq * sp_.size();
   // to_heads stages through scratch 0 and 1, to_sequence likewise; see their comments for why these
   // two may live there.
@@ -159,113 +158,46 @@ void SequenceAttention::to_sequence(Tensor& dst, const Tensor& src, int64_t slot
 }
 
 // ---- ring -----------------------------------------------------------------------------------------
-// Rank r at step s (0 <= s <= r) attends to block r - s: its own at step 0 (causal), then one from
-// the rank below per step (full). Blocks travel packed as kv [B, Tl, 2C] (keys then values); the
-// block kernels read q (and step 0's keys and values) straight from the qkv rows.
+// Blocks travel packed as kv [B, Tl, 2C] (keys then values) from each rank to the one above
+// (r + 1, wrapping round when not causal); the block kernels read q (and the own block's keys and
+// values) straight from the qkv rows. At step s rank r attends to block (r - s) mod sp: its own at
+// step 0 (with the causal mask when causal), then the one its lower neighbour passed up. Causal:
+// steps 1..r (only earlier blocks), and a rank passes every block on while a rank above it exists.
+// Not causal: steps 1..sp - 1 (every block), each block passed on until every rank has seen it.
 
-void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& saved) {
+SequenceAttention::RingRoute SequenceAttention::ring_route(bool causal) const {
   const int p = sp_.size(), r = sp_.rank();
-  const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
-  const Tensor q = qkv.reshape({batch, tl, 3 * c});
-  Tensor o = out.reshape({batch, tl, c});
-  const bool send_up = r + 1 < p;  // the rank above needs every block this one sees
-  Tensor kv[2] = {scratch(0, {batch, tl, 2 * c}), scratch(1, {batch, tl, 2 * c})};
-  comm::CommHandle sending[2], receiving;
-  if (send_up) {
-    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
-    sending[0] = sp_.isend(kv[0], r + 1, kTagKv);
-  }
-  if (r > 0) receiving = sp_.irecv(kv[1], r - 1, kTagKv);
-  ops::attention_block_forward(o, saved.lse, q, q, heads_, /*causal=*/true, /*merge=*/false);
-  for (int s = 1; s <= r; ++s) {
-    Tensor& cur = kv[s % 2];
-    receiving.wait();
-    if (send_up) sending[s % 2] = sp_.isend(cur, r + 1, kTagKv);  // its last send was waited below
-    if (s < r) {  // the next block, into the other buffer once its send is done
-      sending[(s + 1) % 2].wait();
-      receiving = sp_.irecv(kv[(s + 1) % 2], r - 1, kTagKv);
-    }
-    ops::attention_block_forward(o, saved.lse, q, cur, heads_, /*causal=*/false, /*merge=*/true);
-  }
-  sending[0].wait();
-  sending[1].wait();
+  RingRoute route;
+  route.causal = causal;
+  route.steps = causal ? r : p - 1;
+  route.up = causal ? r + 1 : (r + 1) % p;
+  route.down = causal ? r - 1 : (r + p - 1) % p;
+  route.own_visited = causal ? r + 1 < p : p > 1;
+  route.last_visitor = causal ? p - 1 : route.down;
+  return route;
 }
 
-// The blocks travel as in forward. For block j = r - s, this rank adds its dk/dv share into a
-// zeroed partial, then the sums of the visitors below it (received from rank r - 1, visitors are
-// j+1 .. r-1), and sends the total on to r + 1, or, on the last rank, back to the owner j. The owner
-// accumulates its own share straight into dqkv and adds the visitors' total at the end.
-void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                      const Saved& saved) {
-  const int p = sp_.size(), r = sp_.rank();
-  const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
-  const Tensor q = qkv.reshape({batch, tl, 3 * c});
-  const Tensor o = out.reshape({batch, tl, c}), g = dout.reshape({batch, tl, c});
-  Tensor d = dqkv.reshape({batch, tl, 3 * c});
-  const bool send_up = r + 1 < p, last = r + 1 == p;
-  const Shape block{batch, tl, 2 * c};
-  Tensor kv[2] = {scratch(0, block), scratch(1, block)};
-  Tensor partial[2] = {scratch(2, block), scratch(3, block)};
-  Tensor incoming = scratch(4, block), returned = scratch(5, block);
-  comm::CommHandle kv_sending[2], kv_receiving, partial_sending[2], partial_receiving, returning;
-  d.zero();
-  if (send_up) {
-    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
-    kv_sending[0] = sp_.isend(kv[0], r + 1, kTagKv);
-    returning = sp_.irecv(returned, p - 1, kTagReturn);
-  }
-  if (r > 0) kv_receiving = sp_.irecv(kv[1], r - 1, kTagKv);
-  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, /*causal=*/true);
-  for (int s = 1; s <= r; ++s) {
-    Tensor& cur = kv[s % 2];
-    Tensor& mine = partial[s % 2];
-    kv_receiving.wait();
-    if (send_up) kv_sending[s % 2] = sp_.isend(cur, r + 1, kTagKv);
-    if (s < r) {
-      kv_sending[(s + 1) % 2].wait();
-      kv_receiving = sp_.irecv(kv[(s + 1) % 2], r - 1, kTagKv);
-    }
-    if (s >= 2) partial_receiving = sp_.irecv(incoming, r - 1, kTagPartial);  // rank r - 1 visited it too
-    partial_sending[s % 2].wait();
-    mine.zero();
-    ops::attention_block_backward(d, mine, g, q, cur, o, saved.lse, heads_, /*causal=*/false);
-    if (s >= 2) {
-      partial_receiving.wait();
-      ops::add_inplace(mine, incoming);
-    }
-    partial_sending[s % 2] = last ? sp_.isend(mine, r - s, kTagReturn) : sp_.isend(mine, r + 1, kTagPartial);
-  }
-  if (send_up) {  // the visitors' total for this rank's own block
-    returning.wait();
-    copy_rows(d.data<float>() + c, 3 * c, returned.data<float>(), 2 * c, batch * tl, 2 * c, true);
-  }
-  for (auto* h : {&kv_sending[0], &kv_sending[1], &partial_sending[0], &partial_sending[1]}) h->wait();
-}
+bool SequenceAttention::RingRoute::passes_on(int s) const { return causal ? own_visited : s < steps; }
 
-// ---- ring, not causal ------------------------------------------------------------------------------
-// At step s (0 <= s < sp) rank r attends to block (r - s) mod sp: its own first, then the one its
-// lower neighbour passed up; a block is passed on until every rank has seen it (sp - 1 hops).
-
-void SequenceAttention::full_ring_forward(Tensor& out, const Tensor& qkv, Saved& saved) {
-  const int p = sp_.size(), r = sp_.rank(), up = (r + 1) % p, down = (r + p - 1) % p;
+void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& saved, const RingRoute& route) {
   const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
   const Tensor q = qkv.reshape({batch, tl, 3 * c});
   Tensor o = out.reshape({batch, tl, c});
   Tensor kv[2] = {scratch(0, {batch, tl, 2 * c}), scratch(1, {batch, tl, 2 * c})};
   comm::CommHandle sending[2], receiving;
-  if (p > 1) {
+  if (route.own_visited) {
     copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
-    sending[0] = sp_.isend(kv[0], up, kTagKv);
-    receiving = sp_.irecv(kv[1], down, kTagKv);
+    sending[0] = sp_.isend(kv[0], route.up, kTagKv);
   }
-  ops::attention_block_forward(o, saved.lse, q, q, heads_, /*causal=*/false, /*merge=*/false);
-  for (int s = 1; s < p; ++s) {
+  if (route.steps > 0) receiving = sp_.irecv(kv[1], route.down, kTagKv);
+  ops::attention_block_forward(o, saved.lse, q, q, heads_, route.causal, /*merge=*/false);
+  for (int s = 1; s <= route.steps; ++s) {
     Tensor& cur = kv[s % 2];
     receiving.wait();
-    if (s + 1 < p) {  // pass it on; the next block comes into the other buffer once its send is done
-      sending[s % 2] = sp_.isend(cur, up, kTagKv);
+    if (route.passes_on(s)) sending[s % 2] = sp_.isend(cur, route.up, kTagKv);  // its last send was waited below
+    if (s < route.steps) {  // the next block, into the other buffer once its send is done
       sending[(s + 1) % 2].wait();
-      receiving = sp_.irecv(kv[(s + 1) % 2], down, kTagKv);
+      receiving = sp_.irecv(kv[(s + 1) % 2], route.down, kTagKv);
     }
     ops::attention_block_forward(o, saved.lse, q, cur, heads_, /*causal=*/false, /*merge=*/true);
   }
@@ -274,11 +206,12 @@ void SequenceAttention::full_ring_forward(Tensor& out, const Tensor& qkv, Saved&
 }
 
 // The blocks travel as in forward. Block (r - s) arrives with the dk/dv sums of the visitors before
-// this rank (none at s = 1); this rank adds its share and passes the total up, the last visitor
-// (s = sp - 1) to the owner, which adds it to its own share in dqkv at the end.
-void SequenceAttention::full_ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                           const Saved& saved) {
-  const int p = sp_.size(), r = sp_.rank(), up = (r + 1) % p, down = (r + p - 1) % p;
+// this rank (from the lower neighbour; none at s = 1); this rank adds its share and passes the
+// total up while the rank above visits the block too, or else returns it to the block's owner,
+// which adds the visitors' total to its own share in dqkv at the end.
+void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                      const Saved& saved, const RingRoute& route) {
+  const int p = sp_.size(), r = sp_.rank();
   const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
   const Tensor q = qkv.reshape({batch, tl, 3 * c});
   const Tensor o = out.reshape({batch, tl, c}), g = dout.reshape({batch, tl, c});
@@ -289,23 +222,23 @@ void SequenceAttention::full_ring_backward(Tensor& dqkv, const Tensor& dout, con
   Tensor incoming = scratch(4, block), returned = scratch(5, block);
   comm::CommHandle kv_sending[2], kv_receiving, partial_sending[2], partial_receiving, returning;
   d.zero();
-  if (p > 1) {
+  if (route.own_visited) {
     copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
-    kv_sending[0] = sp_.isend(kv[0], up, kTagKv);
-    kv_receiving = sp_.irecv(kv[1], down, kTagKv);
-    returning = sp_.irecv(returned, down, kTagReturn);
+    kv_sending[0] = sp_.isend(kv[0], route.up, kTagKv);
+    returning = sp_.irecv(returned, route.last_visitor, kTagReturn);
   }
-  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, /*causal=*/false);
-  for (int s = 1; s < p; ++s) {
+  if (route.steps > 0) kv_receiving = sp_.irecv(kv[1], route.down, kTagKv);
+  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, route.causal);
+  for (int s = 1; s <= route.steps; ++s) {
     Tensor& cur = kv[s % 2];
     Tensor& mine = partial[s % 2];
     kv_receiving.wait();
-    if (s + 1 < p) {
-      kv_sending[s % 2] = sp_.isend(cur, up, kTagKv);
+    if (route.passes_on(s)) kv_sending[s % 2] = sp_.isend(cur, route.up, kTagKv);
+    if (s < route.steps) {
       kv_sending[(s + 1) % 2].wait();
-      kv_receiving = sp_.irecv(kv[(s + 1) % 2], down, kTagKv);
+      kv_receiving = sp_.irecv(kv[(s + 1) % 2], route.down, kTagKv);
     }
-    if (s >= 2) partial_receiving = sp_.irecv(incoming, down, kTagPartial);  // the visitors before this rank
+    if (s >= 2) partial_receiving = sp_.irecv(incoming, route.down, kTagPartial);  // the visitors before this rank
     partial_sending[s % 2].wait();
     mine.zero();
     ops::attention_block_backward(d, mine, g, q, cur, o, saved.lse, heads_, /*causal=*/false);
@@ -313,9 +246,10 @@ void SequenceAttention::full_ring_backward(Tensor& dqkv, const Tensor& dout, con
       partial_receiving.wait();
       ops::add_inplace(mine, incoming);
     }
-    partial_sending[s % 2] = sp_.isend(mine, up, s + 1 < p ? kTagPartial : kTagReturn);
+    partial_sending[s % 2] = route.passes_on(s) ? sp_.isend(mine, route.up, kTagPartial)
+                                                : sp_.isend(mine, (r - s + p) % p, kTagReturn);
   }
-  if (p > 1) {  // the other ranks' total for this rank's own block
+  if (route.own_visited) {  // the visitors' total for this rank's own block
     returning.wait();
     copy_rows(d.data<float>() + c, 3 * c, returned.data<float>(), 2 * c, batch * tl, 2 * c, true);
   }

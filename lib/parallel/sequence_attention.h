@@ -73,11 +73,18 @@ class SequenceAttention {
   // all_to_all: [B, Tl, slots, H, D] of this rank -> [B, T, slots, H/sp, D]; and back.
   void to_heads(Tensor& dst, const Tensor& src, int64_t slots);
   void to_sequence(Tensor& dst, const Tensor& src, int64_t slots);
-  void ring_forward(Tensor& out, const Tensor& qkv, Saved& saved);
-  void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved);
-  void full_ring_forward(Tensor& out, const Tensor& qkv, Saved& saved);  // not causal
-  void full_ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                          const Saved& saved);
+  // The ring's route for this rank: blocks it visits after its own (steps), its neighbours, whether
+  // any other rank visits its own block and which one does last (sequence_attention.cpp).
+  struct RingRoute {
+    bool causal;
+    int steps, up, down, last_visitor;
+    bool own_visited;
+    bool passes_on(int s) const;  // the block of step s goes on up (the rank above visits it too)
+  };
+  RingRoute ring_route(bool causal) const;
+  void ring_forward(Tensor& out, const Tensor& qkv, Saved& saved, const RingRoute& route);
+  void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved,
+                     const RingRoute& route);
 
   SequenceMode mode_;
   comm::Communicator& sp_;

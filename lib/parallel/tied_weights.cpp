@@ -35,8 +35,9 @@ void TiedWeights::add_mirror_grads(Tensor held, int64_t begin) {
     const int64_t hi = std::min(s.offset + s.local_shape.numel(), begin + held.numel());
     if (lo >= hi) return;
     Tensor target = held.slice(lo - begin, {hi - lo});
-    const Tensor add = buffer_.reshape({buffer_.numel()}).slice(lo - s.offset, {hi - lo}).to(held.device());
-    ops::add(target, target, add);
+    Tensor add = buffer_.reshape({buffer_.numel()}).slice(lo - s.offset, {hi - lo});
+    if (add.device() != held.device()) add = add.to(held.device());  // a copy only across devices
+    ops::add_inplace(target, add);
   }
 }
 

@@ -231,6 +231,12 @@ int64_t MemoryPlan::peak() const {
   return p;
 }
 
+int64_t MemoryPlan::host_tier() const {
+  int64_t h = 0;
+  for (const StageMemory& s : stages) h = std::max(h, s.host_tier());
+  return h;
+}
+
 MemoryPlan plan_memory(const GptRun& run) {
   const comm::MeshShape& mesh = run.mesh;
   TESSERA_CHECK(mesh.dp >= 1, "plan_memory: the mesh must be resolved (dp filled in)");
@@ -244,20 +250,35 @@ MemoryPlan plan_memory(const GptRun& run) {
   return plan;
 }
 
-double host_fraction_for(GptRun run, int64_t limit) {
+Placement placement_for(GptRun run, int64_t limit) {
   run.offload = "none";
-  const int steps = 64;  // the fraction in 1/64s: as fine as the chunks allow at most sizes
-  for (int k = 0; k <= steps; ++k) {
-    run.host_fraction = static_cast<double>(k) / steps;
-    const MemoryPlan plan = plan_memory(run);
-    if (plan.peak() <= limit) return run.host_fraction;
-    if (k == steps)
-      fail("--device-memory-limit ", limit, " bytes: even with every optimizer state on the host tier the plan",
-           " needs ", plan.peak(), " bytes per rank on the device (", plan.peak() - limit,
-           " too many); use ZeRO-3 (with --offload-params), more ranks, activation checkpointing or a smaller",
-           " micro-batch (gpt_train --dry-run shows where the bytes go)");
+  const auto planned = [&](int64_t k, int64_t chunks) {
+    run.host_fraction = static_cast<double>(k) / static_cast<double>(chunks);
+    return Placement{run.host_fraction, plan_memory(run)};
+  };
+  Placement none = planned(0, 1);
+  if (none.plan.peak() <= limit) return none;
+  Placement all = planned(1, 1);
+  if (all.plan.peak() > limit)
+    fail("--device-memory-limit ", limit, " bytes: even with every optimizer state on the host tier the plan",
+         " needs ", all.plan.peak(), " bytes per rank on the device (", all.plan.peak() - limit,
+         " too many); use ZeRO-3 (with --offload-params), more ranks, activation checkpointing or a smaller",
+         " micro-batch (gpt_train --dry-run shows where the bytes go)");
+  // Chunks of the largest shard: its two moments, placement_chunk floats each per chunk.
+  const int64_t chunk_bytes = 2 * run.placement_chunk * static_cast<int64_t>(sizeof(float));
+  const int64_t chunks = std::max<int64_t>(1, (all.plan.host_tier() + chunk_bytes - 1) / chunk_bytes);
+  int64_t low = 0, high = chunks;  // the plan with `high` chunks fits, with `low` it does not
+  while (high - low > 1) {
+    const int64_t mid = (low + high) / 2;
+    Placement p = planned(mid, chunks);
+    if (p.plan.peak() <= limit) {
+      high = mid;
+      all = std::move(p);
+    } else {
+      low = mid;
+    }
   }
-  return 1.0;
+  return all;
 }
 
 std::string describe(const MemoryPlan& plan, const GptRun& run) {
@@ -286,8 +307,7 @@ std::string describe(const MemoryPlan& plan, const GptRun& run) {
     out << line;
   }
   out << "\npredicted peak per rank: " << plan.peak() << " bytes (" << mib(plan.peak()) << " MiB)\n";
-  int64_t host = 0;
-  for (const StageMemory& s : plan.stages) host = std::max(host, s.host_tier());
+  const int64_t host = plan.host_tier();
   if (host > 0) out << "host tier per rank (not in the peak): " << host << " bytes (" << mib(host) << " MiB)\n";
   out << "counted: what tessera's tracked allocator holds (tensors); not MPI's, HDF5's or the C++ runtime's own"
          " memory, nor the data set\n";

@@ -57,13 +57,20 @@ struct StageMemory {
 struct MemoryPlan {
   std::vector<StageMemory> stages;  // one per pipeline stage
   int64_t peak() const;             // the largest stage's total
+  int64_t host_tier() const;        // the largest stage's host tier
 };
 
 MemoryPlan plan_memory(const GptRun& run);
+
+struct Placement {
+  double host_fraction;  // for AdamWConfig::host_fraction
+  MemoryPlan plan;       // the run's plan with it
+};
 // --placement auto: the smallest share of the optimizer states' chunks on the host tier whose
-// planned device peak fits in `limit` bytes (0 when everything fits); throws naming the
+// planned device peak fits in `limit` bytes (0 when everything fits), found by bisection over
+// whole chunks of the largest shard (the peak only falls as chunks move); throws naming the
 // shortfall when even all of them offloaded do not fit.
-double host_fraction_for(GptRun run, int64_t limit);
+Placement placement_for(GptRun run, int64_t limit);
 // The dry run's report: per category and stage, bytes and MiB, what is approximate, and the peak.
 std::string describe(const MemoryPlan& plan, const GptRun& run);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "io/hdf5_file.h"
+#include "kernels/kernel_timing.h"
 
 namespace tessera::train {
 
@@ -62,8 +63,7 @@ GptWorkload::~GptWorkload() = default;
 
 float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) {
   const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
-  if (needs_rows)
-    train_loader_.train_rows(step - 1, first_row(micro), config_.micro_batch, rows_.data());
+  if (needs_rows) load_train_rows(step, micro);
   return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync);
 }
 
@@ -73,8 +73,13 @@ float GptWorkload::evaluate(int64_t batch, int chunk) {
   return model_.forward_chunk(chunk, static_cast<int>(batch), rows_.data(), false);
 }
 
-float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
+void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
+  const kernels::KernelTimer timer(kernels::KernelKind::data);
   train_loader_.train_rows(step - 1, first_row(micro), config_.micro_batch, rows_.data());
+}
+
+float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
+  load_train_rows(step, micro);
   return model_.forward_backward(rows_.data(), grad_scale, sync);
 }
 

@@ -50,6 +50,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   models::Gpt& model_;
   TrainConfig config_;
   int64_t first_row(int64_t micro) const;  // of this rank's rows of micro-batch `micro` of a global batch
+  void load_train_rows(int64_t step, int64_t micro);  // into rows_, timed as the step's data
   int dp_rank_, dp_, ep_, tp_;
   // The ranks splitting each micro-batch's sequences (ep x the tp grid's rows) and this one's share.
   int share_rank_, shares_;

@@ -15,7 +15,7 @@
 #include "comm/communicator.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/pipeline_stage.h"
-#include "train/pipeline_trace.h"
+#include "train/run_trace.h"
 
 namespace tessera::train {
 
@@ -33,7 +33,7 @@ class PipelineRunner {
   // `batches` validation micro-batches forward through every stage; returns the sum of their
   // losses on every rank of the pipeline group.
   double evaluate(int64_t batches);
-  void set_trace(PipelineTrace* trace) { trace_ = trace; }
+  void set_trace(RunTrace* trace) { trace_ = trace; }
 
  private:
   struct Key {
@@ -59,7 +59,7 @@ class PipelineRunner {
   };
   std::vector<Outgoing> sends_;
   std::vector<Tensor> spare_buffers_;  // completed sends' buffers, for reuse
-  PipelineTrace* trace_ = nullptr;
+  RunTrace* trace_ = nullptr;
 };
 
 }  // namespace tessera::train

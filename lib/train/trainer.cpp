@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/log.h"
@@ -19,7 +20,7 @@
 #include "comm/string_exchange.h"
 #include "optim/grad_clip.h"
 #include "train/pipeline_runner.h"
-#include "train/pipeline_trace.h"
+#include "train/run_trace.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
 #include "train/progress.h"
@@ -33,6 +34,16 @@ optim::LossScalerConfig unit_loss_scale() {
   c.initial_scale = c.min_scale = 1.0;
   c.dynamic = false;
   return c;
+}
+
+// A CPU step's time split as metric names and milliseconds (kernels/kernel_timing.h).
+std::vector<std::pair<std::string, double>> time_split(const kernels::KernelTimes& times) {
+  using kernels::KernelKind;
+  return {{"gemm_ms", times.of(KernelKind::gemm)},
+          {"attention_ms", times.of(KernelKind::attention)},
+          {"optimizer_ms", times.of(KernelKind::optimizer)},
+          {"other_kernels_ms", times.of(KernelKind::other)},
+          {"data_ms", times.of(KernelKind::data)}};
 }
 }  // namespace
 
@@ -95,7 +106,10 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
 }
 
 float Trainer::train_step(int64_t step) {
-  work_.params().zero_grads();
+  {
+    const kernels::KernelTimer timer(kernels::KernelKind::optimizer);
+    work_.params().zero_grads();
+  }
   // The batch splits over dp x ep x the tp grid's rows; each rank's loss is its share of its (dp x sp x ep x grid) group's
   // micro-batch mean, so the shares add up over sp and ep, and dp averages.
   const int64_t n_micro = config_.micro_batches(batch_ranks_);
@@ -197,20 +211,21 @@ TrainResult Trainer::run() {
   check_checkpoint_dir();
   const int64_t first_step = resume() + 1;
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();  // a resumed table
-  std::unique_ptr<PipelineTrace> trace;
+  std::unique_ptr<RunTrace> trace;
   if (!config_.trace_path.empty()) {
-    TESSERA_CHECK(work_.pipeline(), "--trace records a pipeline's timeline: it needs --pp > 1");
-    trace = std::make_unique<PipelineTrace>(world_);
-    work_.pipeline()->set_trace(trace.get());
+    trace = std::make_unique<RunTrace>(world_);
+    if (PipelineRunner* pipeline = work_.pipeline()) pipeline->set_trace(trace.get());
   }
   work_.start(first_step);
   for (int64_t step = first_step; step <= config_.steps; ++step) {
     if (step == faults_.kill_step && world_.rank() == faults_.kill_rank) std::raise(SIGKILL);
     if (step == faults_.signal_step && world_.rank() == faults_.signal_rank) std::raise(faults_.signal);
     reset_peak_memory(device);
+    const int64_t allocations_before = memory_stats(device).allocations;
     const auto [comm_bytes_before, comm_ms_before] = comm_totals();
     kernels::take_kernel_times();  // the step's own kernels from here (not the last evaluation's)
     Timer timer;
+    const double trace_start = trace ? trace->now() : 0.0;
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) work_.dump_first_step(config_.dump_path);
     if (step == faults_.nan_step) poison_gradient();
@@ -232,13 +247,20 @@ TrainResult Trainer::run() {
         .add("mfu", tflops / (peak_tflops * world_.size())).add("peak_mem_bytes", memory_stats(device).peak_bytes)
         .add("comm_bytes", comm_bytes - comm_bytes_before)
         .add("comm_ms", comm_ms - comm_ms_before)
-        .add("state_bytes", optimizer_.state_bytes()).add("loss_scale", loss_scale)
+        .add("state_bytes", optimizer_.state_bytes())
+        .add("allocations", memory_stats(device).allocations - allocations_before)
+        .add("loss_scale", loss_scale)
         .add("skipped_steps", result.skipped_steps);
-    if (device == Device::cpu) {  // the step's time split (CUDA kernels run asynchronously: not timed)
-      using kernels::KernelKind;
-      line.add("gemm_ms", kernel_times.of(KernelKind::gemm)).add("attention_ms", kernel_times.of(KernelKind::attention))
-          .add("optimizer_ms", kernel_times.of(KernelKind::optimizer))
-          .add("other_kernels_ms", kernel_times.of(KernelKind::other));
+    // The step's time split on the CPU (CUDA kernels run asynchronously: not timed).
+    const auto split = device == Device::cpu ? time_split(kernel_times) : std::vector<std::pair<std::string, double>>{};
+    for (const auto& [key, value] : split) line.add(key, value);
+    if (trace) {
+      trace->add("step " + std::to_string(step), "step", trace_start, trace->now());
+      if (!split.empty()) {
+        auto counters = split;
+        counters.emplace_back("comm_ms", comm_ms - comm_ms_before);
+        trace->add_counters("step time split (ms)", trace_start, std::move(counters));
+      }
     }
     if (const MemoryStats host = host_tier_stats(); host.allocations > 0)  // something was offloaded there
       line.add("host_peak_bytes", host.peak_bytes).add("host_state_bytes", optimizer_.host_state_bytes());
@@ -282,9 +304,9 @@ TrainResult Trainer::run() {
   }
   progress.finish();
   if (trace) {
-    work_.pipeline()->set_trace(nullptr);
+    if (PipelineRunner* pipeline = work_.pipeline()) pipeline->set_trace(nullptr);
     trace->write(config_.trace_path, world_);
-    if (root) log::info("pipeline trace: ", config_.trace_path, " (open in https://ui.perfetto.dev)");
+    if (root) log::info("trace: ", config_.trace_path, " (open in https://ui.perfetto.dev)");
   }
   if (!config_.dump_path.empty()) {  // the parameters after the last step
     io::H5File f = io::H5File::open_rw(config_.dump_path);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/kernel_timing.h"
+
 namespace tessera::train {
 
 VitWorkload::VitWorkload(models::Vit& model, std::shared_ptr<const io::ImageDataset> train,
@@ -47,7 +49,10 @@ void VitWorkload::start(int64_t first_step) {
 }
 
 const io::ImageBatch& VitWorkload::step_batch(int64_t step) {
-  if (!batch_ || batch_->step != step - 1) batch_ = &prefetcher_->next();
+  if (!batch_ || batch_->step != step - 1) {
+    const kernels::KernelTimer timer(kernels::KernelKind::data);  // the wait for the loader thread
+    batch_ = &prefetcher_->next();
+  }
   TESSERA_CHECK(batch_->step == step - 1, "vit: the prefetched batch is of step ", batch_->step + 1, ", not ", step);
   return *batch_;
 }

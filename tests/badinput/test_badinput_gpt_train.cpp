@@ -342,10 +342,6 @@ TEST_F(GptTrainBadLayout, UnknownPrecision) {
   expect_refused(2, "--precision fp8", "--precision fp8: expected fp32, bf16 or fp16");
 }
 
-TEST_F(GptTrainBadLayout, TraceWithoutPipeline) {
-  expect_refused(2, "--trace t.json", "--trace records a pipeline's timeline: it needs --pp > 1");
-}
-
 // Expert parallelism: only moe_train has experts to split, and they must split evenly.
 TEST_F(GptTrainBadLayout, ExpertParallelWithoutExperts) {
   expect_refused(2, "--ep 2", "gpt_train: --ep 2 needs mixture-of-experts layers: use moe_train");

@@ -1,14 +1,20 @@
 // Unit tests of the CPU GEMM kernels through ops::matmul / matmul_batched: all four transpose
-// combinations, alpha and beta (accumulate), the empty inner dimension, batched on 1 and 3 threads.
+// combinations, alpha and beta (accumulate), the empty inner dimension, batched on 1 and 3 threads,
+// blocked shapes on 2 threads; and the choice of library (CTest runs this file on oneDNN and,
+// prefixed "blas.", on the BLAS).
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
 using tessera::Shape;
@@ -112,6 +118,41 @@ TEST(Gemm, BatchedMatchesPerMatrixReference) {
         }
       }
     }
+  }
+}
+
+TEST(Gemm, BlockedShapesOnTwoThreadsMatchTheReference) {
+  Threads scope(2);
+  for (const auto [m, n, k] : {std::array<int64_t, 3>{256, 300, 200}, {129, 67, 515}, {1, 777, 64}}) {
+    for (Case cs : {Case{false, false}, Case{false, true}, Case{true, false}}) {
+      const Tensor a = random_tensor(cs.ta ? Shape{k, m} : Shape{m, k}, 12);
+      const Tensor b = random_tensor(cs.tb ? Shape{n, k} : Shape{k, n}, 13);
+      Tensor c = random_tensor({m, n}, 14);
+      const Tensor c0 = c.clone();
+      tessera::ops::matmul(a, cs.ta, b, cs.tb, c, 1.0f, 1.0f);
+      const auto want = reference(cs.ta, cs.tb, m, n, k, 1.0, a.data<float>(), b.data<float>(), 1.0, c0.data<float>());
+      EXPECT_LT(rel_error(c.data<float>(), want), 1e-5) << m << "x" << n << "x" << k << " ta=" << cs.ta << " tb=" << cs.tb;
+    }
+  }
+}
+
+TEST(Gemm, LibraryFollowsTessera_CPU_GEMM) {
+  const char* setting = std::getenv("TESSERA_CPU_GEMM");
+#ifdef TESSERA_HAVE_ONEDNN
+  const std::string by_default = "oneDNN";
+#else
+  const std::string by_default = "BLAS";
+#endif
+  const std::string expected = setting && std::string(setting) == "blas" ? "BLAS" : by_default;
+  EXPECT_EQ(tessera::kernels::cpu::gemm_library_name(), expected);
+  EXPECT_EQ(std::string(tessera::kernels::cpu::gemm_library_for("blas")), "BLAS");
+  EXPECT_EQ(std::string(tessera::kernels::cpu::gemm_library_for(nullptr)), by_default);
+  try {
+    tessera::kernels::cpu::gemm_library_for("mkl");
+    ADD_FAILURE() << "TESSERA_CPU_GEMM=mkl was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TESSERA_CPU_GEMM must be onednn or blas, not 'mkl'"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -3,6 +3,9 @@
 // take_kernel_times() hands the sums over and starts again.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/tensor.h"
 #include "kernels/kernel_timing.h"
 #include "kernels/ops.h"
@@ -18,6 +21,7 @@ TEST(KernelTiming, KindsFollowTheKernelNames) {
   EXPECT_EQ(kernel_kind("attention_forward"), KernelKind::attention);
   EXPECT_EQ(kernel_kind("attention_block_backward"), KernelKind::attention);
   EXPECT_EQ(kernel_kind("adamw"), KernelKind::optimizer);
+  EXPECT_EQ(kernel_kind("sum_squares"), KernelKind::optimizer);  // the gradient norm, for clipping
   EXPECT_EQ(kernel_kind("layernorm_forward"), KernelKind::other);
   EXPECT_EQ(kernel_kind("embedding_backward"), KernelKind::other);
 }
@@ -39,4 +43,20 @@ TEST(KernelTiming, CallsAddToTheirKindUntilTaken) {
   const auto after_add = take_kernel_times();
   EXPECT_EQ(after_add.of(KernelKind::gemm), 0.0) << "taking must reset the sums";
   EXPECT_GT(after_add.of(KernelKind::other), 0.0);
+
+  (void)tessera::ops::sum_squares(c);
+  const auto after_norm = take_kernel_times();
+  EXPECT_GT(after_norm.of(KernelKind::optimizer), 0.0);
+  EXPECT_EQ(after_norm.of(KernelKind::other), 0.0);
+}
+
+TEST(KernelTiming, ATimerAddsToTheKindItNames) {
+  take_kernel_times();
+  {
+    const tessera::kernels::KernelTimer waiting_for_data(KernelKind::data);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // sleeps at least that long
+  }
+  const auto taken = take_kernel_times();
+  EXPECT_GE(taken.of(KernelKind::data), 2.0);
+  EXPECT_EQ(taken.of(KernelKind::gemm), 0.0);
 }

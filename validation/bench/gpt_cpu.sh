@@ -95,12 +95,20 @@ if [[ -z $blas_lib ]]; then
   [[ -e $blas_lib ]] || blas_lib=$(ldconfig -p | awk '/libopenblas.so.0/ {print $NF; exit}')
 fi
 cat > "$work/sgemm.c" <<'EOF'
-/* Best-of-5 time of a 2048^3 float32 cblas_sgemm. */
+/* Best-of-5 time of a 2048^3 float32 sgemm: cblas_sgemm, or oneDNN's dnnl_sgemm with -DONEDNN. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef ONEDNN
+int dnnl_sgemm(char, char, long, long, long, float, const float *, long, const float *, long, float, float *, long);
+#define SGEMM(n, a, b, c) dnnl_sgemm('N', 'N', n, n, n, 1.0f, a, n, b, n, 0.0f, c, n)
+#define NAME "dnnl_sgemm"
+#else
 void cblas_sgemm(int, int, int, int, int, int, float, const float *, int, const float *, int,
                  float, float *, int);
+#define SGEMM(n, a, b, c) cblas_sgemm(101, 111, 111, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n)
+#define NAME "cblas_sgemm"
+#endif
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
 int main(int argc, char **argv) {
   int n = 2048; const char *lib = argc > 1 ? argv[1] : "?";
@@ -109,11 +117,11 @@ int main(int argc, char **argv) {
   double best = 1e30;
   for (int r = 0; r < 6; ++r) {  /* the first is warm-up */
     double t0 = now();
-    cblas_sgemm(101, 111, 111, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);  /* row-major, no transpose */
+    SGEMM(n, a, b, c);  /* row-major, no transpose */
     double t = now() - t0;
     if (r > 0 && t < best) best = t;
   }
-  printf("{\"what\": \"cblas_sgemm float32 %dx%dx%d (%s)\", \"best_s\": %g, \"gflops\": %g, \"check\": %g}\n",
+  printf("{\"what\": \"" NAME " float32 %dx%dx%d (%s)\", \"best_s\": %g, \"gflops\": %g, \"check\": %g}\n",
          n, n, n, lib, best, 2.0 * n * n * (double)n / best / 1e9, (double)c[12345]);
   return 0;
 }
@@ -124,10 +132,26 @@ if cc -O2 -o "$work/sgemm" "$work/sgemm.c" "$blas_lib" -Wl,-rpath,"$(dirname "$b
 else
   echo "warning: could not build the sgemm probe against $blas_lib (see $work/sgemm_cc.log)" >&2
 fi
+# The same product through oneDNN's sgemm, when gpt_train runs its GEMMs there (kernels/cpu/gemm.cpp).
+have_onednn=0
+dnnl_lib=""
+if (( run_tessera )); then
+  dnnl_lib=$(ldd "$build/apps/gpt_train" 2>/dev/null | awk '/libdnnl/ {print $3; exit}')
+fi
+if [[ -n $dnnl_lib ]]; then
+  if cc -O2 -DONEDNN -o "$work/sgemm_onednn" "$work/sgemm.c" "$dnnl_lib" 2>"$work/sgemm_onednn_cc.log"; then
+    have_onednn=1
+  else
+    echo "warning: could not build the oneDNN sgemm probe against $dnnl_lib (see $work/sgemm_onednn_cc.log)" >&2
+  fi
+fi
 for e in "${envs[@]}"; do
   ref="env_$e[@]"
   if (( have_cblas )); then
     "${!ref}" "$work/sgemm" "$blas_lib" > "$work/sgemm_cblas_$e.json"
+  fi
+  if (( have_onednn )); then
+    "${!ref}" "$work/sgemm_onednn" "$dnnl_lib" > "$work/sgemm_onednn_$e.json"
   fi
   if (( run_pytorch )); then
     "${!ref}" "$py" "$here/torch_gpt_bench.py" --sgemm 2048 --threads $threads --json "$work/sgemm_torch_$e.json" >/dev/null

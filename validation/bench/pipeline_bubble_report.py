@@ -39,7 +39,7 @@ def steps_of(trace_path, p, steps):
     events = json.load(open(trace_path))["traceEvents"]
     per_rank = {r: [] for r in range(p)}
     for e in events:
-        if e.get("ph") != "X":
+        if e.get("ph") != "X" or e.get("cat") == "step":  # the pipeline's slices, not the whole steps
             continue
         match = SLICE.match(e["name"])
         if not match:
