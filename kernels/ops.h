@@ -143,6 +143,7 @@ struct AdamWArgs {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
   int64_t step = 1;         // 1-based, for bias correction
   float grad_scale = 1.0f;  // grads are multiplied by this first (clipping, loss-scale undo)
+  bool zero_grad = false;   // zero the gradient once read: the next step needs no zeroing pass
 };
 // One fused pass: m, v, param updated in place (decoupled weight decay, bias-corrected).
 void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWArgs& args);

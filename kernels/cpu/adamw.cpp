@@ -86,6 +86,9 @@ void adamw_on_path(AdamWPath path, float* param, const float* grad, float* exp_a
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t first = c * kChunk, count = std::min(n, first + kChunk) - first;
     range(param + first, grad + first, exp_avg + first, exp_avg_sq + first, count, s);
+    // The chunk was just read, so zeroing it costs a write to the cache, not a pass over memory
+    // (the buffer is the caller's mutable gradient; the kernels read it through const).
+    if (args.zero_grad) std::fill_n(const_cast<float*>(grad) + first, count, 0.0f);
   }
 }
 

@@ -52,6 +52,8 @@ void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, i
                     args.grad_scale};
   launch("adamw", adamw_kernel, dim3(grid_for(n, 256)), dim3(256), 0, param, grad, exp_avg, exp_avg_sq, n, s);
   finish("adamw");
+  // The caller's mutable gradient, read through const by the kernel: zeroed after it, in order.
+  if (args.zero_grad) cuda_check(cudaMemsetAsync(const_cast<float*>(grad), 0, n * sizeof(float)), "adamw: zero grad");
 }
 
 }  // namespace tessera::kernels::cuda

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "core/error.h"
 #ifdef TESSERA_HAVE_CUDA
@@ -112,6 +113,10 @@ void reset_host_tier_peak() { g_host_tier.peak = g_host_tier.current.load(); }
 
 namespace {
 
+// The thread that initialised the program: the training thread, whose OpenMP threads the kernels
+// use (loader, I/O and watchdog threads must not start thread teams of their own).
+const std::thread::id g_main_thread = std::this_thread::get_id();
+
 // Runs fn(offset, bytes) over [0, bytes) split among the OpenMP threads when the range is large
 // (one thread does not reach the memory bandwidth: zeroing 0.5 GB took 50 ms on one thread of the
 // benchmark machine, 27 on two), whole on the calling thread otherwise.
@@ -119,7 +124,9 @@ template <typename Fn>
 void on_host_threads(size_t bytes, Fn fn) {
   constexpr size_t kParallelBytes = size_t{1} << 22;
   constexpr size_t kAlign = 4096;
-  if (bytes < kParallelBytes || omp_in_parallel() || omp_get_max_threads() == 1) return fn(0, bytes);
+  if (bytes < kParallelBytes || omp_in_parallel() || omp_get_max_threads() == 1 ||
+      std::this_thread::get_id() != g_main_thread)
+    return fn(0, bytes);
 #pragma omp parallel
   {
     const size_t parts = static_cast<size_t>(omp_get_num_threads());

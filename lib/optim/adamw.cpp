@@ -111,13 +111,13 @@ void AdamW::write_states(int64_t begin, int64_t count, const float* exp_avg, con
   });
 }
 
-void AdamW::step(float lr, float grad_scale) {
+void AdamW::step(float lr, float grad_scale, bool zero_grads) {
   Tensor params = store_.flat_values().slice(shard_.begin, {shard_.size()});
   const Tensor grads = store_.flat_grads().slice(shard_.begin, {shard_.size()});
-  step(lr, grad_scale, params, grads);
+  step(lr, grad_scale, params, grads, zero_grads);
 }
 
-void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads) {
+void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads, bool zero_grads) {
   TESSERA_CHECK(params.numel() == shard_.size() && grads.numel() == shard_.size(),
                 "AdamW::step: buffers of ", params.numel(), " and ", grads.numel(), " elements for a shard of ",
                 shard_.size());
@@ -129,6 +129,7 @@ void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads
   args.eps = config_.eps;
   args.step = step_;
   args.grad_scale = grad_scale;
+  args.zero_grad = zero_grads;
   if (state_file_) return step_streamed(args, params, grads);
   for (const Range& r : ranges_) {
     args.weight_decay = r.decay ? config_.weight_decay : 0.0f;

@@ -44,10 +44,11 @@ class AdamW {
   AdamW(nn::ParamStore& store, const AdamWConfig& config);
   AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range shard);
   ~AdamW();
-  // One update with learning rate lr of the store's own flat buffers (the shard's part of them).
-  void step(float lr, float grad_scale = 1.0f);
+  // One update with learning rate lr of the store's own flat buffers (the shard's part of them);
+  // zero_grads: the gradients are zeroed as the update reads them (ops::AdamWArgs::zero_grad).
+  void step(float lr, float grad_scale = 1.0f, bool zero_grads = false);
   // The same on explicit buffers holding exactly the shard (ZeRO-2/3 keep shards apart).
-  void step(float lr, float grad_scale, Tensor& params, const Tensor& grads);
+  void step(float lr, float grad_scale, Tensor& params, const Tensor& grads, bool zero_grads = false);
 
   parallel::Range shard() const { return shard_; }
   int64_t steps_taken() const { return step_; }

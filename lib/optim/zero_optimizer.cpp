@@ -93,21 +93,24 @@ double ZeroOptimizer::grad_norm() {
   return std::sqrt(sq);
 }
 
-void ZeroOptimizer::step(float lr, float grad_scale) {
+bool ZeroOptimizer::step(float lr, float grad_scale) {
+  // Without ZeRO and under ZeRO-3 the update reads every gradient the store zeroes each step (the
+  // flat buffer, the shard): it zeroes them as it goes. ZeRO-1/2 update a shard of a larger buffer.
   if (zero_ == 0) {
-    adamw_.step(lr, grad_scale);
-    return;
+    adamw_.step(lr, grad_scale, /*zero_grads=*/true);
+    return true;
   }
   const parallel::Range mine = adamw_.shard();
   Tensor params = zero_ == 3 ? store_.shard_values() : store_.flat_values().slice(mine.begin, {mine.size()});
   const Tensor grads = shard_grads();
-  adamw_.step(lr, grad_scale, params, grads);
-  if (zero_ == 3) return;  // the shard is all this rank holds
+  adamw_.step(lr, grad_scale, params, grads, /*zero_grads=*/zero_ == 3);
+  if (zero_ == 3) return true;  // the shard is all this rank holds
   // all-gather(dp): every rank's updated shard into every rank's full parameter buffer.
   gather_input_.copy_from(params);
   std::vector<int64_t> counts(dp_.size());
   for (int r = 0; r < dp_.size(); ++r) counts[r] = sync_->shards().shard(r).size();
   dp_.all_gather(gather_input_, store_.flat_values(), counts);
+  return false;
 }
 
 int64_t ZeroOptimizer::host_state_bytes() const {

@@ -35,7 +35,9 @@ class ZeroOptimizer {
   // ranks saw different tokens): one all-reduce per group.
   void complete_partial_grads();
   double grad_norm();
-  void step(float lr, float grad_scale);
+  // The update; returns whether it left the gradients zero (without ZeRO: the update zeroes each
+  // gradient as it reads it, so the next step's zeroing pass is not needed).
+  bool step(float lr, float grad_scale);
   // The reduced gradients this rank holds: all, or its ZeRO-2/3 shard of the flat order from
   // flat offset `begin`.
   Tensor held_gradients(int64_t& begin);

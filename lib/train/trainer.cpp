@@ -106,10 +106,11 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
 }
 
 float Trainer::train_step(int64_t step) {
-  {
+  if (!grads_zero_) {
     const kernels::KernelTimer timer(kernels::KernelKind::optimizer);
     work_.params().zero_grads();
   }
+  grads_zero_ = false;
   // The batch splits over dp x ep x the tp grid's rows; each rank's loss is its share of its (dp x sp x ep x grid) group's
   // micro-batch mean, so the shares add up over sp and ep, and dp averages.
   const int64_t n_micro = config_.micro_batches(batch_ranks_);
@@ -185,7 +186,8 @@ double Trainer::update(int64_t step, float loss, double lr, TrainResult& result,
     if (root) progress.message(what + "; step skipped (--on-nan skip)");
     return norm;
   }
-  optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip) / static_cast<float>(loss_scale));
+  grads_zero_ =
+      optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip) / static_cast<float>(loss_scale));
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();
   return norm;
 }

@@ -75,6 +75,7 @@ class Trainer {
   optim::MixedPrecision precision_;
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
   FaultHooks faults_;
+  bool grads_zero_ = false;  // the last update zeroed the gradients as it read them
 };
 
 }  // namespace tessera::train

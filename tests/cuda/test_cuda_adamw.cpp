@@ -33,6 +33,24 @@ TEST(CudaAdamW, ThreeStepsMatchCpu) {
   }
 }
 
+TEST(CudaAdamW, ZeroGradZeroesTheGradientAfterTheSameUpdate) {
+  TESSERA_REQUIRE_CUDA();
+  const int64_t n = 100003;
+  auto param = normal(n, 41), m = normal(n, 42, 0.01f), v = normal(n, 43, 0.01f);
+  for (float& x : v) x *= x;
+  const auto grad = normal(n, 44);
+  DeviceBuffer<float> dparam(param), dm(m), dv(v), dgrad(grad);
+  tessera::ops::AdamWArgs args;
+  args.lr = 3e-3f;
+  cpu::adamw(param.data(), grad.data(), m.data(), v.data(), n, args);
+  args.zero_grad = true;
+  gpu::adamw(dparam.get(), dgrad.get(), dm.get(), dv.get(), n, args);
+  EXPECT_TRUE(all_close(dparam.host(), param, 1e-6, 1e-5)) << "param";
+  EXPECT_TRUE(all_close(dm.host(), m, 1e-6, 1e-5)) << "exp_avg";
+  EXPECT_TRUE(all_close(dv.host(), v, 1e-6, 1e-5)) << "exp_avg_sq";
+  EXPECT_TRUE(all_close(dgrad.host(), std::vector<float>(n, 0.0f), 0.0, 0.0)) << "grad";
+}
+
 TEST(CudaAdamW, RejectsStepZero) {
   TESSERA_REQUIRE_CUDA();
   DeviceBuffer<float> p(4), g(4), m(4), v(4);

@@ -160,6 +160,34 @@ TEST(AdamW, ChoosesTheWidestSupportedPath) {
   std::printf("adamw path on this CPU: %s\n", tessera::kernels::cpu::adamw_path_name(want));
 }
 
+// zero_grad: the same update, bit for bit, and the gradient zero afterwards (on more elements than
+// one parallel chunk, on 2 threads).
+TEST(AdamW, ZeroGradLeavesTheUpdateAndZeroesTheGradient) {
+  tessera::testing::ScopedThreads threads(2);
+  const int64_t n = 100003;
+  tessera::ops::AdamWArgs args;
+  args.lr = 3e-3f;
+  args.weight_decay = 0.1f;
+  args.grad_scale = 0.5f;
+  Tensor p[2], m[2], v[2], g[2];
+  for (int k = 0; k < 2; ++k) {
+    p[k] = tessera::testing::random_tensor({n}, 11, 1);
+    m[k] = tessera::testing::random_tensor({n}, 11, 2, 0.0f, 0.1f);
+    v[k] = tessera::testing::random_tensor({n}, 11, 3, 0.0f, 0.1f);
+    for (int64_t i = 0; i < n; ++i) v[k].data<float>()[i] *= v[k].data<float>()[i];  // a second moment is >= 0
+    g[k] = tessera::testing::random_tensor({n}, 11, 4);
+    args.zero_grad = k == 1;
+    tessera::ops::adamw(p[k], g[k], m[k], v[k], args);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(p[1].data<float>()[i], p[0].data<float>()[i]) << i;
+    ASSERT_EQ(m[1].data<float>()[i], m[0].data<float>()[i]) << i;
+    ASSERT_EQ(v[1].data<float>()[i], v[0].data<float>()[i]) << i;
+    ASSERT_EQ(g[1].data<float>()[i], 0.0f) << i;
+    ASSERT_NE(g[0].data<float>()[i], 0.0f) << i;  // without it the gradient is left alone
+  }
+}
+
 // With zero gradients the moments stay zero and only the decoupled weight decay acts.
 TEST(AdamW, ZeroGradientOnlyDecays) {
   Tensor param = Tensor::empty({5}), m = Tensor::zeros({5}), v = Tensor::zeros({5}), grad = Tensor::zeros({5});
