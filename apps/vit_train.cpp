@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     models::Vit model(mc, o.device(), tc.seed, tc.micro_batch, parallel.layout());
     if (mpi.world_rank() == 0) {
       log::info("parameters: ", model.model_numel());
-      cli::log_slurm_job();
+      cli::log_run_environment();
     }
     train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp), mesh.grid_rows(),
                                 mesh.group(comm::Axis::pp), mesh.data_group(), augment);

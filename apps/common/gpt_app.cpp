@@ -163,7 +163,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     models::Gpt model(mc, o.device(), tc.seed, tc.micro_batch, seq_len, parallel.layout());
     if (mpi.world_rank() == 0) {
       log::info("parameters: ", model.model_numel());
-      log_slurm_job();
+      log_run_environment();
     }
     train::GptWorkload workload(model, train_data, val_data ? &*val_data : nullptr, tc, mesh);
     train::Trainer trainer(workload, tc, mesh);

@@ -64,6 +64,8 @@ class ParallelSetup {
   std::optional<parallel::ExpertParallel> experts_;
 };
 
-void log_slurm_job();  // the Slurm job id, node list and restart count, when under Slurm
+// The Slurm job id, node list and restart count, when under Slurm; a warning when the environment
+// slows the CPU kernels (OMP_WAIT_POLICY=PASSIVE).
+void log_run_environment();
 
 }  // namespace tessera::cli
