@@ -53,7 +53,7 @@ void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, i
   launch("adamw", adamw_kernel, dim3(grid_for(n, 256)), dim3(256), 0, param, grad, exp_avg, exp_avg_sq, n, s);
   finish("adamw");
   // The caller's mutable gradient, read through const by the kernel: zeroed after it, in order.
-  if (args.zero_grad) cuda_check(cudaMemsetAsync(const_cast<float*>(grad), 0, n * sizeof(float)), "adamw: zero grad");
+  if (args.zero_grad) TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(grad), 0, n * sizeof(float)));
 }
 
 }  // namespace tessera::kernels::cuda
