@@ -209,7 +209,7 @@ void log_run_environment() {
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   if (wait && (std::string(wait) == "PASSIVE" || std::string(wait) == "passive"))
     log::warn("OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between the step's ~40 parallel kernels per block,"
-              " which cost 5-8% of a CPU step in validation/bench/gpt_cpu.sh; unset it for speed");
+              " which cost 3-5% of a CPU step in validation/bench/gpt_cpu.sh; unset it for speed");
 }
 
 }  // namespace tessera::cli

@@ -20,9 +20,12 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 src=$here/gemm_libraries_bench.cpp
 arch=/usr/lib/x86_64-linux-gnu
 built=()
-if [[ -e $arch/openblas-openmp/libopenblas.so.0 && -e /usr/include/x86_64-linux-gnu/openblas-openmp/cblas.h ]]; then
-  g++ -O2 -I/usr/include/x86_64-linux-gnu/openblas-openmp "$src" -o "$work/openblas" "$arch/openblas-openmp/libopenblas.so.0" \
-    && built+=(openblas)
+cblas_dir=""  # any OpenBLAS cblas.h declares what the OpenMP build exports
+for d in /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas; do
+  [[ -e $d/cblas.h ]] && { cblas_dir=$d; break; }
+done
+if [[ -e $arch/openblas-openmp/libopenblas.so.0 && -n $cblas_dir ]]; then
+  g++ -O2 -I"$cblas_dir" "$src" -o "$work/openblas" "$arch/openblas-openmp/libopenblas.so.0" && built+=(openblas)
 else
   echo "OpenBLAS (OpenMP build) not found: left out (Debian: libopenblas-dev libopenblas0-openmp)"
 fi
