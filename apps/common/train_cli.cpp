@@ -76,6 +76,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
 
 void TrainOptions::finish(int world_size) {
   if (threads > 0) omp_set_num_threads(threads);
+  if (device() == Device::cpu) kernels::cpu::gemm_library_name();  // throws on a bad TESSERA_CPU_GEMM
   mesh.tp_mode = comm::parse_tp_mode(tp_mode);  // throws naming the choices
   mesh = mesh.resolved(world_size);             // also checks --tp against the mode
   TESSERA_CHECK(!split_gather() || (mesh.tp > 1 && mesh.sp == 1), "--sp-mode split_gather splits the",

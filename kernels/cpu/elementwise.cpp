@@ -121,25 +121,10 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
   }
 }
 
-// In double, as 32 independent partial sums per block (one running sum is bound by the add's
-// latency, not by memory).
 double sum_squares(const float* x, int64_t n) {
-  constexpr int64_t kWays = 32, kBlock = int64_t{1} << 14;
   double acc = 0.0;
-#pragma omp parallel for schedule(static) reduction(+ : acc) if (n > kParallelMin)
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t e = std::min(n, b + kBlock);
-    double part[kWays] = {};
-    int64_t i = b;
-    for (; i + kWays <= e; i += kWays) {
-#pragma omp simd
-      for (int64_t j = 0; j < kWays; ++j) part[j] += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
-    }
-    for (; i < e; ++i) part[0] += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-    double block = 0.0;
-    for (double p : part) block += p;
-    acc += block;
-  }
+#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return acc;
 }
 

@@ -258,27 +258,27 @@ Placement placement_for(GptRun run, int64_t limit) {
   };
   Placement none = planned(0, 1);
   if (none.plan.peak() <= limit) return none;
-  Placement all = planned(1, 1);
-  if (all.plan.peak() > limit)
+  Placement fitting = planned(1, 1);  // every chunk on the host tier
+  if (fitting.plan.peak() > limit)
     fail("--device-memory-limit ", limit, " bytes: even with every optimizer state on the host tier the plan",
-         " needs ", all.plan.peak(), " bytes per rank on the device (", all.plan.peak() - limit,
+         " needs ", fitting.plan.peak(), " bytes per rank on the device (", fitting.plan.peak() - limit,
          " too many); use ZeRO-3 (with --offload-params), more ranks, activation checkpointing or a smaller",
          " micro-batch (gpt_train --dry-run shows where the bytes go)");
   // Chunks of the largest shard: its two moments, placement_chunk floats each per chunk.
   const int64_t chunk_bytes = 2 * run.placement_chunk * static_cast<int64_t>(sizeof(float));
-  const int64_t chunks = std::max<int64_t>(1, (all.plan.host_tier() + chunk_bytes - 1) / chunk_bytes);
+  const int64_t chunks = std::max<int64_t>(1, (fitting.plan.host_tier() + chunk_bytes - 1) / chunk_bytes);
   int64_t low = 0, high = chunks;  // the plan with `high` chunks fits, with `low` it does not
   while (high - low > 1) {
     const int64_t mid = (low + high) / 2;
     Placement p = planned(mid, chunks);
     if (p.plan.peak() <= limit) {
       high = mid;
-      all = std::move(p);
+      fitting = std::move(p);
     } else {
       low = mid;
     }
   }
-  return all;
+  return fitting;
 }
 
 std::string describe(const MemoryPlan& plan, const GptRun& run) {

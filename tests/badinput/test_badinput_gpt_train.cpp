@@ -206,7 +206,7 @@ class GptTrainBadLayout : public ::testing::Test {
   // would exit 124) and an "error:" line containing `words`. (Every rank finds the problem, but the
   // first to abort the job may end the others before they print, so the number of lines is not fixed.)
   void expect_refused(int ranks, const std::string& args, const std::string& words) {
-    const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
+    const auto r = run_command(env_ + " OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
                                std::string(TESSERA_MPIEXEC) + " --oversubscribe -np " + std::to_string(ranks) + " " +
                                TESSERA_BUILD_DIR + "/apps/" + app_ + " " + shape_ + " --steps 1 --threads 1 --input " +
                                shell_quote(data_.string()) + " " + args);
@@ -221,6 +221,7 @@ class GptTrainBadLayout : public ::testing::Test {
   std::filesystem::path data_;
   std::string shape_ = "--layers 1 --hidden 16 --heads 2 --seq-len 8";  // cases may replace it
   std::string app_ = "gpt_train";                                      // or moe_train
+  std::string env_;                                                    // VAR=value settings for the run
 };
 
 TEST_F(GptTrainBadLayout, TensorParallelThatDoesNotDivideTheWorld) {
@@ -336,6 +337,11 @@ TEST_F(GptTrainBadLayout, InterleavedMicroBatchesNotAMultipleOfStages) {
 
 TEST_F(GptTrainBadLayout, VirtualStagesWithoutPipeline) {
   expect_refused(2, "--virtual-stages 2", "--virtual-stages 2 needs --pp > 1");
+}
+
+TEST_F(GptTrainBadLayout, UnknownCpuGemmLibrary) {
+  env_ = "TESSERA_CPU_GEMM=mkl";
+  expect_refused(2, "", "TESSERA_CPU_GEMM must be onednn or blas, not 'mkl'");
 }
 
 TEST_F(GptTrainBadLayout, UnknownPrecision) {
