@@ -215,4 +215,21 @@ TEST(Allocator, ZeroBytesAndCopies) {
   EXPECT_EQ(dst[3], 4);
 }
 
+// Blocks of 2 MiB and more start on a huge-page boundary (the allocator asks for transparent huge
+// pages over them); smaller ones keep the 64-byte alignment every kernel relies on.
+TEST(Allocator, LargeHostBlocksAreHugePageAligned) {
+  const size_t huge = size_t{2} << 20;
+  for (const size_t bytes : {size_t{100}, huge - 64, huge, 3 * huge + 100}) {
+    void* p = tessera::allocate_bytes(Device::cpu, bytes);
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    EXPECT_EQ(at % (bytes >= huge ? huge : 64), 0u) << bytes << " bytes";
+    tessera::zero_bytes(p, Device::cpu, bytes);  // the whole block is writable
+    EXPECT_EQ(static_cast<char*>(p)[bytes - 1], 0);
+    tessera::free_bytes(Device::cpu, p, bytes);
+    void* tier = tessera::allocate_host_tier_bytes(bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(tier) % 64, 0u);
+    tessera::free_host_tier_bytes(tier, bytes);
+  }
+}
+
 }  // namespace
