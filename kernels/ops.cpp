@@ -472,4 +472,17 @@ void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_s
                    exp_avg_sq.data<float>(), param.numel(), args);
 }
 
+void adamw_spans(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 const std::vector<AdamWSpan>& spans, const AdamWArgs& args) {
+  same_device("adamw_spans", {&param, &grad, &exp_avg, &exp_avg_sq});
+  const int64_t n = param.numel();
+  expect(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n, "adamw_spans", "sizes differ");
+  for (size_t i = 0; i < spans.size(); ++i)
+    expect(spans[i].begin >= 0 && spans[i].begin <= spans[i].end && spans[i].end <= n &&
+               (i == 0 || spans[i - 1].end <= spans[i].begin),
+           "adamw_spans", "spans must lie in the buffers, in order, without overlapping");
+  TESSERA_DISPATCH(param.device(), adamw_spans, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+                   exp_avg_sq.data<float>(), spans.data(), static_cast<int64_t>(spans.size()), args);
+}
+
 }  // namespace tessera::ops

@@ -4,6 +4,7 @@
 // gradients named "accumulate" are added to (+=), the others are overwritten.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -147,5 +148,16 @@ struct AdamWArgs {
 };
 // One fused pass: m, v, param updated in place (decoupled weight decay, bias-corrected).
 void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamWArgs& args);
+// [begin, end) of a flat buffer, with args.weight_decay applied or not (biases and norms are not
+// decayed).
+struct AdamWSpan {
+  int64_t begin, end;
+  bool decay;
+};
+// adamw over every span of four buffers of one length, as one pass: on the CPU one team of threads
+// shares the chunks of all spans (a GPT's hundred parameter tensors cost one parallel region, not a
+// hundred), with the same results as one adamw call per span. Spans must not overlap.
+void adamw_spans(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 const std::vector<AdamWSpan>& spans, const AdamWArgs& args);
 
 }  // namespace tessera::ops

@@ -2,6 +2,7 @@
 // widest SIMD path this CPU runs (adamw_paths.h), OpenMP threads over chunks.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/adamw_paths.h"
@@ -72,29 +73,48 @@ AdamWPath adamw_best_path() {
   return best;
 }
 
-void adamw_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                   const ops::AdamWArgs& args) {
+void adamw_spans_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                         const ops::AdamWSpan* spans, int64_t count, const ops::AdamWArgs& args) {
   TESSERA_CHECK(adamw_path_supported(path), "adamw: the ", adamw_path_name(path),
                 " path is not compiled in or not supported by this CPU");
-  const AdamWStep s = adamw_step_scalars(args);
+  ops::AdamWArgs no_decay = args;
+  no_decay.weight_decay = 0.0f;
+  const AdamWStep scalars[2] = {adamw_step_scalars(no_decay), adamw_step_scalars(args)};
   const AdamWRangeFn range = range_fn(path);
   // 64 KiB of each array per chunk: a multiple of every path's lane count, and enough work per
-  // chunk that scheduling costs nothing.
+  // chunk that scheduling costs nothing. Each span is cut into chunks from its own start, so the
+  // results do not depend on which spans share the pass; first_chunk[i] numbers span i's first.
   constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<int64_t> first_chunk(static_cast<size_t>(count) + 1, 0);
+  for (int64_t i = 0; i < count; ++i)
+    first_chunk[i + 1] = first_chunk[i] + (spans[i].end - spans[i].begin + kChunk - 1) / kChunk;
+  const int64_t chunks = first_chunk[count];
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t first = c * kChunk, count = std::min(n, first + kChunk) - first;
-    range(param + first, grad + first, exp_avg + first, exp_avg_sq + first, count, s);
+    const int64_t i = std::upper_bound(first_chunk.begin(), first_chunk.end(), c) - first_chunk.begin() - 1;
+    const ops::AdamWSpan& span = spans[i];
+    const int64_t first = span.begin + (c - first_chunk[i]) * kChunk, n = std::min(span.end, first + kChunk) - first;
+    range(param + first, grad + first, exp_avg + first, exp_avg_sq + first, n, scalars[span.decay ? 1 : 0]);
     // The chunk was just read, so zeroing it costs a write to the cache, not a pass over memory
     // (the buffer is the caller's mutable gradient; the kernels read it through const).
-    if (args.zero_grad) std::fill_n(const_cast<float*>(grad) + first, count, 0.0f);
+    if (args.zero_grad) std::fill_n(const_cast<float*>(grad) + first, n, 0.0f);
   }
+}
+
+void adamw_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                   const ops::AdamWArgs& args) {
+  const ops::AdamWSpan all{0, n, true};
+  adamw_spans_on_path(path, param, grad, exp_avg, exp_avg_sq, &all, 1, args);
 }
 
 void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
            const ops::AdamWArgs& args) {
   adamw_on_path(adamw_best_path(), param, grad, exp_avg, exp_avg_sq, n, args);
+}
+
+void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const ops::AdamWSpan* spans,
+                 int64_t count, const ops::AdamWArgs& args) {
+  adamw_spans_on_path(adamw_best_path(), param, grad, exp_avg, exp_avg_sq, spans, count, args);
 }
 
 }  // namespace tessera::kernels::cpu

@@ -56,4 +56,15 @@ void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, i
   if (args.zero_grad) TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(grad), 0, n * sizeof(float)));
 }
 
+// One launch per span, queued back to back on the stream (no host synchronisation between them).
+void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const ops::AdamWSpan* spans,
+                 int64_t count, const ops::AdamWArgs& args) {
+  for (int64_t i = 0; i < count; ++i) {
+    ops::AdamWArgs span_args = args;
+    if (!spans[i].decay) span_args.weight_decay = 0.0f;
+    const int64_t at = spans[i].begin;
+    adamw(param + at, grad + at, exp_avg + at, exp_avg_sq + at, spans[i].end - at, span_args);
+  }
+}
+
 }  // namespace tessera::kernels::cuda

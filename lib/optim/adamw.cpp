@@ -130,20 +130,23 @@ void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads
   args.step = step_;
   args.grad_scale = grad_scale;
   args.zero_grad = zero_grads;
+  args.weight_decay = config_.weight_decay;
   if (state_file_) return step_streamed(args, params, grads);
-  for (const Range& r : ranges_) {
-    args.weight_decay = r.decay ? config_.weight_decay : 0.0f;
-    // Each part where its states live (on a CPU build the host tier is host memory, as the
-    // parameters are: the same kernel updates both).
-    for_each_part(r.begin, r.end - r.begin, [&](const Tensor& ms, const Tensor& vs, int64_t at, int64_t n, int64_t offset) {
-      const Shape shape{n};
-      Tensor p = params.slice(at, shape);
-      Tensor g = grads.slice(at, shape);
-      Tensor m = ms.slice(offset, shape);
-      Tensor v = vs.slice(offset, shape);
-      ops::adamw(p, g, m, v, args);
-    });
-  }
+  // One pass per part where the states live (on a CPU build the host tier is host memory, as the
+  // parameters are: the same kernel updates both), over the spans of every parameter in it.
+  for_each_part(0, shard_.size(), [&](const Tensor& ms, const Tensor& vs, int64_t at, int64_t n, int64_t offset) {
+    std::vector<ops::AdamWSpan> spans;
+    for (const Range& r : ranges_) {
+      const int64_t begin = std::max(r.begin, at), end = std::min(r.end, at + n);
+      if (begin < end) spans.push_back({begin - at, end - at, r.decay});
+    }
+    const Shape shape{n};
+    Tensor p = params.slice(at, shape);
+    Tensor g = grads.slice(at, shape);
+    Tensor m = ms.slice(offset, shape);
+    Tensor v = vs.slice(offset, shape);
+    ops::adamw_spans(p, g, m, v, spans, args);
+  });
 }
 
 // Pieces of at most one buffer, each: wait for its read, queue the next piece's read into the

@@ -188,6 +188,63 @@ TEST(AdamW, ZeroGradLeavesTheUpdateAndZeroesTheGradient) {
   }
 }
 
+// adamw_spans (the whole optimizer step in one parallel region) gives, bit for bit, what one adamw
+// call per span gives, with or without decay per span, zeroing only the spans' gradients; what lies
+// between spans is left alone. Spans of several chunks and of a few elements, on 2 threads.
+TEST(AdamW, SpansMatchOneCallPerSpanBitForBit) {
+  tessera::testing::ScopedThreads threads(2);
+  const int64_t n = 90000;
+  const std::vector<tessera::ops::AdamWSpan> spans = {
+      {0, 40000, true}, {40000, 40007, false}, {40100, 70000, true}, {70000, 70768, false}, {71000, n, true}};
+  tessera::ops::AdamWArgs args = test_args();
+  args.zero_grad = true;
+  Tensor p[2], m[2], v[2], g[2];
+  for (int k = 0; k < 2; ++k) {
+    p[k] = tessera::testing::random_tensor({n}, 5, 1);
+    m[k] = tessera::testing::random_tensor({n}, 5, 2, 0.0f, 0.1f);
+    v[k] = tessera::testing::random_tensor({n}, 5, 3, 0.0f, 0.1f);
+    for (int64_t i = 0; i < n; ++i) v[k].data<float>()[i] *= v[k].data<float>()[i];
+    g[k] = tessera::testing::random_tensor({n}, 5, 4);
+  }
+  const Tensor p_before = p[0].clone(), g_before = g[0].clone();
+  tessera::ops::adamw_spans(p[0], g[0], m[0], v[0], spans, args);
+  for (const auto& span : spans) {
+    tessera::ops::AdamWArgs one = args;
+    one.weight_decay = span.decay ? args.weight_decay : 0.0f;
+    const tessera::Shape shape{span.end - span.begin};
+    Tensor ps = p[1].slice(span.begin, shape), gs = g[1].slice(span.begin, shape);
+    Tensor ms = m[1].slice(span.begin, shape), vs = v[1].slice(span.begin, shape);
+    tessera::ops::adamw(ps, gs, ms, vs, one);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(p[0].data<float>()[i], p[1].data<float>()[i]) << i;
+    ASSERT_EQ(m[0].data<float>()[i], m[1].data<float>()[i]) << i;
+    ASSERT_EQ(v[0].data<float>()[i], v[1].data<float>()[i]) << i;
+    ASSERT_EQ(g[0].data<float>()[i], g[1].data<float>()[i]) << i;
+  }
+  for (const int64_t gap : {int64_t{40050}, int64_t{70900}}) {  // between spans: untouched
+    EXPECT_EQ(p[0].data<float>()[gap], p_before.data<float>()[gap]);
+    EXPECT_EQ(g[0].data<float>()[gap], g_before.data<float>()[gap]);
+  }
+  EXPECT_EQ(g[0].data<float>()[100], 0.0f);
+  EXPECT_NE(p[0].data<float>()[100], p_before.data<float>()[100]);
+}
+
+TEST(AdamW, SpansOutsideTheBuffersOrOverlappingAreRefused) {
+  Tensor p = Tensor::zeros({10}), g = Tensor::zeros({10}), m = Tensor::zeros({10}), v = Tensor::zeros({10});
+  const tessera::ops::AdamWArgs args;
+  const std::vector<std::vector<tessera::ops::AdamWSpan>> bad = {
+      {{0, 11, true}}, {{-1, 3, true}}, {{5, 4, true}}, {{0, 6, true}, {5, 10, false}}};
+  for (const auto& spans : bad) {
+    try {
+      tessera::ops::adamw_spans(p, g, m, v, spans, args);
+      ADD_FAILURE() << "spans accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("spans must lie in the buffers"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // With zero gradients the moments stay zero and only the decoupled weight decay acts.
 TEST(AdamW, ZeroGradientOnlyDecays) {
   Tensor param = Tensor::empty({5}), m = Tensor::zeros({5}), v = Tensor::zeros({5}), grad = Tensor::zeros({5});
