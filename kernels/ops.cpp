@@ -103,6 +103,14 @@ void gelu_forward(Tensor& out, const Tensor& inp) {
   TESSERA_DISPATCH(out.device(), gelu_forward, out.data<float>(), inp.data<float>(), out.numel());
 }
 
+void bias_gelu_forward(Tensor& out, Tensor& pre, const Tensor& bias) {
+  same_device("bias_gelu_forward", {&out, &pre, &bias});
+  expect(out.numel() == pre.numel() && bias.numel() == last_dim(pre), "bias_gelu_forward",
+         "out and pre must have one size and bias pre's last dimension");
+  TESSERA_DISPATCH(pre.device(), bias_gelu_forward, out.data<float>(), pre.data<float>(), bias.data<float>(),
+                   rows_of(pre), last_dim(pre));
+}
+
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
   same_device("gelu_backward", {&dinp, &inp, &dout});
   expect(dinp.numel() == inp.numel() && inp.numel() == dout.numel(), "gelu_backward", "sizes differ");

@@ -26,6 +26,9 @@ void scale_inplace(Tensor& x, float s);                        // x *= s
 void broadcast_rows(Tensor& out, const Tensor& bias);          // out[n, :] = bias (bias [C])
 void bias_backward(Tensor& dbias, const Tensor& dout);         // dbias[C] += sum_n dout[n, :] (accumulate)
 void gelu_forward(Tensor& out, const Tensor& inp);             // tanh approximation
+// pre[n, :] += bias, then out = gelu(pre): a linear layer's bias and its activation in one pass over
+// the GEMM's output (pre keeps the biased value gelu_backward needs).
+void bias_gelu_forward(Tensor& out, Tensor& pre, const Tensor& bias);
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp may alias dout
 double sum_squares(const Tensor& x);                           // sum x^2 in double
 void cast(Tensor& out, const Tensor& inp);                     // f32 <-> bf16/f16 (round to nearest even)

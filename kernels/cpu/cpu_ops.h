@@ -23,6 +23,7 @@ void scale_inplace(float* x, float s, int64_t n);
 void broadcast_rows(float* out, const float* bias, int64_t rows, int64_t cols);
 void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols);
 void gelu_forward(float* out, const float* inp, int64_t n);
+void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, int64_t cols);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 double sum_squares(const float* x, int64_t n);
 void f32_to_bf16(uint16_t* out, const float* inp, int64_t n);

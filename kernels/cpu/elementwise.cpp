@@ -108,6 +108,22 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   }
 }
 
+// The same per element, after pre += bias (written back: backward needs the biased value).
+void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = pre + r * cols;
+    float* o = out + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) {
+      const float x = p[c] + bias[c];
+      p[c] = x;
+      const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+      o[c] = x * gelu_logistic(u).sigmoid;
+    }
+  }
+}
+
 // d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u' = sigmoid + 2 x slope u',
 // u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {

@@ -1,5 +1,5 @@
 // CUDA elementwise ops of kernels/cuda/cuda_ops.h: add, add_inplace, scale_inplace, broadcast_rows,
-// gelu (tanh) forward/backward and the f32 <-> bf16/f16 casts. Grid-stride loops; synchronous.
+// gelu (tanh) forward/backward, bias + gelu forward and the f32 <-> bf16/f16 casts. Grid-stride loops; synchronous.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -49,6 +49,15 @@ __device__ __forceinline__ GeluLogistic gelu_logistic(float x) {
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += global_stride()) {
     const float x = inp[i];
+    out[i] = x * gelu_logistic(x).s;
+  }
+}
+
+// pre += bias (row-broadcast), then out = gelu(pre).
+__global__ void bias_gelu_forward_kernel(float* out, float* pre, const float* bias, int64_t n, int64_t cols) {
+  for (int64_t i = global_thread(); i < n; i += global_stride()) {
+    const float x = pre[i] + bias[i % cols];
+    pre[i] = x;
     out[i] = x * gelu_logistic(x).s;
   }
 }
@@ -110,6 +119,10 @@ void broadcast_rows(float* out, const float* bias, int64_t rows, int64_t cols) {
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
   run_elementwise("gelu_forward", gelu_forward_kernel, n, out, inp, n);
+}
+
+void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, int64_t cols) {
+  run_elementwise("bias_gelu_forward", bias_gelu_forward_kernel, rows * cols, out, pre, bias, rows * cols, cols);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {

@@ -55,11 +55,22 @@ void Linear::forward(Tensor& y, const Tensor& x) const {
     layout_->linear_forward(y, x, store_->value(weight_), bias_ >= 0 ? &store_->value(bias_) : nullptr, role_);
     return;
   }
-  // A row-split layer's bias is added by one rank only: the all-reduce sums the partial outputs.
-  const bool with_bias = bias_ >= 0 && (split_ != Split::rows || layout_->rank() == 0);
+  const bool with_bias = adds_bias();
   if (with_bias) ops::broadcast_rows(y, store_->value(bias_));
   ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, with_bias ? 1.0f : 0.0f);
 }
+
+const Tensor* Linear::forward_leaving_bias(Tensor& y, const Tensor& x) const {
+  if (split_ == Split::block || !adds_bias()) {
+    forward(y, x);
+    return nullptr;
+  }
+  ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, 0.0f);
+  return &store_->value(bias_);
+}
+
+// A row-split layer's bias is added by one rank only: the all-reduce sums the partial outputs.
+bool Linear::adds_bias() const { return bias_ >= 0 && (split_ != Split::rows || layout_->rank() == 0); }
 
 void Linear::backward_weights(const Tensor& dy, const Tensor& x) const {
   if (split_ == Split::block) {

@@ -39,6 +39,10 @@ class Linear {
 
   // x [N, in_local] -> y [N, out_local] (overwritten).
   void forward(Tensor& y, const Tensor& x) const;
+  // The same, but where this rank adds a bias and the layout does not (no 2D/3D block split), y is
+  // x W^T alone and the bias is returned for the caller to add in its next pass over y (the MLP's
+  // fused bias + GELU); nullptr when nothing is left to add.
+  const Tensor* forward_leaving_bias(Tensor& y, const Tensor& x) const;
   // dW += dy^T x, db += sum_n dy; dx = dy W (overwritten, or added when accumulate_dx). dx may be
   // null when the input needs no gradient. With `defer`, only dx now: dW and db are recorded
   // there for later (x_outlives: x stays valid until then, so it is not copied).
@@ -52,6 +56,8 @@ class Linear {
   int weight_id() const { return weight_; }
 
  private:
+  bool adds_bias() const;  // outside block splits: whether this rank's forward adds the bias
+
   ParamStore* store_ = nullptr;
   const TensorLayout* layout_ = nullptr;
   Split split_ = Split::none;

@@ -151,9 +151,8 @@ void MoeFeedForward::run_experts(Tensor& out, const Saved& s, int64_t received) 
     if (rows == 0) continue;  // an expert nobody chose: no work, no gradient
     const Tensor in = s.expert_in.rows(first, rows);
     Tensor pre = s.fc.rows(first, rows), act = s.gelu.rows(first, rows), o = out.rows(first, rows);
-    ops::broadcast_rows(pre, b1.slice(l * h, {h}));
-    ops::matmul(in, false, w1.slice(l * h * c, {h, c}), true, pre, 1.0f, 1.0f);
-    ops::gelu_forward(act, pre);
+    ops::matmul(in, false, w1.slice(l * h * c, {h, c}), true, pre, 1.0f, 0.0f);
+    ops::bias_gelu_forward(act, pre, b1.slice(l * h, {h}));
     ops::broadcast_rows(o, b2.slice(l * c, {c}));
     ops::matmul(act, false, w2.slice(l * c * h, {c, h}), true, o, 1.0f, 1.0f);
     first += rows;

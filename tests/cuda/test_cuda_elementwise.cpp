@@ -1,6 +1,6 @@
 // CUDA elementwise ops and reductions against the CPU twins, on sizes that do not fill the last
 // block: add, add_inplace, scale_inplace, broadcast_rows bit for bit; gelu forward/backward (also
-// with dinp aliasing dout) within 1e-6 + 1e-5 |x|; bias_backward (accumulating, deterministic)
+// with dinp aliasing dout) and bias + gelu within 1e-6 + 1e-5 |x| (its biased input bit for bit); bias_backward (accumulating, deterministic)
 // within 1e-4 + 1e-7 rows + 1e-5 |x|; sum_squares within 1e-10 relative, deterministic.
 #include <gtest/gtest.h>
 
@@ -67,6 +67,18 @@ TEST(CudaElementwise, GeluForwardBackwardMatchCpu) {
 
   gpu::gelu_backward(ddy.get(), dx.get(), ddy.get(), kN);  // dinp aliasing dout
   EXPECT_TRUE(all_close(ddy.host(), want_grad, 1e-6, 1e-5)) << "gelu_backward in place";
+}
+
+TEST(CudaElementwise, BiasGeluForwardMatchesCpu) {
+  TESSERA_REQUIRE_CUDA();
+  const int64_t rows = 129, cols = 775;
+  const auto x = normal(rows * cols, 8, 3.0f), bias = normal(cols, 9);
+  DeviceBuffer<float> dpre(x), dbias(bias), dout(rows * cols);
+  std::vector<float> pre = x, want(rows * cols);
+  cpu::bias_gelu_forward(want.data(), pre.data(), bias.data(), rows, cols);
+  gpu::bias_gelu_forward(dout.get(), dpre.get(), dbias.get(), rows, cols);
+  EXPECT_TRUE(bit_equal(dpre.host(), pre)) << "pre + bias";
+  EXPECT_TRUE(all_close(dout.host(), want, 1e-6, 1e-5)) << "gelu";
 }
 
 TEST(CudaElementwise, BiasBackwardAccumulatesLikeCpu) {
