@@ -3,9 +3,11 @@
 # fp32, AdamW, 2 threads, synthetic tokens, under the inherited and a tuned environment; with the
 # machine's sgemm rate measured in the same run. Not a test: never registered with CTest.
 #
-# usage: gpt_cpu.sh [--build DIR] [--config a|b|all] [--steps N] [--only tessera|pytorch]
+# usage: gpt_cpu.sh [--build DIR] [--config a|b|all] [--steps N] [--rounds R] [--only tessera|pytorch]
 #   a: GPT-2 124M (12 layers, hidden 768, 12 heads, seq 64, batch 4, vocab 50257)
 #   b: 6 layers, hidden 384, 6 heads, seq 128, batch 8, vocab 8192
+#   --rounds R: R runs of each program, alternating (tessera, PyTorch, tessera, ...), their timed
+#   steps pooled: a shared machine's drift then falls on both sides alike (default 1).
 # Results: printed, and written to $OUT_DIR/gpt_cpu_results.txt (OUT_DIR default /tmp/tessera-bench).
 set -euo pipefail
 
@@ -14,6 +16,7 @@ repo=$(cd "$here/../.." && pwd)
 build=$repo/build
 which=all
 steps=13
+rounds=1
 only=""
 warmup=3
 threads=2
@@ -24,8 +27,9 @@ while [[ $# -gt 0 ]]; do
     --build) build=$2; shift 2 ;;
     --config) which=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,6 +37,7 @@ if (( steps - warmup < 10 )); then
   echo "error: --steps $steps leaves fewer than 10 timed steps after $warmup warm-up steps" >&2
   exit 2
 fi
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "error: --rounds must be a positive integer, not '$rounds'" >&2; exit 2; }
 case $which in
   a) configs=("a:12:768:12:64:4:50257") ;;
   b) configs=("b:6:384:6:128:8:8192") ;;
@@ -60,7 +65,7 @@ fi
 OUT_DIR=${OUT_DIR:-/tmp/tessera-bench}
 work=$OUT_DIR/gpt_cpu
 mkdir -p "$work" "$OUT_DIR/data"
-rm -f "$work"/*.json "$work"/*.jsonl "$work"/*.load
+rm -f "$work"/*.json "$work"/*.jsonl "$work"/*.load "$work"/*.log
 
 # The two environments. Both pin the thread count; "tuned" drops OpenBLAS core-type overrides
 # and makes idle OpenMP threads sleep instead of spinning.
@@ -78,7 +83,7 @@ describe_env() {  # the variables that matter, as the given environment sets the
   echo "gpt_cpu benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(hostname)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cpus; threads $threads"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the figures mean little if other jobs share the cpus)"
-  echo "steps $steps ($warmup warm-up, $((steps - warmup)) timed); build $build"
+  echo "steps $steps ($warmup warm-up, $((steps - warmup)) timed) per run, $rounds round(s); build $build"
   for e in "${envs[@]}"; do
     ref="env_$e[@]"
     echo "env $e: $(describe_env "${!ref}")"
@@ -172,26 +177,29 @@ for spec in "${configs[@]}"; do
   fi
   for e in "${envs[@]}"; do
     ref="env_$e[@]"
-    if (( run_tessera )); then
-      echo "+ [$name/$e] gpt_train L=$L C=$C H=$H T=$T B=$B V=$V"
-      cut -d' ' -f1 /proc/loadavg > "$work/${name}_${e}_tessera.load"
-      rc=0
-      "${!ref}" "$build/apps/gpt_train" --input "$data" --layers "$L" --hidden "$C" --heads "$H" \
-          --seq-len "$T" --global-batch "$B" --micro-batch "$B" --steps "$steps" --lr 3e-4 --warmup 0 --threads "$threads" \
-          --metrics "$work/${name}_${e}_tessera.jsonl" > "$work/${name}_${e}_tessera.log" 2>&1 || rc=$?
-      if (( rc != 0 )); then
-        tail -5 "$work/${name}_${e}_tessera.log"
-        echo "warning: gpt_train exited with $rc ($name, $e)" >&2
+    for ((r = 1; r <= rounds; ++r)); do
+      run=${name}_${e}_r$r  # the files of one round: <config>_<env>_r<round>_<program>.*
+      if (( run_tessera )); then
+        echo "+ [$name/$e/round $r] gpt_train L=$L C=$C H=$H T=$T B=$B V=$V"
+        cut -d' ' -f1 /proc/loadavg > "$work/${run}_tessera.load"
+        rc=0
+        "${!ref}" "$build/apps/gpt_train" --input "$data" --layers "$L" --hidden "$C" --heads "$H" \
+            --seq-len "$T" --global-batch "$B" --micro-batch "$B" --steps "$steps" --lr 3e-4 --warmup 0 \
+            --threads "$threads" --metrics "$work/${run}_tessera.jsonl" > "$work/${run}_tessera.log" 2>&1 || rc=$?
+        if (( rc != 0 )); then
+          tail -5 "$work/${run}_tessera.log"
+          echo "warning: gpt_train exited with $rc ($name, $e, round $r)" >&2
+        fi
       fi
-    fi
-    if (( run_pytorch )); then
-      echo "+ [$name/$e] pytorch  L=$L C=$C H=$H T=$T B=$B V=$V"
-      cut -d' ' -f1 /proc/loadavg > "$work/${name}_${e}_pytorch.load"
-      "${!ref}" "$py" "$here/torch_gpt_bench.py" --layers "$L" --hidden "$C" --heads "$H" \
-          --seq-len "$T" --batch "$B" --vocab "$V" --steps "$steps" --warmup "$warmup" \
-          --threads "$threads" --json "$work/${name}_${e}_pytorch.json" > "$work/${name}_${e}_pytorch.log" 2>&1 \
-        || { tail -5 "$work/${name}_${e}_pytorch.log"; echo "warning: PyTorch run failed ($name, $e)" >&2; }
-    fi
+      if (( run_pytorch )); then
+        echo "+ [$name/$e/round $r] pytorch  L=$L C=$C H=$H T=$T B=$B V=$V"
+        cut -d' ' -f1 /proc/loadavg > "$work/${run}_pytorch.load"
+        "${!ref}" "$py" "$here/torch_gpt_bench.py" --layers "$L" --hidden "$C" --heads "$H" \
+            --seq-len "$T" --batch "$B" --vocab "$V" --steps "$steps" --warmup "$warmup" \
+            --threads "$threads" --json "$work/${run}_pytorch.json" > "$work/${run}_pytorch.log" 2>&1 \
+          || { tail -5 "$work/${run}_pytorch.log"; echo "warning: PyTorch run failed ($name, $e, round $r)" >&2; }
+      fi
+    done
   done
 done
 

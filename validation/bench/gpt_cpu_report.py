@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 # Reads the runs of gpt_cpu.sh (tessera metrics JSON lines, PyTorch JSON, sgemm JSON) from its
-# work folder and prints the table of the CPU GPT benchmark.
+# work folder and prints the table of the CPU GPT benchmark: each program's timed steps pooled over
+# the rounds (files <config>_<env>_r<round>_<program>.*).
 # usage: gpt_cpu_report.py <work_dir> <configs...>   (config = name:L:C:H:T:B:V)
+import glob
 import json
 import os
 import statistics
@@ -56,6 +58,24 @@ def load(path):
         return json.loads(f.read())
 
 
+def round_files(work, name, env, prog, ext):
+    return sorted(glob.glob(os.path.join(work, f"{name}_{env}_r*_{prog}.{ext}")))
+
+
+def pooled_steps(work, name, env, warmup):
+    """tessera's timed steps over every round (metrics lines)."""
+    return [o for p in round_files(work, name, env, "tessera", "jsonl") for o in tessera_steps(p, warmup)]
+
+
+def pooled_pytorch_ms(work, name, env):
+    """PyTorch's timed step times over every round."""
+    times = []
+    for p in round_files(work, name, env, "pytorch", "json"):
+        r = load(p)
+        times += [float(x) for x in r["step_ms"][len(r["step_ms"]) - int(r["timed_steps"]):]]
+    return times
+
+
 def main():
     work, configs = sys.argv[1], sys.argv[2:]
     warmup = 3
@@ -92,19 +112,16 @@ def main():
         tokens = B * T
         for env in ENVS:
             res = {}
-            tp = os.path.join(work, f"{name}_{env}_tessera.jsonl")
-            if os.path.exists(tp):
-                steps = tessera_steps(tp, warmup)
-                if steps:
-                    t = [float(o["step_ms"]) for o in steps]
-                    res["tessera"] = (len(t), min(t), statistics.median(t))
-                    line = split_line(name, env, steps)
-                    if line:
-                        splits.append(line)
-            pp = os.path.join(work, f"{name}_{env}_pytorch.json")
-            if os.path.exists(pp):
-                r = load(pp)
-                res["pytorch"] = (r["timed_steps"], r["min_ms"], r["median_ms"])
+            steps = pooled_steps(work, name, env, warmup)
+            if steps:
+                t = [float(o["step_ms"]) for o in steps]
+                res["tessera"] = (len(t), min(t), statistics.median(t))
+                line = split_line(name, env, steps)
+                if line:
+                    splits.append(line)
+            t = pooled_pytorch_ms(work, name, env)
+            if t:
+                res["pytorch"] = (len(t), min(t), statistics.median(t))
             for prog in ("tessera", "pytorch"):
                 if prog not in res:
                     out(f"{name:<7} {env:<10} {prog:<8} {'(no result)':>5}")
@@ -119,15 +136,16 @@ def main():
                 gf = f"{g:8.1f}"
                 if limit(env):
                     pct = f"{100 * g / limit(env):7.1f}%"
-                lp = os.path.join(work, f"{name}_{env}_{prog}.load")
-                load_avg = open(lp).read().strip() if os.path.exists(lp) else ""
+                loads = [float(open(lp).read()) for lp in round_files(work, name, env, prog, "load")]
+                load_avg = f"{max(loads):.2f}" if loads else ""
                 out(f"{name:<7} {env:<10} {prog:<8} {n:>5} {mn:>9.1f} {md:>10.1f} {tps_min:>11.1f} "
                     f"{tps_med:>11.1f} {ratio_min:>9} {ratio_med:>9} {gf:>8} {pct:>8} {load_avg:>5}")
         out(f"{'':<7} ({name}: L={L} C={C} H={H} T={T} B={B} V={V}; "
             f"{n_params(L, C, T, V) / 1e6:.2f}M params; {flop_per_token / 1e9:.3f} GFLOP/token)")
     out("ratio = tessera tokens/s / PyTorch tokens/s (of the fastest steps, of the medians); GFLOP/s = tokens/s "
         "(median) * (6 N + 6 L T C) / 1e9;\n% sgemm = GFLOP/s / the best sgemm GFLOP/s of that environment; "
-        "load = 1-minute load average when the run started.")
+        "load = 1-minute load average when the run started (the highest over the rounds); steps = timed steps "
+        "pooled over the rounds.")
     if splits:
         out("")
         out("tessera's step, median ms of the timed steps (gpt_train's metrics: kernels timed on the training thread, "
