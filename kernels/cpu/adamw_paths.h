@@ -43,10 +43,10 @@ bool adamw_path_supported(AdamWPath path);
 // The widest supported path, chosen on the first call.
 AdamWPath adamw_best_path();
 // The whole update on a given (supported) path, OpenMP threads over chunks; adamw() uses the best.
-// The same over spans of the buffers (ops::adamw_spans), in one parallel region.
-void adamw_spans_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                         const ops::AdamWSpan* spans, int64_t count, const ops::AdamWArgs& args);
 void adamw_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                    const ops::AdamWArgs& args);
+// The same over spans of the buffers (ops::adamw_spans), all in one parallel region.
+void adamw_spans_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                         const ops::AdamWSpan* spans, int64_t count, const ops::AdamWArgs& args);
 
 }  // namespace tessera::kernels::cpu

@@ -1,5 +1,5 @@
 // Elementwise kernels and small reductions on the CPU: add, scale, bias broadcast and its
-// backward, GELU (tanh approximation) forward/backward, sum of squares.
+// backward, GELU (tanh approximation) forward/backward and bias + GELU, sum of squares.
 #include <omp.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // CUDA elementwise ops of kernels/cuda/cuda_ops.h: add, add_inplace, scale_inplace, broadcast_rows,
-// gelu (tanh) forward/backward, bias + gelu forward and the f32 <-> bf16/f16 casts. Grid-stride loops; synchronous.
+// gelu (tanh) forward/backward, bias + gelu forward and the f32 <-> bf16/f16 casts. Grid-stride
+// loops; synchronous.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -37,7 +37,7 @@ void count(Counters& c, int64_t delta) {
 // Host memory, 64-byte aligned. Blocks of 2 MiB and more start on a 2 MiB boundary and ask the
 // kernel for transparent huge pages over their whole 2 MiB pages: the weights, gradients and
 // optimizer state then cost a TLB entry per 2 MiB instead of per 4 KiB. On the benchmark machine
-// (THP "madvise") this took GPT-2 124M's optimizer pass from 115 to 94 ms per step. Where THP is
+// (THP "madvise") this took GPT-2 124M's optimizer pass from 115 to 96 ms per step. Where THP is
 // off the advice is ignored; memory use is unchanged (the padding before an aligned block is
 // address space, never touched).
 void* host_allocate(size_t bytes) {
