@@ -159,7 +159,8 @@ struct AdamWSpan {
 };
 // adamw over every span of four buffers of one length, as one pass: on the CPU one team of threads
 // shares the chunks of all spans (a GPT's hundred parameter tensors cost one parallel region, not a
-// hundred), with the same results as one adamw call per span. Spans must not overlap.
+// hundred), with the same results as one adamw call per span. Spans come in increasing order and
+// do not overlap.
 void adamw_spans(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                  const std::vector<AdamWSpan>& spans, const AdamWArgs& args);
 

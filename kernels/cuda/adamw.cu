@@ -33,38 +33,52 @@ __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict_
   }
 }
 
+// The step's scalars from the hyperparameters, in double as PyTorch computes them on the host.
+AdamWStep step_scalars(const ops::AdamWArgs& args) {
+  TESSERA_CHECK(args.step >= 1, "adamw: step must be >= 1 (1-based), got ", args.step);
+  const double t = static_cast<double>(args.step);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(args.beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(args.beta2), t);
+  return AdamWStep{static_cast<float>(1.0 - static_cast<double>(args.lr) * args.weight_decay),
+                   static_cast<float>(static_cast<double>(args.lr) / bc1),
+                   static_cast<float>(std::sqrt(bc2)),
+                   1.0f - args.beta1,
+                   args.beta2,
+                   1.0f - args.beta2,
+                   args.eps,
+                   args.grad_scale};
+}
+
+// Queues the update of n elements on op_stream() and, with zero_grad, the gradient's zeroing
+// behind it (the caller's mutable gradient, read through const by the kernel).
+void enqueue(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& s,
+             bool zero_grad) {
+  if (n <= 0) return;
+  launch("adamw", adamw_kernel, dim3(grid_for(n, 256)), dim3(256), 0, param, grad, exp_avg, exp_avg_sq, n, s);
+  if (zero_grad)
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(grad), 0, static_cast<size_t>(n) * sizeof(float), op_stream()));
+}
+
 }  // namespace
 
 void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
            const ops::AdamWArgs& args) {
-  TESSERA_CHECK(args.step >= 1, "adamw: step must be >= 1 (1-based), got ", args.step);
-  if (n <= 0) return;
-  const double t = static_cast<double>(args.step);
-  const double bc1 = 1.0 - std::pow(static_cast<double>(args.beta1), t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(args.beta2), t);
-  const AdamWStep s{static_cast<float>(1.0 - static_cast<double>(args.lr) * args.weight_decay),
-                    static_cast<float>(static_cast<double>(args.lr) / bc1),
-                    static_cast<float>(std::sqrt(bc2)),
-                    1.0f - args.beta1,
-                    args.beta2,
-                    1.0f - args.beta2,
-                    args.eps,
-                    args.grad_scale};
-  launch("adamw", adamw_kernel, dim3(grid_for(n, 256)), dim3(256), 0, param, grad, exp_avg, exp_avg_sq, n, s);
+  enqueue(param, grad, exp_avg, exp_avg_sq, n, step_scalars(args), args.zero_grad);
   finish("adamw");
-  // The caller's mutable gradient, read through const by the kernel: zeroed after it, in order.
-  if (args.zero_grad) TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(grad), 0, n * sizeof(float)));
 }
 
-// One launch per span, queued back to back on the stream (no host synchronisation between them).
+// Every span's launch queued back to back on op_stream(), one synchronisation at the end.
 void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const ops::AdamWSpan* spans,
                  int64_t count, const ops::AdamWArgs& args) {
+  ops::AdamWArgs no_decay = args;
+  no_decay.weight_decay = 0.0f;
+  const AdamWStep scalars[2] = {step_scalars(no_decay), step_scalars(args)};
   for (int64_t i = 0; i < count; ++i) {
-    ops::AdamWArgs span_args = args;
-    if (!spans[i].decay) span_args.weight_decay = 0.0f;
     const int64_t at = spans[i].begin;
-    adamw(param + at, grad + at, exp_avg + at, exp_avg_sq + at, spans[i].end - at, span_args);
+    enqueue(param + at, grad + at, exp_avg + at, exp_avg_sq + at, spans[i].end - at, scalars[spans[i].decay ? 1 : 0],
+            args.zero_grad);
   }
+  finish("adamw_spans");
 }
 
 }  // namespace tessera::kernels::cuda

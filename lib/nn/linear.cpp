@@ -61,7 +61,9 @@ void Linear::forward(Tensor& y, const Tensor& x) const {
 }
 
 const Tensor* Linear::forward_leaving_bias(Tensor& y, const Tensor& x) const {
-  if (split_ == Split::block || !adds_bias()) {
+  // A row-split layer's output is partial until its all-reduce: the bias must not be left to a
+  // caller's pass that might come before it, so such layers add it here as always.
+  if (split_ == Split::block || split_ == Split::rows || !adds_bias()) {
     forward(y, x);
     return nullptr;
   }

@@ -39,9 +39,9 @@ class Linear {
 
   // x [N, in_local] -> y [N, out_local] (overwritten).
   void forward(Tensor& y, const Tensor& x) const;
-  // The same, but where this rank adds a bias and the layout does not (no 2D/3D block split), y is
-  // x W^T alone and the bias is returned for the caller to add in its next pass over y (the MLP's
-  // fused bias + GELU); nullptr when nothing is left to add.
+  // The same, but for a layer with a bias that is unsplit or split by output columns, y is x W^T
+  // alone and the bias is returned for the caller to add in its next pass over y (the MLP's fused
+  // bias + GELU); nullptr when nothing is left to add (row and 2D/3D block splits add it here).
   const Tensor* forward_leaving_bias(Tensor& y, const Tensor& x) const;
   // dW += dy^T x, db += sum_n dy; dx = dy W (overwritten, or added when accumulate_dx). dx may be
   // null when the input needs no gradient. With `defer`, only dx now: dW and db are recorded

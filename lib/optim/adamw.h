@@ -1,7 +1,8 @@
 // AdamW over a range of a ParamStore's flat order (all of it, or a ZeRO shard): fp32 states
 // (exp_avg, exp_avg_sq) laid out like that range; weight decay only on parameters registered with
 // it (matrices and embeddings), kept as ranges of adjacent parameters with the same decay flag; a
-// step is one fused pass over the flat buffers per part (ops::adamw_spans). The states live on
+// step is one fused pass over the flat buffers per part (ops::adamw_spans; under nvme, one per
+// streamed piece and range). The states live on
 // the compute device, on the host tier (all of them under offload cpu, a share of their chunks
 // under host_fraction: the update runs on each part where it lives; core/allocator.h) or in a
 // scratch file under offload_dir (nvme), streamed through two buffers per step.

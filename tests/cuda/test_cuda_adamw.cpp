@@ -1,5 +1,6 @@
 // CUDA AdamW against the CPU twin over three consecutive steps with weight decay, grad_scale and
-// bias correction: param, exp_avg, exp_avg_sq within 1e-6 + 1e-5 |x| after every step.
+// bias correction: param, exp_avg, exp_avg_sq within 1e-6 + 1e-5 |x| after every step; the same
+// over spans of the buffers (adamw_spans), gradients zeroed.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -49,6 +50,31 @@ TEST(CudaAdamW, ZeroGradZeroesTheGradientAfterTheSameUpdate) {
   EXPECT_TRUE(all_close(dm.host(), m, 1e-6, 1e-5)) << "exp_avg";
   EXPECT_TRUE(all_close(dv.host(), v, 1e-6, 1e-5)) << "exp_avg_sq";
   EXPECT_TRUE(all_close(dgrad.host(), std::vector<float>(n, 0.0f), 0.0, 0.0)) << "grad";
+}
+
+// Spans with and without decay, gaps between them, zero_grad: the CPU twin's values (within
+// 1e-6 + 1e-5 |x|), the spans' gradients zero and what lies between them untouched.
+TEST(CudaAdamW, SpansMatchCpu) {
+  TESSERA_REQUIRE_CUDA();
+  const int64_t n = 90000;
+  const tessera::ops::AdamWSpan spans[] = {{0, 40000, true}, {40000, 40007, false}, {40100, 70000, true},
+                                           {71000, n, false}};
+  auto param = normal(n, 51), m = normal(n, 52, 0.01f), v = normal(n, 53, 0.01f);
+  for (float& x : v) x *= x;
+  auto grad = normal(n, 54);
+  DeviceBuffer<float> dparam(param), dm(m), dv(v), dgrad(grad);
+  tessera::ops::AdamWArgs args;
+  args.lr = 3e-3f;
+  args.weight_decay = 0.1f;
+  args.zero_grad = true;
+  cpu::adamw_spans(param.data(), grad.data(), m.data(), v.data(), spans, 4, args);
+  gpu::adamw_spans(dparam.get(), dgrad.get(), dm.get(), dv.get(), spans, 4, args);
+  EXPECT_TRUE(all_close(dparam.host(), param, 1e-6, 1e-5)) << "param";
+  EXPECT_TRUE(all_close(dm.host(), m, 1e-6, 1e-5)) << "exp_avg";
+  EXPECT_TRUE(all_close(dv.host(), v, 1e-6, 1e-5)) << "exp_avg_sq";
+  EXPECT_TRUE(all_close(dgrad.host(), grad, 0.0, 0.0)) << "grad: zero in the spans, untouched between";
+  EXPECT_EQ(grad[100], 0.0f);
+  EXPECT_NE(grad[40050], 0.0f);
 }
 
 TEST(CudaAdamW, RejectsStepZero) {

@@ -1,7 +1,8 @@
 // CUDA elementwise ops and reductions against the CPU twins, on sizes that do not fill the last
 // block: add, add_inplace, scale_inplace, broadcast_rows bit for bit; gelu forward/backward (also
-// with dinp aliasing dout) and bias + gelu within 1e-6 + 1e-5 |x| (its biased input bit for bit); bias_backward (accumulating, deterministic)
-// within 1e-4 + 1e-7 rows + 1e-5 |x|; sum_squares within 1e-10 relative, deterministic.
+// with dinp aliasing dout) and bias + gelu within 1e-6 + 1e-5 |x| (its biased input bit for
+// bit); bias_backward (accumulating, deterministic) within 1e-4 + 1e-7 rows + 1e-5 |x|;
+// sum_squares within 1e-10 relative, deterministic.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -189,7 +189,8 @@ TEST(AdamW, ZeroGradLeavesTheUpdateAndZeroesTheGradient) {
 }
 
 // adamw_spans (the whole optimizer step in one parallel region) gives, bit for bit, what one adamw
-// call per span gives, with or without decay per span, zeroing only the spans' gradients; what lies
+// call per span gives (adamw is itself one span, so this checks the spans' chunking, decay choice
+// and gaps; the arithmetic is checked against the reference above), with or without decay per span, zeroing only the spans' gradients; what lies
 // between spans is left alone. Spans of several chunks and of a few elements, on 2 threads.
 TEST(AdamW, SpansMatchOneCallPerSpanBitForBit) {
   tessera::testing::ScopedThreads threads(2);

@@ -136,7 +136,10 @@ def main():
                 gf = f"{g:8.1f}"
                 if limit(env):
                     pct = f"{100 * g / limit(env):7.1f}%"
-                loads = [float(open(lp).read()) for lp in round_files(work, name, env, prog, "load")]
+                loads = []
+                for lp in round_files(work, name, env, prog, "load"):
+                    with open(lp) as f:
+                        loads.append(float(f.read()))
                 load_avg = f"{max(loads):.2f}" if loads else ""
                 out(f"{name:<7} {env:<10} {prog:<8} {n:>5} {mn:>9.1f} {md:>10.1f} {tps_min:>11.1f} "
                     f"{tps_med:>11.1f} {ratio_min:>9} {ratio_med:>9} {gf:>8} {pct:>8} {load_avg:>5}")
