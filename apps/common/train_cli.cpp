@@ -209,8 +209,8 @@ void log_run_environment() {
   }
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   if (wait && (std::string(wait) == "PASSIVE" || std::string(wait) == "passive"))
-    log::warn("OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between the step's ~40 parallel kernels per block,"
-              " which cost 3-5% of a CPU step in validation/bench/gpt_cpu.sh; unset it for speed");
+    log::warn("OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between the step's ~30 parallel kernels per block,"
+              " which cost 2-8% of a CPU step in validation/bench/gpt_cpu.sh; unset it for speed");
 }
 
 }  // namespace tessera::cli

@@ -33,6 +33,10 @@ inline Logistic gelu_logistic(float u) {
   const float inv = 1.0f / (1.0f + t);
   return {(negative * t + (1.0f - negative)) * inv, t * inv * inv};
 }
+
+// gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed through the identity
+// 0.5 (1 + tanh(u)) = sigmoid(2u): exact algebra, and no cancellation in the negative tail.
+inline float gelu(float x) { return x * gelu_logistic(kGeluScale * (x + kGeluCubic * x * x * x)).sigmoid; }
 }  // namespace
 
 void add(float* out, const float* a, const float* b, int64_t n) {
@@ -97,18 +101,12 @@ void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) 
   }
 }
 
-// gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), computed through the identity
-// 0.5 (1 + tanh(u)) = sigmoid(2u): exact algebra, and no cancellation in the negative tail.
 void gelu_forward(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = inp[i];
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    out[i] = x * gelu_logistic(u).sigmoid;
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = gelu(inp[i]);
 }
 
-// The same per element, after pre += bias (written back: backward needs the biased value).
+// gelu after pre += bias (written back: backward needs the biased value).
 void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
@@ -116,10 +114,8 @@ void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, 
     float* o = out + r * cols;
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
-      const float x = p[c] + bias[c];
-      p[c] = x;
-      const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-      o[c] = x * gelu_logistic(u).sigmoid;
+      p[c] += bias[c];
+      o[c] = gelu(p[c]);
     }
   }
 }

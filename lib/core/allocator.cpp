@@ -1,4 +1,5 @@
-// Host allocations (64-byte aligned, huge-page aligned from 2 MiB) and, when built with CUDA, device allocations, counted per device.
+// Host allocations (64-byte aligned, on huge pages from 2 MiB) and, when built with CUDA, device
+// allocations, counted per device.
 #include "core/allocator.h"
 
 #include <omp.h>

@@ -46,6 +46,14 @@ AdamW::AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range s
     exp_avg_sq_ = Tensor::zeros({on_device}, DType::f32, device);
     host_exp_avg_ = Tensor::host_tier_zeros({on_host});
     host_exp_avg_sq_ = Tensor::host_tier_zeros({on_host});
+    // Each part's spans, relative to the part's start (the placement is fixed from here on).
+    for_each_part(0, shard.size(), [&](const Tensor&, const Tensor&, int64_t at, int64_t n, int64_t) {
+      std::vector<ops::AdamWSpan>& spans = part_spans_[at == 0 ? 0 : 1];
+      for (const Range& r : ranges_) {
+        const int64_t begin = std::max(r.begin, at), end = std::min(r.end, at + n);
+        if (begin < end) spans.push_back({begin - at, end - at, r.decay});
+      }
+    });
     return;
   }
   TESSERA_CHECK(config.offload_chunk > 0, "AdamW: offload_chunk must be positive");
@@ -135,17 +143,12 @@ void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads
   // One pass per part where the states live (on a CPU build the host tier is host memory, as the
   // parameters are: the same kernel updates both), over the spans of every parameter in it.
   for_each_part(0, shard_.size(), [&](const Tensor& ms, const Tensor& vs, int64_t at, int64_t n, int64_t offset) {
-    std::vector<ops::AdamWSpan> spans;
-    for (const Range& r : ranges_) {
-      const int64_t begin = std::max(r.begin, at), end = std::min(r.end, at + n);
-      if (begin < end) spans.push_back({begin - at, end - at, r.decay});
-    }
     const Shape shape{n};
     Tensor p = params.slice(at, shape);
     Tensor g = grads.slice(at, shape);
     Tensor m = ms.slice(offset, shape);
     Tensor v = vs.slice(offset, shape);
-    ops::adamw_spans(p, g, m, v, spans, args);
+    ops::adamw_spans(p, g, m, v, part_spans_[at == 0 ? 0 : 1], args);
   });
 }
 

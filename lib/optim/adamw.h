@@ -1,11 +1,11 @@
 // AdamW over a range of a ParamStore's flat order (all of it, or a ZeRO shard): fp32 states
 // (exp_avg, exp_avg_sq) laid out like that range; weight decay only on parameters registered with
-// it (matrices and embeddings), kept as ranges of adjacent parameters with the same decay flag; a
-// step is one fused pass over the flat buffers per part (ops::adamw_spans; under nvme, one per
-// streamed piece and range). The states live on
-// the compute device, on the host tier (all of them under offload cpu, a share of their chunks
-// under host_fraction: the update runs on each part where it lives; core/allocator.h) or in a
-// scratch file under offload_dir (nvme), streamed through two buffers per step.
+// it (matrices and embeddings), kept as ranges of adjacent parameters with the same decay flag. The
+// states live on the compute device, on the host tier (all of them under offload cpu, a share of
+// their chunks under host_fraction: the update runs on each part where it lives;
+// core/allocator.h) or in a scratch file under offload_dir (nvme), streamed through two buffers
+// per step. A step is one fused pass per part over all its ranges (ops::adamw_spans), or under
+// nvme one per streamed piece and range.
 #pragma once
 #include <memory>
 #include <string>
@@ -76,6 +76,7 @@ class AdamW {
   AdamWConfig config_;
   parallel::Range shard_;
   std::vector<Range> ranges_;
+  std::vector<ops::AdamWSpan> part_spans_[2];  // ranges_ within the device part and the host tier
   // Calls f(m, v, at, n, offset): the n states from element `at` of [begin, begin + count) are
   // m[offset ...] and v[offset ...] (the device part, then the host part).
   template <typename F>
