@@ -12,7 +12,7 @@ if [ "$what" != build ]; then
   # the sanitizer and fuzz trees (tests/fuzz): clang, its libFuzzer/ASan runtimes, its OpenMP
   pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 fi
-[ "$what" = validation ] && pkgs+=(python3-matplotlib libblis-openmp-dev)
+[ "$what" = validation ] && pkgs+=(python3-matplotlib libblis-openmp-dev libtcmalloc-minimal4)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

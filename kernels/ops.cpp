@@ -1,6 +1,8 @@
 // Dispatch of kernels/ops.h: shape, dtype and device checks, then the CPU kernel or its CUDA twin.
 #include "kernels/ops.h"
 
+#include <atomic>
+
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernel_timing.h"
 #ifdef TESSERA_HAVE_CUDA
@@ -41,7 +43,12 @@ void same_device(const char* op, std::initializer_list<const Tensor*> ts) {
 
 void expect(bool cond, const char* op, const char* what) { TESSERA_CHECK(cond, op, ": ", what); }
 
+std::atomic<MatmulInputs> g_matmul_inputs{MatmulInputs::f32};
+
 }  // namespace
+
+void set_matmul_inputs(MatmulInputs inputs) { g_matmul_inputs.store(inputs); }
+MatmulInputs matmul_inputs() { return g_matmul_inputs.load(); }
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
   same_device("matmul", {&a, &b, &c});
@@ -50,8 +57,12 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
   TESSERA_CHECK(k == kb && rows_of(c) == m && last_dim(c) == n, "matmul: shapes ", a.shape().str(),
                 trans_a ? "^T" : "", " @ ", b.shape().str(), trans_b ? "^T" : "", " -> ", c.shape().str(),
                 " do not fit");
-  TESSERA_DISPATCH(c.device(), gemm, trans_a, trans_b, m, n, k, alpha, a.data<float>(), b.data<float>(),
-                   beta, c.data<float>());
+  if (matmul_inputs() == MatmulInputs::bf16)
+    TESSERA_DISPATCH(c.device(), gemm_bf16, trans_a, trans_b, m, n, k, alpha, a.data<float>(), b.data<float>(),
+                     beta, c.data<float>());
+  else
+    TESSERA_DISPATCH(c.device(), gemm, trans_a, trans_b, m, n, k, alpha, a.data<float>(), b.data<float>(),
+                     beta, c.data<float>());
 }
 
 void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
@@ -64,8 +75,12 @@ void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& 
   const int64_t kb = trans_b ? last_dim(b) : b_rows, n = trans_b ? b_rows : last_dim(b);
   TESSERA_CHECK(k == kb && rows_of(c) / batch == m && last_dim(c) == n, "matmul_batched: shapes ",
                 a.shape().str(), " @ ", b.shape().str(), " -> ", c.shape().str(), " do not fit");
-  TESSERA_DISPATCH(c.device(), gemm_batched, batch, trans_a, trans_b, m, n, k, alpha, a.data<float>(),
-                   b.data<float>(), beta, c.data<float>());
+  if (matmul_inputs() == MatmulInputs::bf16)
+    TESSERA_DISPATCH(c.device(), gemm_batched_bf16, batch, trans_a, trans_b, m, n, k, alpha, a.data<float>(),
+                     b.data<float>(), beta, c.data<float>());
+  else
+    TESSERA_DISPATCH(c.device(), gemm_batched, batch, trans_a, trans_b, m, n, k, alpha, a.data<float>(),
+                     b.data<float>(), beta, c.data<float>());
 }
 
 void add(Tensor& out, const Tensor& a, const Tensor& b) {

@@ -19,6 +19,27 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                     Tensor& c, float alpha = 1.0f, float beta = 0.0f);
 
+// ---- GEMM inputs in bf16 (mixed precision's products) -------------------------------------------
+// While the setting is bf16, matmul and matmul_batched round a and b to bf16 (nearest even) and
+// accumulate the products in fp32, on either device: on CPUs with AVX512-BF16 or AMX through
+// oneDNN's bf16 matmul (twice the fp32 rate), elsewhere as an fp32 GEMM of the rounded values (the
+// same numbers up to summation order); on CUDA through cuBLAS's bf16 tensor-core GEMM. The
+// trainer sets it for --precision bf16. One process-wide setting (the GEMMs of a run share it).
+enum class MatmulInputs { f32, bf16 };
+void set_matmul_inputs(MatmulInputs inputs);
+MatmulInputs matmul_inputs();
+// Sets the matmul inputs for its lifetime, then puts back the previous setting.
+class MatmulInputsScope {
+ public:
+  explicit MatmulInputsScope(MatmulInputs inputs) : previous_(matmul_inputs()) { set_matmul_inputs(inputs); }
+  ~MatmulInputsScope() { set_matmul_inputs(previous_); }
+  MatmulInputsScope(const MatmulInputsScope&) = delete;
+  MatmulInputsScope& operator=(const MatmulInputsScope&) = delete;
+
+ private:
+  MatmulInputs previous_;
+};
+
 // ---- elementwise and reductions -------------------------------------------------------------
 void add(Tensor& out, const Tensor& a, const Tensor& b);       // out = a + b (residual)
 void add_inplace(Tensor& acc, const Tensor& x);                // acc += x

@@ -42,7 +42,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("placement", po::value(&placement)->default_value("static"), "static (--offload, --offload-optim-frac as given) or auto (gpt_train, moe_train: the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)")
       ("device-memory-limit", po::value(&device_memory_limit)->default_value("0"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
       ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
-      ("precision", po::value(&tc.precision)->default_value("fp32"), "fp32, bf16 or fp16: parameters, activations and gradients (fp32 master weights and optimizer states; on the CPU, rounded storage with fp32 arithmetic)")
+      ("precision", po::value(&tc.precision)->default_value("fp32"), "fp32, bf16 or fp16: parameters, activations and gradients (fp32 master weights and optimizer states); bf16 multiplies in bf16 with fp32 sums (oneDNN on CPUs with AVX512-BF16, tensor cores on GPUs); on the CPU fp16 is rounded storage with fp32 arithmetic")
       ("loss-scale", po::value(&tc.loss_scaler.initial_scale)->default_value(65536.0), "fp16: the initial loss scale")
       ("static-loss-scale", po::bool_switch()->notifier([&tc](bool s) { tc.loss_scaler.dynamic = !s; }), "fp16: keep --loss-scale fixed (overflowing steps are still skipped)")
       ("loss-scale-window", po::value(&tc.loss_scaler.growth_interval)->default_value(2000), "fp16: steps without overflow before the loss scale doubles")
@@ -154,7 +154,9 @@ int TrainOptions::split_model(int64_t heads, int64_t hidden) const {
 Device TrainOptions::device() const { return parse_device(device_name); }
 
 std::string TrainOptions::gemm_note() const {
-  return device() == Device::cpu ? std::string(" (GEMMs: ") + kernels::cpu::gemm_library_name() + ")" : std::string();
+  if (device() != Device::cpu) return {};
+  if (train.precision == "bf16") return std::string(" (GEMMs: bf16 inputs, ") + kernels::cpu::gemm_bf16_path() + ")";
+  return std::string(" (GEMMs: ") + kernels::cpu::gemm_library_name() + ")";
 }
 
 models::ActivationCheckpointing TrainOptions::checkpointing() const {

@@ -43,7 +43,7 @@ struct TrainOptions {
   int split_model(int64_t heads, int64_t hidden) const;
   models::ActivationCheckpointing checkpointing() const;  // throws on an unknown mode
   Device device() const;
-  std::string gemm_note() const;  // on the CPU: " (GEMMs: oneDNN)" or " (GEMMs: BLAS)"; else empty
+  std::string gemm_note() const;  // on the CPU: " (GEMMs: oneDNN)", " (GEMMs: BLAS)", or bf16's path; else empty
 };
 
 // The mesh (collective over the world) with the watchdog and collective checks on every group,

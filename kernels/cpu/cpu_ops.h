@@ -16,6 +16,16 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           const float* b, float beta, float* c);
 void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                   float alpha, const float* a, const float* b, float beta, float* c);
+// The same with a and b rounded to bf16 and the products accumulated in fp32 (ops.h,
+// MatmulInputs::bf16): oneDNN's bf16 matmul where the CPU has AVX512-BF16 or AMX, else the
+// emulated path, an fp32 gemm of the rounded values. gemm_bf16_path() names the path taken.
+const char* gemm_bf16_path();
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               const float* b, float beta, float* c);
+void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float* a, const float* b, float beta, float* c);
+void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float* a, const float* b, float beta, float* c);
 
 void add(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* acc, const float* x, int64_t n);

@@ -1,5 +1,6 @@
-// CUDA GEMM of kernels/cuda/cuda_ops.h through cuBLAS (fp32 math, no TF32), row-major as column-major
-// C^T = op(B)^T op(A)^T; one lazily created handle per device. Synchronous, like every op here.
+// CUDA GEMM of kernels/cuda/cuda_ops.h through cuBLAS, row-major as column-major C^T = op(B)^T op(A)^T;
+// fp32 math without TF32, or (gemm_bf16) bf16 inputs on the tensor cores with fp32 accumulation.
+// One lazily created handle per device. Synchronous, like every op here.
 #include <cublas_v2.h>
 
 #include <climits>
@@ -96,6 +97,39 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t 
   TESSERA_CUBLAS_CHECK(cublasSgemmStridedBatched(handle_for_current_device(), op_of(trans_b), op_of(trans_a), ni, mi,
                                                  ki, &alpha, b, ldb, k * n, a, lda, m * k, &beta, c, ni, m * n, bi));
   finish("gemm_batched");
+}
+
+// bf16 copies of a and b (rounded to nearest even by the cast kernel) in stream-ordered scratch.
+struct Bf16Inputs {
+  Bf16Inputs(const float* a, int64_t a_count, const float* b, int64_t b_count)
+      : a_bits(static_cast<size_t>(a_count) * sizeof(uint16_t)), b_bits(static_cast<size_t>(b_count) * sizeof(uint16_t)) {
+    f32_to_bf16(a_bits.as<uint16_t>(), a, a_count);
+    f32_to_bf16(b_bits.as<uint16_t>(), b, b_count);
+  }
+  Scratch a_bits, b_bits;
+};
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
+               float beta, float* c) {
+  gemm_batched_bf16(1, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+}
+
+void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, const float* b, float beta, float* c) {
+  if (batch <= 0 || m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    scale_only(beta, c, batch * m * n);
+    finish("gemm_bf16");
+    return;
+  }
+  const int mi = as_int(m, "m"), ni = as_int(n, "n"), ki = as_int(k, "k"), bi = as_int(batch, "batch");
+  const int lda = trans_a ? mi : ki, ldb = trans_b ? ki : ni;
+  const Bf16Inputs in(a, batch * m * k, b, batch * k * n);
+  TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle_for_current_device(), op_of(trans_b), op_of(trans_a), ni, mi, ki, &alpha, in.b_bits.as<uint16_t>(),
+      CUDA_R_16BF, ldb, k * n, in.a_bits.as<uint16_t>(), CUDA_R_16BF, lda, m * k, &beta, c, CUDA_R_32F, ni, m * n, bi,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  finish("gemm_bf16");
 }
 
 }  // namespace tessera::kernels::cuda

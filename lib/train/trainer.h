@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/process_mesh.h"
+#include "kernels/ops.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/mixed_precision.h"
@@ -73,6 +74,7 @@ class Trainer {
   optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;
   optim::MixedPrecision precision_;
+  ops::MatmulInputsScope matmul_inputs_;  // bf16: the GEMMs multiply in bf16 while this trainer lives
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
   FaultHooks faults_;
   bool grads_zero_ = false;  // the last update zeroed the gradients as it read them

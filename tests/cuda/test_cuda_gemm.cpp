@@ -1,6 +1,7 @@
 // CUDA GEMM (cuBLAS) against the CPU twin: every transpose combination, odd sizes, alpha/beta,
 // batched, and the empty product (k = 0). Tolerance 1e-5 + 2e-6 k absolute: fp32 rounding passes,
-// TF32 (10-bit mantissa) products would not.
+// TF32 (10-bit mantissa) products would not. The bf16-input GEMM (tensor cores) against the CPU's
+// emulated bf16 GEMM: the same rounded products, summed in another order, so the same tolerance.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -20,16 +21,23 @@ struct Case {
 
 double tolerance(int64_t k) { return 1e-5 + 2e-6 * static_cast<double>(k); }
 
-void check_gemm(int64_t batch, bool ta, bool tb, const Case& c, uint64_t stream) {
-  SCOPED_TRACE(testing::Message() << "batch " << batch << (ta ? " A^T" : " A") << (tb ? " B^T" : " B") << " m " << c.m
-                                  << " n " << c.n << " k " << c.k << " alpha " << c.alpha << " beta " << c.beta);
+void check_gemm(int64_t batch, bool ta, bool tb, const Case& c, uint64_t stream, bool bf16 = false) {
+  SCOPED_TRACE(testing::Message() << (bf16 ? "bf16 inputs, " : "") << "batch " << batch << (ta ? " A^T" : " A")
+                                  << (tb ? " B^T" : " B") << " m " << c.m << " n " << c.n << " k " << c.k << " alpha "
+                                  << c.alpha << " beta " << c.beta);
   const auto a = normal(batch * c.m * c.k, stream);
   const auto b = normal(batch * c.k * c.n, stream + 1);
   auto want = c.beta == 0.0f ? std::vector<float>(batch * c.m * c.n, 0.0f) : normal(batch * c.m * c.n, stream + 2);
   DeviceBuffer<float> da(a), db(b), dc(batch * c.m * c.n);
   if (c.beta == 0.0f) dc.fill_bytes(0xff);  // beta = 0 must overwrite, NaN included
   else dc.upload(want);
-  if (batch == 1) {
+  if (bf16) {
+    for (int64_t i = 0; i < batch; ++i)
+      cpu::gemm_bf16_emulated(ta, tb, c.m, c.n, c.k, c.alpha, a.data() + i * c.m * c.k, b.data() + i * c.k * c.n,
+                              c.beta, want.data() + i * c.m * c.n);
+    if (batch == 1) gpu::gemm_bf16(ta, tb, c.m, c.n, c.k, c.alpha, da.get(), db.get(), c.beta, dc.get());
+    else gpu::gemm_batched_bf16(batch, ta, tb, c.m, c.n, c.k, c.alpha, da.get(), db.get(), c.beta, dc.get());
+  } else if (batch == 1) {
     cpu::gemm(ta, tb, c.m, c.n, c.k, c.alpha, a.data(), b.data(), c.beta, want.data());
     gpu::gemm(ta, tb, c.m, c.n, c.k, c.alpha, da.get(), db.get(), c.beta, dc.get());
   } else {
@@ -64,4 +72,16 @@ TEST(CudaGemm, EmptyProductScalesC) {
   check_gemm(1, false, false, {5, 6, 0, 1.0f, 0.5f}, 300);
   check_gemm(1, true, false, {5, 6, 0, 1.0f, 0.0f}, 310);
   check_gemm(4, false, true, {3, 2, 0, 1.0f, 2.0f}, 320);
+}
+
+TEST(CudaGemm, Bf16InputsMatchCpuEmulation) {
+  TESSERA_REQUIRE_CUDA();
+  const Case cases[] = {{37, 53, 29, 0.7f, 0.3f}, {128, 96, 512, 1.0f, 0.0f}, {1, 7, 3, 1.0f, 1.0f},
+                        {5, 6, 0, 1.0f, 0.5f}};
+  uint64_t stream = 400;
+  for (const Case& c : cases)
+    for (int t = 0; t < 4; ++t) {
+      check_gemm(1, t & 1, t & 2, c, stream += 10, true);
+      check_gemm(3, t & 1, t & 2, c, stream += 10, true);
+    }
 }

@@ -1,0 +1,170 @@
+// Unit tests of the GEMMs with bf16 inputs (ops::MatmulInputs::bf16, kernels/cpu/gemm_bf16.cpp):
+// against a double-precision product of the inputs rounded to bf16 here, for every transpose,
+// alpha and beta, batched, k = 0; that the rounding happens; that oneDNN's bf16 path and the
+// emulated one give the same numbers; that the path follows the CPU; and the setting's scope.
+// CTest runs this file as is and, prefixed "blas.", with TESSERA_CPU_GEMM=blas (emulated path).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+
+using tessera::Shape;
+using tessera::Tensor;
+using tessera::ops::MatmulInputs;
+using tessera::ops::MatmulInputsScope;
+namespace cpu = tessera::kernels::cpu;
+
+namespace {
+
+Tensor random_tensor(Shape shape, uint64_t stream) {
+  return tessera::testing::random_tensor(std::move(shape), 4321, stream, 0.0f, 1.0f);
+}
+
+// x rounded to the nearest bf16 (ties to even), written independently of the kernels' cast.
+double bf16(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t lower = bits & 0xffffu, upper = bits & 0xffff0000u;
+  const bool up = lower > 0x8000u || (lower == 0x8000u && (upper & 0x10000u));
+  return std::bit_cast<float>(up ? upper + 0x10000u : upper);
+}
+
+// c = alpha op(a) op(b) + beta c0 in double, the inputs first rounded to bf16 (or not).
+std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const float* a,
+                              const float* b, double beta, const float* c0, bool round = true) {
+  const auto in = [round](float x) { return round ? bf16(x) : static_cast<double>(x); };
+  std::vector<double> c(m * n);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (int64_t p = 0; p < k; ++p) s += in(ta ? a[p * m + i] : a[i * k + p]) * in(tb ? b[j * k + p] : b[p * n + j]);
+      c[i * n + j] = alpha * s + (beta != 0.0 ? beta * c0[i * n + j] : 0.0);
+    }
+  return c;
+}
+
+double rel_error(const float* got, const std::vector<double>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num = std::max(num, std::fabs(got[i] - want[i]));
+    den = std::max(den, std::fabs(want[i]));
+  }
+  return num / den;
+}
+
+struct Case {
+  bool ta, tb;
+};
+const Case kAllFour[] = {{false, false}, {false, true}, {true, false}, {true, true}};
+
+bool cpu_flag(const std::string& flag) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line))
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  return false;
+}
+
+}  // namespace
+
+TEST(MatmulBf16, EveryTransposeMatchesTheRoundedInputsProduct) {
+  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+  const int64_t m = 37, n = 19, k = 53;
+  for (const Case cs : kAllFour) {
+    const Tensor a = random_tensor(cs.ta ? Shape{k, m} : Shape{m, k}, 1);
+    const Tensor b = random_tensor(cs.tb ? Shape{n, k} : Shape{k, n}, 2);
+    for (float beta : {0.0f, 1.0f, -0.5f}) {
+      Tensor c = random_tensor({m, n}, 3);
+      const Tensor c0 = c.clone();
+      tessera::ops::matmul(a, cs.ta, b, cs.tb, c, 0.75f, beta);
+      const auto want = reference(cs.ta, cs.tb, m, n, k, 0.75, a.data<float>(), b.data<float>(), beta, c0.data<float>());
+      EXPECT_LT(rel_error(c.data<float>(), want), 1e-6) << "ta=" << cs.ta << " tb=" << cs.tb << " beta=" << beta;
+    }
+  }
+}
+
+TEST(MatmulBf16, RoundsTheInputsWhileTheScopeLives) {
+  const int64_t m = 16, n = 24, k = 64;
+  const Tensor a = random_tensor({m, k}, 4), b = random_tensor({k, n}, 5);
+  const auto exact = reference(false, false, m, n, k, 1.0, a.data<float>(), b.data<float>(), 0.0, nullptr, false);
+  Tensor c = Tensor::empty({m, n});
+  {
+    const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+    EXPECT_EQ(tessera::ops::matmul_inputs(), MatmulInputs::bf16);
+    tessera::ops::matmul(a, false, b, false, c);
+    // bf16 keeps 8 significant bits: the product moves by about 2^-9 relative, far above fp32's.
+    EXPECT_GT(rel_error(c.data<float>(), exact), 1e-4);
+    EXPECT_LT(rel_error(c.data<float>(), reference(false, false, m, n, k, 1.0, a.data<float>(), b.data<float>(), 0.0,
+                                                   nullptr)),
+              1e-6);
+  }
+  EXPECT_EQ(tessera::ops::matmul_inputs(), MatmulInputs::f32);  // the scope put the setting back
+  tessera::ops::matmul(a, false, b, false, c);
+  EXPECT_LT(rel_error(c.data<float>(), exact), 1e-6);
+}
+
+TEST(MatmulBf16, BatchedMatchesPerMatrixReference) {
+  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+  const int64_t m = 9, n = 17, k = 33, batch = 3;
+  for (int threads : {1, 3}) {
+    tessera::testing::ScopedThreads scope(threads);
+    for (const Case cs : kAllFour) {
+      const Tensor a = random_tensor(cs.ta ? Shape{batch, k, m} : Shape{batch, m, k}, 6);
+      const Tensor b = random_tensor(cs.tb ? Shape{batch, n, k} : Shape{batch, k, n}, 7);
+      Tensor c = random_tensor({batch, m, n}, 8);
+      const Tensor c0 = c.clone();
+      tessera::ops::matmul_batched(batch, a, cs.ta, b, cs.tb, c, 1.5f, 1.0f);
+      for (int64_t i = 0; i < batch; ++i) {
+        const auto want = reference(cs.ta, cs.tb, m, n, k, 1.5, a.data<float>() + i * m * k,
+                                    b.data<float>() + i * k * n, 1.0, c0.data<float>() + i * m * n);
+        EXPECT_LT(rel_error(c.data<float>() + i * m * n, want), 1e-6)
+            << "threads=" << threads << " matrix " << i << " ta=" << cs.ta << " tb=" << cs.tb;
+      }
+    }
+  }
+}
+
+TEST(MatmulBf16, EmptyInnerDimensionScalesC) {
+  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+  const Tensor a = Tensor::empty({0, 3}), b = Tensor::empty({0, 4});
+  Tensor c = random_tensor({3, 4}, 9);
+  const Tensor c0 = c.clone();
+  tessera::ops::matmul(a, true, b, false, c, 1.0f, 0.5f);
+  for (int64_t i = 0; i < c.numel(); ++i) EXPECT_EQ(c.data<float>()[i], 0.5f * c0.data<float>()[i]);
+}
+
+TEST(MatmulBf16, OneDnnPathAndEmulatedPathAgreeOnBlockedShapes) {
+  tessera::testing::ScopedThreads scope(2);
+  for (const auto [m, n, k] : {std::array<int64_t, 3>{256, 300, 200}, {129, 67, 515}, {1, 777, 64}}) {
+    for (const Case cs : kAllFour) {
+      const Tensor a = random_tensor(cs.ta ? Shape{k, m} : Shape{m, k}, 10);
+      const Tensor b = random_tensor(cs.tb ? Shape{n, k} : Shape{k, n}, 11);
+      const Tensor c0 = random_tensor({m, n}, 12);
+      Tensor fast = c0.clone(), emulated = c0.clone();
+      cpu::gemm_bf16(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), b.data<float>(), 1.0f, fast.data<float>());
+      cpu::gemm_bf16_emulated(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), b.data<float>(), 1.0f,
+                              emulated.data<float>());
+      const auto want = reference(cs.ta, cs.tb, m, n, k, 1.0, a.data<float>(), b.data<float>(), 1.0, c0.data<float>());
+      EXPECT_LT(rel_error(fast.data<float>(), want), 1e-5) << m << "x" << n << "x" << k << " " << cpu::gemm_bf16_path();
+      EXPECT_LT(rel_error(emulated.data<float>(), want), 1e-5) << m << "x" << n << "x" << k << " emulated";
+    }
+  }
+}
+
+TEST(MatmulBf16, PathFollowsTheCpuAndTheLibrary) {
+  const char* setting = std::getenv("TESSERA_CPU_GEMM");
+  const bool onednn = std::string(cpu::gemm_library_name()) == "oneDNN";
+  const bool native = onednn && (cpu_flag("avx512_bf16") || cpu_flag("amx_bf16"));
+  EXPECT_EQ(std::string(cpu::gemm_bf16_path()).rfind(native ? "oneDNN bf16" : "fp32 GEMM", 0), 0u)
+      << "path: " << cpu::gemm_bf16_path() << "; TESSERA_CPU_GEMM=" << (setting ? setting : "<unset>");
+}
