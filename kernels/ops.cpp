@@ -45,10 +45,35 @@ void expect(bool cond, const char* op, const char* what) { TESSERA_CHECK(cond, o
 
 std::atomic<MatmulInputs> g_matmul_inputs{MatmulInputs::f32};
 
+// The registered bf16 copy (set_bf16_copy): the f32 range it mirrors and its bits.
+struct Bf16Copy {
+  Device device = Device::cpu;
+  const float* begin = nullptr;
+  int64_t count = 0;
+  const uint16_t* bits = nullptr;
+};
+Bf16Copy g_bf16_copy;
+
+// The bf16 copy of an operand of `count` floats at x, or nullptr when none is registered for it.
+const uint16_t* bf16_copy_of(Device device, const float* x, int64_t count) {
+  const Bf16Copy& r = g_bf16_copy;
+  if (!r.bits || device != r.device || x < r.begin || x + count > r.begin + r.count) return nullptr;
+  return r.bits + (x - r.begin);
+}
+
 }  // namespace
 
 void set_matmul_inputs(MatmulInputs inputs) { g_matmul_inputs.store(inputs); }
 MatmulInputs matmul_inputs() { return g_matmul_inputs.load(); }
+
+void set_bf16_copy(const Tensor& values, const Tensor& bits) {
+  TESSERA_CHECK(values.dtype() == DType::f32 && bits.dtype() == DType::bf16 && bits.numel() >= values.numel() &&
+                    bits.device() == values.device(),
+                "set_bf16_copy: a bf16 tensor of at least ", values.numel(), " elements on the values' device expected");
+  g_bf16_copy = {values.device(), values.data<float>(), values.numel(), bits.bits16()};
+}
+
+void clear_bf16_copy() { g_bf16_copy = {}; }
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
   same_device("matmul", {&a, &b, &c});
@@ -58,8 +83,9 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
                 trans_a ? "^T" : "", " @ ", b.shape().str(), trans_b ? "^T" : "", " -> ", c.shape().str(),
                 " do not fit");
   if (matmul_inputs() == MatmulInputs::bf16)
-    TESSERA_DISPATCH(c.device(), gemm_bf16, trans_a, trans_b, m, n, k, alpha, a.data<float>(), b.data<float>(),
-                     beta, c.data<float>());
+    TESSERA_DISPATCH(c.device(), gemm_bf16, trans_a, trans_b, m, n, k, alpha, a.data<float>(),
+                     bf16_copy_of(a.device(), a.data<float>(), m * k), b.data<float>(),
+                     bf16_copy_of(b.device(), b.data<float>(), k * n), beta, c.data<float>());
   else
     TESSERA_DISPATCH(c.device(), gemm, trans_a, trans_b, m, n, k, alpha, a.data<float>(), b.data<float>(),
                      beta, c.data<float>());

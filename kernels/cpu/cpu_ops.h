@@ -18,14 +18,16 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t 
                   float alpha, const float* a, const float* b, float beta, float* c);
 // The same with a and b rounded to bf16 and the products accumulated in fp32 (ops.h,
 // MatmulInputs::bf16): oneDNN's bf16 matmul where the CPU has AVX512-BF16 or AMX, else the
-// emulated path, an fp32 gemm of the rounded values. gemm_bf16_path() names the path taken.
+// emulated path, an fp32 gemm of the rounded values. a_bits / b_bits: the operand's bf16 copy
+// when the caller has one (ops::set_bf16_copy), else nullptr. gemm_bf16_path() names the path.
 const char* gemm_bf16_path();
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               const float* b, float beta, float* c);
+               const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c);
 void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, const float* b, float beta, float* c);
 void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                        const float* a, const float* b, float beta, float* c);
+                        const float* a, const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta,
+                        float* c);
 
 void add(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* acc, const float* x, int64_t n);

@@ -3,7 +3,8 @@
 // rounded copies, one primitive per shape, created on first use and kept; other CPUs (or
 // TESSERA_CPU_GEMM=blas) run the fp32 gemm on the rounded values, the same products (a bf16 x bf16
 // product is exact in fp32) summed in another order. The rounded copies live in buffers of the
-// calling thread that grow to the largest GEMM and are then reused, so a step allocates nothing.
+// calling thread that grow to the largest GEMM and are then reused, so a step allocates nothing;
+// an operand whose bf16 copy the caller passes (mixed precision's rounded weights) is not rounded.
 #ifdef TESSERA_HAVE_ONEDNN
 #include <dnnl.hpp>
 #endif
@@ -36,15 +37,18 @@ T* at_least(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-const uint16_t* rounded_bits(std::vector<uint16_t>& buffer, const float* x, int64_t n) {
+// x's bf16 bits: its copy when the caller gave one, else rounded into buffer.
+const uint16_t* rounded_bits(std::vector<uint16_t>& buffer, const float* x, const uint16_t* copy, int64_t n) {
+  if (copy) return copy;
   uint16_t* out = at_least(buffer, n);
   f32_to_bf16(out, x, n);
   return out;
 }
 
-const float* rounded_values(std::vector<uint16_t>& bits, std::vector<float>& buffer, const float* x, int64_t n) {
+const float* rounded_values(std::vector<uint16_t>& bits, std::vector<float>& buffer, const float* x,
+                            const uint16_t* copy, int64_t n) {
   float* out = at_least(buffer, n);
-  bf16_to_f32(out, rounded_bits(bits, x, n), n);
+  bf16_to_f32(out, rounded_bits(bits, x, copy, n), n);
   return out;
 }
 
@@ -120,21 +124,22 @@ const char* gemm_bf16_path() {
 }
 
 void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                        const float* b, float beta, float* c) {
+                        const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {
   RoundedInputs& r = rounded_inputs();
-  const float* a_rounded = rounded_values(r.a, r.a32, a, m * k);
-  const float* b_rounded = rounded_values(r.b, r.b32, b, k * n);
+  const float* a_rounded = rounded_values(r.a, r.a32, a, a_bits, m * k);
+  const float* b_rounded = rounded_values(r.b, r.b32, b, b_bits, k * n);
   gemm(trans_a, trans_b, m, n, k, alpha, a_rounded, b_rounded, beta, c);
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               const float* b, float beta, float* c) {
+               const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {
   if (m == 0 || n == 0) return;
-  if (k == 0 || !use_onednn()) return gemm_bf16_emulated(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  if (k == 0 || !use_onednn())
+    return gemm_bf16_emulated(trans_a, trans_b, m, n, k, alpha, a, a_bits, b, b_bits, beta, c);
 #ifdef TESSERA_HAVE_ONEDNN
   RoundedInputs& r = rounded_inputs();
-  const uint16_t* a_bits = rounded_bits(r.a, a, m * k);
-  const uint16_t* b_bits = rounded_bits(r.b, b, k * n);
+  a_bits = rounded_bits(r.a, a, a_bits, m * k);
+  b_bits = rounded_bits(r.b, b, b_bits, k * n);
   try {
     bf16_matmuls().run(trans_a, trans_b, m, n, k, alpha, a_bits, b_bits, beta, c);
   } catch (const dnnl::error& e) {
@@ -146,7 +151,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
 void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const float* a, const float* b, float beta, float* c) {
   for (int64_t i = 0; i < batch; ++i)
-    gemm_bf16(trans_a, trans_b, m, n, k, alpha, a + i * m * k, b + i * k * n, beta, c + i * m * n);
+    gemm_bf16(trans_a, trans_b, m, n, k, alpha, a + i * m * k, nullptr, b + i * k * n, nullptr, beta, c + i * m * n);
 }
 
 }  // namespace tessera::kernels::cpu

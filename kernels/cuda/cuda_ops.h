@@ -12,9 +12,10 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
           const float* b, float beta, float* c);
 void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                   float alpha, const float* a, const float* b, float beta, float* c);
-// a and b rounded to bf16, fp32 accumulation: cuBLAS's bf16 tensor-core GEMM (CUBLAS_COMPUTE_32F).
+// a and b rounded to bf16 (or their given bf16 copies), fp32 accumulation: cuBLAS's bf16
+// tensor-core GEMM (CUBLAS_COMPUTE_32F).
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               const float* b, float beta, float* c);
+               const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c);
 void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, const float* b, float beta, float* c);
 

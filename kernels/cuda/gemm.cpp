@@ -99,23 +99,27 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t 
   finish("gemm_batched");
 }
 
-// bf16 copies of a and b (rounded to nearest even by the cast kernel) in stream-ordered scratch.
-struct Bf16Inputs {
-  Bf16Inputs(const float* a, int64_t a_count, const float* b, int64_t b_count)
-      : a_bits(static_cast<size_t>(a_count) * sizeof(uint16_t)), b_bits(static_cast<size_t>(b_count) * sizeof(uint16_t)) {
-    f32_to_bf16(a_bits.as<uint16_t>(), a, a_count);
-    f32_to_bf16(b_bits.as<uint16_t>(), b, b_count);
+namespace {
+
+// An operand's bf16 bits: its given copy, or its values rounded (nearest even) into stream-ordered scratch.
+class Bf16Operand {
+ public:
+  Bf16Operand(const float* x, const uint16_t* copy, int64_t count)
+      : scratch_(copy ? 0 : static_cast<size_t>(count) * sizeof(uint16_t)), bits_(copy) {
+    if (!bits_) {
+      f32_to_bf16(scratch_.as<uint16_t>(), x, count);
+      bits_ = scratch_.as<uint16_t>();
+    }
   }
-  Scratch a_bits, b_bits;
+  const uint16_t* bits() const { return bits_; }
+
+ private:
+  Scratch scratch_;
+  const uint16_t* bits_;
 };
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
-               float beta, float* c) {
-  gemm_batched_bf16(1, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-}
-
-void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float* a, const float* b, float beta, float* c) {
+void gemm_bf16_on(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {
   if (batch <= 0 || m <= 0 || n <= 0) return;
   if (k <= 0) {
     scale_only(beta, c, batch * m * n);
@@ -124,12 +128,24 @@ void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int
   }
   const int mi = as_int(m, "m"), ni = as_int(n, "n"), ki = as_int(k, "k"), bi = as_int(batch, "batch");
   const int lda = trans_a ? mi : ki, ldb = trans_b ? ki : ni;
-  const Bf16Inputs in(a, batch * m * k, b, batch * k * n);
-  TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle_for_current_device(), op_of(trans_b), op_of(trans_a), ni, mi, ki, &alpha, in.b_bits.as<uint16_t>(),
-      CUDA_R_16BF, ldb, k * n, in.a_bits.as<uint16_t>(), CUDA_R_16BF, lda, m * k, &beta, c, CUDA_R_32F, ni, m * n, bi,
-      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  const Bf16Operand a16(a, a_bits, batch * m * k), b16(b, b_bits, batch * k * n);
+  TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_for_current_device(), op_of(trans_b), op_of(trans_a), ni, mi,
+                                                  ki, &alpha, b16.bits(), CUDA_R_16BF, ldb, k * n, a16.bits(),
+                                                  CUDA_R_16BF, lda, m * k, &beta, c, CUDA_R_32F, ni, m * n, bi,
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   finish("gemm_bf16");
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {
+  gemm_bf16_on(1, trans_a, trans_b, m, n, k, alpha, a, a_bits, b, b_bits, beta, c);
+}
+
+void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, const float* b, float beta, float* c) {
+  gemm_bf16_on(batch, trans_a, trans_b, m, n, k, alpha, a, nullptr, b, nullptr, beta, c);
 }
 
 }  // namespace tessera::kernels::cuda

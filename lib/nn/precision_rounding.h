@@ -14,6 +14,8 @@ class PrecisionRounding {
   bool active() const { return storage_ != DType::f32; }
   DType storage() const { return storage_; }
   void round(Tensor values);  // f32 values, any shape; rounded to nearest, ties to even
+  // The low-precision bits of the last tensor rounded (its first numel elements), until the next round.
+  const Tensor& last_rounded() const { return staging_; }
 
  private:
   DType storage_ = DType::f32;

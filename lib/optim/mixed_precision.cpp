@@ -1,6 +1,7 @@
 // MixedPrecision: rounding through the cast kernels, and the fp32 master copy.
 #include "optim/mixed_precision.h"
 
+#include "kernels/ops.h"
 
 namespace tessera::optim {
 
@@ -36,16 +37,26 @@ void MixedPrecision::round_weights() {
   if (!master_.defined() || master_.numel() != held.numel())
     master_ = Tensor::empty({held.numel()}, DType::f32, held.device());
   master_.copy_from(held.reshape({held.numel()}));
-  rounding_.round(held);
   for (Tensor& t : extra_) rounding_.round(t);
+  rounding_.round(held);  // last, so that the staging buffer keeps held's bf16 bits for the GEMMs
+  if (precision_ == Precision::bf16) {
+    ops::set_bf16_copy(held, rounding_.last_rounded());
+    copy_registered_ = true;
+  }
 }
 
 void MixedPrecision::restore_weights() {
   if (!low()) return;
+  forget_bf16_copy();
   Tensor held = held_values();
   held.reshape({held.numel()}).copy_from(master_);
 }
 
 void MixedPrecision::round_gradients(Tensor held) { rounding_.round(held); }
+
+void MixedPrecision::forget_bf16_copy() {
+  if (copy_registered_) ops::clear_bf16_copy();
+  copy_registered_ = false;
+}
 
 }  // namespace tessera::optim

@@ -3,9 +3,10 @@
 // the optimizer updates and checkpoints save); for the step's forward and backward the values a
 // rank holds are rounded to the low precision in place (round_weights) and the master values come
 // back before the update (restore_weights). Gradients are rounded as the low precision would
-// store them (round_gradients: fp16 overflows to inf, which the loss scaler detects). On the CPU
-// the low precision is storage only (fp32 arithmetic on rounded values), so the same logic runs
-// and is tested without a GPU; it costs one copy of the held parameters.
+// store them (round_gradients: fp16 overflows to inf, which the loss scaler detects). The GEMMs
+// multiply in bf16 under bf16 (ops::MatmulInputs, which the trainer sets); otherwise arithmetic
+// is fp32 on rounded values, so the same logic runs and is tested without a GPU. It costs one copy
+// of the held parameters.
 #pragma once
 #include <string>
 #include <vector>
@@ -24,10 +25,15 @@ class MixedPrecision {
   // extra: further values rounded with the weights and never restored (a pipeline's mirror of a
   // tied weight, overwritten from the master after each update).
   MixedPrecision(nn::ParamStore& store, Precision precision, std::vector<Tensor> extra = {});
+  ~MixedPrecision() { forget_bf16_copy(); }
+  MixedPrecision(const MixedPrecision&) = delete;
+  MixedPrecision& operator=(const MixedPrecision&) = delete;
   Precision precision() const { return precision_; }
   bool low() const { return precision_ != Precision::fp32; }
 
-  void round_weights();    // the held values become low precision; the fp32 master is kept
+  // The held values become low precision; the fp32 master is kept. bf16: the rounded values' bits
+  // are registered as their copy (ops::set_bf16_copy), which the GEMMs read until restore_weights.
+  void round_weights();
   void restore_weights();  // the held values are the fp32 master again
   void round_gradients(Tensor held);
   // The storage type of the low precision (f32 for fp32): what the models round activations to.
@@ -35,12 +41,14 @@ class MixedPrecision {
 
  private:
   Tensor held_values();
+  void forget_bf16_copy();
 
   nn::ParamStore& store_;
   Precision precision_;
   std::vector<Tensor> extra_;
   Tensor master_;  // the held values' fp32 copy while rounded
   nn::PrecisionRounding rounding_;
+  bool copy_registered_ = false;
 };
 
 }  // namespace tessera::optim

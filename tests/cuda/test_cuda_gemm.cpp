@@ -33,9 +33,9 @@ void check_gemm(int64_t batch, bool ta, bool tb, const Case& c, uint64_t stream,
   else dc.upload(want);
   if (bf16) {
     for (int64_t i = 0; i < batch; ++i)
-      cpu::gemm_bf16_emulated(ta, tb, c.m, c.n, c.k, c.alpha, a.data() + i * c.m * c.k, b.data() + i * c.k * c.n,
-                              c.beta, want.data() + i * c.m * c.n);
-    if (batch == 1) gpu::gemm_bf16(ta, tb, c.m, c.n, c.k, c.alpha, da.get(), db.get(), c.beta, dc.get());
+      cpu::gemm_bf16_emulated(ta, tb, c.m, c.n, c.k, c.alpha, a.data() + i * c.m * c.k, nullptr,
+                              b.data() + i * c.k * c.n, nullptr, c.beta, want.data() + i * c.m * c.n);
+    if (batch == 1) gpu::gemm_bf16(ta, tb, c.m, c.n, c.k, c.alpha, da.get(), nullptr, db.get(), nullptr, c.beta, dc.get());
     else gpu::gemm_batched_bf16(batch, ta, tb, c.m, c.n, c.k, c.alpha, da.get(), db.get(), c.beta, dc.get());
   } else if (batch == 1) {
     cpu::gemm(ta, tb, c.m, c.n, c.k, c.alpha, a.data(), b.data(), c.beta, want.data());

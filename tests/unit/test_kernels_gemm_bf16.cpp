@@ -1,7 +1,8 @@
 // Unit tests of the GEMMs with bf16 inputs (ops::MatmulInputs::bf16, kernels/cpu/gemm_bf16.cpp):
 // against a double-precision product of the inputs rounded to bf16 here, for every transpose,
-// alpha and beta, batched, k = 0; that the rounding happens; that oneDNN's bf16 path and the
-// emulated one give the same numbers; that the path follows the CPU; and the setting's scope.
+// alpha and beta, batched, k = 0; that the rounding happens; that a registered bf16 copy is read in
+// place of its values (and only inside its range); that oneDNN's bf16 path and the emulated one
+// give the same numbers; that the path follows the CPU; and the setting's scope.
 // CTest runs this file as is and, prefixed "blas.", with TESSERA_CPU_GEMM=blas (emulated path).
 #include <gtest/gtest.h>
 
@@ -113,6 +114,34 @@ TEST(MatmulBf16, RoundsTheInputsWhileTheScopeLives) {
   EXPECT_LT(rel_error(c.data<float>(), exact), 1e-6);
 }
 
+TEST(MatmulBf16, ARegisteredCopyIsReadInPlaceOfItsValues) {
+  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+  const int64_t m = 8, n = 12, k = 40;
+  // Two weight matrices in one flat buffer, as a parameter store holds them; the copy covers both.
+  const Tensor flat = random_tensor({2 * n * k}, 13), x = random_tensor({m, k}, 14);
+  Tensor doubled = flat.clone();
+  tessera::ops::scale_inplace(doubled, 2.0f);
+  Tensor bits = Tensor::empty({2 * n * k}, tessera::DType::bf16);
+  tessera::ops::cast(bits, doubled);  // deliberately not flat's values: reading it shows
+  tessera::ops::set_bf16_copy(flat, bits);
+  const Tensor second = flat.slice(n * k, {n, k});
+  Tensor c = Tensor::empty({m, n});
+  tessera::ops::matmul(x, false, second, true, c);
+  const auto want = reference(false, true, m, n, k, 1.0, x.data<float>(), doubled.data<float>() + n * k, 0.0, nullptr);
+  EXPECT_LT(rel_error(c.data<float>(), want), 1e-6) << "the copy of the second matrix was not read";
+  // An operand outside the registered range is rounded from its own values.
+  const Tensor other = second.clone();
+  tessera::ops::matmul(x, false, other, true, c);
+  EXPECT_LT(rel_error(c.data<float>(), reference(false, true, m, n, k, 1.0, x.data<float>(), other.data<float>(), 0.0,
+                                                 nullptr)),
+            1e-6);
+  tessera::ops::clear_bf16_copy();
+  tessera::ops::matmul(x, false, second, true, c);
+  EXPECT_LT(rel_error(c.data<float>(), reference(false, true, m, n, k, 1.0, x.data<float>(), second.data<float>(), 0.0,
+                                                 nullptr)),
+            1e-6);
+}
+
 TEST(MatmulBf16, BatchedMatchesPerMatrixReference) {
   const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
   const int64_t m = 9, n = 17, k = 33, batch = 3;
@@ -151,8 +180,9 @@ TEST(MatmulBf16, OneDnnPathAndEmulatedPathAgreeOnBlockedShapes) {
       const Tensor b = random_tensor(cs.tb ? Shape{n, k} : Shape{k, n}, 11);
       const Tensor c0 = random_tensor({m, n}, 12);
       Tensor fast = c0.clone(), emulated = c0.clone();
-      cpu::gemm_bf16(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), b.data<float>(), 1.0f, fast.data<float>());
-      cpu::gemm_bf16_emulated(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), b.data<float>(), 1.0f,
+      cpu::gemm_bf16(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), nullptr, b.data<float>(), nullptr, 1.0f,
+                     fast.data<float>());
+      cpu::gemm_bf16_emulated(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), nullptr, b.data<float>(), nullptr, 1.0f,
                               emulated.data<float>());
       const auto want = reference(cs.ta, cs.tb, m, n, k, 1.0, a.data<float>(), b.data<float>(), 1.0, c0.data<float>());
       EXPECT_LT(rel_error(fast.data<float>(), want), 1e-5) << m << "x" << n << "x" << k << " " << cpu::gemm_bf16_path();

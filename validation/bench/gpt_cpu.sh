@@ -4,10 +4,12 @@
 # machine's sgemm rate measured in the same run. Not a test: never registered with CTest.
 #
 # usage: gpt_cpu.sh [--build DIR] [--config a|b|all] [--steps N] [--rounds R] [--only tessera|pytorch]
+#                   [--precision fp32|bf16]
 #   a: GPT-2 124M (12 layers, hidden 768, 12 heads, seq 64, batch 4, vocab 50257)
 #   b: 6 layers, hidden 384, 6 heads, seq 128, batch 8, vocab 8192
 #   --rounds R: R runs of each program, alternating (tessera, PyTorch, tessera, ...), their timed
 #   steps pooled: a shared machine's drift then falls on both sides alike (default 1).
+#   --precision bf16: gpt_train --precision bf16 against PyTorch under torch.autocast(bfloat16).
 # Results: printed, and written to $OUT_DIR/gpt_cpu_results.txt (OUT_DIR default /tmp/tessera-bench).
 set -euo pipefail
 
@@ -18,6 +20,7 @@ which=all
 steps=13
 rounds=1
 only=""
+precision=fp32
 warmup=3
 threads=2
 py=/usr/bin/python3
@@ -29,7 +32,8 @@ while [[ $# -gt 0 ]]; do
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --precision) precision=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +47,10 @@ case $which in
   b) configs=("b:6:384:6:128:8:8192") ;;
   all) configs=("a:12:768:12:64:4:50257" "b:6:384:6:128:8:8192") ;;
   *) echo "error: --config must be a, b or all" >&2; exit 2 ;;
+esac
+case $precision in
+  fp32|bf16) ;;
+  *) echo "error: --precision must be fp32 or bf16" >&2; exit 2 ;;
 esac
 case $only in
   ""|tessera|pytorch) ;;
@@ -92,7 +100,7 @@ describe_env() {  # the variables that matter, as the given environment sets the
   echo "gpt_cpu benchmark, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(hostname)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cpus; threads $threads"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (the figures mean little if other jobs share the cpus)"
-  echo "steps $steps ($warmup warm-up, $((steps - warmup)) timed) per run, $rounds round(s); build $build"
+  echo "steps $steps ($warmup warm-up, $((steps - warmup)) timed) per run, $rounds round(s), precision $precision; build $build"
   for e in "${envs[@]}"; do
     ref="env_$e[@]"
     echo "env $e: $(describe_env "${!ref}")"
@@ -194,7 +202,8 @@ for spec in "${configs[@]}"; do
         rc=0
         "${!ref}" "$build/apps/gpt_train" --input "$data" --layers "$L" --hidden "$C" --heads "$H" \
             --seq-len "$T" --global-batch "$B" --micro-batch "$B" --steps "$steps" --lr 3e-4 --warmup 0 \
-            --threads "$threads" --metrics "$work/${run}_tessera.jsonl" > "$work/${run}_tessera.log" 2>&1 || rc=$?
+            --threads "$threads" --precision "$precision" --metrics "$work/${run}_tessera.jsonl" \
+            > "$work/${run}_tessera.log" 2>&1 || rc=$?
         if (( rc != 0 )); then
           tail -5 "$work/${run}_tessera.log"
           echo "warning: gpt_train exited with $rc ($name, $e, round $r)" >&2
@@ -205,7 +214,8 @@ for spec in "${configs[@]}"; do
         cut -d' ' -f1 /proc/loadavg > "$work/${run}_pytorch.load"
         "${!ref}" "$py" "$here/torch_gpt_bench.py" --layers "$L" --hidden "$C" --heads "$H" \
             --seq-len "$T" --batch "$B" --vocab "$V" --steps "$steps" --warmup "$warmup" \
-            --threads "$threads" --json "$work/${run}_pytorch.json" > "$work/${run}_pytorch.log" 2>&1 \
+            --threads "$threads" --precision "$precision" --json "$work/${run}_pytorch.json" \
+            > "$work/${run}_pytorch.log" 2>&1 \
           || { tail -5 "$work/${run}_pytorch.log"; echo "warning: PyTorch run failed ($name, $e, round $r)" >&2; }
       fi
     done

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # The PyTorch baseline of the CPU GPT benchmark: times training steps (forward, backward, AdamW
-# step, zero_grad) of the same GPT-2 style model that gpt_train trains, in float32, on random
-# tokens. `--sgemm N` instead times an N x N x N float32 matmul (torch.mm, PyTorch's own BLAS).
+# step, zero_grad) of the same GPT-2 style model that gpt_train trains, in float32 (or, with
+# --precision bf16, under torch.autocast's bfloat16 on fp32 parameters), on random tokens. `--sgemm N` instead times an N x N x N float32 matmul (torch.mm, PyTorch's own BLAS).
 # Writes one JSON object (to --json, and to stdout).
 import argparse
 import json
@@ -83,7 +83,8 @@ def bench_train(a):
         batch = torch.randint(0, a.vocab, (a.batch, a.seq_len + 1), generator=gen)
         inputs, targets = batch[:, :-1], batch[:, 1:]
         t0 = time.perf_counter()
-        loss = model(inputs, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = model(inputs, targets)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -91,7 +92,7 @@ def bench_train(a):
         losses.append(loss.item())
     timed = step_ms[a.warmup:]
     tokens = a.batch * a.seq_len
-    return {"program": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
+    return {"program": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(), "precision": a.precision,
             "n_params": n_params, "tokens_per_step": tokens, "step_ms": step_ms,
             "warmup": a.warmup, "timed_steps": len(timed), "min_ms": min(timed),
             "median_ms": statistics.median(timed), "first_loss": losses[0], "last_loss": losses[-1]}
@@ -108,6 +109,7 @@ def main():
     ap.add_argument("--steps", type=int, default=13)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--sgemm", type=int, default=0, help="time an N^3 sgemm instead of training")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
