@@ -40,6 +40,17 @@ inline Tensor take_positions(const Tensor& x, int64_t t0, int64_t n) {
   return out;
 }
 
+// max |got - want| / max |want| of want.size() values against a double-precision reference: a
+// relative error that does not blow up at near-zero entries.
+inline double rel_error(const float* got, const std::vector<double>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    num = std::max(num, std::fabs(got[i] - want[i]));
+    den = std::max(den, std::fabs(want[i]));
+  }
+  return num / den;
+}
+
 // max |got - want| / max |want| over columns [col0, col0 + cols) (all: cols < 0) of both viewed as
 // [rows, last dim]: a relative error that does not blow up at near-zero entries.
 inline double max_rel_error(const Tensor& got, const Tensor& want, int64_t col0 = 0, int64_t cols = -1) {

@@ -20,6 +20,8 @@
 using tessera::Shape;
 using tessera::Tensor;
 
+using tessera::testing::rel_error;
+
 namespace {
 
 Tensor random_tensor(Shape shape, uint64_t stream) {
@@ -46,15 +48,6 @@ std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   return c;
 }
 
-// max |got - want| / max |want|: a relative error that does not blow up at near-zero entries.
-double rel_error(const float* got, const std::vector<double>& want) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num = std::max(num, std::fabs(got[i] - want[i]));
-    den = std::max(den, std::fabs(want[i]));
-  }
-  return num / den;
-}
 
 struct Case {
   bool ta, tb;

@@ -26,6 +26,8 @@ using tessera::ops::MatmulInputs;
 using tessera::ops::MatmulInputsScope;
 namespace cpu = tessera::kernels::cpu;
 
+using tessera::testing::rel_error;
+
 namespace {
 
 Tensor random_tensor(Shape shape, uint64_t stream) {
@@ -54,14 +56,6 @@ std::vector<double> reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   return c;
 }
 
-double rel_error(const float* got, const std::vector<double>& want) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num = std::max(num, std::fabs(got[i] - want[i]));
-    den = std::max(den, std::fabs(want[i]));
-  }
-  return num / den;
-}
 
 struct Case {
   bool ta, tb;

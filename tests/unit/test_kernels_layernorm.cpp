@@ -15,6 +15,8 @@
 using tessera::Shape;
 using tessera::Tensor;
 
+using tessera::testing::rel_error;
+
 namespace {
 
 Tensor random_tensor(Shape shape, uint64_t stream, float mean = 0.0f, float std = 1.0f) {
@@ -45,14 +47,6 @@ void layernorm_ref(std::vector<double>& out, std::vector<double>& mean, std::vec
   }
 }
 
-double rel_error(const float* got, const std::vector<double>& want) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num = std::max(num, std::fabs(got[i] - want[i]));
-    den = std::max(den, std::fabs(want[i]));
-  }
-  return num / den;
-}
 
 struct Size {
   int64_t rows, cols;
