@@ -187,6 +187,20 @@ void cast(Tensor& out, const Tensor& inp) {
   }
 }
 
+void round_inplace(Tensor& values, DType storage, Tensor bits) {
+  same_device("round_inplace", {&values, &bits});
+  expect(values.dtype() == DType::f32, "round_inplace", "values must be f32");
+  expect(!bits.defined() || (bits.dtype() == storage && bits.numel() >= values.numel()), "round_inplace",
+         "bits must be of the storage type and hold every value");
+  uint16_t* out = bits.defined() ? bits.bits16() : nullptr;
+  if (storage == DType::bf16)
+    TESSERA_DISPATCH(values.device(), round_bf16_inplace, values.data<float>(), out, values.numel());
+  else if (storage == DType::f16)
+    TESSERA_DISPATCH(values.device(), round_f16_inplace, values.data<float>(), out, values.numel());
+  else
+    fail("round_inplace: storage must be bf16 or f16, not ", dtype_name(storage));
+}
+
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                        const Tensor& bias, float eps) {
   same_device("layernorm_forward", {&out, &mean, &rstd, &inp, &weight, &bias});

@@ -60,6 +60,9 @@ void bias_gelu_forward(Tensor& out, Tensor& pre, const Tensor& bias);
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp may alias dout
 double sum_squares(const Tensor& x);                           // sum x^2 in double
 void cast(Tensor& out, const Tensor& inp);                     // f32 <-> bf16/f16 (round to nearest even)
+// values (f32) rounded in place to what storage (bf16 or f16) holds, as cast there and back would;
+// bits, when defined (storage dtype, at least values' size), also receives the low-precision bits.
+void round_inplace(Tensor& values, DType storage, Tensor bits = Tensor());
 
 // ---- layernorm --------------------------------------------------------------------------------
 // out = (inp - mean) * rstd * weight + bias per row of [N, C]; saves mean[N], rstd[N].

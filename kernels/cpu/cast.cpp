@@ -59,6 +59,31 @@ inline float f32_from_f16(uint16_t h) {
 }
 #endif
 
+// n conversions on the calling thread: F16C eight at a time where the CPU has it.
+void f32_to_f16_serial(uint16_t* out, const float* inp, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(inp + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  for (; i < n; ++i) out[i] = _cvtss_sh(inp[i], _MM_FROUND_TO_NEAREST_INT);
+#else
+  for (; i < n; ++i) out[i] = f16_from_f32(inp[i]);
+#endif
+}
+
+void f16_to_f32_serial(float* out, const uint16_t* inp, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inp + i))));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(inp[i]);
+#else
+  for (; i < n; ++i) out[i] = f32_from_f16(inp[i]);
+#endif
+}
+
 }  // namespace
 
 void f32_to_bf16(uint16_t* out, const float* inp, int64_t n) {
@@ -76,32 +101,41 @@ void bf16_to_f32(float* out, const uint16_t* inp, int64_t n) {
 }
 
 void f32_to_f16(uint16_t* out, const float* inp, int64_t n) {
-  chunked(n, [&](int64_t first, int64_t count) {
-    int64_t i = first;
-    const int64_t end = first + count;
-#if defined(__F16C__)
-    for (; i + 8 <= end; i += 8) {
-      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(inp + i), _MM_FROUND_TO_NEAREST_INT);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-    }
-    for (; i < end; ++i) out[i] = _cvtss_sh(inp[i], _MM_FROUND_TO_NEAREST_INT);
-#else
-    for (; i < end; ++i) out[i] = f16_from_f32(inp[i]);
-#endif
-  });
+  chunked(n, [&](int64_t first, int64_t count) { f32_to_f16_serial(out + first, inp + first, count); });
 }
 
 void f16_to_f32(float* out, const uint16_t* inp, int64_t n) {
+  chunked(n, [&](int64_t first, int64_t count) { f16_to_f32_serial(out + first, inp + first, count); });
+}
+
+void round_bf16_inplace(float* x, uint16_t* bits, int64_t n) {
   chunked(n, [&](int64_t first, int64_t count) {
-    int64_t i = first;
-    const int64_t end = first + count;
-#if defined(__F16C__)
-    for (; i + 8 <= end; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(inp + i))));
-    for (; i < end; ++i) out[i] = _cvtsh_ss(inp[i]);
-#else
-    for (; i < end; ++i) out[i] = f32_from_f16(inp[i]);
-#endif
+    if (bits) {
+#pragma omp simd
+      for (int64_t i = first; i < first + count; ++i) {
+        const uint16_t b = bf16_from_f32(x[i]);
+        bits[i] = b;
+        x[i] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = first; i < first + count; ++i)
+        x[i] = std::bit_cast<float>(static_cast<uint32_t>(bf16_from_f32(x[i])) << 16);
+    }
+  });
+}
+
+void round_f16_inplace(float* x, uint16_t* bits, int64_t n) {
+  // Through a small stack buffer per chunk piece, with the conversions above.
+  chunked(n, [&](int64_t first, int64_t count) {
+    constexpr int64_t kPiece = 1024;
+    uint16_t piece[kPiece];
+    for (int64_t p = first; p < first + count; p += kPiece) {
+      const int64_t m = std::min(kPiece, first + count - p);
+      uint16_t* out = bits ? bits + p : piece;
+      f32_to_f16_serial(out, x + p, m);
+      f16_to_f32_serial(x + p, out, m);
+    }
   });
 }
 

@@ -42,6 +42,8 @@ void f32_to_bf16(uint16_t* out, const float* inp, int64_t n);
 void bf16_to_f32(float* out, const uint16_t* inp, int64_t n);
 void f32_to_f16(uint16_t* out, const float* inp, int64_t n);
 void f16_to_f32(float* out, const uint16_t* inp, int64_t n);
+void round_bf16_inplace(float* x, uint16_t* bits, int64_t n);  // bits may be null
+void round_f16_inplace(float* x, uint16_t* bits, int64_t n);
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t rows, int64_t cols, float eps);

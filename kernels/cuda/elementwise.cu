@@ -92,6 +92,23 @@ __global__ void f16_to_f32_kernel(float* out, const uint16_t* inp, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += global_stride()) out[i] = __half2float(__ushort_as_half(inp[i]));
 }
 
+// x rounded in place through the low precision; bits (may be null) keeps the low-precision bits.
+__global__ void round_bf16_inplace_kernel(float* x, uint16_t* bits, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += global_stride()) {
+    const __nv_bfloat16 low = __float2bfloat16_rn(x[i]);
+    if (bits) bits[i] = __bfloat16_as_ushort(low);
+    x[i] = __bfloat162float(low);
+  }
+}
+
+__global__ void round_f16_inplace_kernel(float* x, uint16_t* bits, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += global_stride()) {
+    const __half low = __float2half_rn(x[i]);
+    if (bits) bits[i] = __half_as_ushort(low);
+    x[i] = __half2float(low);
+  }
+}
+
 // Launches a grid-stride kernel over n elements and waits for it.
 template <typename... Params, typename... Args>
 void run_elementwise(const char* op, void (*kernel)(Params...), int64_t n, Args... args) {
@@ -144,6 +161,14 @@ void f32_to_f16(uint16_t* out, const float* inp, int64_t n) {
 
 void f16_to_f32(float* out, const uint16_t* inp, int64_t n) {
   run_elementwise("f16_to_f32", f16_to_f32_kernel, n, out, inp, n);
+}
+
+void round_bf16_inplace(float* x, uint16_t* bits, int64_t n) {
+  run_elementwise("round_bf16_inplace", round_bf16_inplace_kernel, n, x, bits, n);
+}
+
+void round_f16_inplace(float* x, uint16_t* bits, int64_t n) {
+  run_elementwise("round_f16_inplace", round_f16_inplace_kernel, n, x, bits, n);
 }
 
 }  // namespace tessera::kernels::cuda

@@ -1,5 +1,4 @@
-// PrecisionRounding: rounds f32 tensors in place to what a lower precision (bf16, f16) stores,
-// through the cast kernels and a reused low-precision staging buffer. Mixed precision on the CPU
+// PrecisionRounding: rounds f32 tensors in place to what a lower precision (bf16, f16) stores. Mixed precision on the CPU
 // keeps fp32 arithmetic and emulates low-precision storage with it: the models round the
 // activations they keep between blocks, the trainer the weights and gradients.
 #pragma once
@@ -13,13 +12,12 @@ class PrecisionRounding {
   explicit PrecisionRounding(DType storage) : storage_(storage) {}  // f32: no rounding
   bool active() const { return storage_ != DType::f32; }
   DType storage() const { return storage_; }
-  void round(Tensor values);  // f32 values, any shape; rounded to nearest, ties to even
-  // The low-precision bits of the last tensor rounded (its first numel elements), until the next round.
-  const Tensor& last_rounded() const { return staging_; }
+  // f32 values, any shape, rounded in place to nearest, ties to even; bits, when defined, also
+  // receives the low-precision bit patterns (ops::round_inplace).
+  void round(Tensor values, Tensor bits = Tensor());
 
  private:
   DType storage_ = DType::f32;
-  Tensor staging_;  // grown to the largest tensor rounded
 };
 
 }  // namespace tessera::nn

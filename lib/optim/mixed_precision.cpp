@@ -37,12 +37,16 @@ void MixedPrecision::round_weights() {
   if (!master_.defined() || master_.numel() != held.numel())
     master_ = Tensor::empty({held.numel()}, DType::f32, held.device());
   master_.copy_from(held.reshape({held.numel()}));
-  for (Tensor& t : extra_) rounding_.round(t);
-  rounding_.round(held);  // last, so that the staging buffer keeps held's bf16 bits for the GEMMs
   if (precision_ == Precision::bf16) {
-    ops::set_bf16_copy(held, rounding_.last_rounded());
+    if (!bf16_copy_.defined() || bf16_copy_.numel() != held.numel() || bf16_copy_.device() != held.device())
+      bf16_copy_ = Tensor::empty({held.numel()}, DType::bf16, held.device());
+    rounding_.round(held, bf16_copy_);
+    ops::set_bf16_copy(held.reshape({held.numel()}), bf16_copy_);
     copy_registered_ = true;
+  } else {
+    rounding_.round(held);
   }
+  for (Tensor& t : extra_) rounding_.round(t);
 }
 
 void MixedPrecision::restore_weights() {

@@ -47,6 +47,7 @@ class MixedPrecision {
   Precision precision_;
   std::vector<Tensor> extra_;
   Tensor master_;  // the held values' fp32 copy while rounded
+  Tensor bf16_copy_;  // bf16: the rounded held values' bits, which the step's GEMMs read
   nn::PrecisionRounding rounding_;
   bool copy_registered_ = false;
 };

@@ -1,6 +1,7 @@
 // CUDA casts f32 <-> bf16 / f16 against the CPU twins, bit for bit: random values over many
 // magnitudes plus the edge cases (ties, overflow to inf, half subnormals, signed zeros, inf);
-// NaN must stay NaN. Widening every 16-bit pattern must match too.
+// NaN must stay NaN. Widening every 16-bit pattern must match too, and so must the in-place
+// rounding (values and bits).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -116,4 +117,24 @@ TEST(CudaCast, F32ToF16AndBackMatchCpu) {
   cpu::f16_to_f32(wide.data(), patterns.data(), static_cast<int64_t>(patterns.size()));
   gpu::f16_to_f32(dw.get(), dp.get(), static_cast<int64_t>(patterns.size()));
   expect_same_floats(dw.host(), wide, "f16_to_f32");
+}
+
+TEST(CudaCast, RoundInplaceMatchesCpu) {
+  TESSERA_REQUIRE_CUDA();
+  auto x = narrowing_inputs();
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (int mantissa : {7, 10}) {
+    const bool bf16 = mantissa == 7;
+    std::vector<float> want = x;
+    std::vector<uint16_t> want_bits(n);
+    (bf16 ? cpu::round_bf16_inplace : cpu::round_f16_inplace)(want.data(), want_bits.data(), n);
+    DeviceBuffer<float> dx(x), dy(x);
+    DeviceBuffer<uint16_t> dh(n);
+    (bf16 ? gpu::round_bf16_inplace : gpu::round_f16_inplace)(dx.get(), dh.get(), n);
+    (bf16 ? gpu::round_bf16_inplace : gpu::round_f16_inplace)(dy.get(), nullptr, n);
+    expect_same_floats(dx.host(), want, bf16 ? "round_bf16_inplace" : "round_f16_inplace");
+    expect_same_floats(dy.host(), want, "without bits");
+    expect_same_halves(dh.host(), want_bits, mantissa, x, "its bits");
+  }
 }

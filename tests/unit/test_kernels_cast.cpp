@@ -1,6 +1,7 @@
 // Unit tests of the CPU casts through ops::cast: f32 <-> bf16 and f32 <-> f16 on known bit
 // patterns (1, -2.5, 65504, subnormals, ties to even, inf, NaN), every 16-bit pattern round trip,
-// and random floats against an independent round-to-nearest-even reference.
+// and random floats against an independent round-to-nearest-even reference; ops::round_inplace
+// against the cast there and back, with and without its bits, and its refusals.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "kernels/ops.h"
@@ -134,6 +136,57 @@ TEST(Cast, RandomFloatsRoundToNearestEven) {
     ASSERT_EQ(double(h[i]), round_ref(x16[i], 10, -14, 65504.0)) << "f16 of " << x16[i];
     ASSERT_EQ(double(b[i]), round_ref(xb[i], 7, -126, 3.3895313892515355e38)) << "bf16 of " << xb[i];
   }
+}
+
+// round_inplace gives what the cast there and back gives, bit for bit (NaN: a NaN), on 1 and 3
+// threads, and its bits are the cast's.
+TEST(Cast, RoundInplaceEqualsTheCastThereAndBack) {
+  const int64_t n = 70001;
+  std::vector<float> x(n), u(n);
+  tessera::philox_fill_uniform(u.data(), n, 6, 1, 0, 0.0f, 1.0f);
+  tessera::philox_fill_normal(x.data(), n, 6, 2, 0, 0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(u[i] * 60.0f) - 30);
+  x[0] = NAN;
+  x[1] = INFINITY;
+  x[2] = bits(0x3f808000u);  // a bf16 tie
+  x[3] = 70000.0f;           // past f16's largest: inf
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    const auto want_bits = to_half(x, dtype);
+    const auto want = from_half(want_bits, dtype);
+    for (int threads : {1, 3}) {
+      const int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      for (bool with_bits : {false, true}) {
+        Tensor values = Tensor::empty({n});
+        std::copy(x.begin(), x.end(), values.data<float>());
+        Tensor low = with_bits ? Tensor::empty({n + 5}, dtype) : Tensor();  // larger is allowed
+        tessera::ops::round_inplace(values, dtype, low);
+        for (int64_t i = 0; i < n; ++i) {
+          const float got = values.data<float>()[i];
+          if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(got)) << i;
+          } else {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want[i]))
+                << tessera::dtype_name(dtype) << " of " << x[i] << ", threads " << threads;
+          }
+          if (with_bits && !std::isnan(want[i])) {
+            ASSERT_EQ(low.bits16()[i], want_bits[i]) << i;
+          }
+        }
+      }
+      omp_set_num_threads(saved);
+    }
+  }
+}
+
+TEST(Cast, RoundInplaceRefusesBadArguments) {
+  Tensor values = Tensor::empty({8});
+  Tensor short_bits = Tensor::empty({7}, DType::bf16), f16_bits = Tensor::empty({8}, DType::f16);
+  EXPECT_THROW(tessera::ops::round_inplace(values, DType::bf16, short_bits), tessera::Error);
+  EXPECT_THROW(tessera::ops::round_inplace(values, DType::bf16, f16_bits), tessera::Error);
+  EXPECT_THROW(tessera::ops::round_inplace(values, DType::f32), tessera::Error);
+  Tensor low = Tensor::empty({8}, DType::bf16);
+  EXPECT_THROW(tessera::ops::round_inplace(low, DType::bf16), tessera::Error);
 }
 
 }  // namespace
