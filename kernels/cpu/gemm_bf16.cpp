@@ -21,7 +21,9 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-// The calling thread's buffers for the rounded inputs (grow-only).
+// The calling thread's buffers for the rounded inputs (grow-only). Plain vectors, outside the
+// tracked allocator and the memory plan: on the oneDNN path they hold the step's largest
+// activation and gradient operands in bf16 (the logits' gradient: rows x vocab x 2 bytes).
 struct RoundedInputs {
   std::vector<uint16_t> a, b;  // bf16 bits, for oneDNN
   std::vector<float> a32, b32;  // the same values as floats, for the emulated path

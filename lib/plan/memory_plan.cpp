@@ -180,13 +180,10 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
         kBytes * directions * shape.rows() * run.model.hidden, true);
     if (first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
   }
-  if (run.precision != "fp32") {  // the fp32 master of the held values, and a low-precision staging buffer
-    const int64_t held = zero == 3 ? shard.size() : n, held_grads = zero >= 2 ? shard.size() : n;
-    const int64_t mirror_table = last_stage && !first_stage ? table : 0;
+  if (run.precision != "fp32") {  // the fp32 master of the held values (rounding itself is in place)
+    const int64_t held = zero == 3 ? shard.size() : n;
     add(m, "buffers", "mixed precision: fp32 master of the held weights", kBytes * held);
-    add(m, "buffers", "mixed precision: " + run.precision + " staging", 2 * std::max({held, held_grads, mirror_table}));
-    add(m, "buffers", "mixed precision: the models' " + run.precision + " staging for the residual stream",
-        2 * shape.rows() * run.model.hidden);
+    if (run.precision == "bf16") add(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
   }
   // The transients come at different moments of a step: the larger counts.
   const int64_t gathered = zero == 3 ? zero3_gathered(params, data_ranks, first_stage && last_stage) : 0;
