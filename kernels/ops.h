@@ -43,7 +43,8 @@ class MatmulInputsScope {
 // A bf16 copy of an f32 tensor's values (bits: a u16 tensor of at least as many elements, on the
 // same device) that GEMMs with bf16 inputs read in place of rounding any operand inside values
 // again: mixed precision registers the rounded weights for a step's forward and backward. One at a
-// time; the caller keeps both unchanged until clear_bf16_copy.
+// time, set and read on the thread that runs the GEMMs; the caller keeps both unchanged until
+// clear_bf16_copy.
 void set_bf16_copy(const Tensor& values, const Tensor& bits);
 void clear_bf16_copy();
 

@@ -1,5 +1,6 @@
-// GEMM on the CPU, single and batched: oneDNN's row-major sgemm when the build found it, the
-// BLAS's cblas_sgemm otherwise or when TESSERA_CPU_GEMM=blas. Both run on the OpenMP threads
+// GEMM on the CPU, single and batched: oneDNN when the build found it (its matmul primitive for
+// the linears' forward products, its row-major sgemm for the rest), the BLAS's cblas_sgemm
+// otherwise or when TESSERA_CPU_GEMM=blas. Both run on the OpenMP threads
 // tessera's own kernels use.
 #include <cblas.h>
 #ifdef TESSERA_HAVE_ONEDNN
@@ -12,6 +13,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/onednn_matmul.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -50,6 +52,13 @@ void scale_only(int64_t m, int64_t n, float beta, float* c) {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            const float* b, float beta, float* c) {
 #ifdef TESSERA_HAVE_ONEDNN
+  // A linear's forward (x w^T) through the matmul primitive: oneDNN's sgemm was slow at some of
+  // these shapes on a Zen 5 VM (GPT-2's 256 x 768 x 3072 at 260 GFLOP/s against 408), and config
+  // (a) of gpt_cpu.sh took 4-5% less GEMM time. The other shapes were faster on the sgemm (a dx
+  // product: 428 against 345 GFLOP/s).
+  if (library() == GemmLibrary::onednn && trans_b && !trans_a &&
+      onednn_matmul(trans_a, trans_b, m, n, k, alpha, a, b, false, beta, c))
+    return;
   if (library() == GemmLibrary::onednn) {
     const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
                                             trans_a ? m : k, b, trans_b ? k : n, beta, c, n);

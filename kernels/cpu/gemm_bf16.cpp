@@ -1,22 +1,15 @@
 // GEMM with bf16 inputs on the CPU (cpu_ops.h): a and b rounded to bf16 (nearest even), products
-// accumulated in fp32. CPUs with AVX512-BF16 (or AMX) run oneDNN's bf16 matmul primitive on the
-// rounded copies, one primitive per shape, created on first use and kept; other CPUs (or
+// accumulated in fp32. CPUs with AVX512-BF16 (or AMX) run oneDNN's bf16 matmul primitive
+// (onednn_matmul.h) on the rounded copies; other CPUs (or
 // TESSERA_CPU_GEMM=blas) run the fp32 gemm on the rounded values, the same products (a bf16 x bf16
 // product is exact in fp32) summed in another order. The rounded copies live in buffers of the
 // calling thread that grow to the largest GEMM and are then reused, so a step allocates nothing;
 // an operand whose bf16 copy the caller passes (mixed precision's rounded weights) is not rounded.
-#ifdef TESSERA_HAVE_ONEDNN
-#include <dnnl.hpp>
-#endif
-
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <vector>
 
-#include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/onednn_matmul.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -55,65 +48,9 @@ const float* rounded_values(std::vector<uint16_t>& bits, std::vector<float>& buf
 }
 
 #ifdef TESSERA_HAVE_ONEDNN
-bool cpu_has_bf16_dot_products() {
-  const unsigned isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
-  const unsigned bf16 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core_bf16);
-  return (isa & bf16) == bf16;  // the ISA values are nested bit sets; AMX includes this one
-}
-
 bool use_onednn() {
-  static const bool yes = std::strcmp(gemm_library_name(), "oneDNN") == 0 && cpu_has_bf16_dot_products();
+  static const bool yes = std::strcmp(gemm_library_name(), "oneDNN") == 0 && onednn_has_bf16_dot_products();
   return yes;
-}
-
-// One matmul primitive per shape and scaling: c = alpha * op(a) op(b) + beta * c, with a and b
-// bf16 and c fp32, all row-major (a transposed operand is a column-major view of its storage).
-class Bf16Matmuls {
- public:
-  void run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
-           const uint16_t* b, float beta, float* c) {
-    using dnnl::memory;
-    const memory::desc a_desc({m, k}, memory::data_type::bf16, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
-    const memory::desc b_desc({k, n}, memory::data_type::bf16, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
-    const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{n, 1});
-    const dnnl::matmul& primitive = find(Key{trans_a, trans_b, m, n, k, alpha, beta}, a_desc, b_desc, c_desc);
-    thread_local dnnl::stream stream(engine_);
-    memory a_mem(a_desc, engine_, const_cast<uint16_t*>(a)), b_mem(b_desc, engine_, const_cast<uint16_t*>(b));
-    memory c_mem(c_desc, engine_, c);
-    primitive.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
-  }
-
- private:
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, float, float>;
-
-  const dnnl::matmul& find(const Key& key, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
-                           const dnnl::memory::desc& c) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = primitives_.find(key);
-    if (it == primitives_.end()) {
-      dnnl::primitive_attr attr;
-      const float alpha = std::get<5>(key), beta = std::get<6>(key);
-      if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-      if (beta != 0.0f) {
-        dnnl::post_ops sum;
-        sum.append_sum(beta);
-        attr.set_post_ops(sum);
-      }
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
-      it = primitives_.emplace(key, dnnl::matmul(pd)).first;
-    }
-    return it->second;  // std::map: references stay valid as others are added
-  }
-
-  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
-  std::mutex mutex_;
-  std::map<Key, dnnl::matmul> primitives_;
-};
-
-Bf16Matmuls& bf16_matmuls() {
-  static Bf16Matmuls matmuls;
-  return matmuls;
 }
 #else
 bool use_onednn() { return false; }
@@ -142,11 +79,8 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
   RoundedInputs& r = rounded_inputs();
   a_bits = rounded_bits(r.a, a, a_bits, m * k);
   b_bits = rounded_bits(r.b, b, b_bits, k * n);
-  try {
-    bf16_matmuls().run(trans_a, trans_b, m, n, k, alpha, a_bits, b_bits, beta, c);
-  } catch (const dnnl::error& e) {
-    fail("oneDNN bf16 matmul failed (", e.what(), ") for ", m, "x", n, "x", k);
-  }
+  if (!onednn_matmul(trans_a, trans_b, m, n, k, alpha, a_bits, b_bits, true, beta, c))
+    gemm_bf16_emulated(trans_a, trans_b, m, n, k, alpha, a, a_bits, b, b_bits, beta, c);
 #endif
 }
 

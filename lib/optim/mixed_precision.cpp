@@ -37,7 +37,7 @@ void MixedPrecision::round_weights() {
   if (!master_.defined() || master_.numel() != held.numel())
     master_ = Tensor::empty({held.numel()}, DType::f32, held.device());
   master_.copy_from(held.reshape({held.numel()}));
-  if (precision_ == Precision::bf16) {
+  if (precision_ == Precision::bf16 && !store_.sharded()) {  // ZeRO-3's GEMMs read gathered units, not the shard
     if (!bf16_copy_.defined() || bf16_copy_.numel() != held.numel() || bf16_copy_.device() != held.device())
       bf16_copy_ = Tensor::empty({held.numel()}, DType::bf16, held.device());
     rounding_.round(held, bf16_copy_);

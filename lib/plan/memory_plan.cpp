@@ -183,7 +183,15 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   if (run.precision != "fp32") {  // the fp32 master of the held values (rounding itself is in place)
     const int64_t held = zero == 3 ? shard.size() : n;
     add(m, "buffers", "mixed precision: fp32 master of the held weights", kBytes * held);
-    if (run.precision == "bf16") add(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
+    if (run.precision == "bf16") {
+      // Under ZeRO-3 the GEMMs read gathered units, never the shard: no copy then.
+      if (zero != 3) add(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
+      // Operands without a copy are rounded into buffers kept for the run: at most the logits'
+      // gradient (rows x the table's rows) and an activation beside it.
+      const int64_t vocab_rows = last_stage ? table / run.model.hidden : 0;
+      add(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)",
+          2 * shape.rows() * (vocab_rows + 4 * run.model.hidden));
+    }
   }
   // The transients come at different moments of a step: the larger counts.
   const int64_t gathered = zero == 3 ? zero3_gathered(params, data_ranks, first_stage && last_stage) : 0;

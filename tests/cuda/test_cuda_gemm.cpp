@@ -85,3 +85,22 @@ TEST(CudaGemm, Bf16InputsMatchCpuEmulation) {
       check_gemm(3, t & 1, t & 2, c, stream += 10, true);
     }
 }
+
+// The operands' bf16 copies, when given, are read in place of their values: copies of 2x the
+// values give 4x the product.
+TEST(CudaGemm, Bf16CopiesAreReadInPlaceOfTheValues) {
+  TESSERA_REQUIRE_CUDA();
+  const int64_t m = 19, n = 23, k = 41;
+  const auto a = normal(m * k, 500), b = normal(k * n, 501);
+  std::vector<float> a2(a), b2(b), want(m * n);
+  for (float& v : a2) v *= 2.0f;
+  for (float& v : b2) v *= 2.0f;
+  std::vector<uint16_t> a_bits(a2.size()), b_bits(b2.size());
+  cpu::f32_to_bf16(a_bits.data(), a2.data(), m * k);
+  cpu::f32_to_bf16(b_bits.data(), b2.data(), k * n);
+  cpu::gemm_bf16_emulated(false, true, m, n, k, 1.0f, a2.data(), nullptr, b2.data(), nullptr, 0.0f, want.data());
+  DeviceBuffer<float> da(a), db(b), dc(m * n);
+  DeviceBuffer<uint16_t> dab(a_bits), dbb(b_bits);
+  gpu::gemm_bf16(false, true, m, n, k, 1.0f, da.get(), dab.get(), db.get(), dbb.get(), 0.0f, dc.get());
+  EXPECT_TRUE(all_close(dc.host(), want, tolerance(k), 1e-5));
+}

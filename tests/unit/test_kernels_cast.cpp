@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernel_test_util.h"
 #include "kernels/ops.h"
 
 using tessera::DType;
@@ -154,8 +155,7 @@ TEST(Cast, RoundInplaceEqualsTheCastThereAndBack) {
     const auto want_bits = to_half(x, dtype);
     const auto want = from_half(want_bits, dtype);
     for (int threads : {1, 3}) {
-      const int saved = omp_get_max_threads();
-      omp_set_num_threads(threads);
+      const tessera::testing::ScopedThreads scope(threads);
       for (bool with_bits : {false, true}) {
         Tensor values = Tensor::empty({n});
         std::copy(x.begin(), x.end(), values.data<float>());
@@ -174,7 +174,6 @@ TEST(Cast, RoundInplaceEqualsTheCastThereAndBack) {
           }
         }
       }
-      omp_set_num_threads(saved);
     }
   }
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,8 @@ TEST(MatmulBf16, EveryTransposeMatchesTheRoundedInputsProduct) {
     const Tensor b = random_tensor(cs.tb ? Shape{n, k} : Shape{k, n}, 2);
     for (float beta : {0.0f, 1.0f, -0.5f}) {
       Tensor c = random_tensor({m, n}, 3);
+      if (beta == 0.0f)  // beta = 0 overwrites, NaN included
+        for (int64_t i = 0; i < c.numel(); ++i) c.data<float>()[i] = NAN;
       const Tensor c0 = c.clone();
       tessera::ops::matmul(a, cs.ta, b, cs.tb, c, 0.75f, beta);
       const auto want = reference(cs.ta, cs.tb, m, n, k, 0.75, a.data<float>(), b.data<float>(), beta, c0.data<float>());
@@ -117,7 +120,11 @@ TEST(MatmulBf16, ARegisteredCopyIsReadInPlaceOfItsValues) {
   tessera::ops::scale_inplace(doubled, 2.0f);
   Tensor bits = Tensor::empty({2 * n * k}, tessera::DType::bf16);
   tessera::ops::cast(bits, doubled);  // deliberately not flat's values: reading it shows
-  tessera::ops::set_bf16_copy(flat, bits);
+  struct Registered {  // cleared however the test ends
+    Registered(const Tensor& values, const Tensor& copy) { tessera::ops::set_bf16_copy(values, copy); }
+    ~Registered() { tessera::ops::clear_bf16_copy(); }
+  };
+  std::optional<Registered> registered(std::in_place, flat, bits);
   const Tensor second = flat.slice(n * k, {n, k});
   Tensor c = Tensor::empty({m, n});
   tessera::ops::matmul(x, false, second, true, c);
@@ -129,7 +136,7 @@ TEST(MatmulBf16, ARegisteredCopyIsReadInPlaceOfItsValues) {
   EXPECT_LT(rel_error(c.data<float>(), reference(false, true, m, n, k, 1.0, x.data<float>(), other.data<float>(), 0.0,
                                                  nullptr)),
             1e-6);
-  tessera::ops::clear_bf16_copy();
+  registered.reset();
   tessera::ops::matmul(x, false, second, true, c);
   EXPECT_LT(rel_error(c.data<float>(), reference(false, true, m, n, k, 1.0, x.data<float>(), second.data<float>(), 0.0,
                                                  nullptr)),
@@ -174,11 +181,11 @@ TEST(MatmulBf16, OneDnnPathAndEmulatedPathAgreeOnBlockedShapes) {
       const Tensor b = random_tensor(cs.tb ? Shape{n, k} : Shape{k, n}, 11);
       const Tensor c0 = random_tensor({m, n}, 12);
       Tensor fast = c0.clone(), emulated = c0.clone();
-      cpu::gemm_bf16(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), nullptr, b.data<float>(), nullptr, 1.0f,
+      cpu::gemm_bf16(cs.ta, cs.tb, m, n, k, 0.5f, a.data<float>(), nullptr, b.data<float>(), nullptr, 1.0f,
                      fast.data<float>());
-      cpu::gemm_bf16_emulated(cs.ta, cs.tb, m, n, k, 1.0f, a.data<float>(), nullptr, b.data<float>(), nullptr, 1.0f,
+      cpu::gemm_bf16_emulated(cs.ta, cs.tb, m, n, k, 0.5f, a.data<float>(), nullptr, b.data<float>(), nullptr, 1.0f,
                               emulated.data<float>());
-      const auto want = reference(cs.ta, cs.tb, m, n, k, 1.0, a.data<float>(), b.data<float>(), 1.0, c0.data<float>());
+      const auto want = reference(cs.ta, cs.tb, m, n, k, 0.5, a.data<float>(), b.data<float>(), 1.0, c0.data<float>());
       EXPECT_LT(rel_error(fast.data<float>(), want), 1e-5) << m << "x" << n << "x" << k << " " << cpu::gemm_bf16_path();
       EXPECT_LT(rel_error(emulated.data<float>(), want), 1e-5) << m << "x" << n << "x" << k << " emulated";
     }
