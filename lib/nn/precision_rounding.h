@@ -1,6 +1,7 @@
-// PrecisionRounding: rounds f32 tensors in place to what a lower precision (bf16, f16) stores. Mixed precision on the CPU
-// keeps fp32 arithmetic and emulates low-precision storage with it: the models round the
-// activations they keep between blocks, the trainer the weights and gradients.
+// PrecisionRounding: rounds f32 tensors in place to what a lower precision (bf16, f16) stores.
+// Mixed precision emulates low-precision storage with it (the arithmetic stays fp32, bf16's GEMM
+// products aside): the models round the activations they keep between blocks, the trainer the
+// weights and gradients.
 #pragma once
 #include "core/tensor.h"
 

@@ -1,4 +1,4 @@
-// MixedPrecision: rounding through the cast kernels, and the fp32 master copy.
+// MixedPrecision: in-place rounding, the fp32 master copy, and bf16's copy of the rounded weights.
 #include "optim/mixed_precision.h"
 
 #include "kernels/ops.h"
