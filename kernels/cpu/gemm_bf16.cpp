@@ -1,8 +1,8 @@
 // GEMM with bf16 inputs on the CPU (cpu_ops.h): a and b rounded to bf16 (nearest even), products
 // accumulated in fp32. CPUs with AVX512-BF16 (or AMX) run oneDNN's bf16 matmul primitive
-// (onednn_matmul.h) on the rounded copies; other CPUs (or
-// TESSERA_CPU_GEMM=blas) run the fp32 gemm on the rounded values, the same products (a bf16 x bf16
-// product is exact in fp32) summed in another order. The rounded copies live in buffers of the
+// (onednn_matmul.h) on the rounded copies; other CPUs (or TESSERA_CPU_GEMM=blas) run the fp32
+// gemm on the rounded values, the same products (a bf16 x bf16 product is exact in fp32) summed
+// in another order. The rounded copies live in buffers of the
 // calling thread that grow to the largest GEMM and are then reused, so a step allocates nothing;
 // an operand whose bf16 copy the caller passes (mixed precision's rounded weights) is not rounded.
 #include <cstring>

@@ -91,10 +91,9 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       precision_(work.params(), optim::parse_precision(config.precision),
                  {work.tied_weights() ? work.tied_weights()->mirror_values() : Tensor()}),
-      matmul_inputs_(optim::parse_precision(config.precision) == optim::Precision::bf16 ? ops::MatmulInputs::bf16
-                                                                                       : ops::MatmulInputs::f32),
-      scaler_(optim::parse_precision(config.precision) == optim::Precision::fp16 ? config.loss_scaler
-                                                                                 : unit_loss_scale()),
+      matmul_inputs_(precision_.precision() == optim::Precision::bf16 ? ops::MatmulInputs::bf16
+                                                                      : ops::MatmulInputs::f32),
+      scaler_(precision_.precision() == optim::Precision::fp16 ? config.loss_scaler : unit_loss_scale()),
       faults_(FaultHooks::from_environment()) {
   config.validate(batch_ranks_);
   if (mesh.shape().tp_mode != comm::TpMode::d1) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -162,6 +163,13 @@ TEST(MatmulBf16, BatchedMatchesPerMatrixReference) {
       }
     }
   }
+}
+
+TEST(MatmulBf16, ACopyOfTheWrongTypeOrSizeIsRefused) {
+  const Tensor values = random_tensor({16}, 15);
+  EXPECT_THROW(tessera::ops::set_bf16_copy(values, Tensor::empty({15}, tessera::DType::bf16)), tessera::Error);
+  EXPECT_THROW(tessera::ops::set_bf16_copy(values, Tensor::empty({16}, tessera::DType::f16)), tessera::Error);
+  EXPECT_THROW(tessera::ops::set_bf16_copy(values, values), tessera::Error);
 }
 
 TEST(MatmulBf16, EmptyInnerDimensionScalesC) {
