@@ -1,5 +1,9 @@
-// KernelTimer's per-thread sums (kernel_timing.h).
+// KernelTimer's per-thread sums (kernel_timing.h), with the CUDA ops' device time added.
 #include "kernels/kernel_timing.h"
+
+#ifdef TESSERA_HAVE_CUDA
+#include "kernels/cuda/op_timing.h"
+#endif
 
 namespace tessera::kernels {
 namespace {
@@ -7,8 +11,12 @@ thread_local KernelTimes t_sums;
 }  // namespace
 
 KernelTimes take_kernel_times() {
-  const KernelTimes taken = t_sums;
+  KernelTimes taken = t_sums;
   t_sums = {};
+#ifdef TESSERA_HAVE_CUDA
+  const KernelTimes device = cuda::take_op_times();
+  for (int k = 0; k < kKernelKinds; ++k) taken.ms[k] += device.ms[k];
+#endif
   return taken;
 }
 

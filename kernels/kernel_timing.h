@@ -3,8 +3,8 @@
 // and zeroing the gradients; everything else), as is the wait for the step's data, until
 // take_kernel_times() hands the sums over and starts again (the trainer does so once per step:
 // gemm_ms, attention_ms, optimizer_ms, other_kernels_ms, data_ms in the metrics; comm_ms comes
-// from the communicators). CUDA kernels run asynchronously, so a host-side timer would time their
-// launch only: they are not counted.
+// from the communicators). CUDA ops run asynchronously, so a host-side timer would time their
+// launch only: they are timed on the device instead (kernels/cuda/op_timing.h) and added here.
 #pragma once
 #include <chrono>
 #include <string_view>

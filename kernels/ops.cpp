@@ -6,7 +6,9 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernel_timing.h"
 #ifdef TESSERA_HAVE_CUDA
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/op_timing.h"
 #endif
 
 namespace tessera::ops {
@@ -17,6 +19,7 @@ namespace {
 #define TESSERA_DISPATCH(device, fn, ...)                                                             \
   do {                                                                                                \
     if ((device) == Device::cuda) {                                                                   \
+      const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn));            \
       ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                      \
     } else {                                                                                          \
       const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn));              \
@@ -91,6 +94,33 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
                      beta, c.data<float>());
 }
 
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor* pre) {
+  same_device("linear_forward", {&y, &x, &w, &bias});
+  if (pre) same_device("linear_forward", {&y, pre});
+  const int64_t m = rows_of(x), k = last_dim(x), n = rows_of(w);
+  TESSERA_CHECK(last_dim(w) == k && bias.numel() == n && rows_of(y) == m && last_dim(y) == n &&
+                    (!pre || pre->numel() == y.numel()),
+                "linear_forward: shapes x ", x.shape().str(), ", w ", w.shape().str(), ", bias ", bias.shape().str(),
+                " -> y ", y.shape().str(), " do not fit");
+#ifdef TESSERA_HAVE_CUDA
+  if (y.device() == Device::cuda) {
+    const kernels::cuda::OpTimer timer(kernels::KernelKind::gemm);
+    const bool bf16 = matmul_inputs() == MatmulInputs::bf16;
+    kernels::cuda::gemm_bias(m, n, k, x.data<float>(), bf16 ? bf16_copy_of(x.device(), x.data<float>(), m * k) : nullptr,
+                             w.data<float>(), bf16 ? bf16_copy_of(w.device(), w.data<float>(), n * k) : nullptr,
+                             bias.data<float>(), bf16, pre ? pre->data<float>() : nullptr, y.data<float>());
+    return;
+  }
+#endif
+  if (pre) {
+    matmul(x, false, w, true, *pre);
+    bias_gelu_forward(y, *pre, bias);
+  } else {
+    broadcast_rows(y, bias);
+    matmul(x, false, w, true, y, 1.0f, 1.0f);
+  }
+}
+
 void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
                     float alpha, float beta) {
   same_device("matmul_batched", {&a, &b, &c});
@@ -161,7 +191,10 @@ void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
 
 double sum_squares(const Tensor& x) {
 #ifdef TESSERA_HAVE_CUDA
-  if (x.device() == Device::cuda) return kernels::cuda::sum_squares(x.data<float>(), x.numel());
+  if (x.device() == Device::cuda) {
+    const kernels::cuda::OpTimer timer(kernels::kernel_kind("sum_squares"));
+    return kernels::cuda::sum_squares(x.data<float>(), x.numel());
+  }
 #endif
   TESSERA_CHECK(x.device() == Device::cpu, "sum_squares: a cuda tensor in a build without CUDA");
   const kernels::KernelTimer timer(kernels::kernel_kind("sum_squares"));
@@ -546,6 +579,14 @@ void adamw_spans(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp
            "adamw_spans", "spans must lie in the buffers, in order, without overlapping");
   TESSERA_DISPATCH(param.device(), adamw_spans, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
                    exp_avg_sq.data<float>(), spans.data(), static_cast<int64_t>(spans.size()), args);
+}
+
+void synchronize(Device device) {
+#ifdef TESSERA_HAVE_CUDA
+  if (device == Device::cuda) kernels::cuda::wait_for_ops("synchronize");
+#else
+  (void)device;
+#endif
 }
 
 }  // namespace tessera::ops

@@ -19,6 +19,13 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor
 void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
                     Tensor& c, float alpha = 1.0f, float beta = 0.0f);
 
+// y = x @ w^T + bias (a linear layer's forward: x [N, K], w [C, K], bias [C], y [N, C]); with pre,
+// pre = that and y = gelu(pre) (the MLP's first layer, pre kept for gelu_backward). On the CPU
+// exactly broadcast_rows + matmul (matmul + bias_gelu_forward with pre); on CUDA one cuBLASLt GEMM
+// with the bias (and GELU) fused into its epilogue, or those two ops where cuBLASLt offers none.
+// Follows matmul_inputs() and the registered bf16 copy as matmul does.
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor* pre = nullptr);
+
 // ---- GEMM inputs in bf16 (mixed precision's products) -------------------------------------------
 // While the setting is bf16, matmul and matmul_batched round a and b to bf16 (nearest even) and
 // accumulate the products in fp32, on either device: on CPUs with AVX512-BF16 or AMX through
@@ -195,5 +202,12 @@ struct AdamWSpan {
 // do not overlap.
 void adamw_spans(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                  const std::vector<AdamWSpan>& spans, const AdamWArgs& args);
+
+// ---- completion ----------------------------------------------------------------------------------
+// CUDA ops are queued in call order and return before their kernels run; the host waits where it
+// reads a value (sum_squares, a copy to the host). synchronize returns once every op queued on
+// device has run and reports a fault in any (CPU ops are synchronous: nothing to wait for). A
+// training step ends with it, so the step's time is the device's.
+void synchronize(Device device);
 
 }  // namespace tessera::ops

@@ -93,6 +93,9 @@ void TrainOptions::finish(int world_size) {
     refuse(device() != Device::cpu, "--device cuda");
     refuse(train.precision != "fp32", "--precision " + train.precision);
   }
+  // Collectives on device tensors need NCCL inside the training loop, which is not wired yet.
+  TESSERA_CHECK(device() == Device::cpu || world_size == 1, "--device cuda runs on one rank for now (this job has ",
+                world_size, "); multi-rank layouts run on --device cpu");
   TESSERA_CHECK(device() == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                 " (or this build has no CUDA)");
   const models::ActivationCheckpointing ckpt = checkpointing();

@@ -1,6 +1,10 @@
 // CUDA AdamW of kernels/cuda/cuda_ops.h: one fused pass updating exp_avg, exp_avg_sq and param in
-// place, as torch.optim.AdamW and the CPU twin (same operations, same order). Synchronous.
+// place, as torch.optim.AdamW and the CPU twin (same operations, same order); adamw_spans updates
+// every span of the flat buffers in one multi-tensor launch.
+#include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -19,17 +23,42 @@ struct AdamWStep {
 };
 
 // g = grad * grad_scale; m += (1 - b1)(g - m); v = b2 v + (1 - b2) g^2;
-// p = p * decay - step_size * m / (sqrt(v) / bc2_sqrt + eps).
-__global__ void adamw_kernel(float* __restrict__ param, const float* __restrict__ grad, float* __restrict__ exp_avg,
-                             float* __restrict__ exp_avg_sq, int64_t n, AdamWStep s) {
-  for (int64_t i = global_thread(); i < n; i += global_stride()) {
-    const float g = grad[i] * s.grad_scale;
-    const float m = exp_avg[i] + s.b1_weight * (g - exp_avg[i]);
-    const float v = exp_avg_sq[i] * s.b2 + s.b2_weight * g * g;
-    const float denom = sqrtf(v) / s.bc2_sqrt + s.eps;
-    param[i] = param[i] * s.decay - s.step_size * m / denom;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
+// p = p * decay - step_size * m / (sqrt(v) / bc2_sqrt + eps). With zero_grad the gradient is
+// cleared once read (the caller's mutable gradient, read through const elsewhere).
+__device__ __forceinline__ void adamw_element(float* __restrict__ param, float* __restrict__ grad,
+                                              float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq,
+                                              int64_t i, const AdamWStep& s, bool zero_grad) {
+  const float g = grad[i] * s.grad_scale;
+  if (zero_grad) grad[i] = 0.0f;
+  const float m = exp_avg[i] + s.b1_weight * (g - exp_avg[i]);
+  const float v = exp_avg_sq[i] * s.b2 + s.b2_weight * g * g;
+  const float denom = sqrtf(v) / s.bc2_sqrt + s.eps;
+  param[i] = param[i] * s.decay - s.step_size * m / denom;
+  exp_avg[i] = m;
+  exp_avg_sq[i] = v;
+}
+
+__global__ void adamw_kernel(float* param, float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, AdamWStep s,
+                             bool zero_grad) {
+  for (int64_t i = global_thread(); i < n; i += global_stride())
+    adamw_element(param, grad, exp_avg, exp_avg_sq, i, s, zero_grad);
+}
+
+// A piece of one span: [begin, end) of the flat buffers and which scalars apply (0: no decay).
+struct Chunk {
+  int64_t begin, end;
+  int32_t decay;
+};
+
+// Multi-tensor form: block b takes chunks b, b + gridDim.x, ...; its threads stride over each.
+__global__ void adamw_chunks_kernel(float* param, float* grad, float* exp_avg, float* exp_avg_sq,
+                                    const Chunk* chunks, int64_t count, AdamWStep no_decay, AdamWStep decay,
+                                    bool zero_grad) {
+  for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
+    const Chunk chunk = chunks[c];
+    const AdamWStep& s = chunk.decay ? decay : no_decay;
+    for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x)
+      adamw_element(param, grad, exp_avg, exp_avg_sq, i, s, zero_grad);
   }
 }
 
@@ -49,35 +78,55 @@ AdamWStep step_scalars(const ops::AdamWArgs& args) {
                    args.grad_scale};
 }
 
-// Queues the update of n elements on op_stream() and, with zero_grad, the gradient's zeroing
-// behind it (the caller's mutable gradient, read through const by the kernel).
-void enqueue(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWStep& s,
-             bool zero_grad) {
-  if (n <= 0) return;
-  launch("adamw", adamw_kernel, dim3(grid_for(n, 256)), dim3(256), 0, param, grad, exp_avg, exp_avg_sq, n, s);
-  if (zero_grad)
-    TESSERA_CUDA_CHECK(cudaMemsetAsync(const_cast<float*>(grad), 0, static_cast<size_t>(n) * sizeof(float), op_stream()));
+bool operator==(const Chunk& x, const Chunk& y) { return x.begin == y.begin && x.end == y.end && x.decay == y.decay; }
+
+// The chunk tables already on the device, one per distinct set of spans (an optimizer's spans stay
+// the same from step to step, so each is copied once). Kept for the process; a handful at most.
+struct DeviceChunks {
+  std::vector<Chunk> host;
+  Chunk* device = nullptr;
+};
+
+const Chunk* device_chunks(const std::vector<Chunk>& chunks) {
+  static std::mutex mutex;
+  static std::vector<DeviceChunks> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const DeviceChunks& t : tables)
+    if (t.host == chunks) return t.device;
+  DeviceChunks t{chunks, nullptr};
+  const size_t bytes = chunks.size() * sizeof(Chunk);
+  TESSERA_CUDA_CHECK(cudaMalloc(&t.device, bytes));
+  TESSERA_CUDA_CHECK(cudaMemcpy(t.device, chunks.data(), bytes, cudaMemcpyHostToDevice));
+  tables.push_back(std::move(t));
+  return tables.back().device;
 }
 
 }  // namespace
 
 void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
            const ops::AdamWArgs& args) {
-  enqueue(param, grad, exp_avg, exp_avg_sq, n, step_scalars(args), args.zero_grad);
+  if (n <= 0) return;
+  launch("adamw", adamw_kernel, dim3(grid_for(n, 256)), dim3(256), 0, param, const_cast<float*>(grad), exp_avg,
+         exp_avg_sq, n, step_scalars(args), args.zero_grad);
   finish("adamw");
 }
 
-// Every span's launch queued back to back on op_stream(), one synchronisation at the end.
+// Every span cut into chunks of at most kChunk elements, one launch for all of them (a GPT's hundred
+// parameter tensors cost one kernel, not a hundred).
 void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const ops::AdamWSpan* spans,
                  int64_t count, const ops::AdamWArgs& args) {
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<Chunk> chunks;
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t at = spans[i].begin; at < spans[i].end; at += kChunk)
+      chunks.push_back({at, std::min(at + kChunk, spans[i].end), spans[i].decay ? 1 : 0});
+  if (chunks.empty()) return;
   ops::AdamWArgs no_decay = args;
   no_decay.weight_decay = 0.0f;
-  const AdamWStep scalars[2] = {step_scalars(no_decay), step_scalars(args)};
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t at = spans[i].begin;
-    enqueue(param + at, grad + at, exp_avg + at, exp_avg_sq + at, spans[i].end - at, scalars[spans[i].decay ? 1 : 0],
-            args.zero_grad);
-  }
+  const int64_t n = static_cast<int64_t>(chunks.size());
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, 1 << 16));
+  launch("adamw_spans", adamw_chunks_kernel, dim3(blocks), dim3(256), 0, param, const_cast<float*>(grad), exp_avg,
+         exp_avg_sq, device_chunks(chunks), n, step_scalars(no_decay), step_scalars(args), args.zero_grad);
   finish("adamw_spans");
 }
 

@@ -1,5 +1,5 @@
 // CUDA causal attention backward of kernels/cuda/cuda_ops.h, recomputing P from lse: one kernel per
-// key tile writes dK, dV, one per query tile writes dQ (no atomics, deterministic). Synchronous.
+// key tile writes dK, dV, one per query tile writes dQ (no atomics, deterministic).
 #include <cmath>
 
 #include "kernels/cuda/attention_tiles.cuh"

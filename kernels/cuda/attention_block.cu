@@ -1,7 +1,7 @@
 // CUDA twin of kernels/cpu/attention_block.cpp: a query block against a key/value block, causal (the
 // diagonal block) or not, forward merged into an earlier partial result on request, backward
 // recomputing P from the final lse and adding into dq, dk, dv. The 64 x 64 tiling of
-// attention_forward.cu / attention_backward.cu on strided rows; no atomics, deterministic. Synchronous.
+// attention_forward.cu / attention_backward.cu on strided rows; no atomics, deterministic.
 #include <algorithm>
 #include <climits>
 #include <cmath>

@@ -1,5 +1,5 @@
 // CUDA causal self-attention forward of kernels/cuda/cuda_ops.h: a fused flash-attention-style
-// kernel (online softmax over 64-key tiles, no T x T matrix), saving lse for backward. Synchronous.
+// kernel (online softmax over 64-key tiles, no T x T matrix), saving lse for backward.
 #include <cmath>
 
 #include "kernels/cuda/attention_tiles.cuh"

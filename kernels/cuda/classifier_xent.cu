@@ -1,6 +1,6 @@
 // CUDA twin of kernels/cpu/classifier_xent.cpp: softmax cross-entropy with label smoothing over a
 // classifier's logits, forward (one block per row) and backward (dlogits may alias logits).
-// Synchronous.
+// The forward reads the labels back to check them on the host.
 #include <vector>
 
 #include "core/error.h"

@@ -1,5 +1,6 @@
 // CUDA twins of kernels/cpu/cpu_ops.h, same names and arguments, pointers in device memory:
-// cuBLAS(Lt) for GEMM, own kernels for the rest. Launched on the current stream; synchronous to callers.
+// cuBLAS(Lt) for GEMM, own kernels for the rest. Queued on op_stream() (cuda_check.h),
+// asynchronous to callers except where a value comes back to the host.
 #pragma once
 #include <cstdint>
 
@@ -18,6 +19,14 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c);
 void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, const float* b, float beta, float* c);
+// out[m, n] = a[m, k] @ w[n, k]^T + bias[n]; with pre, pre = that and out = gelu(pre): one
+// cuBLASLt GEMM with a BIAS (GELU_AUX_BIAS) epilogue, or gemm + broadcast_rows (bias_gelu_forward)
+// where cuBLASLt has no algorithm for it (or the bias or pre is not 16-byte aligned). bf16: the inputs in bf16 as gemm_bf16 (a_bits, w_bits:
+// given copies or nullptr). The CPU twin is ops::linear_forward's CPU path (gemm_lt.cpp).
+void gemm_bias(int64_t m, int64_t n, int64_t k, const float* a, const uint16_t* a_bits, const float* w,
+               const uint16_t* w_bits, const float* bias, bool bf16, float* pre, float* out);
+// How many gemm_bias calls took the fallback so far (the tests check which path ran).
+int64_t gemm_bias_fallbacks();
 
 void add(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* acc, const float* x, int64_t n);

@@ -1,6 +1,6 @@
 // CUDA elementwise ops of kernels/cuda/cuda_ops.h: add, add_inplace, scale_inplace, broadcast_rows,
 // gelu (tanh) forward/backward, bias + gelu forward and the f32 <-> bf16/f16 casts. Grid-stride
-// loops; synchronous.
+// loops.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -109,7 +109,7 @@ __global__ void round_f16_inplace_kernel(float* x, uint16_t* bits, int64_t n) {
   }
 }
 
-// Launches a grid-stride kernel over n elements and waits for it.
+// Queues a grid-stride kernel over n elements.
 template <typename... Params, typename... Args>
 void run_elementwise(const char* op, void (*kernel)(Params...), int64_t n, Args... args) {
   if (n <= 0) return;

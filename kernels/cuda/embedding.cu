@@ -1,4 +1,4 @@
-// CUDA token + position embedding of kernels/cuda/cuda_ops.h, synchronous; backward without atomics:
+// CUDA token + position embedding of kernels/cuda/cuda_ops.h; backward without atomics:
 // tokens stably sorted by row (cub), each row's gradients added in token order (deterministic).
 #include <cub/device/device_radix_sort.cuh>
 

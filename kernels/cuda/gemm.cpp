@@ -1,6 +1,6 @@
 // CUDA GEMM of kernels/cuda/cuda_ops.h through cuBLAS, row-major as column-major C^T = op(B)^T op(A)^T;
 // fp32 math without TF32, or (gemm_bf16) bf16 inputs on the tensor cores with fp32 accumulation.
-// One lazily created handle per device. Synchronous, like every op here.
+// One lazily created handle per device, bound to op_stream().
 #include <cublas_v2.h>
 
 #include <climits>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cuda/bf16_operand.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -100,23 +101,6 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t 
 }
 
 namespace {
-
-// An operand's bf16 bits: its given copy, or its values rounded (nearest even) into stream-ordered scratch.
-class Bf16Operand {
- public:
-  Bf16Operand(const float* x, const uint16_t* copy, int64_t count)
-      : scratch_(copy ? 0 : static_cast<size_t>(count) * sizeof(uint16_t)), bits_(copy) {
-    if (!bits_) {
-      f32_to_bf16(scratch_.as<uint16_t>(), x, count);
-      bits_ = scratch_.as<uint16_t>();
-    }
-  }
-  const uint16_t* bits() const { return bits_; }
-
- private:
-  Scratch scratch_;
-  const uint16_t* bits_;
-};
 
 void gemm_bf16_on(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {

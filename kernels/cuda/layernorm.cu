@@ -1,4 +1,4 @@
-// CUDA layernorm of kernels/cuda/cuda_ops.h, synchronous: forward (a warp per row, saving mean, rstd) and
+// CUDA layernorm of kernels/cuda/cuda_ops.h: forward (a warp per row, saving mean, rstd) and
 // backward (dinp per row; dweight, dbias as deterministic column sums), all gradients accumulating.
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_ops.h"

@@ -1,6 +1,6 @@
 // CUDA twins of kernels/cpu/patches.cpp (a vision transformer's token plumbing): one thread per
 // output element, sums over the batch or the tokens in the CPU's order, so results match the CPU
-// bit for bit. Synchronous.
+// bit for bit.
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/launch.cuh"

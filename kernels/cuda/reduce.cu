@@ -1,5 +1,5 @@
 // CUDA reductions of kernels/cuda/cuda_ops.h: bias_backward (column sums, accumulated) and
-// sum_squares (in double, returned to the host). Deterministic (no atomics); synchronous.
+// sum_squares (in double, returned to the host). Deterministic (no atomics); sum_squares waits for its result, the rest is queued.
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_common.cuh"
@@ -51,6 +51,7 @@ double sum_squares(const float* x, int64_t n) {
   double result = 0.0;
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, op_stream()));
   finish("sum_squares");
+  wait_for_ops("sum_squares");  // the host reads the result
   return result;
 }
 

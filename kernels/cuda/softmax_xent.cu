@@ -1,5 +1,5 @@
 // CUDA softmax + cross-entropy of kernels/cuda/cuda_ops.h over padded-vocabulary logits: forward (one
-// block per row, online max/sum, saving lse) and backward (dlogits may alias logits). Synchronous.
+// block per row, online max/sum, saving lse) and backward (dlogits may alias logits).
 #include "core/error.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_common.cuh"
@@ -28,6 +28,7 @@ void check_targets(const int32_t* targets, int64_t rows, int64_t valid_vocab, co
   unsigned long long bad = kNoBadRow;
   TESSERA_CUDA_CHECK(cudaMemcpyAsync(&bad, flag.as<void>(), sizeof bad, cudaMemcpyDeviceToHost, op_stream()));
   finish(op);
+  wait_for_ops(op);  // the host reads the flag
   if (bad == kNoBadRow) return;
   int32_t target = 0;
   TESSERA_CUDA_CHECK(cudaMemcpy(&target, targets + bad, sizeof target, cudaMemcpyDeviceToHost));

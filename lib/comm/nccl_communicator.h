@@ -21,7 +21,8 @@ namespace tessera::comm {
 // Tensors here are cuda tensors on the current device. Reductions take f32, bf16, f16 and i32;
 // data movement takes every dtype. Each call is blocking as the caller sees it: it waits on the
 // legacy default stream (where tessera's kernels run), enqueues on this communicator's stream and
-// returns once that stream has finished, so stats hold start-to-completion wall time. Arguments are
+// returns once that stream has finished, so stats hold start-to-completion wall time (which
+// includes the kernels still queued before the call: tessera's CUDA ops are asynchronous). Arguments are
 // checked on every rank before any NCCL call and failures throw tessera::Error naming the operation
 // and group ("all_gather(tp): ..."); an NCCL or CUDA failure names the call ("ncclAllReduce failed:
 // ..."). While waiting, an asynchronous NCCL error aborts the NCCL communicator and throws; a

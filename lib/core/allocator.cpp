@@ -80,7 +80,12 @@ void free_bytes(Device device, void* ptr, size_t bytes) {
     std::free(ptr);
   } else {
 #ifdef TESSERA_HAVE_CUDA
-    if (ptr) cudaFree(ptr);
+    // CUDA ops are asynchronous: kernels queued on the legacy stream may still use this memory.
+    // cudaFree would wait in practice, but only "may" by its contract: wait explicitly.
+    if (ptr) {
+      (void)cudaStreamSynchronize(cudaStreamLegacy);
+      cudaFree(ptr);
+    }
 #endif
   }
   count(g_counters[static_cast<int>(device)], -static_cast<int64_t>(bytes));

@@ -55,20 +55,21 @@ void Linear::forward(Tensor& y, const Tensor& x) const {
     layout_->linear_forward(y, x, store_->value(weight_), bias_ >= 0 ? &store_->value(bias_) : nullptr, role_);
     return;
   }
-  const bool with_bias = adds_bias();
-  if (with_bias) ops::broadcast_rows(y, store_->value(bias_));
-  ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, with_bias ? 1.0f : 0.0f);
+  if (adds_bias())
+    ops::linear_forward(y, x, store_->value(weight_), store_->value(bias_));
+  else
+    ops::matmul(x, false, store_->value(weight_), true, y);
 }
 
-const Tensor* Linear::forward_leaving_bias(Tensor& y, const Tensor& x) const {
-  // A row-split layer's output is partial until its all-reduce: the bias must not be left to a
-  // caller's pass that might come before it, so such layers add it here as always.
-  if (split_ == Split::block || split_ == Split::rows || !adds_bias()) {
-    forward(y, x);
-    return nullptr;
+void Linear::forward_gelu(Tensor& out, Tensor& pre, const Tensor& x) const {
+  TESSERA_CHECK(split_ != Split::rows, "Linear::forward_gelu: a row-split layer's output is partial until its ",
+                "all-reduce; the GELU cannot follow it here");
+  if (split_ == Split::block || !adds_bias()) {
+    forward(pre, x);
+    ops::gelu_forward(out, pre);
+    return;
   }
-  ops::matmul(x, false, store_->value(weight_), true, y, 1.0f, 0.0f);
-  return &store_->value(bias_);
+  ops::linear_forward(out, x, store_->value(weight_), store_->value(bias_), &pre);
 }
 
 // A row-split layer's bias is added by one rank only: the all-reduce sums the partial outputs.

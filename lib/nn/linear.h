@@ -39,10 +39,11 @@ class Linear {
 
   // x [N, in_local] -> y [N, out_local] (overwritten).
   void forward(Tensor& y, const Tensor& x) const;
-  // The same, but for a layer with a bias that is unsplit or split by output columns, y is x W^T
-  // alone and the bias is returned for the caller to add in its next pass over y (the MLP's fused
-  // bias + GELU); nullptr when nothing is left to add (row and 2D/3D block splits add it here).
-  const Tensor* forward_leaving_bias(Tensor& y, const Tensor& x) const;
+  // out = gelu(pre), pre = x W^T + b (the MLP's first layer; pre is kept for the backward). A layer
+  // that adds its whole bias (unsplit or split by output columns) does it as one fused op
+  // (ops::linear_forward: one cuBLASLt GEMM with a bias + GELU epilogue on CUDA); 2D/3D block
+  // splits run forward, then the GELU. Row splits are refused (their output is partial).
+  void forward_gelu(Tensor& out, Tensor& pre, const Tensor& x) const;
   // dW += dy^T x, db += sum_n dy; dx = dy W (overwritten, or added when accumulate_dx). dx may be
   // null when the input needs no gradient. With `defer`, only dx now: dW and db are recorded
   // there for later (x_outlives: x stays valid until then, so it is not copied).

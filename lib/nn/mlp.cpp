@@ -17,10 +17,7 @@ Mlp::Saved Mlp::allocate(int64_t rows, Device device) const {
 }
 
 void Mlp::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region) const {
-  if (const Tensor* bias = fc_.forward_leaving_bias(s.fc, layout_->enter(x, region.in)))
-    ops::bias_gelu_forward(s.gelu, s.fc, *bias);
-  else
-    ops::gelu_forward(s.gelu, s.fc);
+  fc_.forward_gelu(s.gelu, s.fc, layout_->enter(x, region.in));
   Tensor& out = layout_->whole(y, region);
   proj_.forward(out, s.gelu);
   layout_->exit(y, out);

@@ -16,6 +16,7 @@
 #include "core/timer.h"
 #include "io/hdf5_file.h"
 #include "kernels/kernel_timing.h"
+#include "kernels/ops.h"
 #include "kernels/peak_flops.h"
 #include "comm/string_exchange.h"
 #include "optim/grad_clip.h"
@@ -237,6 +238,7 @@ TrainResult Trainer::run() {
     const double norm = update(step, loss, lr, result, progress);
     // Preemption: every rank learns whether any rank was signalled (all-reduce max over the job).
     result.preempted = world_.all_reduce_max(int64_t{preemption_requested()}) != 0;
+    ops::synchronize(device);  // the step's queued kernels (the optimizer's) count in its time
     const double ms = timer.millis();
     const auto [comm_bytes, comm_ms] = comm_totals();
     const kernels::KernelTimes kernel_times = kernels::take_kernel_times();
@@ -254,16 +256,14 @@ TrainResult Trainer::run() {
         .add("allocations", memory_stats(device).allocations - allocations_before)
         .add("loss_scale", loss_scale)
         .add("skipped_steps", result.skipped_steps);
-    // The step's time split on the CPU (CUDA kernels run asynchronously: not timed).
-    const auto split = device == Device::cpu ? time_split(kernel_times) : std::vector<std::pair<std::string, double>>{};
+    // The step's time split: CPU kernels timed on the host, CUDA ops on the device (events).
+    const auto split = time_split(kernel_times);
     for (const auto& [key, value] : split) line.add(key, value);
     if (trace) {
       trace->add("step " + std::to_string(step), "step", trace_start, trace->now());
-      if (!split.empty()) {
-        auto counters = split;
-        counters.emplace_back("comm_ms", comm_ms - comm_ms_before);
-        trace->add_counters("step time split (ms)", trace_start, std::move(counters));
-      }
+      auto counters = split;
+      counters.emplace_back("comm_ms", comm_ms - comm_ms_before);
+      trace->add_counters("step time split (ms)", trace_start, std::move(counters));
     }
     if (const MemoryStats host = host_tier_stats(); host.allocations > 0)  // something was offloaded there
       line.add("host_peak_bytes", host.peak_bytes).add("host_state_bytes", optimizer_.host_state_bytes());

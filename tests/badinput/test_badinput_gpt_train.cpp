@@ -232,6 +232,10 @@ TEST_F(GptTrainBadLayout, ExplicitSizesWhoseProductIsNotTheWorld) {
   expect_refused(4, "--dp 2 --pp 3", "--pp 3 x --dp 2 x --ep 1 x --sp 1 x --tp 1 = 6");
 }
 
+TEST_F(GptTrainBadLayout, CudaOnSeveralRanksIsRefused) {
+  expect_refused(2, "--device cuda", "--device cuda runs on one rank for now (this job has 2)");
+}
+
 TEST_F(GptTrainBadLayout, NegativeSize) { expect_refused(2, "--tp -2", "mesh sizes must be positive"); }
 
 TEST_F(GptTrainBadLayout, GlobalBatchDoesNotSplitOverDp) {

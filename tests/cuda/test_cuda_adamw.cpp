@@ -52,13 +52,14 @@ TEST(CudaAdamW, ZeroGradZeroesTheGradientAfterTheSameUpdate) {
   EXPECT_TRUE(all_close(dgrad.host(), std::vector<float>(n, 0.0f), 0.0, 0.0)) << "grad";
 }
 
-// Spans with and without decay, gaps between them, zero_grad: the CPU twin's values (within
-// 1e-6 + 1e-5 |x|), the spans' gradients zero and what lies between them untouched.
+// Spans with and without decay, gaps between them, spans longer than the multi-tensor kernel's
+// 65536-element chunks, zero_grad: the CPU twin's values (within 1e-6 + 1e-5 |x|), the spans'
+// gradients zero and what lies between them untouched.
 TEST(CudaAdamW, SpansMatchCpu) {
   TESSERA_REQUIRE_CUDA();
-  const int64_t n = 90000;
-  const tessera::ops::AdamWSpan spans[] = {{0, 40000, true}, {40000, 40007, false}, {40100, 70000, true},
-                                           {71000, n, false}};
+  const int64_t n = 300000;
+  const tessera::ops::AdamWSpan spans[] = {{0, 140000, true}, {140000, 140007, false}, {140100, 270000, true},
+                                           {271000, n, false}};
   auto param = normal(n, 51), m = normal(n, 52, 0.01f), v = normal(n, 53, 0.01f);
   for (float& x : v) x *= x;
   auto grad = normal(n, 54);
@@ -74,7 +75,7 @@ TEST(CudaAdamW, SpansMatchCpu) {
   EXPECT_TRUE(all_close(dv.host(), v, 1e-6, 1e-5)) << "exp_avg_sq";
   EXPECT_TRUE(all_close(dgrad.host(), grad, 0.0, 0.0)) << "grad: zero in the spans, untouched between";
   EXPECT_EQ(grad[100], 0.0f);
-  EXPECT_NE(grad[40050], 0.0f);
+  EXPECT_NE(grad[140050], 0.0f);
 }
 
 TEST(CudaAdamW, RejectsStepZero) {

@@ -217,8 +217,9 @@ TEST(CollectiveCheck, ReduceIsFingerprintedWithItsRoot) {
   Tensor t = i32(4);
   for (int k = 0; k < 4; ++k) t.data<int32_t>()[k] = r + k;
   world.reduce_sum(t, 1);
-  if (r == 1)
+  if (r == 1) {
     for (int k = 0; k < 4; ++k) EXPECT_EQ(t.data<int32_t>()[k], n * (n - 1) / 2 + n * k);
+  }
   EXPECT_EQ(world.stats().total_calls(), 1);
   EXPECT_EQ(world.stats().op(CommOp::reduce).calls, 1);
   // A different root on the last rank is caught on every rank.

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,38 @@ TEST(Gemm, RejectsShapesThatDoNotFit) {
   const Tensor a = random_tensor({4, 6}, 10), b = random_tensor({5, 5}, 11);
   Tensor c = Tensor::empty({4, 5});
   EXPECT_THROW(tessera::ops::matmul(a, false, b, false, c), tessera::Error);
+}
+
+// ops::linear_forward's CPU path is exactly the unfused ops it replaces (the CUDA twin is
+// tested against it in tests/cuda/test_cuda_gemm_bias.cpp).
+TEST(LinearForward, IsBroadcastThenMatmulBitForBit) {
+  const Tensor x = random_tensor({9, 13}, 20), w = random_tensor({7, 13}, 21), bias = random_tensor({7}, 22);
+  Tensor y = Tensor::empty({9, 7}), want = Tensor::empty({9, 7});
+  tessera::ops::linear_forward(y, x, w, bias);
+  tessera::ops::broadcast_rows(want, bias);
+  tessera::ops::matmul(x, false, w, true, want, 1.0f, 1.0f);
+  EXPECT_EQ(0, std::memcmp(y.raw(), want.raw(), want.nbytes()));
+}
+
+TEST(LinearForward, WithPreIsMatmulThenBiasGeluBitForBit) {
+  const Tensor x = random_tensor({9, 13}, 23), w = random_tensor({8, 13}, 24), bias = random_tensor({8}, 25);
+  Tensor y = Tensor::empty({9, 8}), pre = Tensor::empty({9, 8});
+  Tensor want = Tensor::empty({9, 8}), want_pre = Tensor::empty({9, 8});
+  tessera::ops::linear_forward(y, x, w, bias, &pre);
+  tessera::ops::matmul(x, false, w, true, want_pre);
+  tessera::ops::bias_gelu_forward(want, want_pre, bias);
+  EXPECT_EQ(0, std::memcmp(pre.raw(), want_pre.raw(), want_pre.nbytes()));
+  EXPECT_EQ(0, std::memcmp(y.raw(), want.raw(), want.nbytes()));
+}
+
+TEST(LinearForward, RejectsShapesThatDoNotFit) {
+  const Tensor x = random_tensor({4, 6}, 26), w = random_tensor({5, 6}, 27), bias = random_tensor({4}, 28);
+  Tensor y = Tensor::empty({4, 5}), pre = Tensor::empty({4, 4});
+  EXPECT_THROW(tessera::ops::linear_forward(y, x, w, bias), tessera::Error);  // bias of 4, not 5
+  const Tensor good_bias = random_tensor({5}, 29);
+  EXPECT_THROW(tessera::ops::linear_forward(y, x, w, good_bias, &pre), tessera::Error);  // pre of 16, not 20
+  const Tensor short_w = random_tensor({5, 4}, 30);
+  EXPECT_THROW(tessera::ops::linear_forward(y, x, short_w, good_bias), tessera::Error);  // k 4, not 6
 }
 
 }  // namespace

@@ -46,7 +46,9 @@ TEST(WeightGrads, BlockBackwardSplitsIntoInputAndWeightGradients) {
     EXPECT_EQ(max_abs_diff(dres, dres_plain), 0.0f) << "B's input gradient differs from the plain backward's";
     EXPECT_EQ(max_abs_diff(s.flat_grads(), Tensor::zeros(s.flat_grads().shape())), 0.0f)
         << "B touched a parameter gradient";
-    if (pass == 1) EXPECT_EQ(memory_stats(Device::cpu).current_bytes, bytes_before) << "the second B allocated";
+    if (pass == 1) {
+      EXPECT_EQ(memory_stats(Device::cpu).current_bytes, bytes_before) << "the second B allocated";
+    }
     EXPECT_FALSE(deferred.empty());
     deferred.run();
     EXPECT_TRUE(deferred.empty());

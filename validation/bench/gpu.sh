@@ -338,6 +338,12 @@ print(f"  step_ms median {med('step_ms'):.1f} (min {min(r['step_ms'] for r in ti
 print(f"  model TFLOP/s {tflops:.2f}; MFU {100 * tflops / peak:.2f}% of {peak:g} TFLOP/s"
       f" (gpt_train's own mfu: {100 * med('mfu'):.2f}%)")
 print(f"  peak memory {max(r.get('peak_mem_bytes', 0) for r in rows) / 2**30:.2f} GiB; losses {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
+keys = ["gemm_ms", "attention_ms", "other_kernels_ms", "optimizer_ms", "comm_ms", "data_ms"]
+if all(k in timed[0] for k in keys):  # device time per kind (CUDA events), medians
+    split = {k: med(k) for k in keys}
+    idle = med("step_ms") - sum(split[k] for k in keys)
+    print("  split ms: " + ", ".join(f"{k[:-3]} {v:.1f}" for k, v in split.items()) +
+          f", rest (host gaps, syncs) {idle:.1f}")
 EOF
 }
 precision=${GPU_SH_PRECISION:-bf16}   # a test knob: a bad value exercises the fp32 fallback

@@ -1,0 +1,77 @@
+// CUDA ops' device time by kind through pairs of events (see op_timing.h).
+#include "kernels/cuda/op_timing.h"
+
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace tessera::kernels::cuda {
+namespace {
+
+struct TimedOp {
+  cudaEvent_t start = nullptr, end = nullptr;
+  KernelKind kind = KernelKind::other;
+};
+
+// One thread's event pairs: the first `used` hold ops not yet summed into `folded`; a pool that
+// reaches kOpTimerFoldEvery pending pairs sums them first.
+struct OpTimes {
+  std::vector<TimedOp> ops;
+  size_t used = 0;
+  KernelTimes folded;
+
+  ~OpTimes() {
+    for (TimedOp& op : ops) {
+      (void)cudaEventDestroy(op.start);
+      (void)cudaEventDestroy(op.end);
+    }
+  }
+
+  size_t begin(KernelKind kind) {
+    if (used == kOpTimerFoldEvery) fold();
+    if (used == ops.size()) {
+      TimedOp op;
+      TESSERA_CUDA_CHECK(cudaEventCreate(&op.start));
+      TESSERA_CUDA_CHECK(cudaEventCreate(&op.end));
+      ops.push_back(op);
+    }
+    ops[used].kind = kind;
+    TESSERA_CUDA_CHECK(cudaEventRecord(ops[used].start, op_stream()));
+    return used++;
+  }
+
+  // Sums the pending pairs' device time into `folded` (waits for the last one); after a fault
+  // the pairs are dropped, not summed twice.
+  void fold() {
+    if (used == 0) return;
+    const size_t pending = used;
+    used = 0;
+    KernelTimes sums;
+    TESSERA_CUDA_CHECK(cudaEventSynchronize(ops[pending - 1].end));
+    for (size_t i = 0; i < pending; ++i) {
+      float ms = 0.0f;
+      TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, ops[i].start, ops[i].end));
+      sums.ms[static_cast<int>(ops[i].kind)] += ms;
+    }
+    for (int k = 0; k < kKernelKinds; ++k) folded.ms[k] += sums.ms[k];
+  }
+};
+
+thread_local OpTimes t_times;
+
+}  // namespace
+
+OpTimer::OpTimer(KernelKind kind) : slot_(t_times.begin(kind)) {}
+
+OpTimer::~OpTimer() {
+  (void)cudaEventRecord(t_times.ops[slot_].end, op_stream());  // a destructor must not throw
+}
+
+KernelTimes take_op_times() {
+  t_times.fold();
+  const KernelTimes taken = t_times.folded;
+  t_times.folded = {};
+  return taken;
+}
+
+}  // namespace tessera::kernels::cuda

@@ -1,0 +1,33 @@
+// Device-side timing of the CUDA ops by kind (kernels/kernel_timing.h): ops are asynchronous, so a
+// host timer would time their launch; instead each op is bracketed by two CUDA events on
+// op_stream() and take_op_times() sums the device time between them once the last has run.
+// Per thread, like the CPU kernels' sums; events are reused from step to step. When the device is
+// idle an op's start event fires at once, so its pair also holds the host's time to queue it (the
+// device waits for the host then). Timers do not nest: ops.cpp times each op at its dispatch.
+#pragma once
+#include <cstddef>
+
+#include "kernels/kernel_timing.h"
+
+namespace tessera::kernels::cuda {
+
+// A thread that times this many ops without take_op_times() sums them then (one wait).
+constexpr size_t kOpTimerFoldEvery = size_t{1} << 14;
+
+// Records a start event on op_stream() at construction and an end event at destruction.
+class OpTimer {
+ public:
+  explicit OpTimer(KernelKind kind);
+  ~OpTimer();
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+ private:
+  size_t slot_;  // this op's event pair in the thread's pool
+};
+
+// The calling thread's device time per kind since the last call (waits for the last timed op),
+// then starts again. Returns zeros without touching CUDA when no op was timed.
+KernelTimes take_op_times();
+
+}  // namespace tessera::kernels::cuda
