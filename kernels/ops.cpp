@@ -245,6 +245,27 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
                    inp.data<float>(), weight.data<float>(), bias.data<float>(), rows, cols, eps);
 }
 
+void add_layernorm_forward(Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
+                           const Tensor& weight, const Tensor& bias, float eps) {
+  same_device("add_layernorm_forward", {&sum, &out, &mean, &rstd, &a, &b, &weight, &bias});
+  const int64_t rows = rows_of(a), cols = last_dim(a);
+  expect(b.numel() == a.numel() && sum.numel() == a.numel() && out.numel() == a.numel() && mean.numel() == rows &&
+             rstd.numel() == rows && weight.numel() == cols && bias.numel() == cols,
+         "add_layernorm_forward", "shapes do not fit");
+#ifdef TESSERA_HAVE_CUDA
+  if (out.device() == Device::cuda) {
+    const kernels::cuda::OpTimer timer(kernels::KernelKind::other);
+    kernels::cuda::add_layernorm_forward(sum.data<float>(), out.data<float>(), mean.data<float>(), rstd.data<float>(),
+                                         a.data<float>(), b.data<float>(), weight.data<float>(), bias.data<float>(),
+                                         rows, cols, eps);
+    return;
+  }
+#endif
+  // On the CPU the fused loop measured no faster (0.8-1.07x, by size): the two ops.
+  add(sum, a, b);
+  layernorm_forward(out, mean, rstd, sum, weight, bias, eps);
+}
+
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
                         const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
   same_device("layernorm_backward", {&dinp, &dweight, &dbias, &dout, &inp, &weight, &mean, &rstd});

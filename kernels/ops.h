@@ -76,6 +76,11 @@ void round_inplace(Tensor& values, DType storage, Tensor bits = Tensor());
 // out = (inp - mean) * rstd * weight + bias per row of [N, C]; saves mean[N], rstd[N].
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
+// sum = a + b (the residual stream), then out = layernorm(sum): on CUDA one kernel (each row
+// normalised as it is summed), on the CPU add then layernorm_forward (a fused loop measured no
+// faster there). The same numbers either way up to the device's rounding; sum may alias a or b.
+void add_layernorm_forward(Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
+                           const Tensor& weight, const Tensor& bias, float eps = 1e-5f);
 // dinp, dweight, dbias: accumulate.
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean,

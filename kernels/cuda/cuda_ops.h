@@ -46,6 +46,11 @@ void round_f16_inplace(float* x, uint16_t* bits, int64_t n);
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t rows, int64_t cols, float eps);
+// sum = a + b (the residual stream), then out = layernorm(sum) as layernorm_forward, in one kernel
+// (each row normalised as it is summed; sum may alias a or b). The CPU twin is add then
+// layernorm_forward (ops::add_layernorm_forward's CPU path).
+void add_layernorm_forward(float* sum, float* out, float* mean, float* rstd, const float* a, const float* b,
+                           const float* weight, const float* bias, int64_t rows, int64_t cols, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t rows,
                         int64_t cols);

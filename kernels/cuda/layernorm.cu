@@ -1,4 +1,5 @@
-// CUDA layernorm of kernels/cuda/cuda_ops.h: forward (a warp per row, saving mean, rstd) and
+// CUDA layernorm of kernels/cuda/cuda_ops.h: forward (a warp per row, saving mean, rstd; with the
+// residual add fused in front for add_layernorm_forward) and
 // backward (dinp per row; dweight, dbias as deterministic column sums), all gradients accumulating.
 #include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -10,15 +11,26 @@ namespace {
 
 constexpr int kThreads = 256;  // 8 warps, one row each at a time
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int64_t rows, int64_t cols,
-                                         float eps) {
+// With residual, each row of sum = inp + residual is written first (every lane reads back only
+// the columns it wrote) and normalised; without, inp's rows are.
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, float* sum_out, const float* inp,
+                                         const float* residual, const float* weight, const float* bias, int64_t rows,
+                                         int64_t cols, float eps) {
   const int lane = threadIdx.x % 32;
   const float inv_cols = 1.0f / static_cast<float>(cols);
   for (int64_t row = global_thread() / 32; row < rows; row += global_stride() / 32) {
-    const float* x = inp + row * cols;
+    const float* x = residual ? sum_out + row * cols : inp + row * cols;
     float sum = 0.0f;
-    for (int64_t c = lane; c < cols; c += 32) sum += x[c];
+    if (residual) {
+      float* s = sum_out + row * cols;
+      for (int64_t c = lane; c < cols; c += 32) {
+        const float v = inp[row * cols + c] + residual[row * cols + c];
+        s[c] = v;
+        sum += v;
+      }
+    } else {
+      for (int64_t c = lane; c < cols; c += 32) sum += x[c];
+    }
     const float mu = warp_sum(sum) * inv_cols;
     float sq = 0.0f;
     for (int64_t c = lane; c < cols; c += 32) {
@@ -84,8 +96,16 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
                        const float* bias, int64_t rows, int64_t cols, float eps) {
   if (rows <= 0 || cols <= 0) return;
   launch("layernorm_forward", layernorm_forward_kernel, dim3(row_blocks(rows)), dim3(kThreads), 0, out, mean, rstd,
-         inp, weight, bias, rows, cols, eps);
+         static_cast<float*>(nullptr), inp, static_cast<const float*>(nullptr), weight, bias, rows, cols, eps);
   finish("layernorm_forward");
+}
+
+void add_layernorm_forward(float* sum, float* out, float* mean, float* rstd, const float* a, const float* b,
+                           const float* weight, const float* bias, int64_t rows, int64_t cols, float eps) {
+  if (rows <= 0 || cols <= 0) return;
+  launch("add_layernorm_forward", layernorm_forward_kernel, dim3(row_blocks(rows)), dim3(kThreads), 0, out, mean,
+         rstd, sum, a, b, weight, bias, rows, cols, eps);
+  finish("add_layernorm_forward");
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

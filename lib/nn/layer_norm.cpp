@@ -33,6 +33,16 @@ void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) 
                                eps_);
 }
 
+void LayerNorm::add_forward(Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
+                            const Tensor& b) const {
+  if (layout_) {
+    ops::add(sum, a, b);
+    forward(y, mean, rstd, sum);
+    return;
+  }
+  ops::add_layernorm_forward(sum, y, mean, rstd, a, b, store_->value(weight_), store_->value(bias_), eps_);
+}
+
 void LayerNorm::split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dy, const Tensor& x,
                                const Tensor& mean, const Tensor& rstd) const {
   const int64_t rows = x.numel() / (channels_ / layout_->size());

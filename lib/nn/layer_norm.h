@@ -20,6 +20,9 @@ class LayerNorm {
 
   // x [N, C] -> y [N, C]; saves mean [N] and rstd [N] for backward.
   void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const;
+  // sum = a + b (the residual stream), then forward(y, mean, rstd, sum): ops::add_layernorm_forward
+  // (one kernel on CUDA) unless the features are split.
+  void add_forward(Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b) const;
   // dx += d/dx; dweight, dbias accumulate (with `defer`: recorded there for later).
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                 WeightGrads* defer = nullptr) const;

@@ -79,8 +79,7 @@ TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int6
 float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) const {
   ln1_.forward(s.ln1, s.ln1_mean, s.ln1_rstd, x);
   attn_.forward(y, s.ln1, s.attn, w.region);  // y as a temporary for the attention branch
-  ops::add(s.mid, x, y);
-  ln2_.forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.mid);
+  ln2_.add_forward(s.mid, s.ln2, s.ln2_mean, s.ln2_rstd, x, y);  // the residual, then its norm
   float aux = 0.0f;
   if (is_moe()) {
     aux = moe_.forward(y, s.ln2, s.moe, w.moe);

@@ -1,6 +1,7 @@
 // CUDA layernorm against the CPU twin: forward (out, mean, rstd within 1e-5 + 1e-5 |x|) and backward
 // accumulating onto nonzero dinp, dweight, dbias (within 1e-4 + 1e-5 |x|; the weight and bias
-// gradients are sums over rows), on widths below, at and above a warp's multiple.
+// gradients are sums over rows), on widths below, at and above a warp's multiple; the fused residual
+// add + layernorm (the sum exactly, the rest as the forward).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -36,5 +37,31 @@ TEST(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
     EXPECT_TRUE(all_close(ddinp.host(), dinp, 1e-4, 1e-5)) << "dinp";
     EXPECT_TRUE(all_close(ddweight.host(), dweight, 1e-4, 1e-5)) << "dweight";
     EXPECT_TRUE(all_close(ddbias.host(), dbias, 1e-4, 1e-5)) << "dbias";
+  }
+}
+
+TEST(CudaLayerNorm, AddLayernormMatchesCpu) {
+  TESSERA_REQUIRE_CUDA();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{67, 300}, {5, 1024}, {1000, 20}, {1, 1}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const auto a = normal(rows * cols, 51, 2.0f, 0.5f), b = normal(rows * cols, 52);
+    const auto w = normal(cols, 53, 0.5f, 1.0f), bias = normal(cols, 54);
+    std::vector<float> sum(rows * cols), out(rows * cols), mean(rows), rstd(rows);
+    cpu::add(sum.data(), a.data(), b.data(), rows * cols);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), sum.data(), w.data(), bias.data(), rows, cols, 1e-5f);
+    DeviceBuffer<float> da(a), db(b), dw(w), dbias(bias), dsum(rows * cols), dout(rows * cols), dmean(rows),
+        drstd(rows);
+    dsum.fill_bytes(0xff);
+    dout.fill_bytes(0xff);
+    gpu::add_layernorm_forward(dsum.get(), dout.get(), dmean.get(), drstd.get(), da.get(), db.get(), dw.get(),
+                               dbias.get(), rows, cols, 1e-5f);
+    EXPECT_TRUE(bit_equal(dsum.host(), sum)) << "sum";
+    EXPECT_TRUE(all_close(dout.host(), out, 1e-5, 1e-5)) << "out";
+    EXPECT_TRUE(all_close(dmean.host(), mean, 1e-6, 1e-5)) << "mean";
+    EXPECT_TRUE(all_close(drstd.host(), rstd, 1e-6, 1e-5)) << "rstd";
+    // In place over a, as the residual stream may be.
+    gpu::add_layernorm_forward(da.get(), dout.get(), dmean.get(), drstd.get(), da.get(), db.get(), dw.get(),
+                               dbias.get(), rows, cols, 1e-5f);
+    EXPECT_TRUE(bit_equal(da.host(), sum)) << "sum over a";
   }
 }

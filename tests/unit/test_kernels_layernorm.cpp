@@ -1,10 +1,12 @@
 // Unit tests of the CPU LayerNorm through ops::layernorm_forward/backward: forward (out, mean,
 // rstd) against a double reference; backward (accumulating into dinp, dweight, dbias) against
-// central finite differences of the double forward under a random projection loss sum(out * R).
+// central finite differences of the double forward under a random projection loss sum(out * R);
+// the residual add + layernorm op against the two ops it stands for.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/philox.h"
@@ -126,6 +128,40 @@ TEST_P(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
     EXPECT_LT(rel_error(added(dw, dw0).data(), gw), 2e-5) << "dweight, threads=" << threads;
     EXPECT_LT(rel_error(added(db, db0).data(), gb), 2e-5) << "dbias, threads=" << threads;
   }
+}
+
+// The residual add + layernorm is add followed by layernorm_forward, bit for bit, on one and on
+// three threads, with its sum written apart or over its first input.
+TEST_P(LayerNorm, AddLayernormIsAddThenLayernormBitForBit) {
+  const auto [rows, cols] = GetParam();
+  const Tensor a = random_tensor({rows, cols}, 11, 0.3f, 2.0f), b = random_tensor({rows, cols}, 12);
+  const Tensor w = random_tensor({cols}, 13, 1.0f, 0.3f), bias = random_tensor({cols}, 14);
+  Tensor sum_want = Tensor::empty({rows, cols}), out_want = Tensor::empty({rows, cols});
+  Tensor mean_want = Tensor::empty({rows}), rstd_want = Tensor::empty({rows});
+  tessera::ops::add(sum_want, a, b);
+  tessera::ops::layernorm_forward(out_want, mean_want, rstd_want, sum_want, w, bias);
+  auto same = [](const Tensor& x, const Tensor& y) { return std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0; };
+  for (int threads : {1, 3}) {
+    Threads scope(threads);
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "threads " << threads << (in_place ? ", sum over a" : ""));
+      Tensor sum = in_place ? a.clone() : Tensor::empty({rows, cols});
+      const Tensor first = in_place ? sum : a;
+      Tensor out = Tensor::empty({rows, cols}), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+      tessera::ops::add_layernorm_forward(sum, out, mean, rstd, first, b, w, bias);
+      EXPECT_TRUE(same(sum, sum_want)) << "sum";
+      EXPECT_TRUE(same(out, out_want)) << "out";
+      EXPECT_TRUE(same(mean, mean_want)) << "mean";
+      EXPECT_TRUE(same(rstd, rstd_want)) << "rstd";
+    }
+  }
+}
+
+TEST(LayerNormShapes, AddLayernormRejectsShapesThatDoNotFit) {
+  const Tensor a = random_tensor({4, 6}, 15), b = random_tensor({4, 5}, 16);
+  const Tensor w = random_tensor({6}, 17), bias = random_tensor({6}, 18);
+  Tensor sum = Tensor::empty({4, 6}), out = Tensor::empty({4, 6}), mean = Tensor::empty({4}), rstd = Tensor::empty({4});
+  EXPECT_THROW(tessera::ops::add_layernorm_forward(sum, out, mean, rstd, a, b, w, bias), tessera::Error);
 }
 
 // One row; odd widths; rows x cols large enough for the multithreaded path with per-thread sums.
