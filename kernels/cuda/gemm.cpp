@@ -10,17 +10,12 @@
 
 #include "core/error.h"
 #include "kernels/cuda/bf16_operand.h"
+#include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace tessera::kernels::cuda {
 namespace {
-
-void check_cublas(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLAS ", call, " failed: ", cublasGetStatusName(status), ": ", cublasGetStatusString(status));
-}
-#define TESSERA_CUBLAS_CHECK(call) check_cublas((call), #call)
 
 // A cuBLAS handle on the device current at construction. CUBLAS_DEFAULT_MATH computes fp32 GEMMs in
 // fp32 (TF32 tensor cores only come with CUBLAS_TF32_TENSOR_OP_MATH), for parity with the CPU kernels.

@@ -19,23 +19,18 @@
 
 #include "core/error.h"
 #include "kernels/cuda/bf16_operand.h"
+#include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace tessera::kernels::cuda {
 namespace {
 
-void check_lt(cublasStatus_t status, const char* call) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    fail("cuBLASLt ", call, " failed: ", cublasGetStatusName(status), ": ", cublasGetStatusString(status));
-}
-#define TESSERA_LT_CHECK(call) check_lt((call), #call)
-
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 class LtHandle {
  public:
-  LtHandle() { TESSERA_LT_CHECK(cublasLtCreate(&handle_)); }
+  LtHandle() { TESSERA_CUBLAS_CHECK(cublasLtCreate(&handle_)); }
   ~LtHandle() { (void)cublasLtDestroy(handle_); }
   LtHandle(const LtHandle&) = delete;
   LtHandle& operator=(const LtHandle&) = delete;
@@ -48,18 +43,18 @@ class LtHandle {
 // The descriptors of one call, destroyed with it.
 struct MatmulDesc {
   cublasLtMatmulDesc_t desc = nullptr;
-  MatmulDesc() { TESSERA_LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  MatmulDesc() { TESSERA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
   ~MatmulDesc() { (void)cublasLtMatmulDescDestroy(desc); }
   template <typename T>
   void set(cublasLtMatmulDescAttributes_t attribute, const T& value) {
-    TESSERA_LT_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
   }
 };
 
 struct Layout {
   cublasLtMatrixLayout_t layout = nullptr;
   Layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
-    TESSERA_LT_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
+    TESSERA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows),
                                                 static_cast<uint64_t>(cols), ld));
   }
   ~Layout() { (void)cublasLtMatrixLayoutDestroy(layout); }
@@ -129,7 +124,7 @@ bool lt_gemm_bias(int64_t m, int64_t n, int64_t k, const void* a, const void* w,
     auto found = c.algos.find(plan);
     if (found == c.algos.end()) {
       cublasLtMatmulPreference_t preference = nullptr;
-      TESSERA_LT_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+      TESSERA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
       auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const auto& value) {
         (void)cublasLtMatmulPreferenceSetAttribute(preference, attribute, &value, sizeof value);
       };
@@ -162,7 +157,7 @@ bool lt_gemm_bias(int64_t m, int64_t n, int64_t k, const void* a, const void* w,
     cache().algos[plan] = std::nullopt;
     return false;
   }
-  check_lt(status, "cublasLtMatmul");
+  check_cublas(status, "cublasLtMatmul");
   return true;
 }
 
