@@ -80,25 +80,28 @@ AdamWStep step_scalars(const ops::AdamWArgs& args) {
 
 bool operator==(const Chunk& x, const Chunk& y) { return x.begin == y.begin && x.end == y.end && x.decay == y.decay; }
 
-// The chunk tables already on the device, one per distinct set of spans (an optimizer's spans stay
-// the same from step to step, so each is copied once). Kept for the process; a handful at most.
+// The chunk tables already on a device, one per device and distinct set of spans (an optimizer's
+// spans stay the same from step to step, so each is copied once). Kept for the process; a handful.
 struct DeviceChunks {
+  int device;
   std::vector<Chunk> host;
-  Chunk* device = nullptr;
+  Chunk* table;
 };
 
 const Chunk* device_chunks(const std::vector<Chunk>& chunks) {
   static std::mutex mutex;
   static std::vector<DeviceChunks> tables;
+  int device = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mutex);
   for (const DeviceChunks& t : tables)
-    if (t.host == chunks) return t.device;
-  DeviceChunks t{chunks, nullptr};
+    if (t.device == device && t.host == chunks) return t.table;
+  DeviceChunks t{device, chunks, nullptr};
   const size_t bytes = chunks.size() * sizeof(Chunk);
-  TESSERA_CUDA_CHECK(cudaMalloc(&t.device, bytes));
-  TESSERA_CUDA_CHECK(cudaMemcpy(t.device, chunks.data(), bytes, cudaMemcpyHostToDevice));
+  TESSERA_CUDA_CHECK(cudaMalloc(&t.table, bytes));
+  TESSERA_CUDA_CHECK(cudaMemcpy(t.table, chunks.data(), bytes, cudaMemcpyHostToDevice));
   tables.push_back(std::move(t));
-  return tables.back().device;
+  return tables.back().table;
 }
 
 }  // namespace

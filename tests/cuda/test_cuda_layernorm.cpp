@@ -59,9 +59,18 @@ TEST(CudaLayerNorm, AddLayernormMatchesCpu) {
     EXPECT_TRUE(all_close(dout.host(), out, 1e-5, 1e-5)) << "out";
     EXPECT_TRUE(all_close(dmean.host(), mean, 1e-6, 1e-5)) << "mean";
     EXPECT_TRUE(all_close(drstd.host(), rstd, 1e-6, 1e-5)) << "rstd";
-    // In place over a, as the residual stream may be.
-    gpu::add_layernorm_forward(da.get(), dout.get(), dmean.get(), drstd.get(), da.get(), db.get(), dw.get(),
-                               dbias.get(), rows, cols, 1e-5f);
-    EXPECT_TRUE(bit_equal(da.host(), sum)) << "sum over a";
+    // In place over a, then over b, as the residual stream may be.
+    for (bool over_a : {true, false}) {
+      SCOPED_TRACE(over_a ? "sum over a" : "sum over b");
+      DeviceBuffer<float> ia(a), ib(b);
+      dout.fill_bytes(0xff);
+      float* in_place = over_a ? ia.get() : ib.get();
+      gpu::add_layernorm_forward(in_place, dout.get(), dmean.get(), drstd.get(), ia.get(), ib.get(), dw.get(),
+                                 dbias.get(), rows, cols, 1e-5f);
+      EXPECT_TRUE(bit_equal((over_a ? ia : ib).host(), sum)) << "sum";
+      EXPECT_TRUE(all_close(dout.host(), out, 1e-5, 1e-5)) << "out";
+      EXPECT_TRUE(all_close(dmean.host(), mean, 1e-6, 1e-5)) << "mean";
+      EXPECT_TRUE(all_close(drstd.host(), rstd, 1e-6, 1e-5)) << "rstd";
+    }
   }
 }
