@@ -2,6 +2,8 @@
 #include "kernels/ops.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernel_timing.h"
@@ -19,18 +21,25 @@ namespace {
 #define TESSERA_DISPATCH(device, fn, ...)                                                             \
   do {                                                                                                \
     if ((device) == Device::cuda) {                                                                   \
-      const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn));            \
+      const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);       \
       ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                      \
     } else {                                                                                          \
-      const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn));              \
+      const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);         \
       ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                       \
     }                                                                                                 \
   } while (0)
+// A CUDA kernel that has no CPU namesake (a tensor-core variant), timed as TESSERA_DISPATCH's.
+#define TESSERA_CUDA_ONLY(fn, ...)                                                                    \
+  do {                                                                                                \
+    const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);       \
+    ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                        \
+  } while (0)
 #else
+#define TESSERA_CUDA_ONLY(fn, ...) TESSERA_CHECK(false, #fn ": a cuda tensor in a build without CUDA")
 #define TESSERA_DISPATCH(device, fn, ...)                                                        \
   do {                                                                                           \
     TESSERA_CHECK((device) == Device::cpu, #fn ": a cuda tensor in a build without CUDA");       \
-    const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn));           \
+    const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);      \
     ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                    \
   } while (0)
 #endif
@@ -104,7 +113,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
                 " -> y ", y.shape().str(), " do not fit");
 #ifdef TESSERA_HAVE_CUDA
   if (y.device() == Device::cuda) {
-    const kernels::cuda::OpTimer timer(kernels::KernelKind::gemm);
+    const kernels::cuda::OpTimer timer(kernels::KernelKind::gemm, "gemm_bias");
     const bool bf16 = matmul_inputs() == MatmulInputs::bf16;
     kernels::cuda::gemm_bias(m, n, k, x.data<float>(), bf16 ? bf16_copy_of(x.device(), x.data<float>(), m * k) : nullptr,
                              w.data<float>(), bf16 ? bf16_copy_of(w.device(), w.data<float>(), n * k) : nullptr,
@@ -192,12 +201,12 @@ void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
 double sum_squares(const Tensor& x) {
 #ifdef TESSERA_HAVE_CUDA
   if (x.device() == Device::cuda) {
-    const kernels::cuda::OpTimer timer(kernels::kernel_kind("sum_squares"));
+    const kernels::cuda::OpTimer timer(kernels::kernel_kind("sum_squares"), "sum_squares");
     return kernels::cuda::sum_squares(x.data<float>(), x.numel());
   }
 #endif
   TESSERA_CHECK(x.device() == Device::cpu, "sum_squares: a cuda tensor in a build without CUDA");
-  const kernels::KernelTimer timer(kernels::kernel_kind("sum_squares"));
+  const kernels::KernelTimer timer(kernels::kernel_kind("sum_squares"), "sum_squares");
   return kernels::cpu::sum_squares(x.data<float>(), x.numel());
 }
 
@@ -254,7 +263,7 @@ void add_layernorm_forward(Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd,
          "add_layernorm_forward", "shapes do not fit");
 #ifdef TESSERA_HAVE_CUDA
   if (out.device() == Device::cuda) {
-    const kernels::cuda::OpTimer timer(kernels::KernelKind::other);
+    const kernels::cuda::OpTimer timer(kernels::KernelKind::other, "add_layernorm_forward");
     kernels::cuda::add_layernorm_forward(sum.data<float>(), out.data<float>(), mean.data<float>(), rstd.data<float>(),
                                          a.data<float>(), b.data<float>(), weight.data<float>(), bias.data<float>(),
                                          rows, cols, eps);
@@ -358,6 +367,16 @@ AttentionDims attention_dims(const Tensor& qkv, int64_t n_heads, const char* op)
                 ") x head_dim");
   return {qkv.shape()[0], qkv.shape()[1], n_heads, c3 / (3 * n_heads)};
 }
+// Under MatmulInputs::bf16 the CUDA attention multiplies on the tensor cores (bf16 inputs, fp32
+// sums, like the GEMMs); the CPU keeps its fp32 kernel. TESSERA_CUDA_TC_ATTENTION=0 keeps the
+// fp32 kernel on CUDA too (a fallback, and the benchmark's A/B switch).
+bool tensor_core_attention(const Tensor& t) {
+  static const bool allowed = [] {
+    const char* v = std::getenv("TESSERA_CUDA_TC_ATTENTION");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return allowed && t.device() == Device::cuda && matmul_inputs() == MatmulInputs::bf16;
+}
 }  // namespace
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
@@ -365,8 +384,12 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_he
   const AttentionDims d = attention_dims(qkv, n_heads, "attention_forward");
   expect(out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
          "attention_forward", "out or lse has the wrong size");
-  TESSERA_DISPATCH(out.device(), attention_forward, out.data<float>(), lse.data<float>(), qkv.data<float>(),
-                   d.batch, d.seq, d.heads, d.head_dim);
+  if (tensor_core_attention(out))
+    TESSERA_CUDA_ONLY(attention_forward_bf16, out.data<float>(), lse.data<float>(), qkv.data<float>(), d.batch,
+                      d.seq, d.heads, d.head_dim);
+  else
+    TESSERA_DISPATCH(out.device(), attention_forward, out.data<float>(), lse.data<float>(), qkv.data<float>(),
+                     d.batch, d.seq, d.heads, d.head_dim);
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
@@ -376,8 +399,12 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   expect(dqkv.numel() == qkv.numel() && dout.numel() == out.numel() &&
              out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
          "attention_backward", "shapes do not fit");
-  TESSERA_DISPATCH(dqkv.device(), attention_backward, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
-                   out.data<float>(), lse.data<float>(), d.batch, d.seq, d.heads, d.head_dim);
+  if (tensor_core_attention(dqkv))
+    TESSERA_CUDA_ONLY(attention_backward_bf16, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
+                      out.data<float>(), lse.data<float>(), d.batch, d.seq, d.heads, d.head_dim);
+  else
+    TESSERA_DISPATCH(dqkv.device(), attention_backward, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
+                     out.data<float>(), lse.data<float>(), d.batch, d.seq, d.heads, d.head_dim);
 }
 
 namespace {

@@ -111,7 +111,8 @@ void layernorm_split_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, cons
 // ---- causal self-attention ----------------------------------------------------------------------
 // qkv [B, T, 3, H, D] (the QKV projection's output, q then k then v, heads inside), out [B, T, H, D],
 // lse [B, H, T] (log-sum-exp of each query row's scaled scores, saved for backward). Computed in
-// key/value tiles with an online softmax: no T x T matrix is held.
+// key/value tiles with an online softmax: no T x T matrix is held. On CUDA under MatmulInputs::bf16
+// the products run on the tensor cores with bf16 inputs (kernels/cuda/attention_mma.cu).
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
 // dqkv [B, T, 3, H, D]: overwritten.
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,

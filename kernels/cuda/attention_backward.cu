@@ -12,11 +12,6 @@ namespace {
 
 using namespace attention;
 
-struct Dims {
-  int seq, heads, head_dim;
-  float scale;
-};
-
 // delta[b, h, t] = sum_d dout[b, t, h, d] * out[b, t, h, d]: one warp per (b, t, h).
 __global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int64_t rows, Dims dims) {
   const int lane = threadIdx.x % 32;
@@ -29,24 +24,6 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
     const int64_t h = r % dims.heads, bt = r / dims.heads, b = bt / dims.seq, t = bt % dims.seq;
     if (lane == 0) delta[(b * dims.heads + h) * dims.seq + t] = acc;
   }
-}
-
-// The views of one (batch, head): q, k, v inside qkv, o / dO inside [B, T, H, D].
-struct Heads {
-  HeadView q, k, v, o;
-  int64_t qkv_offset, o_offset;  // of (b, t = 0, h) in qkv and in out
-};
-
-__device__ __forceinline__ Heads heads_of(const float* qkv, const float* o, int b, int h, const Dims& dims) {
-  const int64_t hd = static_cast<int64_t>(dims.heads) * dims.head_dim;
-  const int64_t qkv_offset = static_cast<int64_t>(b) * dims.seq * 3 * hd + static_cast<int64_t>(h) * dims.head_dim;
-  const int64_t o_offset = static_cast<int64_t>(b) * dims.seq * hd + static_cast<int64_t>(h) * dims.head_dim;
-  return {{qkv + qkv_offset, 3 * hd},
-          {qkv + qkv_offset + hd, 3 * hd},
-          {qkv + qkv_offset + 2 * hd, 3 * hd},
-          {o + o_offset, hd},
-          qkv_offset,
-          o_offset};
 }
 
 // One block per (batch * head, key tile): dK = scale * dS^T Q, dV = P^T dO over the query tiles at
@@ -227,17 +204,20 @@ void run_backward(float* dqkv, const float* dout, const float* qkv, const float*
 
 }  // namespace
 
+void attention::compute_delta(float* delta, const float* dout, const float* out, int64_t rows, const Dims& dims) {
+  launch("attention_backward", attention_delta_kernel, dim3(grid_for(rows * 32, 256)), dim3(256), 0, delta, dout,
+         out, rows, dims);
+}
+
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
   const int dp = padded_head_dim(head_dim, "attention_backward");
   check_sizes(batch, seq, heads, "attention_backward");
   if (batch <= 0 || seq <= 0 || heads <= 0) return;
-  const Dims dims{static_cast<int>(seq), static_cast<int>(heads), static_cast<int>(head_dim),
-                  1.0f / std::sqrt(static_cast<float>(head_dim))};
+  const Dims dims = dims_of(seq, heads, head_dim);
   const int64_t rows = batch * seq * heads;
   Scratch delta(static_cast<size_t>(rows) * sizeof(float));
-  launch("attention_backward", attention_delta_kernel, dim3(grid_for(rows * 32, 256)), dim3(256), 0,
-         delta.as<float>(), dout, out, rows, dims);
+  attention::compute_delta(delta.as<float>(), dout, out, rows, dims);
   if (dp == 32) run_backward<32>(dqkv, dout, qkv, lse, delta.as<const float>(), batch, heads, dims);
   else if (dp == 64) run_backward<64>(dqkv, dout, qkv, lse, delta.as<const float>(), batch, heads, dims);
   else run_backward<128>(dqkv, dout, qkv, lse, delta.as<const float>(), batch, heads, dims);

@@ -1,6 +1,8 @@
-// Tiling shared by the fused attention kernels: 64 x 64 score tiles over 256 threads, and tiles of
-// q/k/v/o rows in shared memory (head_dim padded to DP, row stride DP + 1).
+// Shared by the fused attention kernels: the sizes of a call, the views of one (batch, head) inside
+// qkv and out, the backward's row term; the fp32 kernels' tiling (64 x 64 score tiles over 256
+// threads, tiles of q/k/v/o rows in shared memory, head_dim padded to DP, row stride DP + 1).
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
@@ -20,6 +22,40 @@ struct HeadView {
   const float* base;
   int64_t row_stride;
 };
+
+// The sizes of a causal self-attention call; scale = 1 / sqrt(head_dim).
+struct Dims {
+  int seq, heads, head_dim;
+  float scale;
+};
+
+inline Dims dims_of(int64_t seq, int64_t heads, int64_t head_dim) {
+  return {static_cast<int>(seq), static_cast<int>(heads), static_cast<int>(head_dim),
+          1.0f / std::sqrt(static_cast<float>(head_dim))};
+}
+
+// The views of one (batch, head): q, k, v inside qkv, o / dO inside [B, T, H, D].
+struct Heads {
+  HeadView q, k, v, o;
+  int64_t qkv_offset, o_offset;  // of (b, t = 0, h) in qkv and in out
+};
+
+__device__ __forceinline__ Heads heads_of(const float* qkv, const float* o, int b, int h, const Dims& dims) {
+  const int64_t hd = static_cast<int64_t>(dims.heads) * dims.head_dim;
+  const int64_t qkv_offset = static_cast<int64_t>(b) * dims.seq * 3 * hd + static_cast<int64_t>(h) * dims.head_dim;
+  const int64_t o_offset = static_cast<int64_t>(b) * dims.seq * hd + static_cast<int64_t>(h) * dims.head_dim;
+  return {{qkv + qkv_offset, 3 * hd},
+          {qkv + qkv_offset + hd, 3 * hd},
+          {qkv + qkv_offset + 2 * hd, 3 * hd},
+          {o + o_offset, hd},
+          qkv_offset,
+          o_offset};
+}
+
+
+// delta[b, h, t] = sum_d dout[b, t, h, d] out[b, t, h, d] over rows = B T H rows of [B, T, H, D]
+// (the backward's row term; attention_backward.cu), queued on op_stream().
+void compute_delta(float* delta, const float* dout, const float* out, int64_t rows, const Dims& dims);
 
 // smem[r * (DP + 1) + d] = rows [first, first + kTile) of a head, zero past seq or head_dim.
 template <int DP>

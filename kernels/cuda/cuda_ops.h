@@ -60,6 +60,13 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, 
                        int64_t heads, int64_t head_dim);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+// The same on the tensor cores (attention_mma.cu): the score and output products take bf16 inputs
+// and sum in fp32 (ops.cpp runs these under MatmulInputs::bf16); the CPU twin is the fp32 kernel,
+// which the tests hold them to at bf16's tolerance.
+void attention_forward_bf16(float* out, float* lse, const float* qkv, int64_t batch, int64_t seq, int64_t heads,
+                            int64_t head_dim);
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
 // Attention of a query block against a key/value block (attention_block.cu), shaped as its CPU twin's
 // (cpu::AttentionBlockShape); head_dim up to 128.
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,

@@ -11,14 +11,16 @@ namespace {
 struct TimedOp {
   cudaEvent_t start = nullptr, end = nullptr;
   KernelKind kind = KernelKind::other;
+  const char* name = nullptr;
 };
 
-// One thread's event pairs: the first `used` hold ops not yet summed into `folded`; a pool that
-// reaches kOpTimerFoldEvery pending pairs sums them first.
+// One thread's event pairs: the first `used` hold ops not yet summed into `folded` (and, profiling,
+// `folded_by_name`); a pool that reaches kOpTimerFoldEvery pending pairs sums them first.
 struct OpTimes {
   std::vector<TimedOp> ops;
   size_t used = 0;
   KernelTimes folded;
+  OpSums folded_by_name;
 
   ~OpTimes() {
     for (TimedOp& op : ops) {
@@ -27,7 +29,7 @@ struct OpTimes {
     }
   }
 
-  size_t begin(KernelKind kind) {
+  size_t begin(KernelKind kind, const char* name) {
     if (used == kOpTimerFoldEvery) fold();
     if (used == ops.size()) {
       TimedOp op;
@@ -36,6 +38,7 @@ struct OpTimes {
       ops.push_back(op);
     }
     ops[used].kind = kind;
+    ops[used].name = name;
     TESSERA_CUDA_CHECK(cudaEventRecord(ops[used].start, op_stream()));
     return used++;
   }
@@ -47,11 +50,13 @@ struct OpTimes {
     const size_t pending = used;
     used = 0;
     KernelTimes sums;
+    const bool by_name = op_profile_enabled();
     TESSERA_CUDA_CHECK(cudaEventSynchronize(ops[pending - 1].end));
     for (size_t i = 0; i < pending; ++i) {
       float ms = 0.0f;
       TESSERA_CUDA_CHECK(cudaEventElapsedTime(&ms, ops[i].start, ops[i].end));
       sums.ms[static_cast<int>(ops[i].kind)] += ms;
+      if (by_name) folded_by_name[ops[i].name ? ops[i].name : unnamed_op(ops[i].kind)].add(ms);
     }
     for (int k = 0; k < kKernelKinds; ++k) folded.ms[k] += sums.ms[k];
   }
@@ -61,16 +66,18 @@ thread_local OpTimes t_times;
 
 }  // namespace
 
-OpTimer::OpTimer(KernelKind kind) : slot_(t_times.begin(kind)) {}
+OpTimer::OpTimer(KernelKind kind, const char* name) : slot_(t_times.begin(kind, name)) {}
 
 OpTimer::~OpTimer() {
   (void)cudaEventRecord(t_times.ops[slot_].end, op_stream());  // a destructor must not throw
 }
 
-KernelTimes take_op_times() {
+KernelTimes take_op_times(OpSums* by_name) {
   t_times.fold();
   const KernelTimes taken = t_times.folded;
   t_times.folded = {};
+  if (by_name) add_op_sums(*by_name, t_times.folded_by_name);
+  if (!t_times.folded_by_name.empty()) t_times.folded_by_name.clear();
   return taken;
 }
 

@@ -4,6 +4,7 @@
 // Per thread, like the CPU kernels' sums; events are reused from step to step. When the device is
 // idle an op's start event fires at once, so its pair also holds the host's time to queue it (the
 // device waits for the host then). Timers do not nest: ops.cpp times each op at its dispatch.
+// Profiling (op_profile.h), the same pairs are also summed by op name when they are folded.
 #pragma once
 #include <cstddef>
 
@@ -14,10 +15,11 @@ namespace tessera::kernels::cuda {
 // A thread that times this many ops without take_op_times() sums them then (one wait).
 constexpr size_t kOpTimerFoldEvery = size_t{1} << 14;
 
-// Records a start event on op_stream() at construction and an end event at destruction.
+// Records a start event on op_stream() at construction and an end event at destruction; name is
+// the op's string literal (or null: its kind in the profile).
 class OpTimer {
  public:
-  explicit OpTimer(KernelKind kind);
+  explicit OpTimer(KernelKind kind, const char* name = nullptr);
   ~OpTimer();
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
@@ -27,7 +29,8 @@ class OpTimer {
 };
 
 // The calling thread's device time per kind since the last call (waits for the last timed op),
-// then starts again. Returns zeros without touching CUDA when no op was timed.
-KernelTimes take_op_times();
+// then starts again; its per-op sums are added to *by_name, or dropped when null. Returns zeros
+// without touching CUDA when no op was timed.
+KernelTimes take_op_times(OpSums* by_name = nullptr);
 
 }  // namespace tessera::kernels::cuda

@@ -44,10 +44,11 @@ struct Shard {
 };
 
 // Calls fn(local_index, global_index) for every element of a parameter's local tensor that is not
-// padding, in local (row-major) order.
+// padding, in local (row-major) order; with parallel = true, over the OpenMP threads instead (fn
+// must then be safe to call at once for distinct elements, and the order is unspecified).
 struct ParamSpec;
 template <typename Fn>
-void for_each_logical(const ParamSpec& s, Fn fn);
+void for_each_logical(const ParamSpec& s, Fn fn, bool parallel = false);
 
 // Which tensor-parallel ranks' gradients of a parameter add up to its gradient (summed once per
 // step, after the data-parallel reduction):
@@ -85,10 +86,11 @@ struct Run {
 std::vector<Run> logical_runs(const ParamSpec& s, int64_t begin, int64_t end);
 
 template <typename Fn>
-void for_each_logical(const ParamSpec& s, Fn fn) {
+void for_each_logical(const ParamSpec& s, Fn fn, bool parallel) {
   const Shape& g = s.global_shape;
   const Shape& l = s.local_shape;
   if (s.shard.dim < 0) {
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t i = 0; i < g.numel(); ++i) fn(i, i);
     return;
   }
@@ -102,6 +104,7 @@ void for_each_logical(const ParamSpec& s, Fn fn) {
   for (int i = d + 1; i < (d2 < 0 ? g.rank() : d2); ++i) mid *= g[i];
   for (int i = d2 + 1; d2 >= 0 && i < g.rank(); ++i) inner *= g[i];
   const int64_t valid = std::max<int64_t>(0, std::min(l_extent, g_extent - s.shard.start));
+#pragma omp parallel for collapse(2) schedule(static) if (parallel)
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < valid; ++j)
       for (int64_t m = 0; m < mid; ++m)

@@ -74,7 +74,7 @@ float GptWorkload::evaluate(int64_t batch, int chunk) {
 }
 
 void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
-  const kernels::KernelTimer timer(kernels::KernelKind::data);
+  const kernels::KernelTimer timer(kernels::KernelKind::data, "data_wait");
   train_loader_.train_rows(step - 1, first_row(micro), config_.micro_batch, rows_.data());
 }
 

@@ -109,7 +109,7 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
 
 float Trainer::train_step(int64_t step) {
   if (!grads_zero_) {
-    const kernels::KernelTimer timer(kernels::KernelKind::optimizer);
+    const kernels::KernelTimer timer(kernels::KernelKind::optimizer, "zero_grads");
     work_.params().zero_grads();
   }
   grads_zero_ = false;
@@ -220,6 +220,10 @@ TrainResult Trainer::run() {
     trace = std::make_unique<RunTrace>(world_);
     if (PipelineRunner* pipeline = work_.pipeline()) pipeline->set_trace(trace.get());
   }
+  // TESSERA_OP_PROFILE=1: each op's time over the steps after the first (which holds one-time
+  // set-up), printed by rank 0 at the end (kernels/op_profile.h).
+  const bool profile_ops = kernels::op_profile_enabled();
+  kernels::OpProfile op_profile;
   work_.start(first_step);
   for (int64_t step = first_step; step <= config_.steps; ++step) {
     if (step == faults_.kill_step && world_.rank() == faults_.kill_rank) std::raise(SIGKILL);
@@ -241,7 +245,8 @@ TrainResult Trainer::run() {
     ops::synchronize(device);  // the step's queued kernels (the optimizer's) count in its time
     const double ms = timer.millis();
     const auto [comm_bytes, comm_ms] = comm_totals();
-    const kernels::KernelTimes kernel_times = kernels::take_kernel_times();
+    const kernels::KernelTimes kernel_times =
+        kernels::take_kernel_times(profile_ops && step > first_step ? &op_profile : nullptr);
 
     const double samples_per_s = static_cast<double>(config_.global_batch) / (ms / 1e3);
     const double units_per_s = static_cast<double>(units_per_step) / (ms / 1e3);
@@ -306,6 +311,7 @@ TrainResult Trainer::run() {
     }
   }
   progress.finish();
+  if (profile_ops && root) std::fputs(kernels::format_op_profile(op_profile).c_str(), stderr);
   if (trace) {
     if (PipelineRunner* pipeline = work_.pipeline()) pipeline->set_trace(nullptr);
     trace->write(config_.trace_path, world_);

@@ -50,7 +50,7 @@ void VitWorkload::start(int64_t first_step) {
 
 const io::ImageBatch& VitWorkload::step_batch(int64_t step) {
   if (!batch_ || batch_->step != step - 1) {
-    const kernels::KernelTimer timer(kernels::KernelKind::data);  // the wait for the loader thread
+    const kernels::KernelTimer timer(kernels::KernelKind::data, "data_wait");  // the wait for the loader thread
     batch_ = &prefetcher_->next();
   }
   TESSERA_CHECK(batch_->step == step - 1, "vit: the prefetched batch is of step ", batch_->step + 1, ", not ", step);

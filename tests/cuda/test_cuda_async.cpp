@@ -1,16 +1,20 @@
 // CUDA ops are asynchronous (kernels/cuda/cuda_check.h): a long chain of dependent ops queued
 // without a wait gives what the CPU gives, a copy to the host and ops::synchronize see every op
 // before them, sum_squares hands back a finished value, and the device time of the ops lands in
-// take_kernel_times() under each op's kind (kernels/cuda/op_timing.h).
+// take_kernel_times() under each op's kind (kernels/cuda/op_timing.h), and by op name when profiling
+// (kernels/op_profile.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
 #include "cuda_test_util.h"
 #include "kernels/cuda/op_timing.h"
 #include "kernels/kernel_timing.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 
 using namespace tessera;
@@ -100,4 +104,31 @@ TEST(CudaAsync, OpTimesFoldedWhenThePoolFillsAreKept) {
   const kernels::KernelTimes times = kernels::take_kernel_times();
   EXPECT_GT(times.of(KernelKind::other), 0.0) << "the folded ops' time was lost";
   EXPECT_GT(times.of(KernelKind::gemm), 0.0);
+}
+
+// Profiling, the same event pairs are summed by op name too, those folded when the pool filled
+// included; nothing lands on the CPU side.
+TEST(CudaAsync, ProfiledOpsAreSummedByName) {
+  TESSERA_REQUIRE_CUDA();
+  const bool before = kernels::op_profile_enabled();
+  kernels::set_op_profile(true);
+  Tensor x = Tensor::zeros({4096}, DType::f32, Device::cuda);
+  Tensor a = Tensor::zeros({64, 64}, DType::f32, Device::cuda), c = Tensor::zeros({64, 64}, DType::f32, Device::cuda);
+  kernels::take_kernel_times();
+  kernels::OpProfile profile;
+  const size_t scales = kernels::cuda::kOpTimerFoldEvery + 3;  // one fold on the way
+  for (size_t i = 0; i < scales; ++i) ops::scale_inplace(x, 1.0f);
+  for (int i = 0; i < 2; ++i) ops::matmul(a, false, a, false, c);
+  kernels::take_kernel_times(&profile);
+  kernels::set_op_profile(before);
+  int64_t scale_calls = 0, gemm_calls = 0;
+  for (const auto& [name, sum] : profile.cuda) {
+    EXPECT_GE(sum.ms, 0.0) << name;
+    if (std::string_view(name) == "scale_inplace") scale_calls += sum.calls;
+    if (std::string_view(name).starts_with("gemm")) gemm_calls += sum.calls;
+  }
+  EXPECT_EQ(scale_calls, static_cast<int64_t>(scales));
+  EXPECT_EQ(gemm_calls, 2);
+  EXPECT_TRUE(profile.cpu.empty());
+  EXPECT_NE(kernels::format_op_profile(profile).find(std::to_string(scales)), std::string::npos);
 }

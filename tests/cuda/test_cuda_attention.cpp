@@ -1,7 +1,11 @@
 // CUDA fused causal attention against the CPU twin over batch, sequence lengths that do and do not
 // fill a 64-row tile, and head_dim 16..128 (padded and exact): out and lse within 2e-5 + 1e-4 |x|,
-// dqkv within 1e-4 + 1e-3 |x|; backward overwrites every element of dqkv and is deterministic.
+// dqkv within 1e-4 + 1e-3 |x|; backward overwrites every element of dqkv and is deterministic. The
+// tensor-core twins (*_bf16) against the CPU kernel on bf16-rounded inputs, by relative L2 error.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -48,7 +52,80 @@ void check_attention(const Shape& s, uint64_t stream) {
   EXPECT_TRUE(bit_equal(d_dqkv.host(), got)) << "backward is not deterministic";
 }
 
+// ||got - want|| / ||want||, the norm floored at an RMS of 1e-3 (at seq 1 the true dq and dk are
+// zero); infinite when got holds a NaN or an infinity (an element never written).
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    err += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-6 * static_cast<double>(want.size())));
+}
+
+std::vector<float> rounded_to_bf16(std::vector<float> v) {
+  cpu::round_bf16_inplace(v.data(), nullptr, static_cast<int64_t>(v.size()));
+  return v;
+}
+
+// The tensor-core kernels round q, k, v, dO and the probabilities to bf16 and sum in fp32. Their
+// reference is the fp32 CPU kernel on the rounded q, k, v (and dO): what is left is the rounding
+// of P (and dS) and the order of the sums, about 2e-3 relative; bf16 arithmetic throughout would
+// be about 1e-2. lse is compared absolutely (it is a log: an error in the sum is an absolute one).
+void check_attention_bf16(const Shape& s, uint64_t stream) {
+  SCOPED_TRACE(testing::Message() << "bf16: B " << s.batch << " T " << s.seq << " H " << s.heads << " D "
+                                  << s.head_dim);
+  const int64_t rows = s.batch * s.seq, hd = s.heads * s.head_dim;
+  const auto qkv = normal(rows * 3 * hd, stream, 1.5f);
+  const auto dout = normal(rows * hd, stream + 1);
+  const auto qkv_r = rounded_to_bf16(qkv), dout_r = rounded_to_bf16(dout);
+  std::vector<float> out(rows * hd), lse(s.batch * s.heads * s.seq), dqkv(rows * 3 * hd);
+  // dO goes in rounded: the kernels round it for their products, and the row term delta = dO . O
+  // (fp32) then sees the same dO as the reference.
+  DeviceBuffer<float> d_qkv(qkv), d_dout(dout_r), d_out(out.size()), d_lse(lse.size()), d_dqkv(dqkv.size());
+  d_out.fill_bytes(0xff);
+  d_lse.fill_bytes(0xff);
+  d_dqkv.fill_bytes(0xff);
+
+  cpu::attention_forward(out.data(), lse.data(), qkv_r.data(), s.batch, s.seq, s.heads, s.head_dim);
+  gpu::attention_forward_bf16(d_out.get(), d_lse.get(), d_qkv.get(), s.batch, s.seq, s.heads, s.head_dim);
+  EXPECT_LT(relative_l2(d_out.host(), out), 5e-3) << "out";
+  EXPECT_TRUE(all_close(d_lse.host(), lse, 1e-3, 0.0)) << "lse";
+
+  // Backward from the CPU's out and lse on both sides, so only the backward is compared.
+  DeviceBuffer<float> c_out(out), c_lse(lse);
+  cpu::attention_backward(dqkv.data(), dout_r.data(), qkv_r.data(), out.data(), lse.data(), s.batch, s.seq,
+                          s.heads, s.head_dim);
+  gpu::attention_backward_bf16(d_dqkv.get(), d_dout.get(), d_qkv.get(), c_out.get(), c_lse.get(), s.batch, s.seq,
+                               s.heads, s.head_dim);
+  const auto got = d_dqkv.host();
+  // dq, dk and dv separately: each row of dqkv is [q | k | v] x hd.
+  for (int part = 0; part < 3; ++part) {
+    std::vector<float> g, w;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < hd; ++c) {
+        g.push_back(got[(r * 3 + part) * hd + c]);
+        w.push_back(dqkv[(r * 3 + part) * hd + c]);
+      }
+    EXPECT_LT(relative_l2(g, w), 1e-2) << "d" << "qkv"[part];
+  }
+
+  d_dqkv.fill_bytes(0xff);
+  gpu::attention_backward_bf16(d_dqkv.get(), d_dout.get(), d_qkv.get(), c_out.get(), c_lse.get(), s.batch, s.seq,
+                               s.heads, s.head_dim);
+  EXPECT_TRUE(bit_equal(d_dqkv.host(), got)) << "backward is not deterministic";
+}
+
 }  // namespace
+
+TEST(CudaAttention, TensorCoreTwinsMatchCpuOnRoundedInputs) {
+  TESSERA_REQUIRE_CUDA();
+  const Shape shapes[] = {{1, 1, 1, 32},  {2, 67, 3, 32},  {1, 130, 2, 64}, {2, 33, 2, 48},
+                          {1, 70, 1, 128}, {1, 129, 1, 16}, {2, 256, 4, 64}, {1, 200, 2, 100}, {1, 1024, 2, 64}};
+  uint64_t stream = 700;
+  for (const Shape& s : shapes) check_attention_bf16(s, stream += 10);
+}
 
 TEST(CudaAttention, MatchesCpuAcrossShapes) {
   TESSERA_REQUIRE_CUDA();
@@ -64,4 +141,8 @@ TEST(CudaAttention, HeadDimAbove128Throws) {
   EXPECT_THROW(gpu::attention_forward(out.get(), lse.get(), qkv.get(), 1, 1, 1, 129), tessera::Error);
   EXPECT_THROW(gpu::attention_backward(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), 1, 1, 1, 129),
                tessera::Error);
+  EXPECT_THROW(gpu::attention_forward_bf16(out.get(), lse.get(), qkv.get(), 1, 1, 1, 129), tessera::Error);
+  EXPECT_THROW(
+      gpu::attention_backward_bf16(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), 1, 1, 1, 129),
+      tessera::Error);
 }

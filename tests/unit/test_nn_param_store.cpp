@@ -1,5 +1,6 @@
-// Unit tests of nn::ParamStore: flat-buffer layout, layout-independent Philox initialisation of sharded and padded parameters, and the logical_copy / assign_logical round trip.
+// Unit tests of nn::ParamStore: flat-buffer layout, layout-independent Philox initialisation of sharded and padded parameters (the same on any thread count), and the logical_copy / assign_logical round trip.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdint>
 #include <string>
@@ -238,6 +239,37 @@ TEST(ParamStore, MatrixBlocksHoldTheSerialBlockAndWriteOneRunPerRow) {
   ParamStore bad;
   block.start2 = 4;
   EXPECT_THROW(bad.add("w", {8, 6}, Init::Normal(1.0f), true, block), tessera::Error);
+}
+
+// Parameters past fill_init's parallel threshold (2^16 elements) are filled on the OpenMP threads:
+// whole, padded row shards, block shards and matrix blocks hold the serial values on 1 and 3
+// threads, and the padding stays zero.
+TEST(ParamStore, InitIsTheSameOnAnyThreadCount) {
+  constexpr int64_t rows = 301, cols = 512;  // 154112 elements; 301 rows split unevenly
+  auto build = [&](int threads) {
+    const int previous = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    ParamStore s;
+    s.add("whole", {rows, cols}, Init::Normal(0.02f), true);
+    s.add("rows", {rows, cols}, Init::Normal(0.5f), true, Shard{0, 200, 128});  // 101 valid rows, 27 padding
+    s.add("blocks", {3 * 128, cols}, Init::Normal(1.0f), true, Shard{0, 64, 64, 3, 2});
+    s.add("matrix", {rows, cols}, Init::Normal(1.0f), true, Shard{0, 100, 151, 1, 2, 1, 256, 256});
+    s.allocate(Device::cpu, kSeed);
+    omp_set_num_threads(previous);
+    return s;
+  };
+  ParamStore one = build(1), three = build(3);
+  ASSERT_EQ(one.numel(), three.numel());
+  const float* a = one.flat_values().data<float>();
+  const float* b = three.flat_values().data<float>();
+  for (int64_t i = 0; i < one.numel(); ++i) ASSERT_EQ(a[i], b[i]) << "flat element " << i;
+  // Spot checks against the serial definition, including a padding row of the row shard.
+  EXPECT_EQ(a[rows * cols - 1], serial_value("whole", 0.02f, rows * cols - 1));
+  const int64_t row_shard = one.spec(1).offset;
+  EXPECT_EQ(a[row_shard + 5 * cols + 7], serial_value("rows", 0.5f, (200 + 5) * cols + 7));
+  EXPECT_EQ(a[row_shard + 110 * cols], 0.0f);
+  const int64_t matrix = one.spec(3).offset;
+  EXPECT_EQ(a[matrix + 2 * 256 + 3], serial_value("matrix", 1.0f, (100 + 2) * cols + 256 + 3));
 }
 
 TEST(ParamStore, LogicalCopyAndAssignRoundTrip) {

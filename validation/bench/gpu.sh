@@ -298,6 +298,7 @@ fi
 stage=bench
 log=$OUT/bench.log; : >"$log"
 metrics=$OUT/bench_metrics.jsonl; rm -f "$metrics"
+export TESSERA_OP_PROFILE=1  # gpt_train prints its per-op table (rank 0, stderr) into bench.log at the end
 if [ $no_gpu = 0 ]; then
   vocab=50257 shape=(--layers 24 --hidden 1024 --heads 16 --seq-len 1024) device=cuda
 else  # the same path on the CPU, a model small enough for seconds
@@ -349,6 +350,7 @@ EOF
 precision=${GPU_SH_PRECISION:-bf16}   # a test knob: a bad value exercises the fp32 fallback
 rc=0; bench_run "$precision" "$metrics" || rc=$?
 [ -s "$metrics" ] && report "$metrics" "$precision" | tee -a "$summary"
+sed -n '/^op profile (TESSERA_OP_PROFILE=1)/,/^  total /p' "$log" | head -45 | tee -a "$summary"
 logged=$(cat "$metrics" 2>/dev/null | grep -c '"step_ms"' || true)
 if [ $rc != 0 ] && [ $rc != 124 ] && [ "${logged:-0}" -lt 2 ] && [ "$(left)" -gt 90 ]; then
   say "$precision failed early: the same run in fp32, for a figure"
@@ -356,5 +358,21 @@ if [ $rc != 0 ] && [ $rc != 124 ] && [ "${logged:-0}" -lt 2 ] && [ "$(left)" -gt
   [ -s "$OUT/bench_fp32_metrics.jsonl" ] && report "$OUT/bench_fp32_metrics.jsonl" fp32 | tee -a "$summary"
 fi
 [ -s "$metrics" ] || [ -s "$OUT/bench_fp32_metrics.jsonl" ] || die "the benchmark wrote no metrics (bench.log)"
+# A/B in the same script: the same bf16 run with the fp32 attention kernel (TESSERA_CUDA_TC_ATTENTION=0).
+if [ $no_gpu = 0 ] && [ "$precision" = bf16 ] && [ $rc = 0 ] && [ "$(left)" -gt 60 ]; then
+  say "A/B: the same run with TESSERA_CUDA_TC_ATTENTION=0 (fp32 attention kernel)"
+  ab=$OUT/bench_fp32_attention_metrics.jsonl
+  TESSERA_OP_PROFILE=0 TESSERA_CUDA_TC_ATTENTION=0 bench_run bf16 "$ab" || true
+  [ -s "$ab" ] && report "$ab" "bf16, fp32 attention" | tee -a "$summary"
+  python3 - "$metrics" "$ab" <<'EOF_AB' | tee -a "$summary" || true
+import json, statistics, sys
+def step_ms(path):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    steps = [r for r in rows if "step_ms" in r]
+    return statistics.median(r["step_ms"] for r in ([r for r in steps if r["step"] > 3] or steps))
+tc, fp32 = step_ms(sys.argv[1]), step_ms(sys.argv[2])
+print(f"  tensor-core attention: step {tc:.1f} ms against {fp32:.1f} ms with the fp32 kernel: {fp32 / tc:.2f}x")
+EOF_AB
+fi
 stage=done
 say "done in $(elapsed)s: ctest: $ctest_result"
