@@ -19,7 +19,7 @@ KernelTimes take_kernel_times(OpProfile* profile) {
     add_op_sums(profile->cpu, t_op_sums);
     ++profile->steps;
   }
-  if (!t_op_sums.empty()) t_op_sums.clear();
+  t_op_sums.clear();
 #ifdef TESSERA_HAVE_CUDA
   const KernelTimes device = cuda::take_op_times(profile ? &profile->cuda : nullptr);
   for (int k = 0; k < kKernelKinds; ++k) taken.ms[k] += device.ms[k];

@@ -50,6 +50,18 @@ inline std::atomic<bool>& op_profile_switch() {
 inline bool op_profile_enabled() { return op_profile_switch().load(std::memory_order_relaxed); }
 inline void set_op_profile(bool on) { op_profile_switch().store(on, std::memory_order_relaxed); }
 
+// Sets the switch for its lifetime, then puts back the previous setting.
+class OpProfileScope {
+ public:
+  explicit OpProfileScope(bool on) : previous_(op_profile_enabled()) { set_op_profile(on); }
+  ~OpProfileScope() { set_op_profile(previous_); }
+  OpProfileScope(const OpProfileScope&) = delete;
+  OpProfileScope& operator=(const OpProfileScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // The profile as a table: one row per op name and device, by total time descending, with the
 // calls, the total and per-step milliseconds and the share of all the profiled time.
 std::string format_op_profile(const OpProfile& profile);

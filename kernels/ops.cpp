@@ -16,23 +16,23 @@
 namespace tessera::ops {
 namespace {
 
-// Runs the same call on the CPU or the CUDA namespace, by the device of the first tensor.
+// TESSERA_CUDA_ONLY(fn, ...): the CUDA kernel fn, timed on the device under its name (also for a
+// variant with no CPU namesake, such as a tensor-core kernel). TESSERA_DISPATCH(device, fn, ...):
+// the same call on the CPU or the CUDA namespace, by the device of the first tensor.
 #ifdef TESSERA_HAVE_CUDA
-#define TESSERA_DISPATCH(device, fn, ...)                                                             \
-  do {                                                                                                \
-    if ((device) == Device::cuda) {                                                                   \
-      const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);       \
-      ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                      \
-    } else {                                                                                          \
-      const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);         \
-      ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                       \
-    }                                                                                                 \
-  } while (0)
-// A CUDA kernel that has no CPU namesake (a tensor-core variant), timed as TESSERA_DISPATCH's.
 #define TESSERA_CUDA_ONLY(fn, ...)                                                                    \
   do {                                                                                                \
     const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);       \
     ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                        \
+  } while (0)
+#define TESSERA_DISPATCH(device, fn, ...)                                                             \
+  do {                                                                                                \
+    if ((device) == Device::cuda) {                                                                   \
+      TESSERA_CUDA_ONLY(fn, __VA_ARGS__);                                                             \
+    } else {                                                                                          \
+      const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);         \
+      ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                       \
+    }                                                                                                 \
   } while (0)
 #else
 #define TESSERA_CUDA_ONLY(fn, ...) TESSERA_CHECK(false, #fn ": a cuda tensor in a build without CUDA")

@@ -52,7 +52,6 @@ __device__ __forceinline__ Heads heads_of(const float* qkv, const float* o, int 
           o_offset};
 }
 
-
 // delta[b, h, t] = sum_d dout[b, t, h, d] out[b, t, h, d] over rows = B T H rows of [B, T, H, D]
 // (the backward's row term; attention_backward.cu), queued on op_stream().
 void compute_delta(float* delta, const float* dout, const float* out, int64_t rows, const Dims& dims);

@@ -77,7 +77,7 @@ KernelTimes take_op_times(OpSums* by_name) {
   const KernelTimes taken = t_times.folded;
   t_times.folded = {};
   if (by_name) add_op_sums(*by_name, t_times.folded_by_name);
-  if (!t_times.folded_by_name.empty()) t_times.folded_by_name.clear();
+  t_times.folded_by_name.clear();
   return taken;
 }
 

@@ -110,8 +110,7 @@ TEST(CudaAsync, OpTimesFoldedWhenThePoolFillsAreKept) {
 // included; nothing lands on the CPU side.
 TEST(CudaAsync, ProfiledOpsAreSummedByName) {
   TESSERA_REQUIRE_CUDA();
-  const bool before = kernels::op_profile_enabled();
-  kernels::set_op_profile(true);
+  const kernels::OpProfileScope profiling(true);
   Tensor x = Tensor::zeros({4096}, DType::f32, Device::cuda);
   Tensor a = Tensor::zeros({64, 64}, DType::f32, Device::cuda), c = Tensor::zeros({64, 64}, DType::f32, Device::cuda);
   kernels::take_kernel_times();
@@ -120,7 +119,6 @@ TEST(CudaAsync, ProfiledOpsAreSummedByName) {
   for (size_t i = 0; i < scales; ++i) ops::scale_inplace(x, 1.0f);
   for (int i = 0; i < 2; ++i) ops::matmul(a, false, a, false, c);
   kernels::take_kernel_times(&profile);
-  kernels::set_op_profile(before);
   int64_t scale_calls = 0, gemm_calls = 0;
   for (const auto& [name, sum] : profile.cuda) {
     EXPECT_GE(sum.ms, 0.0) << name;

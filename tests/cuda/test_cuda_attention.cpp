@@ -1,15 +1,21 @@
 // CUDA fused causal attention against the CPU twin over batch, sequence lengths that do and do not
 // fill a 64-row tile, and head_dim 16..128 (padded and exact): out and lse within 2e-5 + 1e-4 |x|,
 // dqkv within 1e-4 + 1e-3 |x|; backward overwrites every element of dqkv and is deterministic. The
-// tensor-core twins (*_bf16) against the CPU kernel on bf16-rounded inputs, by relative L2 error.
+// tensor-core twins (*_bf16) against the CPU kernel on bf16-rounded inputs, by relative L2 error;
+// ops:: picks them under MatmulInputs::bf16 only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
+#include "core/tensor.h"
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/kernel_timing.h"
+#include "kernels/op_profile.h"
+#include "kernels/ops.h"
 
 namespace cpu = tessera::kernels::cpu;
 namespace gpu = tessera::kernels::cuda;
@@ -145,4 +151,43 @@ TEST(CudaAttention, HeadDimAbove128Throws) {
   EXPECT_THROW(
       gpu::attention_backward_bf16(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), 1, 1, 1, 129),
       tessera::Error);
+}
+
+// ops::attention_forward / attention_backward on CUDA run the tensor-core kernels under
+// MatmulInputs::bf16 and the fp32 ones otherwise (told apart by the op names the profile records;
+// TESSERA_CUDA_TC_ATTENTION=0 in the environment turns the first off, and this test fails then).
+TEST(CudaAttention, OpsPickTheTensorCoreKernelsUnderBf16Only) {
+  TESSERA_REQUIRE_CUDA();
+  using tessera::DType;
+  using tessera::Device;
+  using tessera::Tensor;
+  namespace ops = tessera::ops;
+  namespace kernels = tessera::kernels;
+  const kernels::OpProfileScope profiling(true);
+  constexpr int64_t batch = 2, seq = 70, heads = 2, head_dim = 32, hd = heads * head_dim;
+  Tensor qkv = Tensor::zeros({batch, seq, 3 * hd}, DType::f32, Device::cuda);
+  Tensor dqkv = Tensor::zeros({batch, seq, 3 * hd}, DType::f32, Device::cuda);
+  Tensor out = Tensor::zeros({batch, seq, hd}, DType::f32, Device::cuda);
+  Tensor dout = Tensor::zeros({batch, seq, hd}, DType::f32, Device::cuda);
+  Tensor lse = Tensor::zeros({batch, heads, seq}, DType::f32, Device::cuda);
+  for (const ops::MatmulInputs inputs : {ops::MatmulInputs::f32, ops::MatmulInputs::bf16}) {
+    const bool bf16 = inputs == ops::MatmulInputs::bf16;
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    const ops::MatmulInputsScope scope(inputs);
+    kernels::take_kernel_times();
+    kernels::OpProfile profile;
+    ops::attention_forward(out, lse, qkv, heads);
+    ops::attention_backward(dqkv, dout, qkv, out, lse, heads);
+    kernels::take_kernel_times(&profile);
+    auto calls = [&](std::string_view name) {
+      int64_t n = 0;
+      for (const auto& [key, sum] : profile.cuda)
+        if (name == key) n += sum.calls;
+      return n;
+    };
+    EXPECT_EQ(calls("attention_forward_bf16"), bf16 ? 1 : 0);
+    EXPECT_EQ(calls("attention_backward_bf16"), bf16 ? 1 : 0);
+    EXPECT_EQ(calls("attention_forward"), bf16 ? 0 : 1);
+    EXPECT_EQ(calls("attention_backward"), bf16 ? 0 : 1);
+  }
 }

@@ -245,7 +245,7 @@ TEST(ParamStore, MatrixBlocksHoldTheSerialBlockAndWriteOneRunPerRow) {
 // whole, padded row shards, block shards and matrix blocks hold the serial values on 1 and 3
 // threads, and the padding stays zero.
 TEST(ParamStore, InitIsTheSameOnAnyThreadCount) {
-  constexpr int64_t rows = 301, cols = 512;  // 154112 elements; 301 rows split unevenly
+  constexpr int64_t rows = 301, cols = 1024;  // 301 rows split unevenly; every local tensor >= 2^16
   auto build = [&](int threads) {
     const int previous = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -253,7 +253,7 @@ TEST(ParamStore, InitIsTheSameOnAnyThreadCount) {
     s.add("whole", {rows, cols}, Init::Normal(0.02f), true);
     s.add("rows", {rows, cols}, Init::Normal(0.5f), true, Shard{0, 200, 128});  // 101 valid rows, 27 padding
     s.add("blocks", {3 * 128, cols}, Init::Normal(1.0f), true, Shard{0, 64, 64, 3, 2});
-    s.add("matrix", {rows, cols}, Init::Normal(1.0f), true, Shard{0, 100, 151, 1, 2, 1, 256, 256});
+    s.add("matrix", {rows, cols}, Init::Normal(1.0f), true, Shard{0, 100, 151, 1, 2, 1, 256, 512});
     s.allocate(Device::cpu, kSeed);
     omp_set_num_threads(previous);
     return s;
@@ -269,7 +269,7 @@ TEST(ParamStore, InitIsTheSameOnAnyThreadCount) {
   EXPECT_EQ(a[row_shard + 5 * cols + 7], serial_value("rows", 0.5f, (200 + 5) * cols + 7));
   EXPECT_EQ(a[row_shard + 110 * cols], 0.0f);
   const int64_t matrix = one.spec(3).offset;
-  EXPECT_EQ(a[matrix + 2 * 256 + 3], serial_value("matrix", 1.0f, (100 + 2) * cols + 256 + 3));
+  EXPECT_EQ(a[matrix + 2 * 512 + 3], serial_value("matrix", 1.0f, (100 + 2) * cols + 256 + 3));
 }
 
 TEST(ParamStore, LogicalCopyAndAssignRoundTrip) {

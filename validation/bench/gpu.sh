@@ -350,7 +350,7 @@ EOF
 precision=${GPU_SH_PRECISION:-bf16}   # a test knob: a bad value exercises the fp32 fallback
 rc=0; bench_run "$precision" "$metrics" || rc=$?
 [ -s "$metrics" ] && report "$metrics" "$precision" | tee -a "$summary"
-sed -n '/^op profile (TESSERA_OP_PROFILE=1)/,/^  total /p' "$log" | head -45 | tee -a "$summary"
+sed -n '/^op profile (TESSERA_OP_PROFILE=1)/,/^  total /p' "$log" | tee -a "$summary"
 logged=$(cat "$metrics" 2>/dev/null | grep -c '"step_ms"' || true)
 if [ $rc != 0 ] && [ $rc != 124 ] && [ "${logged:-0}" -lt 2 ] && [ "$(left)" -gt 90 ]; then
   say "$precision failed early: the same run in fp32, for a figure"
@@ -362,9 +362,9 @@ fi
 if [ $no_gpu = 0 ] && [ "$precision" = bf16 ] && [ $rc = 0 ] && [ "$(left)" -gt 60 ]; then
   say "A/B: the same run with TESSERA_CUDA_TC_ATTENTION=0 (fp32 attention kernel)"
   ab=$OUT/bench_fp32_attention_metrics.jsonl
-  TESSERA_OP_PROFILE=0 TESSERA_CUDA_TC_ATTENTION=0 bench_run bf16 "$ab" || true
+  TESSERA_CUDA_TC_ATTENTION=0 bench_run bf16 "$ab" || true
   [ -s "$ab" ] && report "$ab" "bf16, fp32 attention" | tee -a "$summary"
-  python3 - "$metrics" "$ab" <<'EOF_AB' | tee -a "$summary" || true
+  [ -s "$ab" ] && python3 - "$metrics" "$ab" <<'EOF_AB' | tee -a "$summary" || true
 import json, statistics, sys
 def step_ms(path):
     rows = [json.loads(l) for l in open(path) if l.strip()]
