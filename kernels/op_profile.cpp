@@ -12,15 +12,11 @@ namespace tessera::kernels {
 std::string format_op_profile(const OpProfile& profile) {
   // Merged by name text and device: the same literal may sit at several addresses.
   std::map<std::pair<std::string_view, std::string_view>, OpSum> rows;
-  double total_ms = 0.0;
-  int64_t total_calls = 0;
+  OpSum total;
   for (const auto& [device, sums] : {std::pair{"cpu", &profile.cpu}, std::pair{"cuda", &profile.cuda}}) {
     for (const auto& [name, sum] : *sums) {
-      OpSum& row = rows[{name, device}];
-      row.ms += sum.ms;
-      row.calls += sum.calls;
-      total_ms += sum.ms;
-      total_calls += sum.calls;
+      rows[{name, device}].merge(sum);
+      total.merge(sum);
     }
   }
   std::vector<std::pair<std::pair<std::string_view, std::string_view>, OpSum>> sorted(rows.begin(), rows.end());
@@ -39,11 +35,11 @@ std::string format_op_profile(const OpProfile& profile) {
     if (profile.steps > 0) std::snprintf(per_step, sizeof per_step, "%.3f", sum.ms / static_cast<double>(profile.steps));
     std::snprintf(line, sizeof line, "  %-*.*s  %-6.*s %9lld %12.3f %10s %6.1f%%\n", width, static_cast<int>(name.size()),
                   name.data(), static_cast<int>(device.size()), device.data(), static_cast<long long>(sum.calls),
-                  sum.ms, per_step, total_ms > 0.0 ? 100.0 * sum.ms / total_ms : 0.0);
+                  sum.ms, per_step, total.ms > 0.0 ? 100.0 * sum.ms / total.ms : 0.0);
     out += line;
   };
   for (const auto& [key, sum] : sorted) add_row(key.first, key.second, sum);
-  add_row("total", "", OpSum{total_ms, total_calls});
+  add_row("total", "", total);
   return out;
 }
 

@@ -19,6 +19,10 @@ struct OpSum {
     ms += op_ms;
     ++calls;
   }
+  void merge(const OpSum& other) {
+    ms += other.ms;
+    calls += other.calls;
+  }
 };
 
 // Keyed by the op's name as a string literal (#fn in kernels/ops.cpp): one pointer hash per op.
@@ -26,11 +30,7 @@ struct OpSum {
 using OpSums = std::unordered_map<const char*, OpSum>;
 
 inline void add_op_sums(OpSums& into, const OpSums& from) {
-  for (const auto& [name, sum] : from) {
-    OpSum& s = into[name];
-    s.ms += sum.ms;
-    s.calls += sum.calls;
-  }
+  for (const auto& [name, sum] : from) into[name].merge(sum);
 }
 
 // A run's profile: the ops of `steps` steps, CPU ops in host time, CUDA ops in device time.
