@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 
+#include "comm/mpi_runtime.h"
 #include "core/allocator.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -93,11 +94,12 @@ void TrainOptions::finish(int world_size) {
     refuse(device() != Device::cpu, "--device cuda");
     refuse(train.precision != "fp32", "--precision " + train.precision);
   }
-  // Collectives on device tensors need NCCL inside the training loop, which is not wired yet.
-  TESSERA_CHECK(device() == Device::cpu || world_size == 1, "--device cuda runs on one rank for now (this job has ",
-                world_size, "); multi-rank layouts run on --device cpu");
+  // Several ranks on cuda: collectives on device tensors go through the Communicator (host copies, or
+  // NCCL: comm/device_route.h). (moe_train, the only one with --ep, refuses cuda itself.)
   TESSERA_CHECK(device() == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                 " (or this build has no CUDA)");
+  // A node's ranks spread over its GPUs (several share one when they outnumber them).
+  if (device() == Device::cuda) use_cuda_device(comm::node_local_rank());
   const models::ActivationCheckpointing ckpt = checkpointing();
   TESSERA_CHECK(!ckpt.enabled() || mesh.pp == 1 || train.pp_schedule != "zb", "--activation-checkpointing ",
                 activation_checkpointing, " with --pp-schedule zb: not supported (zb's deferred weight gradients",

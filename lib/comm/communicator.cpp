@@ -1,8 +1,9 @@
-// Communicator over MPI for host tensors: argument checks, MPI-3 non-blocking collectives behind
-// every operation (a blocking call is its non-blocking form waited at once), CommHandle with its
-// watchdog, and the collective fingerprint check.
+// Communicator over MPI: argument checks, MPI-3 non-blocking collectives behind every operation (a
+// blocking call is its non-blocking form waited at once), CommHandle with its watchdog, the
+// collective fingerprint check, and the routes of device tensors (host copies, or NCCL).
 #include "comm/communicator.h"
 
+#include "comm/host_staging.h"
 #include "comm/tensor_pair_check.h"
 
 #include <climits>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "comm/mpi_runtime.h"
+#include "comm/nccl_communicator.h"
 #include "core/timer.h"
 
 namespace tessera::comm {
@@ -46,6 +48,7 @@ struct CommHandle::Pending {
   // What MPI reads or writes until completion: the tensors (their storage), counts and offsets.
   Tensor keep[2];
   std::vector<int> ints[4];
+  WriteBack write_back;  // a device tensor's result, received on the host (comm/host_staging.h)
 
   void finish();  // waits (under the watchdog's timeout)
   bool test();    // completes it if it is done
@@ -87,13 +90,14 @@ bool CommHandle::Pending::test() {
 }
 
 void CommHandle::Pending::completed(const MPI_Status& status) {
-  if (record) stats->record(op, bytes, timer.millis());
   if (expect_count >= 0) {
     int got = 0;
     MPI_Get_count(&status, type, &got);
     TESSERA_CHECK(got == expect_count, what, ": expected a message of ", expect_count,
                   " elements from rank ", status.MPI_SOURCE, ", got ", got);
   }
+  write_back();  // (a short message leaves the staged tensor as it was)
+  if (record) stats->record(op, bytes, timer.millis());
 }
 
 CommHandle::CommHandle() = default;
@@ -154,14 +158,10 @@ MPI_Datatype mpi_type(DType t) {
   return MPI_BYTE;
 }
 
-// A tensor MPI (or a size-1 copy) may touch: defined, on the host where an exchange happens, and
-// within MPI-3's int counts.
-void check_tensor(const std::string& what, const char* label, const Tensor& t, bool exchange) {
+// A tensor MPI (or a size-1 copy) may touch: defined and within MPI-3's int counts. A device
+// tensor is exchanged through a host copy (comm/host_staging.h).
+void check_tensor(const std::string& what, const char* label, const Tensor& t) {
   TESSERA_CHECK(t.defined(), what, ": ", label, " is undefined (a tensor without storage)");
-  TESSERA_CHECK(!exchange || t.device() == Device::cpu, what, ": ", label, " is a ",
-                device_name(t.device()),
-                " tensor; this communicator moves host memory (device tensors go through "
-                "NcclCommunicator)");
   TESSERA_CHECK(t.numel() <= INT_MAX, what, ": ", label, " has ", t.numel(),
                 " elements, above the MPI-3 count limit of ", INT_MAX, "; split the call");
 }
@@ -200,7 +200,8 @@ Communicator::Communicator(MPI_Comm comm, std::string name)
     : comm_(comm),
       name_(std::move(name)),
       context_(std::make_shared<const std::string>()),
-      stats_(std::make_shared<CommStats>(name_)) {
+      stats_(std::make_shared<CommStats>(name_)),
+      route_(std::make_shared<DeviceRoute>()) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
@@ -228,7 +229,8 @@ Communicator::Communicator(const Communicator& other)
       world_ranks_(other.world_ranks_),
       peers_(other.peers_),
       context_(other.context_),
-      stats_(std::make_shared<CommStats>(*other.stats_)) {}
+      stats_(std::make_shared<CommStats>(*other.stats_)),
+      route_(other.route_) {}
 
 Communicator& Communicator::operator=(const Communicator& other) {
   if (this != &other) {
@@ -243,6 +245,7 @@ Communicator& Communicator::operator=(const Communicator& other) {
     peers_ = other.peers_;
     context_ = other.context_;
     stats_ = std::make_shared<CommStats>(*other.stats_);
+    route_ = other.route_;
   }
   return *this;
 }
@@ -258,6 +261,35 @@ void Communicator::set_context(std::string context) {
 
 std::string Communicator::where(const char* op) const {
   return std::string(op) + "(" + name_ + ")";
+}
+
+void Communicator::exchange(const void* mine, void* all, int bytes, const std::string& what) {
+  auto p = begin(CommOp::all_gather, 0, what);
+  p->record = false;
+  mpi_check(MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, comm_, &p->request), p->what,
+            "MPI_Iallgather");
+  CommHandle(std::move(p)).wait();
+}
+
+template <class Op>
+bool Communicator::over_nccl(std::initializer_list<const Tensor*> tensors, CommOp kind, int64_t bytes, Op&& op) {
+  for (const Tensor* t : tensors)
+    if (t->device() == Device::cpu) return false;  // (a host tensor among them: the host route)
+  const auto exchange = [&](const void* mine, void* all, int n) {
+    this->exchange(mine, all, n, where("device route") + " exchange");
+  };
+  NcclCommunicator* nccl = route_->nccl(exchange, comm_, name_, timeout_s_);
+  if (!nccl) return false;
+#ifdef TESSERA_HAVE_NCCL  // (without NCCL the route is never nccl, and `op`, generic, is never instantiated)
+  nccl->set_timeout(timeout_s_);
+  const Timer timer;
+  op(*nccl);
+  stats_->record(kind, bytes, timer.millis());
+  return true;
+#else
+  (void)kind, (void)bytes, (void)op;
+  return false;
+#endif
 }
 
 std::unique_ptr<CommHandle::Pending> Communicator::begin(CommOp op, int64_t bytes,
@@ -282,12 +314,7 @@ bool Communicator::enter_collective(const std::string& what, const char* op, con
   CollectiveFingerprint fp = make_fingerprint(op, dtype, count, counts, has_counts, root);
   if (fault == FaultAction::mismatch) ++fp.count;  // test hook: a wrong count, only in the print
   std::vector<CollectiveFingerprint> all(size_);
-  auto p = begin(CommOp::all_gather, 0, what + " fingerprint exchange");
-  p->record = false;
-  mpi_check(MPI_Iallgather(&fp, sizeof fp, MPI_BYTE, all.data(), sizeof fp, MPI_BYTE, comm_,
-                           &p->request),
-            p->what, "MPI_Iallgather");
-  CommHandle(std::move(p)).wait();
+  exchange(&fp, all.data(), sizeof fp, what + " fingerprint exchange");
   if (auto mismatch = find_mismatch(all, *world_ranks_, name_, *context_)) throw Error(*mismatch);
   return true;
 }
@@ -296,15 +323,21 @@ bool Communicator::enter_collective(const std::string& what, const char* op, con
 
 CommHandle Communicator::all_reduce_start(Tensor& t, MPI_Op op, const char* op_name) {
   const std::string what = where(op_name);
-  check_tensor(what, "tensor", t, size_ > 1);
+  check_tensor(what, "tensor", t);
   check_reducible(what, t);
   if (size_ == 1) return {};
   if (!enter_collective(what, op == MPI_SUM ? "all_reduce_sum" : "all_reduce_max",
                         dtype_name(t.dtype()), t.numel()))
     return {};
+  if (over_nccl({&t}, CommOp::all_reduce, static_cast<int64_t>(t.nbytes()), [&](auto& nccl) {
+        op == MPI_SUM ? nccl.all_reduce_sum(t) : nccl.all_reduce_max(t);
+      }))
+    return {};
   auto p = begin(CommOp::all_reduce, static_cast<int64_t>(t.nbytes()), what);
-  p->keep[0] = t;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()),
+  Tensor host = staged_send(t);
+  p->keep[0] = host;
+  p->write_back = WriteBack(host, t);
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()),
                            op, comm_, &p->request),
             p->what, "MPI_Iallreduce");
   return CommHandle(std::move(p));
@@ -359,8 +392,8 @@ CommHandle Communicator::reduce_scatter_start(const Tensor& input, Tensor& outpu
                                               std::span<const int64_t> counts, bool equal,
                                               const char* op_name) {
   const std::string what = where(op_name);
-  check_tensor(what, "input", input, size_ > 1);
-  check_tensor(what, "output", output, size_ > 1);
+  check_tensor(what, "input", input);
+  check_tensor(what, "output", output);
   check_pair(what, input, output);
   check_reducible(what, input);
   std::vector<int> ints, offsets;
@@ -381,17 +414,22 @@ CommHandle Communicator::reduce_scatter_start(const Tensor& input, Tensor& outpu
   if (!enter_collective(what, "reduce_scatter", dtype_name(input.dtype()), input.numel(), counts,
                         !equal))
     return {};
+  if (over_nccl({&input, &output}, CommOp::reduce_scatter, static_cast<int64_t>(input.nbytes()), [&](auto& nccl) {
+        equal ? nccl.reduce_scatter(input, output) : nccl.reduce_scatter(input, output, counts);
+      }))
+    return {};
   auto p = begin(CommOp::reduce_scatter, static_cast<int64_t>(input.nbytes()), what);
-  p->keep[0] = input;
-  p->keep[1] = output;
+  const Tensor in = p->keep[0] = staged_send(input);
+  const Tensor out = p->keep[1] = staged_receive(output);
+  p->write_back = WriteBack(out, output);
   const MPI_Datatype type = mpi_type(input.dtype());
   if (equal) {
-    mpi_check(MPI_Ireduce_scatter_block(input.raw(), output.raw(), static_cast<int>(output.numel()),
+    mpi_check(MPI_Ireduce_scatter_block(in.raw(), out.raw(), static_cast<int>(output.numel()),
                                         type, MPI_SUM, comm_, &p->request),
               p->what, "MPI_Ireduce_scatter_block");
   } else {
     p->ints[0] = std::move(ints);
-    mpi_check(MPI_Ireduce_scatter(input.raw(), output.raw(), p->ints[0].data(), type, MPI_SUM,
+    mpi_check(MPI_Ireduce_scatter(in.raw(), out.raw(), p->ints[0].data(), type, MPI_SUM,
                                   comm_, &p->request),
               p->what, "MPI_Ireduce_scatter");
   }
@@ -419,8 +457,8 @@ CommHandle Communicator::all_gather_start(const Tensor& input, Tensor& output,
                                           std::span<const int64_t> counts, bool equal,
                                           const char* op_name) {
   const std::string what = where(op_name);
-  check_tensor(what, "input", input, size_ > 1);
-  check_tensor(what, "output", output, size_ > 1);
+  check_tensor(what, "input", input);
+  check_tensor(what, "output", output);
   check_pair(what, input, output);
   std::vector<int> ints, offsets;
   if (equal) {
@@ -440,18 +478,23 @@ CommHandle Communicator::all_gather_start(const Tensor& input, Tensor& output,
   if (!enter_collective(what, "all_gather", dtype_name(input.dtype()),
                         equal ? input.numel() : output.numel(), counts, !equal))
     return {};
+  if (over_nccl({&input, &output}, CommOp::all_gather, static_cast<int64_t>(output.nbytes()), [&](auto& nccl) {
+        equal ? nccl.all_gather(input, output) : nccl.all_gather(input, output, counts);
+      }))
+    return {};
   auto p = begin(CommOp::all_gather, static_cast<int64_t>(output.nbytes()), what);
-  p->keep[0] = input;
-  p->keep[1] = output;
+  const Tensor in = p->keep[0] = staged_send(input);
+  const Tensor out = p->keep[1] = staged_receive(output);
+  p->write_back = WriteBack(out, output);
   const MPI_Datatype type = mpi_type(input.dtype());
   if (equal) {
     const int n = static_cast<int>(input.numel());
-    mpi_check(MPI_Iallgather(input.raw(), n, type, output.raw(), n, type, comm_, &p->request),
+    mpi_check(MPI_Iallgather(in.raw(), n, type, out.raw(), n, type, comm_, &p->request),
               p->what, "MPI_Iallgather");
   } else {
     p->ints[0] = std::move(ints);
     p->ints[1] = std::move(offsets);
-    mpi_check(MPI_Iallgatherv(input.raw(), static_cast<int>(input.numel()), type, output.raw(),
+    mpi_check(MPI_Iallgatherv(in.raw(), static_cast<int>(input.numel()), type, out.raw(),
                               p->ints[0].data(), p->ints[1].data(), type, comm_, &p->request),
               p->what, "MPI_Iallgatherv");
   }
@@ -479,8 +522,8 @@ CommHandle Communicator::all_to_all_start(const Tensor& input, Tensor& output,
                                           std::span<const int64_t> send_counts,
                                           std::span<const int64_t> recv_counts, bool equal) {
   const std::string what = where("all_to_all");
-  check_tensor(what, "input", input, size_ > 1);
-  check_tensor(what, "output", output, size_ > 1);
+  check_tensor(what, "input", input);
+  check_tensor(what, "output", output);
   check_pair(what, input, output);
   std::vector<int> sends, send_offsets, recvs, recv_offsets;
   if (equal) {
@@ -507,20 +550,25 @@ CommHandle Communicator::all_to_all_start(const Tensor& input, Tensor& output,
   if (!enter_collective(what, "all_to_all", dtype_name(input.dtype()), equal ? input.numel() : -1,
                         {}, !equal))
     return {};
+  if (over_nccl({&input, &output}, CommOp::all_to_all, static_cast<int64_t>(input.nbytes()), [&](auto& nccl) {
+        equal ? nccl.all_to_all(input, output) : nccl.all_to_all(input, output, send_counts, recv_counts);
+      }))
+    return {};
   auto p = begin(CommOp::all_to_all, static_cast<int64_t>(input.nbytes()), what);
-  p->keep[0] = input;
-  p->keep[1] = output;
+  const Tensor in = p->keep[0] = staged_send(input);
+  const Tensor out = p->keep[1] = staged_receive(output);
+  p->write_back = WriteBack(out, output);
   const MPI_Datatype type = mpi_type(input.dtype());
   if (equal) {
     const int n = static_cast<int>(input.numel() / size_);
-    mpi_check(MPI_Ialltoall(input.raw(), n, type, output.raw(), n, type, comm_, &p->request),
+    mpi_check(MPI_Ialltoall(in.raw(), n, type, out.raw(), n, type, comm_, &p->request),
               p->what, "MPI_Ialltoall");
   } else {
     p->ints[0] = std::move(sends);
     p->ints[1] = std::move(send_offsets);
     p->ints[2] = std::move(recvs);
     p->ints[3] = std::move(recv_offsets);
-    mpi_check(MPI_Ialltoallv(input.raw(), p->ints[0].data(), p->ints[1].data(), type, output.raw(),
+    mpi_check(MPI_Ialltoallv(in.raw(), p->ints[0].data(), p->ints[1].data(), type, out.raw(),
                              p->ints[2].data(), p->ints[3].data(), type, comm_, &p->request),
               p->what, "MPI_Ialltoallv");
   }
@@ -540,15 +588,19 @@ void Communicator::all_to_all(const Tensor& input, Tensor& output,
 
 void Communicator::broadcast(Tensor& t, int root) {
   const std::string what = where("broadcast");
-  check_tensor(what, "tensor", t, size_ > 1);
+  check_tensor(what, "tensor", t);
   TESSERA_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of a group of ",
                 size_);
   if (size_ == 1) return;
   if (!enter_collective(what, "broadcast", dtype_name(t.dtype()), t.numel(), {}, false, root))
     return;
+  if (over_nccl({&t}, CommOp::broadcast, static_cast<int64_t>(t.nbytes()),
+                [&](auto& nccl) { nccl.broadcast(t, root); }))
+    return;
   auto p = begin(CommOp::broadcast, static_cast<int64_t>(t.nbytes()), what);
-  p->keep[0] = t;
-  mpi_check(MPI_Ibcast(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_,
+  const Tensor host = p->keep[0] = rank_ == root ? staged_send(t) : staged_receive(t);
+  if (rank_ != root) p->write_back = WriteBack(host, t);
+  mpi_check(MPI_Ibcast(host.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), root, comm_,
                        &p->request),
             p->what, "MPI_Ibcast");
   CommHandle(std::move(p)).wait();
@@ -556,18 +608,22 @@ void Communicator::broadcast(Tensor& t, int root) {
 
 void Communicator::reduce_sum(Tensor& t, int root) {
   const std::string what = where("reduce_sum");
-  check_tensor(what, "tensor", t, size_ > 1);
+  check_tensor(what, "tensor", t);
   TESSERA_CHECK(root >= 0 && root < size_, what, ": root ", root, " is not a rank of a group of ",
                 size_);
   check_reducible(what, t);
   if (size_ == 1) return;
   if (!enter_collective(what, "reduce_sum", dtype_name(t.dtype()), t.numel(), {}, false, root))
     return;
+  if (over_nccl({&t}, CommOp::reduce, static_cast<int64_t>(t.nbytes()),
+                [&](auto& nccl) { nccl.reduce_sum(t, root); }))
+    return;
   auto p = begin(CommOp::reduce, static_cast<int64_t>(t.nbytes()), what);
-  p->keep[0] = t;
+  const Tensor host = p->keep[0] = staged_send(t);
   // In place on the root; the others only send (their receive buffer is not read by MPI).
   const bool is_root = rank_ == root;
-  mpi_check(MPI_Ireduce(is_root ? MPI_IN_PLACE : t.raw(), is_root ? t.raw() : nullptr,
+  if (is_root) p->write_back = WriteBack(host, t);
+  mpi_check(MPI_Ireduce(is_root ? MPI_IN_PLACE : host.raw(), is_root ? host.raw() : nullptr,
                         static_cast<int>(t.numel()), mpi_type(t.dtype()), MPI_SUM, root, comm_,
                         &p->request),
             p->what, "MPI_Ireduce");
@@ -598,11 +654,11 @@ void check_peer(const std::string& what, const char* role, int peer, int rank, i
 
 CommHandle Communicator::send_start(const Tensor& t, int dest, int tag, const char* op_name) {
   const std::string what = where(op_name);
-  check_tensor(what, "tensor", t, true);
+  check_tensor(what, "tensor", t);
   check_peer(what, "destination", dest, rank_, size_, tag);
   auto p = begin(CommOp::send, static_cast<int64_t>(t.nbytes()), what);
-  p->keep[0] = t;
-  mpi_check(MPI_Isend(t.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), dest, tag, comm_,
+  const Tensor host = p->keep[0] = staged_send(t);
+  mpi_check(MPI_Isend(host.raw(), static_cast<int>(t.numel()), mpi_type(t.dtype()), dest, tag, comm_,
                       &p->request),
             p->what, "MPI_Isend");
   return CommHandle(std::move(p));
@@ -610,14 +666,15 @@ CommHandle Communicator::send_start(const Tensor& t, int dest, int tag, const ch
 
 CommHandle Communicator::recv_start(Tensor& t, int source, int tag, const char* op_name) {
   const std::string what = where(op_name);
-  check_tensor(what, "tensor", t, true);
+  check_tensor(what, "tensor", t);
   check_peer(what, "source", source, rank_, size_, tag);
   auto p = begin(CommOp::recv, static_cast<int64_t>(t.nbytes()), what);
-  p->keep[0] = t;
+  const Tensor host = p->keep[0] = staged_receive(t);
+  p->write_back = WriteBack(host, t);
   p->expect_count = t.numel();
   p->type = mpi_type(t.dtype());
   mpi_check(
-      MPI_Irecv(t.raw(), static_cast<int>(t.numel()), p->type, source, tag, comm_, &p->request),
+      MPI_Irecv(host.raw(), static_cast<int>(t.numel()), p->type, source, tag, comm_, &p->request),
       p->what, "MPI_Irecv");
   return CommHandle(std::move(p));
 }

@@ -1,9 +1,10 @@
 // Communicator: one MPI group (the world, or a mesh axis's sub-communicator) with the collectives
-// and point-to-point messages tessera uses on host tensors, blocking and asynchronous (CommHandle).
+// and point-to-point messages tessera uses on host and device tensors, blocking and asynchronous (CommHandle).
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "comm/collective_check.h"
 #include "comm/comm_stats.h"
+#include "comm/device_route.h"
 #include "core/tensor.h"
 
 namespace tessera::comm {
@@ -40,8 +42,12 @@ class CommHandle {
   std::unique_ptr<Pending> pending_;
 };
 
-// Tensors here live on the host (cpu), are contiguous, and hold f32, i32, u8 or a 16-bit type
-// (u16, bf16, f16, moved as raw 16-bit words). Reductions take f32 and i32 only. Every argument is
+// Tensors here are contiguous and hold f32, i32, u8 or a 16-bit type (u16, bf16, f16, moved as raw
+// 16-bit words). They live on the host, or on a device (CUDA): a device tensor travels through a
+// host copy made when the operation starts, its result copied back when it completes
+// (comm/host_staging.h; any MPI serves, at the cost of the copies), or, with TESSERA_CUDA_COMM=nccl
+// and a GPU per rank, a collective on device tensors runs over NCCL (comm/device_route.h; its
+// asynchronous forms then complete before they return). Reductions take f32 and i32 only. Every argument is
 // checked on the calling rank before any MPI call, and a failure throws tessera::Error naming the
 // operation and the group, e.g. "reduce_scatter(dp): input has 10 elements, counts sum to 12";
 // since every rank checks the same arguments, a bad call throws everywhere and nothing hangs.
@@ -157,6 +163,12 @@ class Communicator {
                               std::span<const int64_t> recv_counts, bool equal);
   CommHandle send_start(const Tensor& t, int dest, int tag, const char* op_name);
   CommHandle recv_start(Tensor& t, int source, int tag, const char* op_name);
+  // Runs `op` (a call on the group's NcclCommunicator) and records it when the operation's tensors,
+  // all on the device, take the NCCL route (comm/device_route.h); false when they take the host route.
+  template <class Op>
+  bool over_nccl(std::initializer_list<const Tensor*> tensors, CommOp kind, int64_t bytes, Op&& op);
+  // Gathers `bytes` bytes from every member into all (rank order), under the timeout; not recorded.
+  void exchange(const void* mine, void* all, int bytes, const std::string& what);
   // Makes the record for an operation about to start on this group.
   std::unique_ptr<CommHandle::Pending> begin(CommOp op, int64_t bytes, std::string what) const;
   // Called by every collective once its arguments passed and right before its MPI call: applies
@@ -176,6 +188,7 @@ class Communicator {
   std::shared_ptr<const std::string> peers_;    // format_peers(world_ranks)
   std::shared_ptr<const std::string> context_;  // set_context
   std::shared_ptr<CommStats> stats_;  // shared with the handles in flight
+  std::shared_ptr<DeviceRoute> route_;  // shared with copies: one decision, one NCCL communicator
 };
 
 }  // namespace tessera::comm

@@ -21,6 +21,15 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
+int node_local_rank() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int rank = 0;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_free(&node);
+  return rank;
+}
+
 void abort_job(int code) {
   int initialized = 0;
   MPI_Initialized(&initialized);

@@ -18,6 +18,10 @@ class MpiRuntime {
   int rank_ = 0, size_ = 1;
 };
 
+// This rank's index among the world's ranks on its node (MPI_COMM_TYPE_SHARED), in world rank
+// order: which GPU of the node it takes. Collective over the world.
+int node_local_rank();
+
 // Ends every rank of the job with `code` (MPI_Abort on the world).
 [[noreturn]] void abort_job(int code);
 

@@ -176,6 +176,24 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #endif
 }
 
+void copy_rows_bytes(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                     Device device) {
+  if (width == 0 || rows == 0) return;
+  if (device == Device::cpu) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    const int64_t n = static_cast<int64_t>(rows);
+#pragma omp parallel for schedule(static) if (width * rows > (size_t{1} << 18))
+    for (int64_t i = 0; i < n; ++i) std::memcpy(d + i * dst_pitch, s + i * src_pitch, width);
+    return;
+  }
+#ifdef TESSERA_HAVE_CUDA
+  cuda_check(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice), "cudaMemcpy2D");
+#else
+  fail("a row copy on a cuda tensor in a build without CUDA");
+#endif
+}
+
 void zero_bytes(void* dst, Device device, size_t bytes) {
   if (bytes == 0) return;
   if (device == Device::cpu) {
@@ -184,6 +202,19 @@ void zero_bytes(void* dst, Device device, size_t bytes) {
   }
 #ifdef TESSERA_HAVE_CUDA
   cuda_check(cudaMemset(dst, 0, bytes), "cudaMemset");
+#endif
+}
+
+int use_cuda_device(int index) {
+#ifdef TESSERA_HAVE_CUDA
+  int n = 0;
+  cuda_check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  TESSERA_CHECK(n > 0, "no CUDA device is visible");
+  const int device = index % n;
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  return device;
+#else
+  fail("use_cuda_device(", index, "): a build without CUDA");
 #endif
 }
 

@@ -32,7 +32,15 @@ void reset_host_tier_peak();
 
 // Copies between any two devices (host<->device, device<->device, host<->host).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// `rows` rows of `width` bytes, from a row every src_pitch bytes to a row every dst_pitch bytes, both
+// on `device` (cudaMemcpy2D there, ordered after the queued ops).
+void copy_rows_bytes(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                     Device device);
 void zero_bytes(void* dst, Device device, size_t bytes);
 bool cuda_available();  // built with CUDA and at least one device visible
+// Makes CUDA device index % (devices visible) this process's (cudaSetDevice) and returns it; a
+// node's ranks pass their node-local rank, so that they spread over its GPUs (several ranks share
+// one when they outnumber them). Before any device memory is allocated. Needs cuda_available().
+int use_cuda_device(int index);
 
 }  // namespace tessera

@@ -3,8 +3,7 @@
 // messages.
 #include "parallel/sequence_attention.h"
 
-#include <cstring>
-
+#include "core/allocator.h"
 #include "kernels/ops.h"
 
 namespace tessera::parallel {
@@ -13,28 +12,19 @@ namespace {
 
 constexpr int kTagKv = 41, kTagPartial = 42, kTagReturn = 43;  // ring messages
 
-// [n0, n1, w] -> [n1, n0, w], blocks of w floats.
-void swap_outer(float* dst, const float* src, int64_t n0, int64_t n1, int64_t w) {
-#pragma omp parallel for collapse(2) schedule(static) if (n0 * n1 * w > (1 << 16))
-  for (int64_t i = 0; i < n0; ++i)
-    for (int64_t j = 0; j < n1; ++j)
-      std::memcpy(dst + (j * n0 + i) * w, src + (i * n1 + j) * w, static_cast<size_t>(w) * sizeof(float));
+// The layout copies run on the tensors' device (core/allocator.h's row copies).
+
+// dst row i (stride dst_stride) = src row i (stride src_stride): rows of w floats from their offsets.
+void copy_rows(Tensor& dst, int64_t dst_at, int64_t dst_stride, const Tensor& src, int64_t src_at, int64_t src_stride,
+               int64_t rows, int64_t w) {
+  constexpr size_t f = sizeof(float);
+  copy_rows_bytes(dst.data<float>() + dst_at, dst_stride * f, src.data<float>() + src_at, src_stride * f, w * f, rows,
+                  dst.device());
 }
 
-// dst row i (stride dst_stride) = src row i (stride src_stride), or += with add: rows of w floats.
-void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows, int64_t w,
-               bool add) {
-#pragma omp parallel for schedule(static) if (rows * w > (1 << 16))
-  for (int64_t i = 0; i < rows; ++i) {
-    float* d = dst + i * dst_stride;
-    const float* s = src + i * src_stride;
-    if (add) {
-#pragma omp simd
-      for (int64_t x = 0; x < w; ++x) d[x] += s[x];
-    } else {
-      std::memcpy(d, s, static_cast<size_t>(w) * sizeof(float));
-    }
-  }
+// [n0, n1, w] -> [n1, n0, w], blocks of w floats.
+void swap_outer(Tensor& dst, const Tensor& src, int64_t n0, int64_t n1, int64_t w) {
+  for (int64_t j = 0; j < n1; ++j) copy_rows(dst, j * n0 * w, w, src, j * w, n1 * w, n0, w);
 }
 
 }  // namespace
@@ -62,8 +52,6 @@ SequenceAttention::SequenceAttention(SequenceMode mode, comm::Communicator& sp, 
 SequenceAttention::Saved SequenceAttention::allocate(int64_t batch, int64_t local_seq, Device device) const {
   TESSERA_CHECK(batch > 0 && local_seq > 0, "sequence attention: batch (", batch, ") and local sequence length (",
                 local_seq, ") must be positive");
-  TESSERA_CHECK(device == Device::cpu, "sequence attention: ", device_name(device),
-                " tensors are not supported yet (the sp communicator moves host memory)");
   Saved s;
   s.batch = batch;
   s.local_seq = local_seq;
@@ -78,14 +66,14 @@ SequenceAttention::Saved SequenceAttention::allocate(int64_t batch, int64_t loca
   return s;
 }
 
-// Each tensor of a call: f32 on the host, [B, Tl, ...] holding slots x H x D per position.
+// Each tensor of a call: f32 on allocate()'s device, [B, Tl, ...] holding slots x H x D per position.
 void SequenceAttention::check_call(const char* op, const Tensor& a, int64_t a_slots, const Tensor& b,
                                    int64_t b_slots, const Saved& saved) const {
   TESSERA_CHECK(saved.batch > 0, "sequence attention ", op, ": Saved was not made by allocate()");
   for (auto [t, slots] : {std::pair{&a, a_slots}, std::pair{&b, b_slots}}) {
     const int64_t want = saved.batch * saved.local_seq * slots * heads_ * head_dim_;
-    TESSERA_CHECK(t->defined() && t->device() == Device::cpu && t->dtype() == DType::f32, "sequence attention ", op,
-                  ": tensors must be f32 on the cpu");
+    TESSERA_CHECK(t->defined() && t->device() == saved.lse.device() && t->dtype() == DType::f32, "sequence attention ",
+                  op, ": tensors must be f32 on the ", device_name(saved.lse.device()), " (where allocate() put Saved)");
     TESSERA_CHECK(t->shape().rank() >= 2 && t->dim(0) == saved.batch && t->dim(1) == saved.local_seq &&
                       t->numel() == want,
                   "sequence attention ", op, ": expected [B = ", saved.batch, ", Tl = ", saved.local_seq, ", ", slots,
@@ -94,8 +82,9 @@ void SequenceAttention::check_call(const char* op, const Tensor& a, int64_t a_sl
   }
 }
 
-Tensor SequenceAttention::scratch(int i, Shape shape) {
-  if (scratch_[i].numel() < shape.numel()) scratch_[i] = Tensor::empty({shape.numel()});
+Tensor SequenceAttention::scratch(int i, Shape shape, Device device) {
+  if (scratch_[i].numel() < shape.numel() || scratch_[i].device() != device)
+    scratch_[i] = Tensor::empty({shape.numel()}, DType::f32, device);
   return scratch_[i].slice(0, std::move(shape));
 }
 
@@ -120,9 +109,9 @@ void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor&
   const int64_t hs = heads_ / sp_.size(), seq = saved.local_seq * sp_.size();
   // to_heads stages through scratch 0 and 1, to_sequence likewise; see their comments for why these
   // two may live there.
-  Tensor dout_heads = scratch(0, {saved.batch, seq, hs * head_dim_});
+  Tensor dout_heads = scratch(0, {saved.batch, seq, hs * head_dim_}, dout.device());
   to_heads(dout_heads, dout, 1);
-  Tensor dqkv_heads = scratch(1, {saved.batch, seq, 3 * hs * head_dim_});
+  Tensor dqkv_heads = scratch(1, {saved.batch, seq, 3 * hs * head_dim_}, dout.device());
   if (causal) {
     ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs);
   } else {
@@ -140,10 +129,10 @@ void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor&
 // dst may be scratch 0 (the send buffer is free once the all-to-all is done).
 void SequenceAttention::to_heads(Tensor& dst, const Tensor& src, int64_t slots) {
   const int64_t p = sp_.size(), batch = src.dim(0), tl = src.dim(1), w = heads_ / p * head_dim_;
-  Tensor send = scratch(0, {src.numel()}), recv = scratch(1, {src.numel()});
-  swap_outer(send.data<float>(), src.data<float>(), batch * tl * slots, p, w);
+  Tensor send = scratch(0, {src.numel()}, src.device()), recv = scratch(1, {src.numel()}, src.device());
+  swap_outer(send, src, batch * tl * slots, p, w);
   sp_.all_to_all(send, recv);
-  swap_outer(dst.data<float>(), recv.data<float>(), p, batch, tl * slots * w);
+  swap_outer(dst, recv, p, batch, tl * slots * w);
 }
 
 // The reverse: src [B, sp, Tl x slots x H/sp x D] -> send [sp, B, ...] -> all-to-all -> recv [sp (the
@@ -151,10 +140,10 @@ void SequenceAttention::to_heads(Tensor& dst, const Tensor& src, int64_t slots) 
 // (it is read into the send buffer before the all-to-all writes there).
 void SequenceAttention::to_sequence(Tensor& dst, const Tensor& src, int64_t slots) {
   const int64_t p = sp_.size(), batch = dst.dim(0), tl = dst.dim(1), w = heads_ / p * head_dim_;
-  Tensor send = scratch(0, {dst.numel()}), recv = scratch(1, {dst.numel()});
-  swap_outer(send.data<float>(), src.data<float>(), batch, p, tl * slots * w);
+  Tensor send = scratch(0, {dst.numel()}, dst.device()), recv = scratch(1, {dst.numel()}, dst.device());
+  swap_outer(send, src, batch, p, tl * slots * w);
   sp_.all_to_all(send, recv);
-  swap_outer(dst.data<float>(), recv.data<float>(), p, batch * tl * slots, w);
+  swap_outer(dst, recv, p, batch * tl * slots, w);
 }
 
 // ---- ring -----------------------------------------------------------------------------------------
@@ -183,10 +172,11 @@ void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& save
   const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
   const Tensor q = qkv.reshape({batch, tl, 3 * c});
   Tensor o = out.reshape({batch, tl, c});
-  Tensor kv[2] = {scratch(0, {batch, tl, 2 * c}), scratch(1, {batch, tl, 2 * c})};
+  const Device device = qkv.device();
+  Tensor kv[2] = {scratch(0, {batch, tl, 2 * c}, device), scratch(1, {batch, tl, 2 * c}, device)};
   comm::CommHandle sending[2], receiving;
   if (route.own_visited) {
-    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
+    copy_rows(kv[0], 0, 2 * c, q, c, 3 * c, batch * tl, 2 * c);
     sending[0] = sp_.isend(kv[0], route.up, kTagKv);
   }
   if (route.steps > 0) receiving = sp_.irecv(kv[1], route.down, kTagKv);
@@ -217,13 +207,14 @@ void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Te
   const Tensor o = out.reshape({batch, tl, c}), g = dout.reshape({batch, tl, c});
   Tensor d = dqkv.reshape({batch, tl, 3 * c});
   const Shape block{batch, tl, 2 * c};
-  Tensor kv[2] = {scratch(0, block), scratch(1, block)};
-  Tensor partial[2] = {scratch(2, block), scratch(3, block)};
-  Tensor incoming = scratch(4, block), returned = scratch(5, block);
+  const Device device = qkv.device();
+  Tensor kv[2] = {scratch(0, block, device), scratch(1, block, device)};
+  Tensor partial[2] = {scratch(2, block, device), scratch(3, block, device)};
+  Tensor incoming = scratch(4, block, device), returned = scratch(5, block, device);
   comm::CommHandle kv_sending[2], kv_receiving, partial_sending[2], partial_receiving, returning;
   d.zero();
   if (route.own_visited) {
-    copy_rows(kv[0].data<float>(), 2 * c, q.data<float>() + c, 3 * c, batch * tl, 2 * c, false);
+    copy_rows(kv[0], 0, 2 * c, q, c, 3 * c, batch * tl, 2 * c);
     kv_sending[0] = sp_.isend(kv[0], route.up, kTagKv);
     returning = sp_.irecv(returned, route.last_visitor, kTagReturn);
   }
@@ -249,9 +240,11 @@ void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Te
     partial_sending[s % 2] = route.passes_on(s) ? sp_.isend(mine, route.up, kTagPartial)
                                                 : sp_.isend(mine, (r - s + p) % p, kTagReturn);
   }
-  if (route.own_visited) {  // the visitors' total for this rank's own block
+  if (route.own_visited) {  // the visitors' total for this rank's own block, added to its dk, dv
     returning.wait();
-    copy_rows(d.data<float>() + c, 3 * c, returned.data<float>(), 2 * c, batch * tl, 2 * c, true);
+    copy_rows(incoming, 0, 2 * c, d, c, 3 * c, batch * tl, 2 * c);  // (incoming's last message was added above)
+    ops::add_inplace(incoming, returned);
+    copy_rows(d, c, 3 * c, incoming, 0, 2 * c, batch * tl, 2 * c);
   }
   for (auto* h : {&kv_sending[0], &kv_sending[1], &partial_sending[0], &partial_sending[1]}) h->wait();
 }

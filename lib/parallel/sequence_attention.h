@@ -69,7 +69,7 @@ class SequenceAttention {
   void check_call(const char* op, const Tensor& a, int64_t a_slots, const Tensor& b, int64_t b_slots,
                   const Saved& saved) const;
   // A view of scratch buffer i (grown on demand, then reused by every call: a step allocates nothing).
-  Tensor scratch(int i, Shape shape);
+  Tensor scratch(int i, Shape shape, Device device);
   // all_to_all: [B, Tl, slots, H, D] of this rank -> [B, T, slots, H/sp, D]; and back.
   void to_heads(Tensor& dst, const Tensor& src, int64_t slots);
   void to_sequence(Tensor& dst, const Tensor& src, int64_t slots);

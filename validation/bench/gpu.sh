@@ -242,7 +242,7 @@ grep -E 'tessera (BLAS|CUDA)|CUDA tests are built but not registered' "$log" | s
 
 # --- 3. build ----------------------------------------------------------------------------------
 stage=build
-targets=(gpt_train data_prep)
+targets=(gpt_train vit_train data_prep)
 if [ $cuda = ON ]; then
   for t in "$repo"/tests/cuda/test_cuda_*.cpp; do targets+=("$(basename "$t" .cpp)"); done
 fi
@@ -287,11 +287,16 @@ if [ $no_gpu = 0 ]; then
   log=$OUT/ctest.log; : >"$log"
   n=$(cd "$build" && ctest -N -L cuda | awk '/Total Tests:/ {print $3}')
   [ "${n:-0}" -gt 0 ] || die "ctest -L cuda lists no test: CMake saw no GPU through nvidia-smi at configure time (configure.log)"
-  rc=0; run_logged "$log" "$(stage_budget 100 150)" ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60 -j 8 || rc=$?
+  # (cuda.multi_rank_parity, a dozen small multi-rank runs sharing the GPU, has a timeout of its own)
+  rc=0; run_logged "$log" "$(stage_budget 240 150)" ctest --test-dir "$build" -L cuda --output-on-failure --timeout 60 -j 8 || rc=$?
   ctest_result=$(grep -E 'tests passed|tests failed' "$log" | tail -1)
   [ $rc = 124 ] && ctest_result="stopped at its time limit; $(grep -c 'Passed' "$log") passed so far"
   say "ctest -L cuda ($n tests): ${ctest_result:-exit $rc}"
   grep -E '^\s*[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)' "$log" | head -20 | sed 's/^/    /' | tee -a "$summary" || true
+  # the multi-rank parity's figures (each case's worst relative difference), passed or not
+  say "multi-rank CUDA parity (tests/cuda/multi_rank_parity.sh):"
+  grep -E '^(dp|tp|pp|sp|vit|resume|error)[^ ]*[: ]|^    gradient norms' "$build/Testing/Temporary/LastTest.log" 2>/dev/null |
+    sed 's/^/    /' | tee -a "$summary" || true
 fi
 
 # --- 6. the benchmark -------------------------------------------------------------------------------

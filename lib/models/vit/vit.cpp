@@ -6,6 +6,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/allocator.h"
+
 namespace tessera::models {
 
 void VitConfig::validate(int tp) const {
@@ -199,10 +201,9 @@ void Vit::embed(Activations& a, const float* images, bool keep_for_backward) {
     ops::image_to_patches(a.patches, images_, config_.patch);
   } else {  // this rank's patches of each image
     ops::image_to_patches(all_patches_, images_, config_.patch);
-    const int64_t width = config_.patch_features(), all = config_.patches(), mine = local_patches();
-    for (int64_t b = 0; b < batch_; ++b)
-      std::copy_n(all_patches_.data<float>() + (b * all + first_patch()) * width, mine * width,
-                  a.patches.data<float>() + b * mine * width);
+    const size_t row = config_.patch_features() * sizeof(float), all = config_.patches(), mine = local_patches();
+    copy_rows_bytes(a.patches.data<float>(), mine * row, all_patches_.data<float>() + first_patch() * config_.patch_features(),
+                    all * row, mine * row, batch_, device_);
   }
   patch_proj_.forward(proj_, a.patches);
   Tensor tokens = a.residual[0].reshape({batch_, local_tokens_, features_});
