@@ -22,9 +22,14 @@ void copy_rows(Tensor& dst, int64_t dst_at, int64_t dst_stride, const Tensor& sr
                   dst.device());
 }
 
-// [n0, n1, w] -> [n1, n0, w], blocks of w floats.
+// [n0, n1, w] -> [n1, n0, w], blocks of w floats: one row copy per index of the smaller outer
+// dimension (sp, against batch x positions: a few large copies, not many small ones).
 void swap_outer(Tensor& dst, const Tensor& src, int64_t n0, int64_t n1, int64_t w) {
-  for (int64_t j = 0; j < n1; ++j) copy_rows(dst, j * n0 * w, w, src, j * w, n1 * w, n0, w);
+  if (n1 <= n0) {
+    for (int64_t j = 0; j < n1; ++j) copy_rows(dst, j * n0 * w, w, src, j * w, n1 * w, n0, w);
+  } else {
+    for (int64_t i = 0; i < n0; ++i) copy_rows(dst, i * w, n0 * w, src, i * n1 * w, w, n1, w);
+  }
 }
 
 }  // namespace

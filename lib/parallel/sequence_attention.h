@@ -16,9 +16,10 @@ const char* sequence_mode_name(SequenceMode mode);        // "all_to_all", "ring
 SequenceMode parse_sequence_mode(const std::string& name);  // throws naming the choices
 
 // Causal attention of this rank's Tl queries over the T = sp x Tl positions before them, the same
-// (to fp32 rounding) as ops::attention_forward/backward on the whole sequence. Host (cpu) tensors:
-// the communicator moves host memory. E = B x Tl x H x D elements (this rank's q, k or v; H: the
-// heads this rank holds), 4 bytes each.
+// (to fp32 rounding) as ops::attention_forward/backward on the whole sequence. Host or device
+// tensors (the layout copies run on their device; the communicator moves device tensors by its
+// route, comm/device_route.h). E = B x Tl x H x D elements (this rank's q, k or v; H: the heads
+// this rank holds), 4 bytes each.
 //
 // all_to_all: forward: all-to-all(sp) of qkv from sequence shards to head shards (each rank gets all
 //   T positions of H / sp heads; 3E elements sent), ops::attention_forward on them, all-to-all(sp)
@@ -26,7 +27,8 @@ SequenceMode parse_sequence_mode(const std::string& name);  // throws naming the
 //   of dqkv back (3E). Per call 16E bytes sent (forward) and 16E (backward), counting the block a
 //   rank keeps. Needs H divisible by sp. Saves the head-shard qkv and out (4E) and lse.
 // ring: rank r keeps its queries; the key/value blocks (2E elements, 8E bytes) move one rank up the
-//   ring per step by send/recv(sp), the next block's transfer overlapping the current one's compute.
+//   ring per step by send/recv(sp), the next block's transfer overlapping the current one's compute
+//   (on the host; a device tensor's host copies are made when a message starts and ends).
 //   Blocks from later positions are never needed, so block j goes j -> j+1 -> ... -> sp-1 only:
 //   forward, rank r receives r blocks and sends r + 1 (the last rank none), attending to its own
 //   block (causal) and the r earlier ones (full), merged by online softmax; per step at most one
