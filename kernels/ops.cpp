@@ -66,11 +66,24 @@ struct Bf16Copy {
 };
 Bf16Copy g_bf16_copy;
 
-// The bf16 copy of an operand of `count` floats at x, or nullptr when none is registered for it.
-const uint16_t* bf16_copy_of(Device device, const float* x, int64_t count) {
-  const Bf16Copy& r = g_bf16_copy;
+// The shared operands in scope (SharedBf16Operand), innermost last, and the CPU's memory for
+// their copies (one grow-only buffer per nesting depth).
+constexpr int kMaxShared = 4;
+Bf16Copy g_shared[kMaxShared];
+int g_shared_count = 0;
+std::vector<uint16_t> g_shared_host_bits[kMaxShared];
+
+const uint16_t* bits_within(const Bf16Copy& r, Device device, const float* x, int64_t count) {
   if (!r.bits || device != r.device || x < r.begin || x + count > r.begin + r.count) return nullptr;
   return r.bits + (x - r.begin);
+}
+
+// The bf16 copy of an operand of `count` floats at x, or nullptr when none is registered for it.
+const uint16_t* bf16_copy_of(Device device, const float* x, int64_t count) {
+  if (const uint16_t* bits = bits_within(g_bf16_copy, device, x, count)) return bits;
+  for (int i = g_shared_count - 1; i >= 0; --i)
+    if (const uint16_t* bits = bits_within(g_shared[i], device, x, count)) return bits;
+  return nullptr;
 }
 
 }  // namespace
@@ -86,6 +99,58 @@ void set_bf16_copy(const Tensor& values, const Tensor& bits) {
 }
 
 void clear_bf16_copy() { g_bf16_copy = {}; }
+
+#ifdef TESSERA_HAVE_CUDA
+struct SharedBf16Operand::DeviceBits {
+  explicit DeviceBits(int64_t count) : scratch(static_cast<size_t>(count) * sizeof(uint16_t)) {}
+  kernels::cuda::Scratch scratch;
+};
+#else
+struct SharedBf16Operand::DeviceBits {};
+#endif
+
+namespace {
+// TESSERA_SHARED_BF16_OPERANDS=0 turns the sharing off: each GEMM rounds its operands again (the
+// benchmark's A/B switch).
+bool sharing_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("TESSERA_SHARED_BF16_OPERANDS");
+    return !(v && std::string_view(v) == "0");
+  }();
+  return allowed;
+}
+}  // namespace
+
+// The rounding is timed as a GEMM's ("gemm_operand_bf16"), as gemm_bf16 times its own.
+SharedBf16Operand::SharedBf16Operand(const Tensor& x) {
+  if (matmul_inputs() != MatmulInputs::bf16 || !sharing_allowed() || !x.defined() || x.numel() == 0) return;
+  TESSERA_CHECK(x.dtype() == DType::f32, "SharedBf16Operand: an f32 tensor expected, got ", dtype_name(x.dtype()));
+  TESSERA_CHECK(g_shared_count < kMaxShared, "SharedBf16Operand: more than ", kMaxShared, " nested scopes");
+  const int64_t n = x.numel();
+  uint16_t* bits = nullptr;
+  if (x.device() == Device::cuda) {
+#ifdef TESSERA_HAVE_CUDA
+    device_bits_ = std::make_unique<DeviceBits>(n);
+    bits = device_bits_->scratch.as<uint16_t>();
+    const kernels::cuda::OpTimer timer(kernels::KernelKind::gemm, "gemm_operand_bf16");
+    kernels::cuda::f32_to_bf16(bits, x.data<float>(), n);
+#else
+    TESSERA_CHECK(false, "SharedBf16Operand: a cuda tensor in a build without CUDA");
+#endif
+  } else {
+    std::vector<uint16_t>& buffer = g_shared_host_bits[g_shared_count];
+    if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+    bits = buffer.data();
+    const kernels::KernelTimer timer(kernels::KernelKind::gemm, "gemm_operand_bf16");
+    kernels::cpu::f32_to_bf16(bits, x.data<float>(), n);
+  }
+  g_shared[g_shared_count++] = {x.device(), x.data<float>(), n, bits};
+  active_ = true;
+}
+
+SharedBf16Operand::~SharedBf16Operand() {
+  if (active_) g_shared[--g_shared_count] = {};
+}
 
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
   same_device("matmul", {&a, &b, &c});
@@ -111,23 +176,11 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
                     (!pre || pre->numel() == y.numel()),
                 "linear_forward: shapes x ", x.shape().str(), ", w ", w.shape().str(), ", bias ", bias.shape().str(),
                 " -> y ", y.shape().str(), " do not fit");
-#ifdef TESSERA_HAVE_CUDA
-  if (y.device() == Device::cuda) {
-    const kernels::cuda::OpTimer timer(kernels::KernelKind::gemm, "gemm_bias");
-    const bool bf16 = matmul_inputs() == MatmulInputs::bf16;
-    kernels::cuda::gemm_bias(m, n, k, x.data<float>(), bf16 ? bf16_copy_of(x.device(), x.data<float>(), m * k) : nullptr,
-                             w.data<float>(), bf16 ? bf16_copy_of(w.device(), w.data<float>(), n * k) : nullptr,
-                             bias.data<float>(), bf16, pre ? pre->data<float>() : nullptr, y.data<float>());
-    return;
-  }
-#endif
-  if (pre) {
-    matmul(x, false, w, true, *pre);
-    bias_gelu_forward(y, *pre, bias);
-  } else {
-    broadcast_rows(y, bias);
-    matmul(x, false, w, true, y, 1.0f, 1.0f);
-  }
+  const bool bf16 = matmul_inputs() == MatmulInputs::bf16;
+  TESSERA_DISPATCH(y.device(), gemm_bias, m, n, k, x.data<float>(),
+                   bf16 ? bf16_copy_of(x.device(), x.data<float>(), m * k) : nullptr, w.data<float>(),
+                   bf16 ? bf16_copy_of(w.device(), w.data<float>(), n * k) : nullptr, bias.data<float>(), bf16,
+                   pre ? pre->data<float>() : nullptr, y.data<float>());
 }
 
 void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,

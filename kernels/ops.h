@@ -4,6 +4,7 @@
 // gradients named "accumulate" are added to (+=), the others are overwritten.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/tensor.h"
@@ -20,10 +21,11 @@ void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& 
                     Tensor& c, float alpha = 1.0f, float beta = 0.0f);
 
 // y = x @ w^T + bias (a linear layer's forward: x [N, K], w [C, K], bias [C], y [N, C]); with pre,
-// pre = that and y = gelu(pre) (the MLP's first layer, pre kept for gelu_backward). On the CPU
-// exactly broadcast_rows + matmul (matmul + bias_gelu_forward with pre); on CUDA one cuBLASLt GEMM
-// with the bias (and GELU) fused into its epilogue, or those two ops where cuBLASLt offers none.
-// Follows matmul_inputs() and the registered bf16 copy as matmul does.
+// pre = that and y = gelu(pre) (the MLP's first layer, pre kept for gelu_backward). The bias in the
+// GEMM's epilogue: on the CPU oneDNN's matmul primitive (then the GELU in one pass), on CUDA one
+// cuBLASLt GEMM with the bias (and GELU) fused; where neither runs, broadcast_rows + matmul (matmul
+// + bias_gelu_forward with pre). Follows matmul_inputs() and the registered bf16 copies as matmul
+// does. Timed as one GEMM ("gemm_bias"), the GELU included.
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor* pre = nullptr);
 
 // ---- GEMM inputs in bf16 (mixed precision's products) -------------------------------------------
@@ -54,6 +56,26 @@ class MatmulInputsScope {
 // clear_bf16_copy.
 void set_bf16_copy(const Tensor& values, const Tensor& bits);
 void clear_bf16_copy();
+
+// An operand that several GEMMs of a scope read, rounded to bf16 once for all of them (a linear
+// layer's output gradient feeds its weight product and its input product): while the scope
+// lives, GEMMs with bf16 inputs read x's rounded copy as they read set_bf16_copy's. The same
+// numbers as rounding x for each GEMM; the caller keeps x unchanged while the scope lives. Does
+// nothing while the GEMM inputs are fp32, or with TESSERA_SHARED_BF16_OPERANDS=0 (an A/B switch). The copy lives in memory outside the tracked allocator
+// (the CPU's grows to the largest operand and is kept; CUDA's comes from the stream-ordered pool),
+// as gemm_bf16's own rounded operands; scopes nest, four deep at most.
+class SharedBf16Operand {
+ public:
+  explicit SharedBf16Operand(const Tensor& x);
+  ~SharedBf16Operand();
+  SharedBf16Operand(const SharedBf16Operand&) = delete;
+  SharedBf16Operand& operator=(const SharedBf16Operand&) = delete;
+
+ private:
+  struct DeviceBits;
+  bool active_ = false;
+  std::unique_ptr<DeviceBits> device_bits_;  // CUDA: the pool memory of the copy
+};
 
 // ---- elementwise and reductions -------------------------------------------------------------
 void add(Tensor& out, const Tensor& a, const Tensor& b);       // out = a + b (residual)

@@ -25,6 +25,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, floa
                const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c);
 void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                        float alpha, const float* a, const float* b, float beta, float* c);
+// out[m, n] = a[m, k] @ w[n, k]^T + bias[n]; with pre, pre = that and out = gelu(pre): a linear
+// layer's forward (ops::linear_forward), the twin of the CUDA one (cuBLASLt's epilogues). The
+// bias in oneDNN's matmul epilogue where the GEMMs run on oneDNN; else broadcast_rows and a GEMM
+// with beta = 1, or (with pre) a GEMM and bias_gelu_forward. bf16: the inputs in bf16 as
+// gemm_bf16 (a_bits, w_bits: given copies or nullptr).
+void gemm_bias(int64_t m, int64_t n, int64_t k, const float* a, const uint16_t* a_bits, const float* w,
+               const uint16_t* w_bits, const float* bias, bool bf16, float* pre, float* out);
 void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                         const float* a, const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta,
                         float* c);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/gemm_bf16_operands.h"
 #include "kernels/cpu/onednn_matmul.h"
 
 namespace tessera::kernels::cpu {
@@ -47,19 +48,24 @@ const float* rounded_values(std::vector<uint16_t>& bits, std::vector<float>& buf
   return out;
 }
 
+}  // namespace
+
 #ifdef TESSERA_HAVE_ONEDNN
-bool use_onednn() {
+bool gemm_bf16_on_onednn() {
   static const bool yes = std::strcmp(gemm_library_name(), "oneDNN") == 0 && onednn_has_bf16_dot_products();
   return yes;
 }
 #else
-bool use_onednn() { return false; }
+bool gemm_bf16_on_onednn() { return false; }
 #endif
 
-}  // namespace
+const uint16_t* gemm_bf16_operand(int which, const float* x, const uint16_t* copy, int64_t n) {
+  RoundedInputs& r = rounded_inputs();
+  return rounded_bits(which == 0 ? r.a : r.b, x, copy, n);
+}
 
 const char* gemm_bf16_path() {
-  return use_onednn() ? "oneDNN bf16 matmul" : "fp32 GEMM of bf16-rounded inputs (no AVX512-BF16 in use)";
+  return gemm_bf16_on_onednn() ? "oneDNN bf16 matmul" : "fp32 GEMM of bf16-rounded inputs (no AVX512-BF16 in use)";
 }
 
 void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -73,12 +79,11 @@ void gemm_bf16_emulated(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {
   if (m == 0 || n == 0) return;
-  if (k == 0 || !use_onednn())
+  if (k == 0 || !gemm_bf16_on_onednn())
     return gemm_bf16_emulated(trans_a, trans_b, m, n, k, alpha, a, a_bits, b, b_bits, beta, c);
 #ifdef TESSERA_HAVE_ONEDNN
-  RoundedInputs& r = rounded_inputs();
-  a_bits = rounded_bits(r.a, a, a_bits, m * k);
-  b_bits = rounded_bits(r.b, b, b_bits, k * n);
+  a_bits = gemm_bf16_operand(0, a, a_bits, m * k);
+  b_bits = gemm_bf16_operand(1, b, b_bits, k * n);
   if (!onednn_matmul(trans_a, trans_b, m, n, k, alpha, a_bits, b_bits, true, beta, c))
     gemm_bf16_emulated(trans_a, trans_b, m, n, k, alpha, a, a_bits, b, b_bits, beta, c);
 #endif

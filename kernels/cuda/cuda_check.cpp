@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "kernels/cuda/op_timing.h"
 
 namespace tessera::kernels::cuda {
 
@@ -32,6 +33,7 @@ void finish(const char* op) {
 }
 
 void wait_for_ops(const char* op) {
+  end_running_op_timer();  // the op's device time ends with its kernels, not with this wait
   const cudaError_t run = cudaStreamSynchronize(op_stream());
   if (run != cudaSuccess)
     fail("CUDA ", op, ": cudaStreamSynchronize failed: ", cudaGetErrorName(run), ": ", cudaGetErrorString(run));
@@ -39,19 +41,20 @@ void wait_for_ops(const char* op) {
 
 namespace {
 
-// The stream-ordered pool keeps up to kPoolKeepBytes of what scratch frees instead of handing it
-// back to the driver at every synchronisation (its default), so ops in a steady loop get their
-// scratch from the pool; past that it trims, leaving the rest to cudaMalloc's tensors. Once per
-// process: a rank uses one device.
-constexpr uint64_t kPoolKeepBytes = uint64_t{256} << 20;
-
+// The stream-ordered pool keeps what scratch frees instead of handing it back to the driver at
+// every synchronisation (its default), so ops in a steady loop get their scratch from the pool
+// (a step's largest, the logits' gradient in bf16, is hundreds of MiB on a GPT-2-sized model: a
+// pool that trimmed it at each of a step's waits mapped it again in the next step, inside the
+// ops' timed intervals). It holds at most the step's peak of scratch; a tensor allocation that
+// finds the device full trims it and retries (core/allocator.cpp). Once per process: a rank
+// uses one device.
 void keep_pool_memory() {
   static std::once_flag once;
   std::call_once(once, [] {
     int device = 0;
     cudaMemPool_t pool = nullptr;
     if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess) return;
-    uint64_t keep = kPoolKeepBytes;
+    uint64_t keep = UINT64_MAX;
     (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
   });
 }

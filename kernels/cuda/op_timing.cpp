@@ -63,13 +63,25 @@ struct OpTimes {
 };
 
 thread_local OpTimes t_times;
+thread_local OpTimer* t_running = nullptr;  // timers do not nest: at most one per thread
 
 }  // namespace
 
-OpTimer::OpTimer(KernelKind kind, const char* name) : slot_(t_times.begin(kind, name)) {}
+OpTimer::OpTimer(KernelKind kind, const char* name) : slot_(t_times.begin(kind, name)) { t_running = this; }
 
 OpTimer::~OpTimer() {
-  (void)cudaEventRecord(t_times.ops[slot_].end, op_stream());  // a destructor must not throw
+  if (!ended_) (void)cudaEventRecord(t_times.ops[slot_].end, op_stream());  // a destructor must not throw
+  if (t_running == this) t_running = nullptr;
+}
+
+void OpTimer::end() {
+  if (ended_) return;
+  ended_ = true;
+  TESSERA_CUDA_CHECK(cudaEventRecord(t_times.ops[slot_].end, op_stream()));
+}
+
+void end_running_op_timer() {
+  if (t_running) t_running->end();
 }
 
 KernelTimes take_op_times(OpSums* by_name) {

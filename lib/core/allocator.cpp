@@ -54,6 +54,20 @@ void* host_allocate(size_t bytes) {
 void cuda_check(cudaError_t status, const char* what) {
   TESSERA_CHECK(status == cudaSuccess, "CUDA ", what, " failed: ", cudaGetErrorString(status));
 }
+
+// cudaMalloc; when the device is full, once more after handing the stream-ordered pool's free
+// memory back to the driver (the kernels' scratch pool keeps what it frees: kernels/cuda/cuda_check.cpp).
+cudaError_t device_malloc(void** ptr, size_t bytes) {
+  cudaError_t status = cudaMalloc(ptr, bytes);
+  if (status != cudaErrorMemoryAllocation) return status;
+  (void)cudaGetLastError();  // clear the sticky-until-read error of the failed call
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+      cudaDeviceSynchronize() != cudaSuccess || cudaMemPoolTrimTo(pool, 0) != cudaSuccess)
+    return status;
+  return cudaMalloc(ptr, bytes);
+}
 #endif
 
 }  // namespace
@@ -66,7 +80,7 @@ void* allocate_bytes(Device device, size_t bytes) {
     TESSERA_CHECK(ptr || !rounded, "out of host memory allocating ", bytes, " bytes");
   } else {
 #ifdef TESSERA_HAVE_CUDA
-    if (rounded) cuda_check(cudaMalloc(&ptr, rounded), "cudaMalloc");
+    if (rounded) cuda_check(device_malloc(&ptr, rounded), "cudaMalloc");
 #else
     fail("this build of tessera has no CUDA support (reconfigure with -DTESSERA_CUDA=ON on a machine with nvcc)");
 #endif

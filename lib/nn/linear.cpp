@@ -92,6 +92,9 @@ void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumu
                              bias_ >= 0 ? &store_->grad(bias_) : nullptr, accumulate_dx, role_);
     return;
   }
+  // Both products here read dy: under bf16 GEMM inputs it is rounded once for the two.
+  const bool both = !defer && dx && split_ != Split::block;
+  const ops::SharedBf16Operand shared_dy(both ? dy : Tensor());
   if (defer) {
     defer->linear(*this, dy, x, x_outlives);
   } else {

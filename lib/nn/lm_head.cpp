@@ -56,6 +56,7 @@ void LmHead::backward(Tensor& dx, const Tensor& x, const Tensor& targets, float 
   const TensorLayout& layout = e.layout();
   ops::softmax_xent_backward(logits_, logits_, targets, lse_, e.valid_rows(), scale, e.vocab_start());
   const Tensor& whole_x = layout.vocab_enter(x, region.in);
+  const ops::SharedBf16Operand shared_dlogits(logits_);  // both products read it: rounded once under bf16
   if (layout.splits_features()) {
     Tensor& dtable = e.table_grad_workspace();
     ops::matmul(logits_, true, whole_x, false, dtable);

@@ -179,10 +179,14 @@ void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved&
     Tensor dh = w.dhidden.rows(first, rows), d_in = dinput.rows(first, rows);
     Tensor dw2_l = dw2.slice(l * c * h, {c, h}), db2_l = db2.slice(l * c, {c});
     Tensor dw1_l = dw1.slice(l * h * c, {h, c}), db1_l = db1.slice(l * h, {h});
-    ops::matmul(d_o, true, act, false, dw2_l, 1.0f, 1.0f);
-    ops::bias_backward(db2_l, d_o);
-    ops::matmul(d_o, false, w2.slice(l * c * h, {c, h}), false, dh);
+    {
+      const ops::SharedBf16Operand shared_d_o(d_o);  // read by both products: rounded once under bf16
+      ops::matmul(d_o, true, act, false, dw2_l, 1.0f, 1.0f);
+      ops::bias_backward(db2_l, d_o);
+      ops::matmul(d_o, false, w2.slice(l * c * h, {c, h}), false, dh);
+    }
     ops::gelu_backward(dh, pre, dh);
+    const ops::SharedBf16Operand shared_dh(dh);
     ops::matmul(dh, true, in, false, dw1_l, 1.0f, 1.0f);
     ops::bias_backward(db1_l, dh);
     ops::matmul(dh, false, w1.slice(l * h * c, {h, c}), false, d_in);

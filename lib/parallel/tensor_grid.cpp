@@ -146,6 +146,7 @@ void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tens
   Tensor dym = as_matrix(dy), xm = as_matrix(x);
   if (db) ops::bias_backward(*db, dym);
   if (!dx && !dw) return;
+  const ops::SharedBf16Operand shared_dy(dym);  // every step's products read it: rounded once under bf16
   Tensor wk = work(w_block, w.shape()), xk = work(x_block, xm.shape());
   Tensor dx_part = work(Slot::dx_part, xm.shape()), dw_part = work(Slot::dw_part, w.shape());
   for (int k = 0; k < grid_.q; ++k) {

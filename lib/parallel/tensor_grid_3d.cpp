@@ -39,6 +39,7 @@ void TensorParallelGrid::cube_backward(Tensor* dx, const Tensor& dy, const Tenso
   const int64_t q = grid_.q, rows = dym.dim(0);
   Tensor whole_dy = work(dy_whole, {q * rows, dym.dim(1)});
   scatter.all_gather(dym.reshape({dym.numel()}), whole_dy);
+  const ops::SharedBf16Operand shared_dy(whole_dy);  // both products read it: rounded once under bf16
   if (dx) {
     Tensor whole_w = work(w_block, {w.dim(0), w.dim(1) * q});
     gather_columns(col_, w, whole_w);

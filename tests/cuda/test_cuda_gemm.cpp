@@ -1,12 +1,18 @@
 // CUDA GEMM (cuBLAS) against the CPU twin: every transpose combination, odd sizes, alpha/beta,
 // batched, and the empty product (k = 0). Tolerance 1e-5 + 2e-6 k absolute: fp32 rounding passes,
 // TF32 (10-bit mantissa) products would not. The bf16-input GEMM (tensor cores) against the CPU's
-// emulated bf16 GEMM: the same rounded products, summed in another order, so the same tolerance.
+// emulated bf16 GEMM: the same rounded products, summed in another order, so the same tolerance;
+// and ops::SharedBf16Operand's one rounded copy read by two products on the device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "core/tensor.h"
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/ops.h"
 
 namespace cpu = tessera::kernels::cpu;
 namespace gpu = tessera::kernels::cuda;
@@ -103,4 +109,44 @@ TEST(CudaGemm, Bf16CopiesAreReadInPlaceOfTheValues) {
   DeviceBuffer<uint16_t> dab(a_bits), dbb(b_bits);
   gpu::gemm_bf16(false, true, m, n, k, 1.0f, da.get(), dab.get(), db.get(), dbb.get(), 0.0f, dc.get());
   EXPECT_TRUE(all_close(dc.host(), want, tolerance(k), 1e-5));
+}
+
+// ops::SharedBf16Operand on the device: a linear layer's two backward products read one rounded
+// copy of dy (from the stream-ordered pool), the same numbers as rounding it for each; doubling dy
+// inside the scope does not reach the products (the copy is read), and does after it.
+TEST(CudaGemm, ASharedOperandIsRoundedOnceForBothProducts) {
+  TESSERA_REQUIRE_CUDA();
+  using tessera::Device;
+  using tessera::Tensor;
+  namespace ops = tessera::ops;
+  const ops::MatmulInputsScope bf16_inputs(ops::MatmulInputs::bf16);
+  const int64_t rows = 48, in = 40, out = 72;
+  const auto upload = [](const std::vector<float>& v, tessera::Shape shape) {
+    Tensor t = Tensor::empty(std::move(shape));
+    std::copy(v.begin(), v.end(), t.data<float>());
+    return t.to(Device::cuda);
+  };
+  const auto host = [](const Tensor& t) {
+    const Tensor h = t.to(Device::cpu);
+    return std::vector<float>(h.data<float>(), h.data<float>() + h.numel());
+  };
+  Tensor dy = upload(normal(rows * out, 600), {rows, out});
+  const Tensor x = upload(normal(rows * in, 601), {rows, in}), w = upload(normal(out * in, 602), {out, in});
+  Tensor dw = Tensor::zeros({out, in}, tessera::DType::f32, Device::cuda);
+  Tensor dx = Tensor::zeros({rows, in}, tessera::DType::f32, Device::cuda);
+  ops::matmul(dy, true, x, false, dw);
+  ops::matmul(dy, false, w, false, dx);
+  const std::vector<float> dw_each = host(dw), dx_each = host(dx);
+  {
+    const ops::SharedBf16Operand shared(dy);
+    ops::matmul(dy, true, x, false, dw);
+    ops::scale_inplace(dy, 2.0f);
+    ops::matmul(dy, false, w, false, dx);
+    EXPECT_TRUE(all_close(host(dw), dw_each, tolerance(rows), 1e-5));
+    EXPECT_TRUE(all_close(host(dx), dx_each, tolerance(out), 1e-5));
+  }
+  ops::matmul(dy, false, w, false, dx);
+  std::vector<float> doubled(dx_each);
+  for (float& v : doubled) v *= 2.0f;
+  EXPECT_TRUE(all_close(host(dx), doubled, tolerance(out), 1e-5));
 }

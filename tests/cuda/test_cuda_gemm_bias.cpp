@@ -1,7 +1,7 @@
 // The fused linear forward (gemm_bias: a cuBLASLt GEMM with a bias or bias + GELU epilogue, or
-// its unfused fallback) against its CPU twin, ops::linear_forward's CPU path: broadcast_rows + gemm,
-// or gemm + bias_gelu_forward. fp32 inputs within 1e-5 + 2e-6 k (as the plain GEMM); bf16 inputs
-// against the CPU's emulated bf16 GEMM, the same. The GELU input (pre) within the same tolerance,
+// its unfused fallback) against its CPU twin, cpu::gemm_bias (oneDNN's matmul with the bias in its
+// epilogue, or broadcast_rows + gemm, or gemm + bias_gelu_forward). fp32 inputs within
+// 1e-5 + 2e-6 k (as the plain GEMM); bf16 inputs, the same (both sum exact bf16 products in fp32). The GELU input (pre) within the same tolerance,
 // the GELU output within it plus 1e-3 relative (cuBLASLt's GELU is its own tanh approximation,
 // perhaps the hardware's). Which path ran is checked too: the GPT-2 shapes must take the epilogue,
 // n not a multiple of 8 (with GELU) the fallback; operands at 4-byte offsets (tensor views) give
@@ -29,17 +29,8 @@ void check_linear(int64_t m, int64_t n, int64_t k, bool gelu, bool bf16, uint64_
                                   << " n " << n << " k " << k << " offset " << offset);
   const auto a = normal(m * k, stream), w = normal(n * k, stream + 1, 0.1f), bias = normal(n, stream + 2);
   std::vector<float> want_out(m * n), want_pre(m * n);
-  auto product = [&](float beta, float* c) {
-    if (bf16) cpu::gemm_bf16_emulated(false, true, m, n, k, 1.0f, a.data(), nullptr, w.data(), nullptr, beta, c);
-    else cpu::gemm(false, true, m, n, k, 1.0f, a.data(), w.data(), beta, c);
-  };
-  if (gelu) {
-    product(0.0f, want_pre.data());
-    cpu::bias_gelu_forward(want_out.data(), want_pre.data(), bias.data(), m, n);
-  } else {
-    cpu::broadcast_rows(want_out.data(), bias.data(), m, n);
-    product(1.0f, want_out.data());
-  }
+  cpu::gemm_bias(m, n, k, a.data(), nullptr, w.data(), nullptr, bias.data(), bf16, gelu ? want_pre.data() : nullptr,
+                 want_out.data());
   auto shifted = [offset](const std::vector<float>& v) {
     std::vector<float> padded(offset, 0.0f);
     padded.insert(padded.end(), v.begin(), v.end());

@@ -1,8 +1,10 @@
 // Unit tests of the GEMMs with bf16 inputs (ops::MatmulInputs::bf16, kernels/cpu/gemm_bf16.cpp):
 // against a double-precision product of the inputs rounded to bf16 here, for every transpose,
 // alpha and beta, batched, k = 0; that the rounding happens; that a registered bf16 copy is read in
-// place of its values (and only inside its range); that oneDNN's bf16 path and the emulated one
-// give the same numbers; that the path follows the CPU; and the setting's scope.
+// place of its values (and only inside its range); that a shared operand (ops::SharedBf16Operand)
+// is rounded once for its scope's products, nests, and does nothing under fp32; that oneDNN's
+// bf16 path and the emulated one give the same numbers; that the path follows the CPU; and the
+// setting's scope.
 // CTest runs this file as is and, prefixed "blas.", with TESSERA_CPU_GEMM=blas (emulated path).
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -142,6 +145,82 @@ TEST(MatmulBf16, ARegisteredCopyIsReadInPlaceOfItsValues) {
   EXPECT_LT(rel_error(c.data<float>(), reference(false, true, m, n, k, 1.0, x.data<float>(), second.data<float>(), 0.0,
                                                  nullptr)),
             1e-6);
+}
+
+// A linear layer's backward: dW = dy^T x and dx = dy w both read dy. Shared, dy is rounded once
+// and both products read that copy: the same numbers as rounding it for each product. To show the
+// copy is what they read, dy's values are doubled inside the scope (which the contract forbids):
+// the products do not move until the scope ends.
+TEST(MatmulBf16, ASharedOperandIsRoundedOnceForEveryProductOfItsScope) {
+  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+  const int64_t rows = 24, in = 40, out = 36;
+  Tensor dy = random_tensor({rows, out}, 16);
+  const Tensor x = random_tensor({rows, in}, 17), w = random_tensor({out, in}, 18);
+  Tensor dw_each = Tensor::empty({out, in}), dx_each = Tensor::empty({rows, in});
+  tessera::ops::matmul(dy, true, x, false, dw_each);
+  tessera::ops::matmul(dy, false, w, false, dx_each);
+  Tensor dw = Tensor::empty({out, in}), dx = Tensor::empty({rows, in});
+  {
+    const tessera::ops::SharedBf16Operand shared(dy);
+    tessera::ops::matmul(dy, true, x, false, dw);
+    tessera::ops::scale_inplace(dy, 2.0f);
+    tessera::ops::matmul(dy, false, w, false, dx);
+    for (int64_t i = 0; i < dw.numel(); ++i) ASSERT_EQ(dw.data<float>()[i], dw_each.data<float>()[i]) << i;
+    for (int64_t i = 0; i < dx.numel(); ++i) ASSERT_EQ(dx.data<float>()[i], dx_each.data<float>()[i]) << i;
+    // A view inside dy reads the copy's matching part.
+    Tensor part = Tensor::empty({8, in});
+    tessera::ops::matmul(dy.rows(4, 8), false, w, false, part);
+    for (int64_t i = 0; i < part.numel(); ++i) ASSERT_EQ(part.data<float>()[i], dx_each.data<float>()[4 * in + i]);
+  }
+  tessera::ops::matmul(dy, false, w, false, dx);  // the scope has ended: dy's doubled values
+  for (int64_t i = 0; i < dx.numel(); ++i) ASSERT_EQ(dx.data<float>()[i], 2.0f * dx_each.data<float>()[i]) << i;
+}
+
+TEST(MatmulBf16, SharedOperandsNestAndEachEndsWithItsScope) {
+  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+  const int64_t m = 10, n = 14, k = 22;
+  Tensor a = random_tensor({m, k}, 19), b = random_tensor({k, n}, 20);
+  Tensor before = Tensor::empty({m, n}), c = Tensor::empty({m, n});
+  tessera::ops::matmul(a, false, b, false, before);
+  const auto product = [&] {
+    tessera::ops::matmul(a, false, b, false, c);
+    return c.data<float>()[0] / before.data<float>()[0];  // 1, 2 or 4: which operands doubled
+  };
+  {
+    const tessera::ops::SharedBf16Operand shared_a(a);
+    {
+      const tessera::ops::SharedBf16Operand shared_b(b);
+      tessera::ops::scale_inplace(a, 2.0f);
+      tessera::ops::scale_inplace(b, 2.0f);
+      EXPECT_EQ(product(), 1.0f);  // both copies read
+    }
+    EXPECT_EQ(product(), 2.0f);  // b's scope ended: its doubled values; a's copy still read
+  }
+  EXPECT_EQ(product(), 4.0f);
+}
+
+TEST(MatmulBf16, ASharedOperandDoesNothingUnderFp32Inputs) {
+  const int64_t m = 6, n = 5, k = 9;
+  Tensor a = random_tensor({m, k}, 21);
+  const Tensor b = random_tensor({k, n}, 22);
+  Tensor c = Tensor::empty({m, n});
+  const tessera::ops::SharedBf16Operand shared(a);
+  tessera::ops::scale_inplace(a, 3.0f);
+  tessera::ops::matmul(a, false, b, false, c);
+  EXPECT_LT(rel_error(c.data<float>(), reference(false, false, m, n, k, 1.0, a.data<float>(), b.data<float>(), 0.0,
+                                                 nullptr, false)),
+            1e-6);
+}
+
+TEST(MatmulBf16, SharedOperandsRefuseOtherTypesAndDeepNesting) {
+  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+  EXPECT_THROW(tessera::ops::SharedBf16Operand(Tensor::empty({4}, tessera::DType::bf16)), tessera::Error);
+  const Tensor t = random_tensor({4}, 23);
+  std::vector<std::unique_ptr<tessera::ops::SharedBf16Operand>> scopes;
+  for (int i = 0; i < 4; ++i) scopes.push_back(std::make_unique<tessera::ops::SharedBf16Operand>(t));
+  EXPECT_THROW(tessera::ops::SharedBf16Operand{t}, tessera::Error);
+  while (!scopes.empty()) scopes.pop_back();  // innermost first
+  const tessera::ops::SharedBf16Operand again(t);  // the slots are free again
 }
 
 TEST(MatmulBf16, BatchedMatchesPerMatrixReference) {

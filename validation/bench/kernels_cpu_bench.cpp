@@ -1,8 +1,9 @@
 // Roofline lines for tessera's CPU kernels, each against a limit measured in the same run (not a
 // test): the GEMMs of a GPT-2 124M step (batch 4 x seq 64 = 256 token rows) through ops::matmul in
-// GFLOP/s against a 2048^3 sgemm; layer norm forward and backward in GB/s against a copy loop's
-// bandwidth; causal attention forward and backward in GFLOP/s (against the same sgemm rate, which
-// attention, made of small tiles and a softmax, can at best approach).
+// GFLOP/s against a 2048^3 sgemm, and their linear forwards with the bias fused against unfused;
+// layer norm forward and backward in GB/s against a copy loop's bandwidth; causal attention
+// forward and backward in GFLOP/s (against the same sgemm rate, which attention, made of small
+// tiles and a softmax, can at best approach).
 //
 // usage: bench_kernels_cpu [--reps N]     threads: OMP_NUM_THREADS
 // Each figure is the best of N runs (default 7) after one warm-up.
@@ -102,6 +103,27 @@ int main(int argc, char** argv) {
   for (const Shape3& g : gemms) {
     const double r = gemm_gflops(g.m, g.n, g.k, g.ta, g.tb);
     std::printf("%-44s %10.1f %7.0f%%\n", g.name, r, 100.0 * r / limit);
+  }
+
+  // A linear's forward with its bias: ops::linear_forward (on oneDNN the bias in the matmul's
+  // epilogue; with GELU, then one pass) against the unfused ops it replaced.
+  std::printf("\n%-44s %10s %10s %7s\n", "linear forward + bias (256 token rows)", "fused ms", "unfused", "ratio");
+  for (const Shape3& g : {gemms[0], gemms[1], gemms[2], gemms[3]}) {
+    const bool gelu = g.n == 4 * c;  // the MLP's first layer
+    Tensor x = filled({g.m, g.k}, 1.0f), w = filled({g.n, g.k}, 0.05f), bias = filled({g.n}, 0.1f);
+    Tensor y = Tensor::zeros({g.m, g.n}), pre = Tensor::zeros({g.m, g.n});
+    const double fused = best_seconds([&] { ops::linear_forward(y, x, w, bias, gelu ? &pre : nullptr); });
+    const double unfused = best_seconds([&] {
+      if (gelu) {
+        ops::matmul(x, false, w, true, pre);
+        ops::bias_gelu_forward(y, pre, bias);
+      } else {
+        ops::broadcast_rows(y, bias);
+        ops::matmul(x, false, w, true, y, 1.0f, 1.0f);
+      }
+    });
+    std::printf("%-.17s%-27s %10.3f %10.3f %7.3f\n", g.name, gelu ? "+ GELU" : "", 1e3 * fused, 1e3 * unfused,
+                fused / unfused);
   }
 
   const double bandwidth = copy_gbs(int64_t{64} << 20);
