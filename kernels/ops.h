@@ -61,9 +61,10 @@ void clear_bf16_copy();
 // layer's output gradient feeds its weight product and its input product): while the scope
 // lives, GEMMs with bf16 inputs read x's rounded copy as they read set_bf16_copy's. The same
 // numbers as rounding x for each GEMM; the caller keeps x unchanged while the scope lives. Does
-// nothing while the GEMM inputs are fp32, or with TESSERA_SHARED_BF16_OPERANDS=0 (an A/B switch). The copy lives in memory outside the tracked allocator
-// (the CPU's grows to the largest operand and is kept; CUDA's comes from the stream-ordered pool),
-// as gemm_bf16's own rounded operands; scopes nest, four deep at most.
+// nothing while the GEMM inputs are fp32, or with TESSERA_SHARED_BF16_OPERANDS=0 (an A/B switch).
+// The copy lives in memory outside the tracked allocator (the CPU's grows to the largest operand
+// and is kept; CUDA's comes from the stream-ordered pool), as gemm_bf16's own rounded operands;
+// scopes nest, four deep at most.
 class SharedBf16Operand {
  public:
   explicit SharedBf16Operand(const Tensor& x);

@@ -34,6 +34,10 @@ bool onednn_gemm_bias(int64_t m, int64_t n, int64_t k, const float* a, const uin
 void gemm_bias(int64_t m, int64_t n, int64_t k, const float* a, const uint16_t* a_bits, const float* w,
                const uint16_t* w_bits, const float* bias, bool bf16, float* pre, float* out) {
   if (m == 0 || n == 0) return;
+  if (bf16 && gemm_bf16_on_onednn()) {  // rounded once, for oneDNN or (its cache full) the fallback
+    a_bits = gemm_bf16_operand(0, a, a_bits, m * k);
+    w_bits = gemm_bf16_operand(1, w, w_bits, n * k);
+  }
   if (k > 0 && onednn_gemm_bias(m, n, k, a, a_bits, w, w_bits, bias, bf16, pre ? pre : out)) {
     if (pre) gelu_forward(out, pre, m * n);
     return;

@@ -34,8 +34,8 @@ bool synchronous_ops();
 
 // Device scratch memory for the duration of one op, from the stream-ordered pool
 // (cudaMallocAsync / cudaFreeAsync on op_stream()): freed in stream order, so kernels still
-// queued may use it after the op returns. The pool keeps up to 256 MiB of freed memory for the
-// next ops. Not counted by core/allocator.
+// queued may use it after the op returns. The pool keeps freed memory for the next ops, up to a
+// 16th of the device (cuda_check.cpp). Not counted by core/allocator.
 class Scratch {
  public:
   explicit Scratch(size_t bytes);

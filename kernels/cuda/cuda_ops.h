@@ -23,7 +23,7 @@ void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int
 // cuBLASLt GEMM with a BIAS (GELU_AUX_BIAS) epilogue; gemm + broadcast_rows (bias_gelu_forward)
 // where cuBLASLt has no algorithm for it, the bias or pre is not 16-byte aligned, k is 0, or (with
 // GELU) n is not a multiple of 8. bf16: the inputs in bf16 as gemm_bf16 (a_bits, w_bits: given
-// copies or nullptr). The CPU twin is cpu::gemm_bias (gemm_lt.cpp).
+// copies or nullptr). The CPU twin is cpu::gemm_bias (kernels/cpu/gemm_bias.cpp).
 void gemm_bias(int64_t m, int64_t n, int64_t k, const float* a, const uint16_t* a_bits, const float* w,
                const uint16_t* w_bits, const float* bias, bool bf16, float* pre, float* out);
 // How many gemm_bias calls took the fallback so far (the tests check which path ran).

@@ -161,7 +161,7 @@ bool lt_gemm_bias(int64_t m, int64_t n, int64_t k, const void* a, const void* w,
   return true;
 }
 
-// The unfused twin of ops::linear_forward's CPU path (a_bits, w_bits: bf16 copies or nullptr).
+// The unfused path, as cpu::gemm_bias's without oneDNN (a_bits, w_bits: bf16 copies or nullptr).
 void gemm_then_bias(int64_t m, int64_t n, int64_t k, const float* a, const uint16_t* a_bits, const float* w,
                     const uint16_t* w_bits, const float* bias, bool bf16, float* pre, float* out) {
   {

@@ -76,8 +76,8 @@ OpTimer::~OpTimer() {
 
 void OpTimer::end() {
   if (ended_) return;
-  ended_ = true;
   TESSERA_CUDA_CHECK(cudaEventRecord(t_times.ops[slot_].end, op_stream()));
+  ended_ = true;
 }
 
 void end_running_op_timer() {

@@ -8,7 +8,9 @@
 namespace tessera::kernels::cuda {
 namespace {
 
-// Targets < 0 are ignored (loss 0, gradient row 0); a target >= valid_vocab throws, as on the CPU.
+// Targets < 0 are ignored (loss 0, gradient row 0); a target >= valid_vocab throws, as on the CPU,
+// but after the forward kernel has run (it writes loss 0 for such a row) and its values are written:
+// the check's wait then ends the op's timed interval after both kernels.
 constexpr int kThreads = 256;
 constexpr unsigned long long kNoBadRow = ~0ull;
 

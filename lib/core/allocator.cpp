@@ -58,15 +58,18 @@ void cuda_check(cudaError_t status, const char* what) {
 // cudaMalloc; when the device is full, once more after handing the stream-ordered pool's free
 // memory back to the driver (the kernels' scratch pool keeps what it frees: kernels/cuda/cuda_check.cpp).
 cudaError_t device_malloc(void** ptr, size_t bytes) {
-  cudaError_t status = cudaMalloc(ptr, bytes);
+  const cudaError_t status = cudaMalloc(ptr, bytes);
   if (status != cudaErrorMemoryAllocation) return status;
-  (void)cudaGetLastError();  // clear the sticky-until-read error of the failed call
+  (void)cudaGetLastError();  // the failed call's error is read here, not by a later op's check
   int device = 0;
   cudaMemPool_t pool = nullptr;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
-      cudaDeviceSynchronize() != cudaSuccess || cudaMemPoolTrimTo(pool, 0) != cudaSuccess)
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess)
     return status;
-  return cudaMalloc(ptr, bytes);
+  if (const cudaError_t sync = cudaDeviceSynchronize(); sync != cudaSuccess) return sync;  // an earlier fault
+  if (cudaMemPoolTrimTo(pool, 0) != cudaSuccess) return status;
+  const cudaError_t retry = cudaMalloc(ptr, bytes);
+  if (retry != cudaSuccess) (void)cudaGetLastError();
+  return retry;
 }
 #endif
 

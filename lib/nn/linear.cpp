@@ -93,7 +93,7 @@ void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumu
     return;
   }
   // Both products here read dy: under bf16 GEMM inputs it is rounded once for the two.
-  const bool both = !defer && dx && split_ != Split::block;
+  const bool both = !defer && dx;  // (a grid layout without defer returned above)
   const ops::SharedBf16Operand shared_dy(both ? dy : Tensor());
   if (defer) {
     defer->linear(*this, dy, x, x_outlives);

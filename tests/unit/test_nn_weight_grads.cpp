@@ -1,11 +1,12 @@
 // Deferred weight gradients (zero-bubble pipelines' B and W): a transformer block's backward with
 // a WeightGrads gives the same input gradient and touches no parameter gradient; running the
 // WeightGrads afterwards gives the same parameter gradients as the plain backward; a second pass
-// reuses the buffers.
+// reuses the buffers. With fp32 and with bf16 GEMM inputs.
 #include <gtest/gtest.h>
 
 #include "core/allocator.h"
 #include "gradcheck.h"
+#include "kernels/ops.h"
 #include "nn/transformer_block.h"
 #include "nn/weight_grads.h"
 #include "param_randomize.h"
@@ -20,7 +21,8 @@ float max_abs_diff(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
-TEST(WeightGrads, BlockBackwardSplitsIntoInputAndWeightGradients) {
+void expect_backward_splits(ops::MatmulInputs inputs) {
+  const ops::MatmulInputsScope scope(inputs);
   const int64_t batch = 2, seq = 5, channels = 8;
   nn::ParamStore s;
   nn::TransformerBlock blk(s, "blocks.0", nn::BlockConfig{channels, 2, 4 * channels, 0.3f, 0.3f});
@@ -55,5 +57,11 @@ TEST(WeightGrads, BlockBackwardSplitsIntoInputAndWeightGradients) {
     EXPECT_EQ(max_abs_diff(s.flat_grads(), grads_plain), 0.0f) << "W's gradients differ from the plain backward's";
   }
 }
+
+TEST(WeightGrads, BlockBackwardSplitsIntoInputAndWeightGradients) { expect_backward_splits(ops::MatmulInputs::f32); }
+
+// Under bf16 GEMM inputs the plain backward rounds each linear's output gradient once for its two
+// products (ops::SharedBf16Operand), the split one for each product apart: the same numbers.
+TEST(WeightGrads, BlockBackwardSplitsTheSameUnderBf16Inputs) { expect_backward_splits(ops::MatmulInputs::bf16); }
 
 }  // namespace
