@@ -24,9 +24,10 @@ class Matmuls {
     const memory::desc a_desc({m, k}, in, trans_a ? memory::dims{1, m} : memory::dims{k, 1});
     const memory::desc b_desc({k, n}, in, trans_b ? memory::dims{1, k} : memory::dims{n, 1});
     const memory::desc c_desc({m, n}, memory::data_type::f32, memory::dims{n, 1});
-    const memory::desc bias_desc = bias ? memory::desc({1, n}, memory::data_type::f32, memory::dims{n, 1}) : memory::desc();
-    const dnnl::matmul* primitive =
-        find(Key{trans_a, trans_b, m, n, k, alpha, beta, bf16_inputs, bias != nullptr}, a_desc, b_desc, bias_desc, c_desc);
+    const memory::desc bias_desc =
+        bias ? memory::desc({1, n}, memory::data_type::f32, memory::dims{n, 1}) : memory::desc();
+    const Key key{trans_a, trans_b, m, n, k, alpha, beta, bf16_inputs, bias != nullptr};
+    const dnnl::matmul* primitive = find(key, a_desc, b_desc, bias_desc, c_desc);
     if (!primitive) return false;
     thread_local dnnl::stream stream(engine_);
     memory a_mem(a_desc, engine_, const_cast<void*>(a)), b_mem(b_desc, engine_, const_cast<void*>(b));
@@ -57,7 +58,8 @@ class Matmuls {
         sum.append_sum(beta);
         attr.set_post_ops(sum);
       }
-      const dnnl::matmul::desc desc = std::get<8>(key) ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
+      const dnnl::matmul::desc desc =
+          std::get<8>(key) ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c);
       const dnnl::matmul::primitive_desc pd(desc, attr, engine_);
       it = primitives_.emplace(key, dnnl::matmul(pd)).first;
     }

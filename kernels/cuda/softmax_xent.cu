@@ -9,8 +9,8 @@ namespace tessera::kernels::cuda {
 namespace {
 
 // Targets < 0 are ignored (loss 0, gradient row 0); a target >= valid_vocab throws, as on the CPU,
-// but after the forward kernel has run (it writes loss 0 for such a row) and its values are written:
-// the check's wait then ends the op's timed interval after both kernels.
+// though only once the forward kernel (which gives such a row loss 0) has run: the check's wait
+// then ends the op's timed interval after both kernels.
 constexpr int kThreads = 256;
 constexpr unsigned long long kNoBadRow = ~0ull;
 
@@ -112,7 +112,7 @@ void softmax_xent_forward(float* losses, float* lse, const float* logits, const 
   launch("softmax_xent_forward", softmax_xent_forward_kernel, dim3(row_grid(rows)), dim3(kThreads), 0, losses, lse,
          logits, targets, rows, padded_vocab, valid_vocab);
   finish("softmax_xent_forward");
-  check_targets(targets, rows, valid_vocab, "softmax_xent_forward");  // after: the op's timed interval ends at its wait
+  check_targets(targets, rows, valid_vocab, "softmax_xent_forward");  // last: see check_targets
 }
 
 void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse,

@@ -3,9 +3,10 @@
 // epilogue, or broadcast_rows + gemm, or gemm + bias_gelu_forward). fp32 inputs within
 // 1e-5 + 2e-6 k (as the plain GEMM); bf16 inputs, the same (both sum exact bf16 products in
 // fp32). The GELU input (pre) within the same tolerance, the GELU output within it plus 1e-3
-// relative (cuBLASLt's GELU is its own tanh approximation, perhaps the hardware's). Which path ran is checked too: the GPT-2 shapes must take the epilogue,
-// n not a multiple of 8 (with GELU) the fallback; operands at 4-byte offsets (tensor views) give
-// the same numbers whichever path cuBLASLt allows them.
+// relative (cuBLASLt's GELU is its own tanh approximation, perhaps the hardware's). Which path
+// ran is checked too: the GPT-2 shapes must take the epilogue, n not a multiple of 8 (with GELU)
+// the fallback; operands at 4-byte offsets (tensor views) give the same numbers whichever path
+// cuBLASLt allows them.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"

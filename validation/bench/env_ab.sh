@@ -30,7 +30,8 @@ for ((r = 1; r <= rounds; ++r)); do
     [[ $side == B ]] && run=(env "$setting" "${run[@]}")
     echo "+ [round $r/$rounds, $side] ${run[*]}"
     rm -f "$out/${side}_r$r.jsonl"
-    "${run[@]}" > "$out/${side}_r$r.log" 2>&1 || { tail -5 "$out/${side}_r$r.log"; echo "error: run failed" >&2; exit 1; }
+    "${run[@]}" > "$out/${side}_r$r.log" 2>&1 ||
+      { tail -5 "$out/${side}_r$r.log"; echo "error: run failed ($side, round $r)" >&2; exit 1; }
   done
 done
 
