@@ -680,6 +680,8 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm)
     const htri_t is_h5 = H5Fis_hdf5(path.c_str());
     if (is_h5 == 0) fail("cannot open checkpoint ", path, ": not an HDF5 file");
     if (is_h5 < 0) fail(with_detail("cannot open checkpoint " + path));
+    if (const std::string problem = superblock_problem(path); !problem.empty())
+      fail("cannot open checkpoint ", path, ": ", problem);
   });
   agree_on(comm, err.empty(), err, ArgHash().add(path).h, "CheckpointReader");
 

@@ -138,6 +138,7 @@ hid_t open_existing(const std::string& path, unsigned flags) {
   const htri_t is_h5 = H5Fis_hdf5(path.c_str());
   if (is_h5 == 0) fail(path, " is not an HDF5 file");
   if (is_h5 < 0) fail(with_detail("cannot open " + path));
+  if (const std::string problem = superblock_problem(path); !problem.empty()) fail("cannot open ", path, ": ", problem);
   const hid_t id = H5Fopen(path.c_str(), flags, H5P_DEFAULT);
   if (id < 0) {
     const std::string d = hdf5_detail();

@@ -2,7 +2,9 @@
 #include "io/hdf5_handle.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <vector>
 
@@ -53,6 +55,33 @@ std::string hdf5_detail(int max) {
   std::string out;
   for (size_t i = 0; i < parts.size() && static_cast<int>(i) < max; ++i) out += (i ? "; " : "") + parts[i];
   return out;
+}
+
+// The superblock's fields up to its end-of-file address (HDF5 file format spec, "Superblock"):
+// versions 0 and 1 give the sizes at bytes 13-14 and four addresses from byte 24 (28 in version 1:
+// two more B-tree bytes and two reserved), the end of file the third; versions 2 and 3 give the
+// sizes at bytes 9-10 and the addresses from byte 12, the end of file the third as well.
+std::string superblock_problem(const std::string& path) {
+  static constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  unsigned char head[64] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  const int64_t got = in.gcount();
+  if (got < 16 || std::memcmp(head, kSignature, sizeof kSignature) != 0) return "";  // elsewhere, or HDF5's to judge
+  const int version = head[8];
+  if (version > 3) return "";
+  const int offsets = version <= 1 ? head[13] : head[9];
+  if (offsets != 2 && offsets != 4 && offsets != 8) return "";
+  const int64_t addresses = version == 0 ? 24 : version == 1 ? 28 : 12;
+  const int64_t eof_at = addresses + 2 * offsets, eof_end = eof_at + offsets;
+  if (got < eof_end)
+    return "the file is truncated (" + std::to_string(got) + " bytes end inside the superblock)";
+  uint64_t eof = 0;
+  for (int i = offsets - 1; i >= 0; --i) eof = (eof << 8) | head[eof_at + i];
+  if (eof < static_cast<uint64_t>(eof_end))
+    return "corrupt HDF5 file (its superblock puts the end of file at byte " + std::to_string(eof) +
+           ", inside the superblock itself)";
+  return "";
 }
 
 }  // namespace tessera::io

@@ -53,4 +53,10 @@ void silence_hdf5();
 // distinct ones joined by "; " ("" if none); the stack is cleared.
 std::string hdf5_detail(int max = 1);
 
+// What is wrong with the superblock at the start of an HDF5 file, before HDF5 reads it ("" when
+// nothing is seen, or the superblock is elsewhere): an end-of-file address inside the superblock
+// itself, or a file too short to hold its fields. HDF5 1.10.8 reads such a file (49 bytes with an
+// end of file of 0) by filling about 2 GB before it fails (tests/fuzz/regressions/).
+std::string superblock_problem(const std::string& path);
+
 }  // namespace tessera::io

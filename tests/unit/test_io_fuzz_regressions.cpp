@@ -52,4 +52,17 @@ TEST(FuzzRegression, CheckpointAskingHdf5ForAnAbsurdBufferIsRefused) {
   EXPECT_NE(r.err.find("corrupt HDF5 file"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("checkpoint_absurd_metadata_size.h5"), std::string::npos) << r.err;
 }
+// A 49-byte file whose superblock puts the end of file at byte 0: HDF5 1.10.8 filled about 2.1 GB
+// reading it before it failed (CI's fuzz run found it at its 2 GB limit); tessera now refuses it
+// from the superblock's fields before HDF5 reads it (io::superblock_problem).
+TEST(FuzzRegression, CheckpointWithItsEndOfFileAtZeroIsRefused) {
+  const std::string file = std::string(TESSERA_SOURCE_DIR) + "/tests/fuzz/regressions/checkpoint_end_of_file_at_zero.h5";
+  const std::string tool = std::string(TESSERA_BUILD_DIR) + "/apps/ckpt_tool";
+  const CommandResult r = run_command(
+      "env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 timeout 120 " + tool + " verify " + file);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("corrupt HDF5 file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoint_end_of_file_at_zero.h5"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("end of file at byte 0"), std::string::npos) << r.err;
+}
 }  // namespace
