@@ -73,6 +73,9 @@ struct ParamSpec {
   // (expert) dimension, replicated over tp, and its gradient is complete over the ep group. Every
   // other parameter's gradient under expert parallelism covers this ep rank's tokens only.
   bool expert = false;
+  // Read only as a GEMM operand (a linear layer's weight). A bf16 GEMM rounds its operands itself,
+  // so mixed precision need not round such a parameter's held values in place (optim/mixed_precision.h).
+  bool gemm_operand_only = false;
   int64_t offset = 0;      // first element in the flat buffers
 };
 
@@ -120,6 +123,7 @@ class ParamStore {
   int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
   void set_partial(int id, PartialGrad partial) { specs_[id].partial = partial; }
   void set_expert(int id) { specs_[id].expert = true; }
+  void set_gemm_operand_only(int id) { specs_[id].gemm_operand_only = true; }
   // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
   void allocate(Device device, uint64_t seed);
   // ZeRO-3: only elements [begin, end) of the flat order are resident (shard_values/shard_grads,

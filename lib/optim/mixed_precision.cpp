@@ -34,26 +34,71 @@ Tensor MixedPrecision::held_values() { return store_.sharded() ? store_.shard_va
 void MixedPrecision::round_weights() {
   if (!low()) return;
   Tensor held = held_values();
-  if (!master_.defined() || master_.numel() != held.numel())
-    master_ = Tensor::empty({held.numel()}, DType::f32, held.device());
-  master_.copy_from(held.reshape({held.numel()}));
   if (precision_ == Precision::bf16 && !store_.sharded()) {  // ZeRO-3's GEMMs read gathered units, not the shard
-    if (!bf16_copy_.defined() || bf16_copy_.numel() != held.numel() || bf16_copy_.device() != held.device())
-      bf16_copy_ = Tensor::empty({held.numel()}, DType::bf16, held.device());
-    rounding_.round(held, bf16_copy_);
-    ops::set_bf16_copy(held.reshape({held.numel()}), bf16_copy_);
-    copy_registered_ = true;
+    round_bf16_held(held.reshape({held.numel()}));
   } else {
+    if (!master_.defined() || master_.numel() != held.numel())
+      master_ = Tensor::empty({held.numel()}, DType::f32, held.device());
+    master_.copy_from(held.reshape({held.numel()}));
     rounding_.round(held);
   }
   for (Tensor& t : extra_) rounding_.round(t);
+}
+
+const std::vector<MixedPrecision::Span>& MixedPrecision::spans() {
+  if (spans_.empty())
+    for (const nn::ParamSpec& s : store_.specs()) {
+      const int64_t n = s.local_shape.numel();
+      if (n == 0) continue;
+      if (!spans_.empty() && spans_.back().gemm_operand_only == s.gemm_operand_only && spans_.back().end == s.offset)
+        spans_.back().end += n;
+      else
+        spans_.push_back({s.offset, s.offset + n, s.gemm_operand_only});
+    }
+  return spans_;
+}
+
+// Every span's bits; the spans read by other ops are also copied to the master and rounded in place.
+void MixedPrecision::round_bf16_held(Tensor flat) {
+  int64_t kept = 0;
+  for (const Span& s : spans()) kept += s.gemm_operand_only ? 0 : s.end - s.begin;
+  if (!bf16_copy_.defined() || bf16_copy_.numel() != flat.numel() || bf16_copy_.device() != flat.device())
+    bf16_copy_ = Tensor::empty({flat.numel()}, DType::bf16, flat.device());
+  if (!master_.defined() || master_.numel() != kept || master_.device() != flat.device())
+    master_ = Tensor::empty({kept}, DType::f32, flat.device());
+  int64_t at = 0;
+  for (const Span& s : spans()) {
+    const Shape shape{s.end - s.begin};
+    Tensor values = flat.slice(s.begin, shape);
+    Tensor bits = bf16_copy_.slice(s.begin, shape);
+    if (s.gemm_operand_only) {
+      ops::cast(bits, values);
+    } else {
+      master_.slice(at, shape).copy_from(values);
+      rounding_.round(values, bits);
+      at += shape.numel();
+    }
+  }
+  ops::set_bf16_copy(flat, bf16_copy_);
+  copy_registered_ = true;
 }
 
 void MixedPrecision::restore_weights() {
   if (!low()) return;
   forget_bf16_copy();
   Tensor held = held_values();
-  held.reshape({held.numel()}).copy_from(master_);
+  Tensor flat = held.reshape({held.numel()});
+  if (precision_ != Precision::bf16 || store_.sharded()) {
+    flat.copy_from(master_);
+    return;
+  }
+  int64_t at = 0;
+  for (const Span& s : spans()) {
+    if (s.gemm_operand_only) continue;
+    const Shape shape{s.end - s.begin};
+    flat.slice(s.begin, shape).copy_from(master_.slice(at, shape));
+    at += shape.numel();
+  }
 }
 
 void MixedPrecision::round_gradients(Tensor held) { rounding_.round(held); }

@@ -6,7 +6,12 @@
 // store them (round_gradients: fp16 overflows to inf, which the loss scaler detects). The GEMMs
 // multiply in bf16 under bf16 (ops::MatmulInputs, which the trainer sets); otherwise arithmetic
 // is fp32 on rounded values, so the same logic runs and is tested without a GPU. It costs one copy
-// of the held parameters.
+// of the held parameters, and under bf16 the rounded values' bits.
+// Under bf16 (unsharded) a parameter that only GEMMs read (ParamSpec::gemm_operand_only: the
+// linear layers' weights, most of a transformer) is not rounded in place: its bits are written
+// and its fp32 values left alone, since every bf16 GEMM reads the bits (or rounds what it reads:
+// the same values). No master copy, no restore: of the 26 bytes per parameter the round trip moved
+// (copy, round with bits, restore), 6 remain. The rest (norms, biases, embeddings) go the way above.
 #pragma once
 #include <string>
 #include <vector>
@@ -40,13 +45,22 @@ class MixedPrecision {
   DType storage() const { return rounding_.storage(); }
 
  private:
+  // A run of the flat order whose parameters are all GEMM operands only, or all not.
+  struct Span {
+    int64_t begin, end;
+    bool gemm_operand_only;
+  };
   Tensor held_values();
   void forget_bf16_copy();
+  // bf16 on the unsharded store: the spans of the flat order (computed on first use).
+  const std::vector<Span>& spans();
+  void round_bf16_held(Tensor flat);
 
   nn::ParamStore& store_;
   Precision precision_;
   std::vector<Tensor> extra_;
-  Tensor master_;  // the held values' fp32 copy while rounded
+  Tensor master_;  // the held values' fp32 copy while rounded (bf16: of the spans rounded in place, end to end)
+  std::vector<Span> spans_;
   Tensor bf16_copy_;  // bf16: the rounded held values' bits, which the step's GEMMs read
   nn::PrecisionRounding rounding_;
   bool copy_registered_ = false;

@@ -180,9 +180,13 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
         kBytes * directions * shape.rows() * run.model.hidden, true);
     if (first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
   }
-  if (run.precision != "fp32") {  // the fp32 master of the held values (rounding itself is in place)
+  if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
     const int64_t held = zero == 3 ? shard.size() : n;
-    add(m, "buffers", "mixed precision: fp32 master of the held weights", kBytes * held);
+    // bf16 without ZeRO-3 leaves the weights only GEMMs read unrounded (optim/mixed_precision.h).
+    const int64_t rounded = run.precision == "bf16" && zero != 3
+        ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.gemm_operand_only; })
+        : held;
+    add(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
     if (run.precision == "bf16") {
       // Under ZeRO-3 the GEMMs read gathered units, never the shard: no copy then.
       if (zero != 3) add(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);

@@ -1,0 +1,124 @@
+// Unit tests of optim::MixedPrecision's weight round trip: under bf16 a GEMM-only parameter keeps
+// its fp32 values and the GEMMs read its bits; the others are rounded in place; restore_weights
+// brings every held value back bit for bit. fp16 rounds everything in place.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/philox.h"
+#include "kernels/ops.h"
+#include "nn/linear.h"
+#include "nn/param_store.h"
+#include "optim/mixed_precision.h"
+
+using tessera::Device;
+using tessera::DType;
+using tessera::Tensor;
+using tessera::nn::Init;
+using tessera::nn::ParamStore;
+using tessera::optim::MixedPrecision;
+using tessera::optim::Precision;
+namespace ops = tessera::ops;
+
+namespace {
+
+// GEMM-only and other parameters interleaved, as a transformer's weights and biases are.
+void build(ParamStore& s) {
+  s.set_gemm_operand_only(s.add("w1", {4, 6}, Init::Normal(0.5f), true));
+  s.add("b1", {4}, Init::Normal(0.5f), false);
+  s.set_gemm_operand_only(s.add("w2", {6, 4}, Init::Normal(0.5f), true));
+  s.set_gemm_operand_only(s.add("w3", {3, 4}, Init::Normal(0.5f), true));
+  s.add("ln", {5}, Init::Normal(0.5f), false);
+  s.allocate(Device::cpu, 5);
+}
+
+std::vector<float> values_of(ParamStore& s) {
+  const float* v = s.flat_values().data<float>();
+  return {v, v + s.numel()};
+}
+
+float rounded(float x, DType storage) {
+  Tensor v = Tensor::empty({1}, DType::f32, Device::cpu);
+  v.data<float>()[0] = x;
+  ops::round_inplace(v, storage);
+  return v.data<float>()[0];
+}
+
+bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+
+// y = x w^T under bf16 GEMM inputs, x [2, in].
+Tensor product(const Tensor& w) {
+  Tensor x = Tensor::empty({2, w.shape()[1]}, DType::f32, Device::cpu);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  Tensor y = Tensor::empty({2, w.shape()[0]}, DType::f32, Device::cpu);
+  ops::matmul(x, false, w, true, y);
+  return y;
+}
+
+}  // namespace
+
+TEST(MixedPrecision, Bf16KeepsGemmOperandsInFp32AndRoundsTheRest) {
+  ParamStore store;
+  build(store);
+  const std::vector<float> before = values_of(store);
+  MixedPrecision precision(store, Precision::bf16);
+  precision.round_weights();
+  const float* held = store.flat_values().data<float>();
+  int changed = 0;
+  for (const auto& s : store.specs())
+    for (int64_t i = s.offset; i < s.offset + s.local_shape.numel(); ++i) {
+      const float want = s.gemm_operand_only ? before[i] : rounded(before[i], DType::bf16);
+      EXPECT_TRUE(same_bits(held[i], want)) << s.name << " element " << i - s.offset;
+      changed += !same_bits(held[i], before[i]);
+    }
+  EXPECT_GT(changed, 0) << "no value was rounded: the test's values are all bf16 already";
+  precision.restore_weights();
+  for (int64_t i = 0; i < store.numel(); ++i) EXPECT_TRUE(same_bits(held[i], before[i])) << "element " << i;
+}
+
+// The GEMMs read the registered bits, not the held values: changing a GEMM-only weight after
+// rounding does not reach a product until the next round trip.
+TEST(MixedPrecision, Bf16GemmsReadTheBitsOfTheRoundTrip) {
+  ParamStore store;
+  build(store);
+  const ops::MatmulInputsScope bf16(ops::MatmulInputs::bf16);
+  Tensor& w2 = store.value(store.find("w2"));
+  const Tensor expected = product(w2);  // the GEMM rounds w2 itself: no copy is registered yet
+  MixedPrecision precision(store, Precision::bf16);
+  precision.round_weights();
+  for (int64_t i = 0; i < w2.numel(); ++i) w2.data<float>()[i] *= 3.0f;
+  const Tensor during = product(w2);
+  for (int64_t i = 0; i < expected.numel(); ++i)
+    EXPECT_TRUE(same_bits(during.data<float>()[i], expected.data<float>()[i])) << "element " << i;
+  precision.restore_weights();  // GEMM-only values are not restored: they were never rounded
+  const Tensor after = product(w2);
+  for (int64_t i = 0; i < expected.numel(); ++i)
+    EXPECT_FALSE(same_bits(after.data<float>()[i], expected.data<float>()[i])) << "element " << i;
+}
+
+TEST(MixedPrecision, Fp16RoundsEveryParameterAndRestoresIt) {
+  ParamStore store;
+  build(store);
+  const std::vector<float> before = values_of(store);
+  MixedPrecision precision(store, Precision::fp16);
+  precision.round_weights();
+  const float* held = store.flat_values().data<float>();
+  int changed = 0;
+  for (int64_t i = 0; i < store.numel(); ++i) {  // GEMM operands included: fp16's GEMMs do not round
+    EXPECT_TRUE(same_bits(held[i], rounded(before[i], DType::f16))) << "element " << i;
+    changed += !same_bits(held[i], before[i]);
+  }
+  EXPECT_GT(changed, 0) << "no value was rounded: the test's values are all fp16 already";
+  precision.restore_weights();
+  for (int64_t i = 0; i < store.numel(); ++i) EXPECT_TRUE(same_bits(held[i], before[i])) << "element " << i;
+}
+
+TEST(MixedPrecision, ALinearLayerMarksItsWeightAsAGemmOperandOnly) {
+  ParamStore store;
+  const tessera::nn::Linear layer(store, "fc", 4, 3, tessera::nn::LinearOptions{});
+  EXPECT_TRUE(store.spec(store.find("fc.weight")).gemm_operand_only);
+  EXPECT_FALSE(store.spec(store.find("fc.bias")).gemm_operand_only) << "the bias is read by the epilogue in fp32";
+}
