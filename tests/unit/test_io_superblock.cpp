@@ -4,6 +4,7 @@
 // H5File::open_read refuses the fuzz finding with that reason.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,7 +19,20 @@ namespace {
 namespace fs = std::filesystem;
 using tessera::io::superblock_problem;
 
-std::string scratch(const std::string& name) { return (fs::temp_directory_path() / ("tessera_sb_" + name)).string(); }
+// The test's files, in a folder of its own removed when the test program ends.
+struct ScratchFolder {
+  fs::path path = fs::temp_directory_path() / ("tessera_superblock_" + std::to_string(::getpid()));
+  ScratchFolder() { fs::create_directories(path); }
+  ~ScratchFolder() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+std::string scratch(const std::string& name) {
+  static const ScratchFolder folder;
+  return (folder.path / name).string();
+}
 
 // An HDF5 file with one small dataset, written with the oldest (superblock 0) or newest format.
 std::string written_file(const std::string& name, bool latest) {
