@@ -513,7 +513,9 @@ void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, con
   const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1], channels = last_dim(wte);
   expect(out.numel() == batch * seq * channels, "embedding_forward", "out has the wrong size");
   if (wpe.defined()) expect(wpe.numel() >= seq * channels, "embedding_forward", "sequence longer than wpe");
+  // A table with a registered bf16 copy (mixed precision leaves it in fp32) is read from the copy.
   TESSERA_DISPATCH(out.device(), embedding_forward, out.data<float>(), tokens.data<int32_t>(), wte.data<float>(),
+                   bf16_copy_of(wte.device(), wte.data<float>(), wte.numel()),
                    wpe.defined() ? wpe.data<float>() : nullptr, batch, seq, rows_of(wte), channels, vocab_start);
 }
 

@@ -161,7 +161,8 @@ void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const
 
 // ---- embedding -------------------------------------------------------------------------------------
 // out[b, t, :] = wte[tokens[b, t] - vocab_start, :] + wpe[t, :] (wpe may be undefined); token ids
-// outside [vocab_start, vocab_start + wte rows) contribute zero (a vocab-parallel shard).
+// outside [vocab_start, vocab_start + wte rows) contribute zero (a vocab-parallel shard). A table
+// with a registered bf16 copy (set_bf16_copy) is read from the copy, as GEMMs read it.
 void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                        int64_t vocab_start = 0);
 // dwte, dwpe: accumulate (no atomics: each thread owns a range of vocabulary rows).

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -12,15 +13,21 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
 }
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
-                       int64_t seq, int64_t vocab_rows, int64_t channels, int64_t vocab_start) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const uint16_t* wte_bits,
+                       const float* wpe, int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
+                       int64_t vocab_start) {
   const int64_t n = batch * seq;
 #pragma omp parallel for schedule(static) if (n * channels > kParallelMin)
   for (int64_t bt = 0; bt < n; ++bt) {
     float* o = out + bt * channels;
     const int64_t row = static_cast<int64_t>(tokens[bt]) - vocab_start;
     const float* p = wpe ? wpe + (bt % seq) * channels : nullptr;
-    if (row >= 0 && row < vocab_rows) {
+    if (row >= 0 && row < vocab_rows && wte_bits) {
+      const uint16_t* e = wte_bits + row * channels;
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c)
+        o[c] = std::bit_cast<float>(static_cast<uint32_t>(e[c]) << 16) + (p ? p[c] : 0.0f);
+    } else if (row >= 0 && row < vocab_rows) {
       const float* e = wte + row * channels;
       if (p) {
 #pragma omp simd

@@ -75,8 +75,10 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* v, const float* out, const float* lse,
                               const cpu::AttentionBlockShape& shape);
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
+// wte_bits, when given, is the table's bf16 copy (the registered copy of an fp32 table, ops::
+// set_bf16_copy): the rows are read from it, as the table rounded to bf16.
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const uint16_t* wte_bits,
+                       const float* wpe, int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
                        int64_t vocab_start);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,

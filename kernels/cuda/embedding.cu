@@ -13,14 +13,17 @@ namespace {
 constexpr int kThreads = 256;
 
 // out[b, t, c] = wte[token - vocab_start, c] (0 outside the shard) + wpe[t, c] (when given).
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                         int64_t positions, int64_t seq, int64_t vocab_rows, int64_t channels,
-                                         int64_t vocab_start) {
+// wte_bits, when given, replaces wte: the table's bf16 copy.
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const uint16_t* wte_bits,
+                                         const float* wpe, int64_t positions, int64_t seq, int64_t vocab_rows,
+                                         int64_t channels, int64_t vocab_start) {
   const int64_t n = positions * channels;
   for (int64_t i = global_thread(); i < n; i += global_stride()) {
     const int64_t pos = i / channels, c = i % channels;
     const int64_t row = static_cast<int64_t>(tokens[pos]) - vocab_start;
-    float v = (row >= 0 && row < vocab_rows) ? wte[row * channels + c] : 0.0f;
+    float v = 0.0f;
+    if (row >= 0 && row < vocab_rows)
+      v = wte_bits ? __uint_as_float(static_cast<uint32_t>(wte_bits[row * channels + c]) << 16) : wte[row * channels + c];
     if (wpe) v += wpe[(pos % seq) * channels + c];
     out[i] = v;
   }
@@ -73,12 +76,13 @@ int significant_bits(uint64_t max_value) {
 
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t batch,
-                       int64_t seq, int64_t vocab_rows, int64_t channels, int64_t vocab_start) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const uint16_t* wte_bits,
+                       const float* wpe, int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
+                       int64_t vocab_start) {
   const int64_t positions = batch * seq;
   if (positions <= 0 || channels <= 0) return;
   launch("embedding_forward", embedding_forward_kernel, dim3(grid_for(positions * channels, kThreads)),
-         dim3(kThreads), 0, out, tokens, wte, wpe, positions, seq, vocab_rows, channels, vocab_start);
+         dim3(kThreads), 0, out, tokens, wte, wte_bits, wpe, positions, seq, vocab_rows, channels, vocab_start);
   finish("embedding_forward");
 }
 

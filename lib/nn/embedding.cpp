@@ -21,6 +21,8 @@ Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, 
   if (layout.splits_features()) {  // the table's feature blocks are gathered around each use
     store.set_partial(tokens_, layout.table_partial());
     store.set_partial(positions_, PartialGrad::rows);
+  } else {  // its lookup reads the bf16 copy, its tied head is a GEMM (not so the gathered blocks)
+    store.set_rounded_on_read(tokens_);
   }
 }
 

@@ -38,7 +38,7 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
     in_ = in / layout.size();
   }
   weight_ = store.add(name + ".weight", {out, in}, Init::Normal(o.init_std), true, weight_shard);
-  store.set_gemm_operand_only(weight_);  // forward and backward read it only in products
+  store.set_rounded_on_read(weight_);  // forward and backward read it only in products
   if (o.bias) bias_ = store.add(name + ".bias", {out}, Init::Zeros(), false, bias_shard);
   if (o.stream_edge && layout.splits_features()) {
     store.set_partial(weight_, PartialGrad::rows);

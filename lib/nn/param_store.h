@@ -73,9 +73,11 @@ struct ParamSpec {
   // (expert) dimension, replicated over tp, and its gradient is complete over the ep group. Every
   // other parameter's gradient under expert parallelism covers this ep rank's tokens only.
   bool expert = false;
-  // Read only as a GEMM operand (a linear layer's weight). A bf16 GEMM rounds its operands itself,
-  // so mixed precision need not round such a parameter's held values in place (optim/mixed_precision.h).
-  bool gemm_operand_only = false;
+  // Every op that reads it under bf16 reads bf16 values: the registered bf16 copy, or its own
+  // rounding (a linear layer's weight, a GEMM operand; an unsplit token table, whose lookup reads
+  // the copy and whose tied head is a GEMM). Mixed precision need not round its held values in
+  // place then (optim/mixed_precision.h).
+  bool rounded_on_read = false;
   int64_t offset = 0;      // first element in the flat buffers
 };
 
@@ -123,7 +125,7 @@ class ParamStore {
   int add(std::string name, Shape global_shape, Init init, bool weight_decay, Shard shard = {});
   void set_partial(int id, PartialGrad partial) { specs_[id].partial = partial; }
   void set_expert(int id) { specs_[id].expert = true; }
-  void set_gemm_operand_only(int id) { specs_[id].gemm_operand_only = true; }
+  void set_rounded_on_read(int id) { specs_[id].rounded_on_read = true; }
   // Allocates the flat buffers on `device` and fills values from Philox by `seed`; grads zeroed.
   void allocate(Device device, uint64_t seed);
   // ZeRO-3: only elements [begin, end) of the flat order are resident (shard_values/shard_grads,

@@ -50,10 +50,10 @@ const std::vector<MixedPrecision::Span>& MixedPrecision::spans() {
     for (const nn::ParamSpec& s : store_.specs()) {
       const int64_t n = s.local_shape.numel();
       if (n == 0) continue;
-      if (!spans_.empty() && spans_.back().gemm_operand_only == s.gemm_operand_only && spans_.back().end == s.offset)
+      if (!spans_.empty() && spans_.back().rounded_on_read == s.rounded_on_read && spans_.back().end == s.offset)
         spans_.back().end += n;
       else
-        spans_.push_back({s.offset, s.offset + n, s.gemm_operand_only});
+        spans_.push_back({s.offset, s.offset + n, s.rounded_on_read});
     }
   return spans_;
 }
@@ -61,7 +61,7 @@ const std::vector<MixedPrecision::Span>& MixedPrecision::spans() {
 // Every span's bits; the spans read by other ops are also copied to the master and rounded in place.
 void MixedPrecision::round_bf16_held(Tensor flat) {
   int64_t kept = 0;
-  for (const Span& s : spans()) kept += s.gemm_operand_only ? 0 : s.end - s.begin;
+  for (const Span& s : spans()) kept += s.rounded_on_read ? 0 : s.end - s.begin;
   if (!bf16_copy_.defined() || bf16_copy_.numel() != flat.numel() || bf16_copy_.device() != flat.device())
     bf16_copy_ = Tensor::empty({flat.numel()}, DType::bf16, flat.device());
   if (!master_.defined() || master_.numel() != kept || master_.device() != flat.device())
@@ -71,7 +71,7 @@ void MixedPrecision::round_bf16_held(Tensor flat) {
     const Shape shape{s.end - s.begin};
     Tensor values = flat.slice(s.begin, shape);
     Tensor bits = bf16_copy_.slice(s.begin, shape);
-    if (s.gemm_operand_only) {
+    if (s.rounded_on_read) {
       ops::cast(bits, values);
     } else {
       master_.slice(at, shape).copy_from(values);
@@ -94,7 +94,7 @@ void MixedPrecision::restore_weights() {
   }
   int64_t at = 0;
   for (const Span& s : spans()) {
-    if (s.gemm_operand_only) continue;
+    if (s.rounded_on_read) continue;
     const Shape shape{s.end - s.begin};
     flat.slice(s.begin, shape).copy_from(master_.slice(at, shape));
     at += shape.numel();

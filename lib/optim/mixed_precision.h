@@ -7,11 +7,12 @@
 // multiply in bf16 under bf16 (ops::MatmulInputs, which the trainer sets); otherwise arithmetic
 // is fp32 on rounded values, so the same logic runs and is tested without a GPU. It costs one copy
 // of the held parameters, and under bf16 the rounded values' bits.
-// Under bf16 (unsharded) a parameter that only GEMMs read (ParamSpec::gemm_operand_only: the
-// linear layers' weights, most of a transformer) is not rounded in place: its bits are written
-// and its fp32 values left alone, since every bf16 GEMM reads the bits (or rounds what it reads:
-// the same values). No master copy, no restore: of the 26 bytes per parameter the round trip moved
-// (copy, round with bits, restore), 6 remain. The rest (norms, biases, embeddings) go the way above.
+// Under bf16 (unsharded) a parameter whose readers all read bf16 values (ParamSpec::rounded_on_read:
+// the linear layers' weights and the token table, most of a transformer) is not rounded in place:
+// its bits are written and its fp32 values left alone, since its readers take the bits (or round
+// what they read: the same values). No master copy, no restore: of the 26 bytes per parameter the
+// round trip moved (copy, round with bits, restore), 6 remain. The rest (norms, biases, positions)
+// go the way above.
 #pragma once
 #include <string>
 #include <vector>
@@ -45,10 +46,10 @@ class MixedPrecision {
   DType storage() const { return rounding_.storage(); }
 
  private:
-  // A run of the flat order whose parameters are all GEMM operands only, or all not.
+  // A run of the flat order whose parameters are all rounded on read, or all not.
   struct Span {
     int64_t begin, end;
-    bool gemm_operand_only;
+    bool rounded_on_read;
   };
   Tensor held_values();
   void forget_bf16_copy();

@@ -182,9 +182,9 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   }
   if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
     const int64_t held = zero == 3 ? shard.size() : n;
-    // bf16 without ZeRO-3 leaves the weights only GEMMs read unrounded (optim/mixed_precision.h).
+    // bf16 without ZeRO-3 leaves the weights rounded on read alone (optim/mixed_precision.h).
     const int64_t rounded = run.precision == "bf16" && zero != 3
-        ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.gemm_operand_only; })
+        ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.rounded_on_read; })
         : held;
     add(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
     if (run.precision == "bf16") {

@@ -1,5 +1,6 @@
 // CUDA token + position embedding against the CPU twin, for a whole table and a vocabulary shard
-// (vocab_start > 0, tokens outside the shard), with and without wpe: forward bit for bit; backward
+// (vocab_start > 0, tokens outside the shard), with and without wpe: forward bit for bit (also
+// reading the table's bf16 copy); backward
 // accumulating onto nonzero dwte / dwpe bit for bit (both add each row's gradients in token order),
 // with heavily repeated tokens.
 #include <gtest/gtest.h>
@@ -42,11 +43,21 @@ void check_embedding(const Case& c) {
   d_out.fill_bytes(0xff);
 
   std::vector<float> out(positions * c.channels);
-  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), c.with_wpe ? wpe.data() : nullptr, c.batch, c.seq,
-                         c.vocab_rows, c.channels, c.vocab_start);
-  gpu::embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), c.with_wpe ? d_wpe.get() : nullptr, c.batch,
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, c.with_wpe ? wpe.data() : nullptr, c.batch,
                          c.seq, c.vocab_rows, c.channels, c.vocab_start);
+  gpu::embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), nullptr, c.with_wpe ? d_wpe.get() : nullptr,
+                         c.batch, c.seq, c.vocab_rows, c.channels, c.vocab_start);
   EXPECT_TRUE(bit_equal(d_out.host(), out)) << "forward";
+
+  // The table read from its bf16 copy (mixed precision's registered copy).
+  std::vector<uint16_t> bits(wte.size());
+  cpu::f32_to_bf16(bits.data(), wte.data(), static_cast<int64_t>(wte.size()));
+  DeviceBuffer<uint16_t> d_bits(bits);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), bits.data(), c.with_wpe ? wpe.data() : nullptr,
+                         c.batch, c.seq, c.vocab_rows, c.channels, c.vocab_start);
+  gpu::embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_bits.get(), c.with_wpe ? d_wpe.get() : nullptr,
+                         c.batch, c.seq, c.vocab_rows, c.channels, c.vocab_start);
+  EXPECT_TRUE(bit_equal(d_out.host(), out)) << "forward from the table's bf16 copy";
 
   auto dwte = normal(c.vocab_rows * c.channels, 75), dwpe = normal(c.seq * c.channels, 76);
   DeviceBuffer<float> d_dwte(dwte), d_dwpe(dwpe);

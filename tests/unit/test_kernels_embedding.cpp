@@ -1,6 +1,7 @@
 // Unit tests of the CPU embedding through ops::embedding_forward/backward: a whole table and a
 // vocab-parallel shard (tokens outside it contribute zero), with and without position embeddings;
-// backward accumulates and matches central finite differences of the forward, on 1 and 3 threads.
+// backward accumulates and matches central finite differences of the forward, on 1 and 3 threads;
+// a table with a registered bf16 copy is read from it.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -67,6 +68,36 @@ TEST_P(Embedding, ForwardGathersRows) {
                                   c.with_wpe ? std::vector<double>(wpe.data<float>(), wpe.data<float>() + wpe.numel())
                                              : std::vector<double>{});
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(out.data<float>()[i], static_cast<float>(want[i])) << i;
+  }
+}
+
+// A table with a registered bf16 copy is read from the copy: the rows of the table rounded to bf16
+// (what mixed precision's round trip leaves the table in fp32 for).
+TEST_P(Embedding, ForwardReadsATablesRegisteredBf16Copy) {
+  const Case c = GetParam();
+  const Tensor tokens = random_tokens(c.batch, c.seq, c.id_range, 1);
+  const Tensor wte = random_tensor({c.vocab_rows, c.channels}, 2);
+  const Tensor wpe = c.with_wpe ? random_tensor({c.seq + 3, c.channels}, 3) : Tensor();
+  Tensor bits = Tensor::empty({wte.numel()}, DType::bf16);
+  tessera::ops::cast(bits, wte.reshape({wte.numel()}));
+  Tensor rounded = wte.clone();
+  tessera::ops::round_inplace(rounded, DType::bf16);
+  Tensor want = Tensor::empty({c.batch, c.seq, c.channels}, DType::f32);
+  tessera::ops::embedding_forward(want, tokens, rounded, wpe, c.vocab_start);
+  for (int threads : {1, 3}) {
+    Threads scope(threads);
+    Tensor out = random_tensor({c.batch, c.seq, c.channels}, 4);  // overwritten
+    tessera::ops::set_bf16_copy(wte.reshape({wte.numel()}), bits);
+    tessera::ops::embedding_forward(out, tokens, wte, wpe, c.vocab_start);
+    tessera::ops::clear_bf16_copy();
+    int differs_from_fp32 = 0;
+    Tensor fp32 = Tensor::empty({c.batch, c.seq, c.channels}, DType::f32);
+    tessera::ops::embedding_forward(fp32, tokens, wte, wpe, c.vocab_start);
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      ASSERT_EQ(out.data<float>()[i], want.data<float>()[i]) << i;
+      differs_from_fp32 += out.data<float>()[i] != fp32.data<float>()[i];
+    }
+    EXPECT_GT(differs_from_fp32, 0) << "the copy was not read: the output equals the fp32 table's";
   }
 }
 

@@ -1,6 +1,7 @@
-// Unit tests of optim::MixedPrecision's weight round trip: under bf16 a GEMM-only parameter keeps
-// its fp32 values and the GEMMs read its bits; the others are rounded in place; restore_weights
-// brings every held value back bit for bit. fp16 rounds everything in place.
+// Unit tests of optim::MixedPrecision's weight round trip: under bf16 a parameter rounded on read
+// (a linear layer's weight, an unsplit token table) keeps its fp32 values and its readers (GEMMs,
+// the lookup) read its bits; the others are rounded in place; restore_weights brings every held
+// value back bit for bit. fp16 rounds everything in place.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -10,6 +11,7 @@
 
 #include "core/philox.h"
 #include "kernels/ops.h"
+#include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/param_store.h"
 #include "optim/mixed_precision.h"
@@ -25,12 +27,12 @@ namespace ops = tessera::ops;
 
 namespace {
 
-// GEMM-only and other parameters interleaved, as a transformer's weights and biases are.
+// Parameters rounded on read and others interleaved, as a transformer's weights and biases are.
 void build(ParamStore& s) {
-  s.set_gemm_operand_only(s.add("w1", {4, 6}, Init::Normal(0.5f), true));
+  s.set_rounded_on_read(s.add("w1", {4, 6}, Init::Normal(0.5f), true));
   s.add("b1", {4}, Init::Normal(0.5f), false);
-  s.set_gemm_operand_only(s.add("w2", {6, 4}, Init::Normal(0.5f), true));
-  s.set_gemm_operand_only(s.add("w3", {3, 4}, Init::Normal(0.5f), true));
+  s.set_rounded_on_read(s.add("w2", {6, 4}, Init::Normal(0.5f), true));
+  s.set_rounded_on_read(s.add("w3", {3, 4}, Init::Normal(0.5f), true));
   s.add("ln", {5}, Init::Normal(0.5f), false);
   s.allocate(Device::cpu, 5);
 }
@@ -60,7 +62,7 @@ Tensor product(const Tensor& w) {
 
 }  // namespace
 
-TEST(MixedPrecision, Bf16KeepsGemmOperandsInFp32AndRoundsTheRest) {
+TEST(MixedPrecision, Bf16KeepsWhatIsRoundedOnReadInFp32AndRoundsTheRest) {
   ParamStore store;
   build(store);
   const std::vector<float> before = values_of(store);
@@ -70,7 +72,7 @@ TEST(MixedPrecision, Bf16KeepsGemmOperandsInFp32AndRoundsTheRest) {
   int changed = 0;
   for (const auto& s : store.specs())
     for (int64_t i = s.offset; i < s.offset + s.local_shape.numel(); ++i) {
-      const float want = s.gemm_operand_only ? before[i] : rounded(before[i], DType::bf16);
+      const float want = s.rounded_on_read ? before[i] : rounded(before[i], DType::bf16);
       EXPECT_TRUE(same_bits(held[i], want)) << s.name << " element " << i - s.offset;
       changed += !same_bits(held[i], before[i]);
     }
@@ -79,8 +81,8 @@ TEST(MixedPrecision, Bf16KeepsGemmOperandsInFp32AndRoundsTheRest) {
   for (int64_t i = 0; i < store.numel(); ++i) EXPECT_TRUE(same_bits(held[i], before[i])) << "element " << i;
 }
 
-// The GEMMs read the registered bits, not the held values: changing a GEMM-only weight after
-// rounding does not reach a product until the next round trip.
+// The GEMMs read the registered bits, not the held values: changing a weight rounded on read
+// after rounding does not reach a product until the next round trip.
 TEST(MixedPrecision, Bf16GemmsReadTheBitsOfTheRoundTrip) {
   ParamStore store;
   build(store);
@@ -93,7 +95,7 @@ TEST(MixedPrecision, Bf16GemmsReadTheBitsOfTheRoundTrip) {
   const Tensor during = product(w2);
   for (int64_t i = 0; i < expected.numel(); ++i)
     EXPECT_TRUE(same_bits(during.data<float>()[i], expected.data<float>()[i])) << "element " << i;
-  precision.restore_weights();  // GEMM-only values are not restored: they were never rounded
+  precision.restore_weights();  // not restored: they were never rounded
   const Tensor after = product(w2);
   for (int64_t i = 0; i < expected.numel(); ++i)
     EXPECT_FALSE(same_bits(after.data<float>()[i], expected.data<float>()[i])) << "element " << i;
@@ -116,9 +118,16 @@ TEST(MixedPrecision, Fp16RoundsEveryParameterAndRestoresIt) {
   for (int64_t i = 0; i < store.numel(); ++i) EXPECT_TRUE(same_bits(held[i], before[i])) << "element " << i;
 }
 
-TEST(MixedPrecision, ALinearLayerMarksItsWeightAsAGemmOperandOnly) {
+TEST(MixedPrecision, ALinearLayersWeightIsRoundedOnRead) {
   ParamStore store;
   const tessera::nn::Linear layer(store, "fc", 4, 3, tessera::nn::LinearOptions{});
-  EXPECT_TRUE(store.spec(store.find("fc.weight")).gemm_operand_only);
-  EXPECT_FALSE(store.spec(store.find("fc.bias")).gemm_operand_only) << "the bias is read by the epilogue in fp32";
+  EXPECT_TRUE(store.spec(store.find("fc.weight")).rounded_on_read);
+  EXPECT_FALSE(store.spec(store.find("fc.bias")).rounded_on_read) << "the bias is read by the epilogue in fp32";
+}
+
+TEST(MixedPrecision, AnUnsplitTokenTableIsRoundedOnReadItsPositionsAreNot) {
+  ParamStore store;
+  const tessera::nn::Embedding embed(store, "embed", 50, 16, 8, 1, 0.02f);
+  EXPECT_TRUE(store.spec(store.find("embed.tokens.weight")).rounded_on_read) << "its lookup reads the bf16 copy";
+  EXPECT_FALSE(store.spec(store.find("embed.positions.weight")).rounded_on_read);
 }
