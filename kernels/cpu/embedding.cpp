@@ -24,9 +24,14 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
     const float* p = wpe ? wpe + (bt % seq) * channels : nullptr;
     if (row >= 0 && row < vocab_rows && wte_bits) {
       const uint16_t* e = wte_bits + row * channels;
+      auto value = [e](int64_t c) { return std::bit_cast<float>(static_cast<uint32_t>(e[c]) << 16); };
+      if (p) {
 #pragma omp simd
-      for (int64_t c = 0; c < channels; ++c)
-        o[c] = std::bit_cast<float>(static_cast<uint32_t>(e[c]) << 16) + (p ? p[c] : 0.0f);
+        for (int64_t c = 0; c < channels; ++c) o[c] = value(c) + p[c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < channels; ++c) o[c] = value(c);
+      }
     } else if (row >= 0 && row < vocab_rows) {
       const float* e = wte + row * channels;
       if (p) {

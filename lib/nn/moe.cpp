@@ -33,6 +33,7 @@ MoeFeedForward::MoeFeedForward(ParamStore& store, const std::string& name, const
   proj_weight_ = store.add(experts + ".proj.weight", {e, c, h}, Init::Normal(config.proj_init_std), true, shard);
   proj_bias_ = store.add(experts + ".proj.bias", {e, c}, Init::Zeros(), false, shard);
   for (int id : expert_param_ids()) store.set_expert(id);
+  for (int id : {fc_weight_, proj_weight_}) store.set_rounded_on_read(id);  // read only by the experts' GEMMs
 }
 
 int64_t MoeFeedForward::max_received(int64_t rows) const {

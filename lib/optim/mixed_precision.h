@@ -7,12 +7,12 @@
 // multiply in bf16 under bf16 (ops::MatmulInputs, which the trainer sets); otherwise arithmetic
 // is fp32 on rounded values, so the same logic runs and is tested without a GPU. It costs one copy
 // of the held parameters, and under bf16 the rounded values' bits.
-// Under bf16 (unsharded) a parameter whose readers all read bf16 values (ParamSpec::rounded_on_read:
-// the linear layers' weights and the token table, most of a transformer) is not rounded in place:
-// its bits are written and its fp32 values left alone, since its readers take the bits (or round
-// what they read: the same values). No master copy, no restore: of the 26 bytes per parameter the
-// round trip moved (copy, round with bits, restore), 6 remain. The rest (norms, biases, positions)
-// go the way above.
+// Under bf16 (unsharded) a parameter whose readers all read bf16 values (ParamSpec::
+// rounded_on_read: the linear layers' and experts' weights and the token table, most of a
+// transformer) is not rounded in place: its bits are written and its fp32 values left alone,
+// since its readers take the bits (or round what they read: the same values). No master copy, no
+// restore: of the 26 bytes per parameter the round trip moved (copy, round with bits, restore), 6
+// remain. The rest (norms, biases, positions) go the way above, a few ops per run of them.
 #pragma once
 #include <string>
 #include <vector>
