@@ -27,6 +27,14 @@ MixedPrecision::MixedPrecision(nn::ParamStore& store, Precision precision, std::
       rounding_(precision == Precision::bf16 ? DType::bf16 : precision == Precision::fp16 ? DType::f16 : DType::f32) {
   for (Tensor& t : extra)
     if (t.defined()) extra_.push_back(t);
+  for (const nn::ParamSpec& s : store.specs()) {  // the runs of parameters not rounded on read
+    const int64_t n = s.local_shape.numel();
+    if (s.rounded_on_read || n == 0) continue;
+    if (!runs_rounded_in_place_.empty() && runs_rounded_in_place_.back().end == s.offset)
+      runs_rounded_in_place_.back().end += n;
+    else
+      runs_rounded_in_place_.push_back({s.offset, s.offset + n});
+  }
 }
 
 Tensor MixedPrecision::held_values() { return store_.sharded() ? store_.shard_values() : store_.flat_values(); }
@@ -45,40 +53,31 @@ void MixedPrecision::round_weights() {
   for (Tensor& t : extra_) rounding_.round(t);
 }
 
-const std::vector<MixedPrecision::Span>& MixedPrecision::spans() {
-  if (spans_.empty())
-    for (const nn::ParamSpec& s : store_.specs()) {
-      const int64_t n = s.local_shape.numel();
-      if (n == 0) continue;
-      if (!spans_.empty() && spans_.back().rounded_on_read == s.rounded_on_read && spans_.back().end == s.offset)
-        spans_.back().end += n;
-      else
-        spans_.push_back({s.offset, s.offset + n, s.rounded_on_read});
-    }
-  return spans_;
+// f(values, master) for each run rounded in place: its held values and its part of the master.
+template <typename F>
+void MixedPrecision::for_each_run_rounded_in_place(Tensor flat, F f) {
+  int64_t at = 0;
+  for (const parallel::Range& r : runs_rounded_in_place_) {
+    const Shape shape{r.size()};
+    f(flat.slice(r.begin, shape), master_.slice(at, shape));
+    at += r.size();
+  }
 }
 
-// Every span's bits; the spans read by other ops are also copied to the master and rounded in place.
+// Every weight's bits in one pass (a weight's bits are its rounded value's); the runs read by
+// other ops are also copied to the master and rounded in place.
 void MixedPrecision::round_bf16_held(Tensor flat) {
   int64_t kept = 0;
-  for (const Span& s : spans()) kept += s.rounded_on_read ? 0 : s.end - s.begin;
+  for (const parallel::Range& r : runs_rounded_in_place_) kept += r.size();
   if (!bf16_copy_.defined() || bf16_copy_.numel() != flat.numel() || bf16_copy_.device() != flat.device())
     bf16_copy_ = Tensor::empty({flat.numel()}, DType::bf16, flat.device());
   if (!master_.defined() || master_.numel() != kept || master_.device() != flat.device())
     master_ = Tensor::empty({kept}, DType::f32, flat.device());
-  int64_t at = 0;
-  for (const Span& s : spans()) {
-    const Shape shape{s.end - s.begin};
-    Tensor values = flat.slice(s.begin, shape);
-    Tensor bits = bf16_copy_.slice(s.begin, shape);
-    if (s.rounded_on_read) {
-      ops::cast(bits, values);
-    } else {
-      master_.slice(at, shape).copy_from(values);
-      rounding_.round(values, bits);
-      at += shape.numel();
-    }
-  }
+  ops::cast(bf16_copy_, flat);
+  for_each_run_rounded_in_place(flat, [&](Tensor values, Tensor master) {
+    master.copy_from(values);
+    rounding_.round(values);
+  });
   ops::set_bf16_copy(flat, bf16_copy_);
   copy_registered_ = true;
 }
@@ -92,13 +91,7 @@ void MixedPrecision::restore_weights() {
     flat.copy_from(master_);
     return;
   }
-  int64_t at = 0;
-  for (const Span& s : spans()) {
-    if (s.rounded_on_read) continue;
-    const Shape shape{s.end - s.begin};
-    flat.slice(s.begin, shape).copy_from(master_.slice(at, shape));
-    at += shape.numel();
-  }
+  for_each_run_rounded_in_place(flat, [](Tensor values, Tensor master) { values.copy_from(master); });
 }
 
 void MixedPrecision::round_gradients(Tensor held) { rounding_.round(held); }

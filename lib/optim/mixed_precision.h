@@ -19,6 +19,7 @@
 
 #include "nn/param_store.h"
 #include "nn/precision_rounding.h"
+#include "parallel/flat_shards.h"
 
 namespace tessera::optim {
 
@@ -46,22 +47,21 @@ class MixedPrecision {
   DType storage() const { return rounding_.storage(); }
 
  private:
-  // A run of the flat order whose parameters are all rounded on read, or all not.
-  struct Span {
-    int64_t begin, end;
-    bool rounded_on_read;
-  };
   Tensor held_values();
   void forget_bf16_copy();
-  // bf16 on the unsharded store: the spans of the flat order (computed on first use).
-  const std::vector<Span>& spans();
+  // bf16 on the unsharded store: f(values, master) for each run of runs_rounded_in_place_, with
+  // its part of the master.
+  template <typename F>
+  void for_each_run_rounded_in_place(Tensor flat, F f);
   void round_bf16_held(Tensor flat);
 
   nn::ParamStore& store_;
   Precision precision_;
   std::vector<Tensor> extra_;
-  Tensor master_;  // the held values' fp32 copy while rounded (bf16: of the spans rounded in place, end to end)
-  std::vector<Span> spans_;
+  Tensor master_;  // the held values' fp32 copy while rounded (bf16: of runs_rounded_in_place_, end to end)
+  // The runs of the flat order whose parameters are not rounded on read: what bf16 on the
+  // unsharded store rounds in place.
+  std::vector<parallel::Range> runs_rounded_in_place_;
   Tensor bf16_copy_;  // bf16: the rounded held values' bits, which the step's GEMMs read
   nn::PrecisionRounding rounding_;
   bool copy_registered_ = false;
