@@ -1,6 +1,6 @@
 // Roofline lines for tessera's CPU kernels, each against a limit measured in the same run (not a
 // test): the GEMMs of a GPT-2 124M step (batch 4 x seq 64 = 256 token rows) through ops::matmul in
-// GFLOP/s against a 2048^3 sgemm, and their linear forwards with the bias fused against unfused;
+// GFLOP/s against a 2048^3 sgemm (and with bf16 inputs against a 2048^3 bf16 GEMM), and their linear forwards with the bias fused against unfused;
 // layer norm forward and backward in GB/s against a copy loop's bandwidth; causal attention
 // forward and backward in GFLOP/s (against the same sgemm rate, which attention, made of small
 // tiles and a softmax, can at best approach).
@@ -56,6 +56,25 @@ double gemm_gflops(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) 
   return 2.0 * double(m) * double(n) * double(k) / s / 1e9;
 }
 
+// C = A op B with bf16 inputs: B's bf16 copy registered (a weight under mixed precision), and A's
+// too when both_given (an operand shared by the scope, SharedBf16Operand); otherwise A is rounded
+// inside each product.
+double gemm_bf16_gflops(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, bool both_given) {
+  Tensor a = trans_a ? filled({k, m}, 1.0f) : filled({m, k}, 1.0f);
+  Tensor b = trans_b ? filled({n, k}, 1.0f) : filled({k, n}, 1.0f);
+  Tensor c = Tensor::zeros({m, n});
+  Tensor b_bits = Tensor::empty({b.numel()}, DType::bf16);
+  ops::cast(b_bits, b.reshape({b.numel()}));
+  ops::set_bf16_copy(b, b_bits);
+  double s = 0.0;
+  {
+    const ops::SharedBf16Operand shared_a(both_given ? a : Tensor());
+    s = best_seconds([&] { ops::matmul(a, trans_a, b, trans_b, c); });
+  }
+  ops::clear_bf16_copy();
+  return 2.0 * double(m) * double(n) * double(k) / s / 1e9;
+}
+
 // A copy of n floats: 8 bytes per element counted (no write-allocate), as STREAM counts it.
 double copy_gbs(int64_t n) {
   Tensor src = filled({n}, 1.0f), dst = Tensor::zeros({n});
@@ -89,7 +108,9 @@ int main(int argc, char** argv) {
     int64_t m, n, k;
     bool ta, tb;
   };
-  const int64_t rows = 256, c = 768;
+  // The head's rows: GPT-2's 50257 tokens padded to a multiple of 64, as GptConfig pads them (a
+  // bf16 product of 50257 rows runs at half the rate on oneDNN 2.7: the padding matters).
+  const int64_t rows = 256, c = 768, vocab = 50304;
   const Shape3 gemms[] = {
       {"qkv forward      [256x768] x [2304x768]^T", rows, 3 * c, c, false, true},
       {"proj forward     [256x768] x [768x768]^T", rows, c, c, false, true},
@@ -97,12 +118,32 @@ int main(int argc, char** argv) {
       {"fc2 forward      [256x3072] x [768x3072]^T", rows, c, 4 * c, false, true},
       {"fc dx            [256x3072] x [3072x768]", rows, c, 4 * c, false, false},
       {"fc dW            [256x3072]^T x [256x768]", 4 * c, c, rows, true, false},
-      {"head forward     [256x768] x [50257x768]^T", rows, 50257, c, false, true},
-      {"head dW          [256x50257]^T x [256x768]", 50257, c, rows, true, false},
+      {"head forward     [256x768] x [50304x768]^T", rows, vocab, c, false, true},
+      {"head dW          [256x50304]^T x [256x768]", vocab, c, rows, true, false},
+      {"head dx          [256x50304] x [50304x768]", rows, c, vocab, false, false},
   };
   for (const Shape3& g : gemms) {
     const double r = gemm_gflops(g.m, g.n, g.k, g.ta, g.tb);
     std::printf("%-44s %10.1f %7.0f%%\n", g.name, r, 100.0 * r / limit);
+  }
+
+  // The same products with bf16 inputs (--precision bf16): the limit with both operands' bf16
+  // copies registered (the GEMM alone), then each shape as a step runs it, the weight's copy
+  // registered and the activation rounded on the fly, and with both registered (what storing the
+  // activations in bf16 would leave).
+  {
+    const ops::MatmulInputsScope bf16_inputs(ops::MatmulInputs::bf16);
+    const double bf16_limit = gemm_bf16_gflops(2048, 2048, 2048, false, true, true);
+    std::printf("\nlimit: bf16 GEMM 2048^3, both operands' copies given: %.1f GFLOP/s (%.2fx sgemm)\n\n",
+                bf16_limit, bf16_limit / limit);
+    std::printf("%-44s %10s %8s %10s %8s\n", "bf16 GEMM (weight's copy given)", "GFLOP/s", "% limit",
+                "both given", "% limit");
+    for (const Shape3& g : gemms) {
+      const double one = gemm_bf16_gflops(g.m, g.n, g.k, g.ta, g.tb, false);
+      const double both = gemm_bf16_gflops(g.m, g.n, g.k, g.ta, g.tb, true);
+      std::printf("%-44s %10.1f %7.0f%% %10.1f %7.0f%%\n", g.name, one, 100.0 * one / bf16_limit, both,
+                  100.0 * both / bf16_limit);
+    }
   }
 
   // A linear's forward with its bias: ops::linear_forward (on oneDNN the bias in the matmul's
