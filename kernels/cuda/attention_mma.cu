@@ -20,6 +20,7 @@ using namespace attention;
 using bf16 = __nv_bfloat16;
 
 constexpr int kRows = 64;        // query or key rows per block
+static_assert(kRows == kTile, "check_sizes counts the grid's tiles of kTile rows");
 constexpr int kWarpRows = 16;    // rows per warp: one mma tile
 constexpr int kMmaThreads = 128;  // 4 warps
 constexpr int kRowsT = kRows + 8;  // row stride of a transposed [DP][64] tile (+8: no bank conflicts)

@@ -86,9 +86,13 @@ inline int padded_head_dim(int64_t head_dim, const char* op) {
   return head_dim <= 32 ? 32 : (head_dim <= 64 ? 64 : 128);
 }
 
+// The kernels launch a block per (sequence, head) along x and per 64-row tile along y, whose
+// extent CUDA caps at 65535: sequences up to 4194240 positions.
 inline void check_sizes(int64_t batch, int64_t seq, int64_t heads, const char* op) {
-  TESSERA_CHECK(seq <= (int64_t{1} << 30) && batch * heads <= INT32_MAX, op, ": batch ", batch, " x heads ", heads,
-                " or seq ", seq, " too large");
+  constexpr int64_t kMaxTiles = 65535;
+  TESSERA_CHECK(batch * heads <= INT32_MAX, op, ": batch ", batch, " x heads ", heads, " exceeds ", INT32_MAX);
+  TESSERA_CHECK((seq + kTile - 1) / kTile <= kMaxTiles, op, ": seq ", seq, " exceeds ", kMaxTiles * kTile,
+                " positions (", kMaxTiles, " tiles of ", kTile, ")");
 }
 
 }  // namespace tessera::kernels::cuda::attention

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -151,6 +153,28 @@ TEST(CudaAttention, HeadDimAbove128Throws) {
   EXPECT_THROW(
       gpu::attention_backward_bf16(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), 1, 1, 1, 129),
       tessera::Error);
+}
+
+// A sequence of more than 65535 tiles of 64 rows (the grid's y extent) is refused by name before
+// anything is read (the buffers are too small for it on purpose).
+TEST(CudaAttention, SequenceBeyondTheGridIsRefused) {
+  TESSERA_REQUIRE_CUDA();
+  DeviceBuffer<float> qkv(3 * 64), out(64), lse(1), dqkv(3 * 64), dout(64);
+  const int64_t seq = 65535 * 64 + 1;
+  const auto expect_refused = [seq](const std::function<void()>& call) {
+    try {
+      call();
+      ADD_FAILURE() << "no error for seq " << seq;
+    } catch (const tessera::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("exceeds 4194240 positions"), std::string::npos) << e.what();
+    }
+  };
+  expect_refused([&] { gpu::attention_forward(out.get(), lse.get(), qkv.get(), 1, seq, 1, 64); });
+  expect_refused([&] { gpu::attention_forward_bf16(out.get(), lse.get(), qkv.get(), 1, seq, 1, 64); });
+  expect_refused(
+      [&] { gpu::attention_backward(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), 1, seq, 1, 64); });
+  expect_refused(
+      [&] { gpu::attention_backward_bf16(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), 1, seq, 1, 64); });
 }
 
 // ops::attention_forward / attention_backward on CUDA run the tensor-core kernels under
