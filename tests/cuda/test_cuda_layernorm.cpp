@@ -1,7 +1,9 @@
 // CUDA layernorm against the CPU twin: forward (out, mean, rstd within 1e-5 + 1e-5 |x|) and backward
 // accumulating onto nonzero dinp, dweight, dbias (within 1e-4 + 1e-5 |x|; the weight and bias
-// gradients are sums over rows), on widths below, at and above a warp's multiple; the fused residual
-// add + layernorm (the sum exactly, the rest as the forward).
+// gradients are sums over rows), on widths below, at and above a warp's multiple, for each width
+// class of the one-pass backward (up to 128, 256, 512, 1024 columns), wider rows (the three-pass
+// backward) and more rows than the one-pass grid has warps; its gradients bit for bit the same on a
+// second run; the fused residual add + layernorm (the sum exactly, the rest as the forward).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -14,7 +16,8 @@ using namespace tessera::cuda_test;
 
 TEST(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
   TESSERA_REQUIRE_CUDA();
-  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{67, 300}, {5, 1024}, {1000, 20}, {1, 1}}) {
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{67, 300}, {5, 1024}, {1000, 20}, {1, 1}, {9, 200},
+                                   {3000, 96}, {3, 1500}}) {
     SCOPED_TRACE(testing::Message() << rows << " x " << cols);
     const auto x = normal(rows * cols, 41, 2.0f, 0.5f), w = normal(cols, 42, 0.5f, 1.0f), b = normal(cols, 43);
     const auto dy = normal(rows * cols, 44);
@@ -37,6 +40,31 @@ TEST(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
     EXPECT_TRUE(all_close(ddinp.host(), dinp, 1e-4, 1e-5)) << "dinp";
     EXPECT_TRUE(all_close(ddweight.host(), dweight, 1e-4, 1e-5)) << "dweight";
     EXPECT_TRUE(all_close(ddbias.host(), dbias, 1e-4, 1e-5)) << "dbias";
+  }
+}
+
+TEST(CudaLayerNorm, BackwardIsTheSameEveryRun) {
+  TESSERA_REQUIRE_CUDA();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{3000, 768}, {3, 1500}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const auto x = normal(rows * cols, 61, 2.0f, 0.5f), w = normal(cols, 62, 0.5f, 1.0f), dy = normal(rows * cols, 63);
+    std::vector<float> out(rows * cols), mean(rows), rstd(rows);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), rows, cols, 1e-5f);
+    DeviceBuffer<float> dx(x), dw(w), ddy(dy), dmean(mean), drstd(rstd);
+    std::vector<float> first[3];
+    for (int run = 0; run < 2; ++run) {
+      DeviceBuffer<float> dinp(rows * cols), dweight(cols), dbias(cols);
+      dinp.fill_bytes(0);
+      dweight.fill_bytes(0);
+      dbias.fill_bytes(0);
+      gpu::layernorm_backward(dinp.get(), dweight.get(), dbias.get(), ddy.get(), dx.get(), dw.get(), dmean.get(),
+                              drstd.get(), rows, cols);
+      const std::vector<float> got[3] = {dinp.host(), dweight.host(), dbias.host()};
+      for (int i = 0; i < 3; ++i) {
+        if (run == 0) first[i] = got[i];
+        else EXPECT_EQ(got[i], first[i]) << "gradient " << i << " differs between runs";
+      }
+    }
   }
 }
 
