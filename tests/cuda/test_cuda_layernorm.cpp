@@ -6,6 +6,9 @@
 // second run; the fused residual add + layernorm (the sum exactly, the rest as the forward).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -17,7 +20,7 @@ using namespace tessera::cuda_test;
 TEST(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
   TESSERA_REQUIRE_CUDA();
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{67, 300}, {5, 1024}, {1000, 20}, {1, 1}, {9, 200},
-                                   {3000, 96}, {3, 1500}}) {
+                                   {3000, 96}, {300, 1000}, {3, 1500}}) {
     SCOPED_TRACE(testing::Message() << rows << " x " << cols);
     const auto x = normal(rows * cols, 41, 2.0f, 0.5f), w = normal(cols, 42, 0.5f, 1.0f), b = normal(cols, 43);
     const auto dy = normal(rows * cols, 44);
@@ -38,8 +41,10 @@ TEST(CudaLayerNorm, ForwardAndBackwardMatchCpu) {
     gpu::layernorm_backward(ddinp.get(), ddweight.get(), ddbias.get(), ddy.get(), dx.get(), dw.get(), cmean.get(),
                             crstd.get(), rows, cols);
     EXPECT_TRUE(all_close(ddinp.host(), dinp, 1e-4, 1e-5)) << "dinp";
-    EXPECT_TRUE(all_close(ddweight.host(), dweight, 1e-4, 1e-5)) << "dweight";
-    EXPECT_TRUE(all_close(ddbias.host(), dbias, 1e-4, 1e-5)) << "dbias";
+    // Sums over rows in fp32, in different orders: their rounding grows as sqrt(rows).
+    const double sum_atol = 1e-4 * std::max(1.0, std::sqrt(static_cast<double>(rows) / 100.0));
+    EXPECT_TRUE(all_close(ddweight.host(), dweight, sum_atol, 1e-5)) << "dweight";
+    EXPECT_TRUE(all_close(ddbias.host(), dbias, sum_atol, 1e-5)) << "dbias";
   }
 }
 
