@@ -1,6 +1,6 @@
 // CUDA layernorm against the CPU twin: forward (out, mean, rstd within 1e-5 + 1e-5 |x|) and backward
 // accumulating onto nonzero dinp, dweight, dbias (within 1e-4 + 1e-5 |x|; the weight and bias
-// gradients are sums over rows), on widths below, at and above a warp's multiple, for each width
+// gradients, sums over rows, within an absolute part grown by sqrt(rows / 100)), on widths below, at and above a warp's multiple, for each width
 // class of the one-pass backward (up to 128, 256, 512, 1024 columns), wider rows (the three-pass
 // backward) and more rows than the one-pass grid has warps; its gradients bit for bit the same on a
 // second run; the fused residual add + layernorm (the sum exactly, the rest as the forward).
