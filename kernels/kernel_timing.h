@@ -21,7 +21,7 @@ constexpr int kKernelKinds = 5;
 constexpr KernelKind kernel_kind(std::string_view name) {
   if (name.starts_with("gemm")) return KernelKind::gemm;
   if (name.starts_with("attention")) return KernelKind::attention;
-  if (name.starts_with("adamw") || name == "sum_squares") return KernelKind::optimizer;  // the update, the norm
+  if (name.starts_with("adamw") || name.ends_with("sum_squares")) return KernelKind::optimizer;  // the update, the norm
   return KernelKind::other;
 }
 

@@ -263,6 +263,19 @@ double sum_squares(const Tensor& x) {
   return kernels::cpu::sum_squares(x.data<float>(), x.numel());
 }
 
+double round_bf16_inplace_sum_squares(Tensor& values) {
+  expect(values.dtype() == DType::f32, "round_bf16_inplace_sum_squares", "values must be f32");
+#ifdef TESSERA_HAVE_CUDA
+  if (values.device() == Device::cuda) {
+    const kernels::cuda::OpTimer timer(kernels::kernel_kind("round_bf16_sum_squares"), "round_bf16_sum_squares");
+    return kernels::cuda::round_bf16_inplace_sum_squares(values.data<float>(), values.numel());
+  }
+#endif
+  TESSERA_CHECK(values.device() == Device::cpu, "round_bf16_inplace_sum_squares: a cuda tensor in a build without CUDA");
+  const kernels::KernelTimer timer(kernels::kernel_kind("round_bf16_sum_squares"), "round_bf16_sum_squares");
+  return kernels::cpu::round_bf16_inplace_sum_squares(values.data<float>(), values.numel());
+}
+
 void cast(Tensor& out, const Tensor& inp) {
   same_device("cast", {&out, &inp});
   expect(out.numel() == inp.numel(), "cast", "sizes differ");

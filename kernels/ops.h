@@ -90,6 +90,9 @@ void gelu_forward(Tensor& out, const Tensor& inp);             // tanh approxima
 void bias_gelu_forward(Tensor& out, Tensor& pre, const Tensor& bias);
 void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);  // dinp may alias dout
 double sum_squares(const Tensor& x);                           // sum x^2 in double
+// values (f32) rounded to bf16 in place, as round_inplace does, returning the rounded values'
+// sum_squares: one pass where the two take two (mixed precision's gradients and their norm).
+double round_bf16_inplace_sum_squares(Tensor& values);
 void cast(Tensor& out, const Tensor& inp);                     // f32 <-> bf16/f16 (round to nearest even)
 // values (f32) rounded in place to what storage (bf16 or f16) holds, as cast there and back would;
 // bits, when defined (storage dtype, at least values' size), also receives the low-precision bits.

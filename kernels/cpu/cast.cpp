@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kernels/cpu/bf16_bits.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace tessera::kernels::cpu {
@@ -20,13 +21,6 @@ void chunked(int64_t n, Body body) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(kChunk, n - c * kChunk));
-}
-
-inline uint16_t bf16_from_f32(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (x >> 16) | 0x40u;  // keep sign and payload, set the quiet bit
-  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 #if !defined(__F16C__)
@@ -119,8 +113,7 @@ void round_bf16_inplace(float* x, uint16_t* bits, int64_t n) {
       }
     } else {
 #pragma omp simd
-      for (int64_t i = first; i < first + count; ++i)
-        x[i] = std::bit_cast<float>(static_cast<uint32_t>(bf16_from_f32(x[i])) << 16);
+      for (int64_t i = first; i < first + count; ++i) x[i] = bf16_rounded(x[i]);
     }
   });
 }

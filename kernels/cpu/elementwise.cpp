@@ -1,5 +1,6 @@
 // Elementwise kernels and small reductions on the CPU: add, scale, bias broadcast and its
-// backward, GELU (tanh approximation) forward/backward and bias + GELU, sum of squares.
+// backward, GELU (tanh approximation) forward/backward and bias + GELU, sum of squares (also of
+// values as they are rounded to bf16 in place).
 #include <omp.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/bf16_bits.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd_math.h"
 
@@ -137,6 +139,18 @@ double sum_squares(const float* x, int64_t n) {
   double acc = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return acc;
+}
+
+// sum_squares's loop on the values as it rounds them: the same sum, in one pass instead of two.
+double round_bf16_inplace_sum_squares(float* x, int64_t n) {
+  double acc = 0.0;
+#pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float rounded = bf16_rounded(x[i]);
+    x[i] = rounded;
+    acc += static_cast<double>(rounded) * static_cast<double>(rounded);
+  }
   return acc;
 }
 

@@ -38,6 +38,7 @@ void gelu_forward(float* out, const float* inp, int64_t n);
 void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, int64_t cols);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 double sum_squares(const float* x, int64_t n);
+double round_bf16_inplace_sum_squares(float* x, int64_t n);  // rounds x, returns the rounded values' sum_squares
 void f32_to_bf16(uint16_t* out, const float* inp, int64_t n);
 void bf16_to_f32(float* out, const uint16_t* inp, int64_t n);
 void f32_to_f16(uint16_t* out, const float* inp, int64_t n);

@@ -94,7 +94,14 @@ void MixedPrecision::restore_weights() {
   for_each_run_rounded_in_place(flat, [](Tensor values, Tensor master) { values.copy_from(master); });
 }
 
-void MixedPrecision::round_gradients(Tensor held) { rounding_.round(held); }
+std::optional<double> MixedPrecision::round_gradients(Tensor held) {
+  if (precision_ != Precision::bf16 || held.numel() == 0) {
+    rounding_.round(held);
+    return std::nullopt;
+  }
+  Tensor flat = held.reshape({held.numel()});
+  return ops::round_bf16_inplace_sum_squares(flat);
+}
 
 void MixedPrecision::forget_bf16_copy() {
   if (copy_registered_) ops::clear_bf16_copy();

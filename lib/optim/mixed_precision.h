@@ -3,7 +3,8 @@
 // the optimizer updates and checkpoints save); for the step's forward and backward the values a
 // rank holds are rounded to the low precision in place (round_weights) and the master values come
 // back before the update (restore_weights). Gradients are rounded as the low precision would
-// store them (round_gradients: fp16 overflows to inf, which the loss scaler detects). The GEMMs
+// store them (round_gradients: fp16 overflows to inf, which the loss scaler detects; bf16 sums
+// their squares as it rounds them, for the norm). The GEMMs
 // multiply in bf16 under bf16 (ops::MatmulInputs, which the trainer sets); otherwise arithmetic
 // is fp32 on rounded values, so the same logic runs and is tested without a GPU. It costs one copy
 // of the held parameters, and under bf16 the rounded values' bits.
@@ -14,6 +15,7 @@
 // restore: of the 26 bytes per parameter the round trip moved (copy, round with bits, restore), 6
 // remain. The rest (norms, biases, positions) go the way above, a few ops per run of them.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,7 +44,9 @@ class MixedPrecision {
   // are registered as their copy (ops::set_bf16_copy), which the GEMMs read until restore_weights.
   void round_weights();
   void restore_weights();  // the held values are the fp32 master again
-  void round_gradients(Tensor held);
+  // The held gradients rounded as the low precision stores them. bf16: returns their sum of
+  // squares, from the same pass (the gradient norm's local sum, so it need not read them again).
+  std::optional<double> round_gradients(Tensor held);
   // The storage type of the low precision (f32 for fp32): what the models round activations to.
   DType storage() const { return rounding_.storage(); }
 

@@ -81,11 +81,16 @@ void ZeroOptimizer::sum_partial(comm::Communicator* group, Partial partial) {
   }
 }
 
-double ZeroOptimizer::grad_norm() {
+double ZeroOptimizer::grad_norm(std::optional<double> held_squares) {
   const int tp = tp_ ? tp_->size() : 1, ep = ep_ ? ep_->size() : 1;
-  int64_t begin = 0;
-  const Tensor held = held_gradients(begin);  // sets begin
-  double sq = squared_norm_share(store_, held, begin, tp, ep);
+  double sq = 0.0;
+  if (held_squares && tp == 1 && ep == 1) {
+    sq = *held_squares;  // squared_norm_share's sum, taken as the gradients were rounded
+  } else {
+    int64_t begin = 0;
+    const Tensor held = held_gradients(begin);  // sets begin
+    sq = squared_norm_share(store_, held, begin, tp, ep);
+  }
   if (zero_ >= 2) sq = dp_.all_reduce_sum(sq);  // the shards' squares; under zero 0/1 every rank holds all
   if (tp > 1) sq = tp_->all_reduce_sum(sq);
   if (ep > 1) sq = ep_->all_reduce_sum(sq);

@@ -8,6 +8,8 @@
 // the summed gradient), the sum of the shards' squares all-reduced(dp) under zero 2 and 3; under
 // tensor parallelism each rank's share is then all-reduced(tp), and over the pipeline's stages (pp).
 #pragma once
+#include <optional>
+
 #include "optim/adamw.h"
 #include "parallel/grad_sync.h"
 
@@ -34,7 +36,10 @@ class ZeroOptimizer {
   // tp or the grid's; branch rows; replicas) and over ep every gradient but the experts' (the ep
   // ranks saw different tokens): one all-reduce per group.
   void complete_partial_grads();
-  double grad_norm();
+  // The global gradient norm. held_squares: the held gradients' sum of squares when the caller
+  // has it (MixedPrecision::round_gradients under bf16), used where it is this rank's share (no
+  // tp or ep: no gradient held twice in a group) instead of reading the gradients again.
+  double grad_norm(std::optional<double> held_squares = std::nullopt);
   // The update; returns whether it left the gradients zero (without ZeRO: the update zeroes each
   // gradient as it reads it, so the next step's zeroing pass is not needed).
   bool step(float lr, float grad_scale);

@@ -144,7 +144,7 @@ float Trainer::train_step(int64_t step) {
   precision_.restore_weights();  // the fp32 master values, for the update and checkpoints
   optimizer_.complete_partial_grads();
   int64_t held_begin = 0;
-  precision_.round_gradients(optimizer_.held_gradients(held_begin));
+  held_squares_ = precision_.round_gradients(optimizer_.held_gradients(held_begin));
   // Each rank's loss is its share of its micro-batches' mean (all of it without sp); on a
   // pipeline only the last stage's ranks hold it.
   loss = data_.all_reduce_sum(loss);
@@ -170,7 +170,7 @@ double Trainer::update(int64_t step, float loss, double lr, TrainResult& result,
       return std::numeric_limits<double>::quiet_NaN();
     }
   }
-  const double norm = optimizer_.grad_norm() / loss_scale;
+  const double norm = optimizer_.grad_norm(std::exchange(held_squares_, std::nullopt)) / loss_scale;
   // Numerical guard: loss and norm are the same on every rank (all-reduced), so every rank
   // takes the same branch.
   if (!std::isfinite(loss) || !std::isfinite(norm)) {
@@ -377,6 +377,7 @@ std::string Trainer::first_nonfinite_gradient() {
 }
 
 void Trainer::poison_gradient() {
+  held_squares_.reset();  // the norm reads the poisoned gradients
   nn::ParamStore& store = work_.params();
   const int id = store.find("blocks.0.mlp.fc.weight");
   if (id < 0) return;

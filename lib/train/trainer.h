@@ -78,6 +78,9 @@ class Trainer {
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
   FaultHooks faults_;
   bool grads_zero_ = false;  // the last update zeroed the gradients as it read them
+  // bf16: the held gradients' sum of squares from their rounding, for the step's norm (reset when
+  // anything changes them before it).
+  std::optional<double> held_squares_;
 };
 
 }  // namespace tessera::train

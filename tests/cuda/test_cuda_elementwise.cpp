@@ -99,6 +99,22 @@ TEST(CudaElementwise, BiasBackwardAccumulatesLikeCpu) {
   }
 }
 
+// The fused rounding: the CPU twin's rounded values bit for bit, its sum to summation order, and
+// the same sum on a second run (of the rounded values: rounding twice changes nothing).
+TEST(CudaElementwise, RoundBf16InPlaceSumSquaresMatchesCpu) {
+  TESSERA_REQUIRE_CUDA();
+  for (int64_t n : {int64_t{1}, int64_t{1000}, kN, int64_t{3000017}}) {
+    auto x = normal(n, 9, 2.0f);
+    DeviceBuffer<float> dx(x);
+    const double want = cpu::round_bf16_inplace_sum_squares(x.data(), n);
+    const double got = gpu::round_bf16_inplace_sum_squares(dx.get(), n);
+    EXPECT_TRUE(bit_equal(dx.host(), x)) << "n = " << n;
+    EXPECT_NEAR(got, want, 1e-10 * want) << "n = " << n;
+    EXPECT_EQ(got, gpu::round_bf16_inplace_sum_squares(dx.get(), n)) << "n = " << n << ": not deterministic";
+  }
+  EXPECT_EQ(gpu::round_bf16_inplace_sum_squares(nullptr, 0), 0.0);
+}
+
 TEST(CudaElementwise, SumSquaresMatchesCpu) {
   TESSERA_REQUIRE_CUDA();
   for (int64_t n : {int64_t{1}, int64_t{1000}, kN, int64_t{3000017}}) {

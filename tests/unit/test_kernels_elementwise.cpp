@@ -1,10 +1,13 @@
 // Unit tests of the CPU elementwise kernels through ops::: add, add_inplace, scale_inplace,
 // broadcast_rows, bias_backward (both of its strategies, accumulating), GELU forward against the
-// tanh formula in double, GELU backward against finite differences of that formula, sum_squares.
+// tanh formula in double, GELU backward against finite differences of that formula, sum_squares
+// and its fused twin that rounds to bf16 as it sums.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "core/philox.h"
@@ -149,6 +152,34 @@ TEST(Elementwise, SumSquaresInDouble) {
   const int64_t big = int64_t{1} << 25;
   std::vector<float> ones(big, 1.0f);
   EXPECT_EQ(tessera::kernels::cpu::sum_squares(ones.data(), big), double(big));
+}
+
+// Rounding to bf16 in place while summing squares: the values as round_inplace leaves them (bit
+// for bit, NaN and inf included) and the sum sum_squares gives of them, on one thread and three,
+// below and above the size that goes parallel.
+TEST(Elementwise, RoundBf16InPlaceSumSquaresIsRoundThenSumSquares) {
+  for (int threads : {1, 3}) {
+    Threads scope(threads);
+    for (int64_t n : {int64_t{1}, int64_t{19}, int64_t{100003}}) {
+      Tensor x = random_tensor({n}, 10, 3.0f);
+      x.data<float>()[0] = 1.0f + 0x1p-8f;  // halfway between the bf16 values 1 and 1 + 2^-7: to even, 1
+      Tensor want = x.clone();
+      tessera::ops::round_inplace(want, tessera::DType::bf16);
+      const double want_sum = tessera::ops::sum_squares(want);
+      const double got_sum = tessera::ops::round_bf16_inplace_sum_squares(x);
+      EXPECT_EQ(0, std::memcmp(x.raw(), want.raw(), want.nbytes())) << "n=" << n << " threads=" << threads;
+      EXPECT_NEAR(got_sum, want_sum, 1e-12 * want_sum) << "n=" << n << " threads=" << threads;
+      EXPECT_EQ(x.data<float>()[0], 1.0f) << "a tie rounds to even";
+    }
+  }
+  Tensor special = Tensor::empty({3});
+  special.data<float>()[0] = std::numeric_limits<float>::infinity();
+  special.data<float>()[1] = std::numeric_limits<float>::quiet_NaN();
+  special.data<float>()[2] = 0.5f;
+  EXPECT_TRUE(std::isnan(tessera::ops::round_bf16_inplace_sum_squares(special)));
+  EXPECT_TRUE(std::isinf(special.data<float>()[0]));
+  EXPECT_TRUE(std::isnan(special.data<float>()[1]));
+  EXPECT_EQ(special.data<float>()[2], 0.5f);
 }
 
 }  // namespace

@@ -51,6 +51,7 @@ TEST(KernelTiming, KindsFollowTheKernelNames) {
   EXPECT_EQ(kernel_kind("attention_block_backward"), KernelKind::attention);
   EXPECT_EQ(kernel_kind("adamw"), KernelKind::optimizer);
   EXPECT_EQ(kernel_kind("sum_squares"), KernelKind::optimizer);  // the gradient norm, for clipping
+  EXPECT_EQ(kernel_kind("round_bf16_sum_squares"), KernelKind::optimizer);  // bf16: the norm as gradients round
   EXPECT_EQ(kernel_kind("layernorm_forward"), KernelKind::other);
   EXPECT_EQ(kernel_kind("embedding_backward"), KernelKind::other);
 }

@@ -1,12 +1,15 @@
 // Unit tests of optim::MixedPrecision's weight round trip: under bf16 a parameter rounded on read
 // (a linear layer's weight, an unsplit token table) keeps its fp32 values and its readers (GEMMs,
 // the lookup) read its bits; the others are rounded in place; restore_weights brings every held
-// value back bit for bit. fp16 rounds everything in place.
+// value back bit for bit. fp16 rounds everything in place. Rounding the gradients under bf16 also
+// sums their squares.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/philox.h"
@@ -23,6 +26,7 @@ using tessera::nn::Init;
 using tessera::nn::ParamStore;
 using tessera::optim::MixedPrecision;
 using tessera::optim::Precision;
+using tessera::optim::precision_name;
 namespace ops = tessera::ops;
 
 namespace {
@@ -110,6 +114,25 @@ TEST(MixedPrecision, Bf16GemmsReadTheBitsOfTheRoundTrip) {
 
 // fp16's GEMMs do not round their operands: every parameter is rounded in place.
 TEST(MixedPrecision, Fp16RoundsEveryParameterAndRestoresIt) { expect_round_trip(Precision::fp16, DType::f16); }
+
+// round_gradients rounds the gradients as the storage does; under bf16 it also returns their sum
+// of squares (the norm's local sum, from the same pass), under fp16 and fp32 nothing.
+TEST(MixedPrecision, RoundingTheGradientsSumsTheirSquaresUnderBf16) {
+  for (const auto [kind, storage] : {std::pair{Precision::bf16, DType::bf16}, std::pair{Precision::fp16, DType::f16},
+                                      std::pair{Precision::fp32, DType::f32}}) {
+    ParamStore store;
+    build(store);
+    Tensor grads = store.flat_grads();
+    for (int64_t i = 0; i < grads.numel(); ++i) grads.data<float>()[i] = 0.3f * static_cast<float>(i % 11) - 1.1f;
+    Tensor want = grads.clone();
+    if (storage != DType::f32) ops::round_inplace(want, storage);
+    MixedPrecision precision(store, kind);
+    const std::optional<double> squares = precision.round_gradients(grads);
+    EXPECT_EQ(0, std::memcmp(grads.raw(), want.raw(), want.nbytes())) << precision_name(kind);
+    EXPECT_EQ(squares.has_value(), kind == Precision::bf16) << precision_name(kind);
+    if (squares) EXPECT_NEAR(*squares, ops::sum_squares(want), 1e-12 * ops::sum_squares(want));
+  }
+}
 
 TEST(MixedPrecision, ALinearLayersWeightIsRoundedOnRead) {
   ParamStore store;
