@@ -685,16 +685,19 @@ void adamw(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_s
 }
 
 void adamw_spans(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                 const std::vector<AdamWSpan>& spans, const AdamWArgs& args) {
-  same_device("adamw_spans", {&param, &grad, &exp_avg, &exp_avg_sq});
+                 const std::vector<AdamWSpan>& spans, const AdamWArgs& args, Tensor param_bits) {
+  same_device("adamw_spans", {&param, &grad, &exp_avg, &exp_avg_sq, &param_bits});
   const int64_t n = param.numel();
   expect(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n, "adamw_spans", "sizes differ");
+  expect(!param_bits.defined() || (param_bits.dtype() == DType::bf16 && param_bits.numel() == n), "adamw_spans",
+         "param_bits must be bf16, one per parameter");
+  uint16_t* bits = param_bits.defined() ? param_bits.bits16() : nullptr;
   for (size_t i = 0; i < spans.size(); ++i)
     expect(spans[i].begin >= 0 && spans[i].begin <= spans[i].end && spans[i].end <= n &&
                (i == 0 || spans[i - 1].end <= spans[i].begin),
            "adamw_spans", "spans must lie in the buffers, in order, without overlapping");
   TESSERA_DISPATCH(param.device(), adamw_spans, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
-                   exp_avg_sq.data<float>(), spans.data(), static_cast<int64_t>(spans.size()), args);
+                   exp_avg_sq.data<float>(), spans.data(), static_cast<int64_t>(spans.size()), args, bits);
 }
 
 void synchronize(Device device) {

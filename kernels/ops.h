@@ -232,9 +232,11 @@ struct AdamWSpan {
 // adamw over every span of four buffers of one length, as one pass: on the CPU one team of threads
 // shares the chunks of all spans (a GPT's hundred parameter tensors cost one parallel region, not a
 // hundred), with the same results as one adamw call per span. Spans come in increasing order and
-// do not overlap.
+// do not overlap. param_bits (bf16, as many as param; optional) receives the updated spans' bf16
+// bits (nearest even) as they are written: mixed precision's copy for the next step, without a
+// pass of its own.
 void adamw_spans(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
-                 const std::vector<AdamWSpan>& spans, const AdamWArgs& args);
+                 const std::vector<AdamWSpan>& spans, const AdamWArgs& args, Tensor param_bits = Tensor());
 
 // ---- completion ----------------------------------------------------------------------------------
 // CUDA ops are queued in call order and return before their kernels run; the host waits where it

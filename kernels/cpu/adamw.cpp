@@ -1,11 +1,13 @@
 // AdamW on the CPU: one fused pass over param, grad and both moments, in PyTorch's order, on the
-// widest SIMD path this CPU runs (adamw_paths.h), OpenMP threads over chunks.
+// widest SIMD path this CPU runs (adamw_paths.h), OpenMP threads over chunks; optionally writing
+// the updated parameters' bf16 bits as it goes.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/adamw_paths.h"
+#include "kernels/cpu/bf16_bits.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace tessera::kernels::cpu {
@@ -74,7 +76,8 @@ AdamWPath adamw_best_path() {
 }
 
 void adamw_spans_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                         const ops::AdamWSpan* spans, int64_t count, const ops::AdamWArgs& args) {
+                         const ops::AdamWSpan* spans, int64_t count, const ops::AdamWArgs& args,
+                         uint16_t* param_bits) {
   TESSERA_CHECK(adamw_path_supported(path), "adamw: the ", adamw_path_name(path),
                 " path is not compiled in or not supported by this CPU");
   ops::AdamWArgs no_decay = args;
@@ -98,6 +101,11 @@ void adamw_spans_on_path(AdamWPath path, float* param, const float* grad, float*
     // The chunk was just read, so zeroing it costs a write to the cache, not a pass over memory
     // (the buffer is the caller's mutable gradient; the kernels read it through const).
     if (args.zero_grad) std::fill_n(const_cast<float*>(grad) + first, n, 0.0f);
+    // Likewise the updated values' bf16 bits, read back from the cache.
+    if (param_bits) {
+#pragma omp simd
+      for (int64_t j = first; j < first + n; ++j) param_bits[j] = bf16_from_f32(param[j]);
+    }
   }
 }
 
@@ -113,8 +121,8 @@ void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, i
 }
 
 void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const ops::AdamWSpan* spans,
-                 int64_t count, const ops::AdamWArgs& args) {
-  adamw_spans_on_path(adamw_best_path(), param, grad, exp_avg, exp_avg_sq, spans, count, args);
+                 int64_t count, const ops::AdamWArgs& args, uint16_t* param_bits) {
+  adamw_spans_on_path(adamw_best_path(), param, grad, exp_avg, exp_avg_sq, spans, count, args, param_bits);
 }
 
 }  // namespace tessera::kernels::cpu

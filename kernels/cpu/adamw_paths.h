@@ -45,8 +45,10 @@ AdamWPath adamw_best_path();
 // The whole update on a given (supported) path, OpenMP threads over chunks; adamw() uses the best.
 void adamw_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                    const ops::AdamWArgs& args);
-// The same over spans of the buffers (ops::adamw_spans), all in one parallel region.
+// The same over spans of the buffers (ops::adamw_spans), all in one parallel region; param_bits
+// (may be null) receives the updated spans' bf16 bits.
 void adamw_spans_on_path(AdamWPath path, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                         const ops::AdamWSpan* spans, int64_t count, const ops::AdamWArgs& args);
+                         const ops::AdamWSpan* spans, int64_t count, const ops::AdamWArgs& args,
+                         uint16_t* param_bits = nullptr);
 
 }  // namespace tessera::kernels::cpu

@@ -128,6 +128,6 @@ void classifier_xent_backward(float* dlogits, const float* logits, const int32_t
 void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
            const ops::AdamWArgs& args);
 void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const ops::AdamWSpan* spans,
-                 int64_t count, const ops::AdamWArgs& args);
+                 int64_t count, const ops::AdamWArgs& args, uint16_t* param_bits);  // bits may be null
 
 }  // namespace tessera::kernels::cpu

@@ -1,6 +1,9 @@
 // CUDA AdamW of kernels/cuda/cuda_ops.h: one fused pass updating exp_avg, exp_avg_sq and param in
 // place, as torch.optim.AdamW and the CPU twin (same operations, same order); adamw_spans updates
-// every span of the flat buffers in one multi-tensor launch.
+// every span of the flat buffers in one multi-tensor launch, optionally writing the updated
+// parameters' bf16 bits.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <mutex>
@@ -24,16 +27,20 @@ struct AdamWStep {
 
 // g = grad * grad_scale; m += (1 - b1)(g - m); v = b2 v + (1 - b2) g^2;
 // p = p * decay - step_size * m / (sqrt(v) / bc2_sqrt + eps). With zero_grad the gradient is
-// cleared once read (the caller's mutable gradient, read through const elsewhere).
+// cleared once read (the caller's mutable gradient, read through const elsewhere); bits (may be
+// null) receives p's bf16 bits (nearest even).
 __device__ __forceinline__ void adamw_element(float* __restrict__ param, float* __restrict__ grad,
                                               float* __restrict__ exp_avg, float* __restrict__ exp_avg_sq,
-                                              int64_t i, const AdamWStep& s, bool zero_grad) {
+                                              uint16_t* __restrict__ bits, int64_t i, const AdamWStep& s,
+                                              bool zero_grad) {
   const float g = grad[i] * s.grad_scale;
   if (zero_grad) grad[i] = 0.0f;
   const float m = exp_avg[i] + s.b1_weight * (g - exp_avg[i]);
   const float v = exp_avg_sq[i] * s.b2 + s.b2_weight * g * g;
   const float denom = sqrtf(v) / s.bc2_sqrt + s.eps;
-  param[i] = param[i] * s.decay - s.step_size * m / denom;
+  const float p = param[i] * s.decay - s.step_size * m / denom;
+  param[i] = p;
+  if (bits) bits[i] = __bfloat16_as_ushort(__float2bfloat16_rn(p));
   exp_avg[i] = m;
   exp_avg_sq[i] = v;
 }
@@ -41,7 +48,7 @@ __device__ __forceinline__ void adamw_element(float* __restrict__ param, float* 
 __global__ void adamw_kernel(float* param, float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, AdamWStep s,
                              bool zero_grad) {
   for (int64_t i = global_thread(); i < n; i += global_stride())
-    adamw_element(param, grad, exp_avg, exp_avg_sq, i, s, zero_grad);
+    adamw_element(param, grad, exp_avg, exp_avg_sq, nullptr, i, s, zero_grad);
 }
 
 // A piece of one span: [begin, end) of the flat buffers and which scalars apply (0: no decay).
@@ -51,14 +58,14 @@ struct Chunk {
 };
 
 // Multi-tensor form: block b takes chunks b, b + gridDim.x, ...; its threads stride over each.
-__global__ void adamw_chunks_kernel(float* param, float* grad, float* exp_avg, float* exp_avg_sq,
+__global__ void adamw_chunks_kernel(float* param, float* grad, float* exp_avg, float* exp_avg_sq, uint16_t* bits,
                                     const Chunk* chunks, int64_t count, AdamWStep no_decay, AdamWStep decay,
                                     bool zero_grad) {
   for (int64_t c = blockIdx.x; c < count; c += gridDim.x) {
     const Chunk chunk = chunks[c];
     const AdamWStep& s = chunk.decay ? decay : no_decay;
     for (int64_t i = chunk.begin + threadIdx.x; i < chunk.end; i += blockDim.x)
-      adamw_element(param, grad, exp_avg, exp_avg_sq, i, s, zero_grad);
+      adamw_element(param, grad, exp_avg, exp_avg_sq, bits, i, s, zero_grad);
   }
 }
 
@@ -117,7 +124,7 @@ void adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, i
 // Every span cut into chunks of at most kChunk elements, one launch for all of them (a GPT's hundred
 // parameter tensors cost one kernel, not a hundred).
 void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const ops::AdamWSpan* spans,
-                 int64_t count, const ops::AdamWArgs& args) {
+                 int64_t count, const ops::AdamWArgs& args, uint16_t* param_bits) {
   constexpr int64_t kChunk = 1 << 16;
   std::vector<Chunk> chunks;
   for (int64_t i = 0; i < count; ++i)
@@ -129,7 +136,8 @@ void adamw_spans(float* param, const float* grad, float* exp_avg, float* exp_avg
   const int64_t n = static_cast<int64_t>(chunks.size());
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(n, 1 << 16));
   launch("adamw_spans", adamw_chunks_kernel, dim3(blocks), dim3(256), 0, param, const_cast<float*>(grad), exp_avg,
-         exp_avg_sq, device_chunks(chunks), n, step_scalars(no_decay), step_scalars(args), args.zero_grad);
+         exp_avg_sq, param_bits, device_chunks(chunks), n, step_scalars(no_decay), step_scalars(args),
+         args.zero_grad);
   finish("adamw_spans");
 }
 

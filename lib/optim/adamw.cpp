@@ -119,16 +119,20 @@ void AdamW::write_states(int64_t begin, int64_t count, const float* exp_avg, con
   });
 }
 
-void AdamW::step(float lr, float grad_scale, bool zero_grads) {
+void AdamW::step(float lr, float grad_scale, bool zero_grads, Tensor param_bits) {
   Tensor params = store_.flat_values().slice(shard_.begin, {shard_.size()});
   const Tensor grads = store_.flat_grads().slice(shard_.begin, {shard_.size()});
-  step(lr, grad_scale, params, grads, zero_grads);
+  if (param_bits.defined()) param_bits = param_bits.slice(shard_.begin, {shard_.size()});
+  step(lr, grad_scale, params, grads, zero_grads, param_bits);
 }
 
-void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads, bool zero_grads) {
+void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads, bool zero_grads,
+                 Tensor param_bits) {
   TESSERA_CHECK(params.numel() == shard_.size() && grads.numel() == shard_.size(),
                 "AdamW::step: buffers of ", params.numel(), " and ", grads.numel(), " elements for a shard of ",
                 shard_.size());
+  TESSERA_CHECK(!param_bits.defined() || (param_bits.numel() == shard_.size() && !state_file_),
+                "AdamW::step: param_bits must match the shard, and the states must not be in files");
   ++step_;
   ops::AdamWArgs args;
   args.lr = lr;
@@ -148,7 +152,8 @@ void AdamW::step(float lr, float grad_scale, Tensor& params, const Tensor& grads
     Tensor g = grads.slice(at, shape);
     Tensor m = ms.slice(offset, shape);
     Tensor v = vs.slice(offset, shape);
-    ops::adamw_spans(p, g, m, v, part_spans_[at == 0 ? 0 : 1], args);
+    ops::adamw_spans(p, g, m, v, part_spans_[at == 0 ? 0 : 1], args,
+                     param_bits.defined() ? param_bits.slice(at, shape) : Tensor());
   });
 }
 

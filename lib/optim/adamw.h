@@ -46,10 +46,14 @@ class AdamW {
   AdamW(nn::ParamStore& store, const AdamWConfig& config, parallel::Range shard);
   ~AdamW();
   // One update with learning rate lr of the store's own flat buffers (the shard's part of them);
-  // zero_grads: the gradients are zeroed as the update reads them (ops::AdamWArgs::zero_grad).
-  void step(float lr, float grad_scale = 1.0f, bool zero_grads = false);
-  // The same on explicit buffers holding exactly the shard (ZeRO-2/3 keep shards apart).
-  void step(float lr, float grad_scale, Tensor& params, const Tensor& grads, bool zero_grads = false);
+  // zero_grads: the gradients are zeroed as the update reads them (ops::AdamWArgs::zero_grad);
+  // param_bits (bf16, one per element of the store's flat order; optional, not with the states in
+  // files) receives the updated values' bf16 bits.
+  void step(float lr, float grad_scale = 1.0f, bool zero_grads = false, Tensor param_bits = Tensor());
+  // The same on explicit buffers holding exactly the shard (ZeRO-2/3 keep shards apart); param_bits
+  // as params.
+  void step(float lr, float grad_scale, Tensor& params, const Tensor& grads, bool zero_grads = false,
+            Tensor param_bits = Tensor());
 
   parallel::Range shard() const { return shard_; }
   int64_t steps_taken() const { return step_; }

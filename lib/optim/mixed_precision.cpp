@@ -64,8 +64,8 @@ void MixedPrecision::for_each_run_rounded_in_place(Tensor flat, F f) {
   }
 }
 
-// Every weight's bits in one pass (a weight's bits are its rounded value's); the runs read by
-// other ops are also copied to the master and rounded in place.
+// Every weight's bits in one pass (a weight's bits are its rounded value's), unless the last update
+// wrote them; the runs read by other ops are also copied to the master and rounded in place.
 void MixedPrecision::round_bf16_held(Tensor flat) {
   int64_t kept = 0;
   for (const parallel::Range& r : runs_rounded_in_place_) kept += r.size();
@@ -73,13 +73,19 @@ void MixedPrecision::round_bf16_held(Tensor flat) {
     bf16_copy_ = Tensor::empty({flat.numel()}, DType::bf16, flat.device());
   if (!master_.defined() || master_.numel() != kept || master_.device() != flat.device())
     master_ = Tensor::empty({kept}, DType::f32, flat.device());
-  ops::cast(bf16_copy_, flat);
+  if (!bits_written_by_update_) ops::cast(bf16_copy_, flat);
+  bits_written_by_update_ = false;
   for_each_run_rounded_in_place(flat, [&](Tensor values, Tensor master) {
     master.copy_from(values);
     rounding_.round(values);
   });
   ops::set_bf16_copy(flat, bf16_copy_);
   copy_registered_ = true;
+}
+
+Tensor MixedPrecision::weight_bits_for_update() {
+  if (precision_ != Precision::bf16 || store_.sharded() || !bf16_copy_.defined()) return Tensor();
+  return bf16_copy_.numel() == store_.flat_values().numel() ? bf16_copy_ : Tensor();
 }
 
 void MixedPrecision::restore_weights() {

@@ -44,6 +44,14 @@ class MixedPrecision {
   // are registered as their copy (ops::set_bf16_copy), which the GEMMs read until restore_weights.
   void round_weights();
   void restore_weights();  // the held values are the fp32 master again
+  // bf16 on the unsharded store: the bits of every held weight (the copy the GEMMs read), for the
+  // update to write as it writes the weights (ops::adamw_spans' param_bits), then
+  // note_weight_bits_written(); undefined otherwise (and before the first round_weights).
+  Tensor weight_bits_for_update();
+  // The update wrote every held weight's bits: the next round_weights takes them instead of casting
+  // the weights again. For that one round_weights; nothing else may write the weights in between.
+  void note_weight_bits_written() { bits_written_by_update_ = true; }
+  void weights_changed() { bits_written_by_update_ = false; }  // written otherwise: cast them again
   // The held gradients rounded as the low precision stores them. bf16: returns their sum of
   // squares, from the same pass (the gradient norm's local sum, so it need not read them again).
   std::optional<double> round_gradients(Tensor held);
@@ -69,6 +77,7 @@ class MixedPrecision {
   Tensor bf16_copy_;  // bf16: the rounded held values' bits, which the step's GEMMs read
   nn::PrecisionRounding rounding_;
   bool copy_registered_ = false;
+  bool bits_written_by_update_ = false;  // note_weight_bits_written, until the next round_weights
 };
 
 }  // namespace tessera::optim

@@ -98,11 +98,13 @@ double ZeroOptimizer::grad_norm(std::optional<double> held_squares) {
   return std::sqrt(sq);
 }
 
-bool ZeroOptimizer::step(float lr, float grad_scale) {
+bool ZeroOptimizer::step(float lr, float grad_scale, Tensor weight_bits) {
+  TESSERA_CHECK(!weight_bits.defined() || writes_weight_bits(), "ZeroOptimizer::step: weight bits need zero 0 ",
+                "and the optimizer states in memory");
   // Without ZeRO and under ZeRO-3 the update reads every gradient the store zeroes each step (the
   // flat buffer, the shard): it zeroes them as it goes. ZeRO-1/2 update a shard of a larger buffer.
   if (zero_ == 0) {
-    adamw_.step(lr, grad_scale, /*zero_grads=*/true);
+    adamw_.step(lr, grad_scale, /*zero_grads=*/true, weight_bits);
     return true;
   }
   const parallel::Range mine = adamw_.shard();

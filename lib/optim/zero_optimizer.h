@@ -41,8 +41,12 @@ class ZeroOptimizer {
   // tp or ep: no gradient held twice in a group) instead of reading the gradients again.
   double grad_norm(std::optional<double> held_squares = std::nullopt);
   // The update; returns whether it left the gradients zero (without ZeRO: the update zeroes each
-  // gradient as it reads it, so the next step's zeroing pass is not needed).
-  bool step(float lr, float grad_scale);
+  // gradient as it reads it, so the next step's zeroing pass is not needed). weight_bits (when
+  // writes_weight_bits()): bf16 bits of every weight in the flat order, written as they are updated.
+  bool step(float lr, float grad_scale, Tensor weight_bits = Tensor());
+  // Whether step can write the weights' bits: without ZeRO (every weight updated here) and with
+  // the states in memory.
+  bool writes_weight_bits() const { return zero_ == 0 && !adamw_.states_in_files(); }
   // The reduced gradients this rank holds: all, or its ZeRO-2/3 shard of the flat order from
   // flat offset `begin`.
   Tensor held_gradients(int64_t& begin);

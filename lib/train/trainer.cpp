@@ -188,8 +188,11 @@ double Trainer::update(int64_t step, float loss, double lr, TrainResult& result,
     if (root) progress.message(what + "; step skipped (--on-nan skip)");
     return norm;
   }
-  grads_zero_ =
-      optimizer_.step(static_cast<float>(lr), optim::clip_factor(norm, config_.grad_clip) / static_cast<float>(loss_scale));
+  // bf16 without ZeRO: the update writes the weights' bits for the next step's GEMMs as it goes.
+  const Tensor weight_bits = optimizer_.writes_weight_bits() ? precision_.weight_bits_for_update() : Tensor();
+  grads_zero_ = optimizer_.step(static_cast<float>(lr),
+                                optim::clip_factor(norm, config_.grad_clip) / static_cast<float>(loss_scale), weight_bits);
+  if (weight_bits.defined()) precision_.note_weight_bits_written();
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();
   return norm;
 }
@@ -214,6 +217,7 @@ TrainResult Trainer::run() {
   TrainResult result;
   check_checkpoint_dir();
   const int64_t first_step = resume() + 1;
+  precision_.weights_changed();  // a checkpoint may have been loaded over them
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();  // a resumed table
   std::unique_ptr<RunTrace> trace;
   if (!config_.trace_path.empty()) {

@@ -54,7 +54,8 @@ TEST(CudaAdamW, ZeroGradZeroesTheGradientAfterTheSameUpdate) {
 
 // Spans with and without decay, gaps between them, spans longer than the multi-tensor kernel's
 // 65536-element chunks, zero_grad: the CPU twin's values (within 1e-6 + 1e-5 |x|), the spans'
-// gradients zero and what lies between them untouched.
+// gradients zero and what lies between them untouched; the updated values' bf16 bits written in
+// the spans only.
 TEST(CudaAdamW, SpansMatchCpu) {
   TESSERA_REQUIRE_CUDA();
   const int64_t n = 300000;
@@ -68,9 +69,18 @@ TEST(CudaAdamW, SpansMatchCpu) {
   args.lr = 3e-3f;
   args.weight_decay = 0.1f;
   args.zero_grad = true;
-  cpu::adamw_spans(param.data(), grad.data(), m.data(), v.data(), spans, 4, args);
-  gpu::adamw_spans(dparam.get(), dgrad.get(), dm.get(), dv.get(), spans, 4, args);
+  DeviceBuffer<uint16_t> dbits(std::vector<uint16_t>(n, 0xabcd));
+  cpu::adamw_spans(param.data(), grad.data(), m.data(), v.data(), spans, 4, args, nullptr);
+  gpu::adamw_spans(dparam.get(), dgrad.get(), dm.get(), dv.get(), spans, 4, args, dbits.get());
   EXPECT_TRUE(all_close(dparam.host(), param, 1e-6, 1e-5)) << "param";
+  // The bits are the GPU's updated values rounded to bf16 (nearest even), in the spans only.
+  const std::vector<float> updated = dparam.host();
+  std::vector<uint16_t> want(n);
+  cpu::f32_to_bf16(want.data(), updated.data(), n);
+  const std::vector<uint16_t> bits = dbits.host();
+  for (int64_t i = 140007; i < 140100; ++i) want[i] = 0xabcd;  // the gaps between spans
+  for (int64_t i = 270000; i < 271000; ++i) want[i] = 0xabcd;
+  EXPECT_EQ(bits, want) << "param_bits";
   EXPECT_TRUE(all_close(dm.host(), m, 1e-6, 1e-5)) << "exp_avg";
   EXPECT_TRUE(all_close(dv.host(), v, 1e-6, 1e-5)) << "exp_avg_sq";
   EXPECT_TRUE(all_close(dgrad.host(), grad, 0.0, 0.0)) << "grad: zero in the spans, untouched between";

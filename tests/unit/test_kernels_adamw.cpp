@@ -1,7 +1,8 @@
 // Unit tests of the CPU AdamW: through ops::adamw, and on each code path (scalar, AVX2, AVX-512)
 // that this CPU runs: three steps with weight decay and grad_scale against a scalar double
 // reference written in torch.optim.AdamW's order, on 1 and 3 threads; every path bit-identical to
-// the scalar one, remainders included, and nothing written past the end.
+// the scalar one, remainders included, and nothing written past the end; the spans' form, its
+// zeroing of gradients and its bf16 bits of the updated values.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "kernel_test_util.h"
@@ -229,6 +231,48 @@ TEST(AdamW, SpansMatchOneCallPerSpanBitForBit) {
   }
   EXPECT_EQ(g[0].data<float>()[100], 0.0f);
   EXPECT_NE(p[0].data<float>()[100], p_before.data<float>()[100]);
+}
+
+// param_bits: the spans' updated values rounded to bf16 (as ops::cast rounds them), written
+// beside the update on every path this CPU runs; the update itself unchanged bit for bit; bits
+// between spans left alone. Spans of several chunks, a partial one, 2 threads.
+TEST(AdamW, SpansWriteTheUpdatedValuesBf16Bits) {
+  tessera::testing::ScopedThreads threads(2);
+  const int64_t n = 50000;
+  const std::vector<tessera::ops::AdamWSpan> spans = {{0, 20000, true}, {20003, 20100, false}, {20200, n, true}};
+  const tessera::ops::AdamWArgs args = test_args();
+  for (const AdamWPath path : {AdamWPath::scalar, AdamWPath::avx2, AdamWPath::avx512}) {
+    if (!tessera::kernels::cpu::adamw_path_supported(path)) continue;  // the scalar path always runs
+    SCOPED_TRACE(tessera::kernels::cpu::adamw_path_name(path));
+    Tensor p[2], m[2], v[2], g[2];
+    for (int k = 0; k < 2; ++k) {
+      p[k] = tessera::testing::random_tensor({n}, 6, 1);
+      m[k] = tessera::testing::random_tensor({n}, 6, 2, 0.0f, 0.1f);
+      v[k] = tessera::testing::random_tensor({n}, 6, 3, 0.0f, 0.01f);
+      for (int64_t i = 0; i < n; ++i) v[k].data<float>()[i] *= v[k].data<float>()[i];
+      g[k] = tessera::testing::random_tensor({n}, 6, 4);
+    }
+    Tensor bits = Tensor::empty({n}, tessera::DType::bf16);
+    std::fill_n(bits.bits16(), n, uint16_t{0xabcd});
+    tessera::kernels::cpu::adamw_spans_on_path(path, p[0].data<float>(), g[0].data<float>(), m[0].data<float>(),
+                                               v[0].data<float>(), spans.data(), 3, args, bits.bits16());
+    tessera::kernels::cpu::adamw_spans_on_path(path, p[1].data<float>(), g[1].data<float>(), m[1].data<float>(),
+                                               v[1].data<float>(), spans.data(), 3, args);
+    Tensor want = Tensor::empty({n}, tessera::DType::bf16);
+    tessera::ops::cast(want, p[0]);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(p[0].data<float>()[i], p[1].data<float>()[i]) << i;
+      ASSERT_EQ(m[0].data<float>()[i], m[1].data<float>()[i]) << i;
+      ASSERT_EQ(v[0].data<float>()[i], v[1].data<float>()[i]) << i;
+      const bool in_span = i < 20000 || (i >= 20003 && i < 20100) || i >= 20200;
+      ASSERT_EQ(bits.bits16()[i], in_span ? want.bits16()[i] : uint16_t{0xabcd}) << i;
+    }
+  }
+  Tensor p = Tensor::zeros({10}), g = Tensor::zeros({10}), m = Tensor::zeros({10}), v = Tensor::zeros({10});
+  EXPECT_THROW(tessera::ops::adamw_spans(p, g, m, v, {{0, 10, true}}, args, Tensor::empty({9}, tessera::DType::bf16)),
+               tessera::Error);  // one bit pattern short
+  EXPECT_THROW(tessera::ops::adamw_spans(p, g, m, v, {{0, 10, true}}, args, Tensor::empty({10}, tessera::DType::f16)),
+               tessera::Error);  // not bf16
 }
 
 TEST(AdamW, SpansOutsideTheBuffersOrOverlappingAreRefused) {

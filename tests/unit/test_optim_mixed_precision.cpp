@@ -2,7 +2,7 @@
 // (a linear layer's weight, an unsplit token table) keeps its fp32 values and its readers (GEMMs,
 // the lookup) read its bits; the others are rounded in place; restore_weights brings every held
 // value back bit for bit. fp16 rounds everything in place. Rounding the gradients under bf16 also
-// sums their squares.
+// sums their squares; bits the update wrote replace the next cast.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -132,6 +132,58 @@ TEST(MixedPrecision, RoundingTheGradientsSumsTheirSquaresUnderBf16) {
     EXPECT_EQ(squares.has_value(), kind == Precision::bf16) << precision_name(kind);
     if (squares) EXPECT_NEAR(*squares, ops::sum_squares(want), 1e-12 * ops::sum_squares(want));
   }
+}
+
+// The update may write the weights' bits (weight_bits_for_update, then note_weight_bits_written):
+// the next round_weights takes them and does not cast the weights again (a weight changed behind
+// its back keeps its old bits: the proof no cast ran), for that round trip only; weights_changed
+// withdraws them. fp16 offers no bits.
+TEST(MixedPrecision, Bf16TakesTheBitsTheUpdateWrote) {
+  ParamStore store;
+  build(store);
+  const ops::MatmulInputsScope bf16(ops::MatmulInputs::bf16);
+  MixedPrecision precision(store, Precision::bf16);
+  EXPECT_FALSE(precision.weight_bits_for_update().defined()) << "no copy before the first round trip";
+  precision.round_weights();
+  precision.restore_weights();
+  Tensor bits = precision.weight_bits_for_update();
+  ASSERT_TRUE(bits.defined());
+  ASSERT_EQ(bits.numel(), store.numel());
+  Tensor& w2 = store.value(store.find("w2"));
+  const Tensor w2_product = product(w2);
+  // The update's writes: new values and their bits; then a value changed without its bits.
+  for (int64_t i = 0; i < w2.numel(); ++i) w2.data<float>()[i] *= 2.0f;  // exact: the bits double too
+  Tensor flat = store.flat_values();
+  ops::cast(bits, flat);
+  precision.note_weight_bits_written();
+  w2.data<float>()[0] += 1.0f;  // behind the copy's back
+  precision.round_weights();
+  Tensor doubled = w2.clone();
+  doubled.data<float>()[0] -= 1.0f;
+  const Tensor from_bits = product(w2), want = product(doubled);  // both read w2's registered bits...
+  precision.restore_weights();
+  const Tensor want_direct = product(doubled);  // ...which are the doubled values' (no copy registered here)
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    EXPECT_TRUE(same_bits(from_bits.data<float>()[i], want_direct.data<float>()[i])) << "element " << i;
+    EXPECT_FALSE(same_bits(from_bits.data<float>()[i], w2_product.data<float>()[i])) << "element " << i;
+  }
+  precision.round_weights();  // the bits were for one round trip: now cast from the values
+  const Tensor recast = product(w2);
+  precision.restore_weights();
+  EXPECT_FALSE(same_bits(recast.data<float>()[0], from_bits.data<float>()[0])) << "w2[0] += 1 now reaches the product";
+  precision.note_weight_bits_written();
+  precision.weights_changed();
+  precision.round_weights();
+  const Tensor after_change = product(w2);
+  precision.restore_weights();
+  EXPECT_TRUE(same_bits(after_change.data<float>()[0], recast.data<float>()[0])) << "weights_changed: cast again";
+
+  ParamStore fp16_store;
+  build(fp16_store);
+  MixedPrecision fp16(fp16_store, Precision::fp16);
+  fp16.round_weights();
+  fp16.restore_weights();
+  EXPECT_FALSE(fp16.weight_bits_for_update().defined());
 }
 
 TEST(MixedPrecision, ALinearLayersWeightIsRoundedOnRead) {
