@@ -69,8 +69,10 @@ void MixedPrecision::for_each_run_rounded_in_place(Tensor flat, F f) {
 void MixedPrecision::round_bf16_held(Tensor flat) {
   int64_t kept = 0;
   for (const parallel::Range& r : runs_rounded_in_place_) kept += r.size();
-  if (!bf16_copy_.defined() || bf16_copy_.numel() != flat.numel() || bf16_copy_.device() != flat.device())
+  if (!bf16_copy_.defined() || bf16_copy_.numel() != flat.numel() || bf16_copy_.device() != flat.device()) {
     bf16_copy_ = Tensor::empty({flat.numel()}, DType::bf16, flat.device());
+    bits_written_by_update_ = false;  // not into this copy
+  }
   if (!master_.defined() || master_.numel() != kept || master_.device() != flat.device())
     master_ = Tensor::empty({kept}, DType::f32, flat.device());
   if (!bits_written_by_update_) ops::cast(bf16_copy_, flat);
@@ -100,8 +102,8 @@ void MixedPrecision::restore_weights() {
   for_each_run_rounded_in_place(flat, [](Tensor values, Tensor master) { values.copy_from(master); });
 }
 
-std::optional<double> MixedPrecision::round_gradients(Tensor held) {
-  if (precision_ != Precision::bf16 || held.numel() == 0) {
+std::optional<double> MixedPrecision::round_gradients(Tensor held, bool sum_squares) {
+  if (precision_ != Precision::bf16 || !sum_squares || held.numel() == 0) {
     rounding_.round(held);
     return std::nullopt;
   }

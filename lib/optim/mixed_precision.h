@@ -52,9 +52,10 @@ class MixedPrecision {
   // the weights again. For that one round_weights; nothing else may write the weights in between.
   void note_weight_bits_written() { bits_written_by_update_ = true; }
   void weights_changed() { bits_written_by_update_ = false; }  // written otherwise: cast them again
-  // The held gradients rounded as the low precision stores them. bf16: returns their sum of
-  // squares, from the same pass (the gradient norm's local sum, so it need not read them again).
-  std::optional<double> round_gradients(Tensor held);
+  // The held gradients rounded as the low precision stores them. bf16 with sum_squares: returns
+  // their sum of squares, from the same pass (the gradient norm's local sum, so it need not read
+  // them again; on CUDA the host waits for it).
+  std::optional<double> round_gradients(Tensor held, bool sum_squares = true);
   // The storage type of the low precision (f32 for fp32): what the models round activations to.
   DType storage() const { return rounding_.storage(); }
 

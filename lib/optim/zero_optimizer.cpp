@@ -84,7 +84,7 @@ void ZeroOptimizer::sum_partial(comm::Communicator* group, Partial partial) {
 double ZeroOptimizer::grad_norm(std::optional<double> held_squares) {
   const int tp = tp_ ? tp_->size() : 1, ep = ep_ ? ep_->size() : 1;
   double sq = 0.0;
-  if (held_squares && tp == 1 && ep == 1) {
+  if (held_squares && norm_share_is_held_sum()) {
     sq = *held_squares;  // squared_norm_share's sum, taken as the gradients were rounded
   } else {
     int64_t begin = 0;

@@ -37,9 +37,12 @@ class ZeroOptimizer {
   // ranks saw different tokens): one all-reduce per group.
   void complete_partial_grads();
   // The global gradient norm. held_squares: the held gradients' sum of squares when the caller
-  // has it (MixedPrecision::round_gradients under bf16), used where it is this rank's share (no
-  // tp or ep: no gradient held twice in a group) instead of reading the gradients again.
+  // has it (MixedPrecision::round_gradients under bf16), used when norm_share_is_held_sum()
+  // instead of reading the gradients again.
   double grad_norm(std::optional<double> held_squares = std::nullopt);
+  // Whether this rank's share of the squared norm is the plain sum over its held gradients: no tp
+  // or ep (whose groups hold some gradients on several ranks, counted once).
+  bool norm_share_is_held_sum() const { return (!tp_ || tp_->size() == 1) && (!ep_ || ep_->size() == 1); }
   // The update; returns whether it left the gradients zero (without ZeRO: the update zeroes each
   // gradient as it reads it, so the next step's zeroing pass is not needed). weight_bits (when
   // writes_weight_bits()): bf16 bits of every weight in the flat order, written as they are updated.

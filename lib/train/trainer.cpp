@@ -144,7 +144,8 @@ float Trainer::train_step(int64_t step) {
   precision_.restore_weights();  // the fp32 master values, for the update and checkpoints
   optimizer_.complete_partial_grads();
   int64_t held_begin = 0;
-  held_squares_ = precision_.round_gradients(optimizer_.held_gradients(held_begin));
+  held_squares_ =
+      precision_.round_gradients(optimizer_.held_gradients(held_begin), optimizer_.norm_share_is_held_sum());
   // Each rank's loss is its share of its micro-batches' mean (all of it without sp); on a
   // pipeline only the last stage's ranks hold it.
   loss = data_.all_reduce_sum(loss);

@@ -116,7 +116,8 @@ TEST(MixedPrecision, Bf16GemmsReadTheBitsOfTheRoundTrip) {
 TEST(MixedPrecision, Fp16RoundsEveryParameterAndRestoresIt) { expect_round_trip(Precision::fp16, DType::f16); }
 
 // round_gradients rounds the gradients as the storage does; under bf16 it also returns their sum
-// of squares (the norm's local sum, from the same pass), under fp16 and fp32 nothing.
+// of squares (the norm's local sum, from the same pass) unless told not to, under fp16 and fp32
+// nothing.
 TEST(MixedPrecision, RoundingTheGradientsSumsTheirSquaresUnderBf16) {
   for (const auto [kind, storage] : {std::pair{Precision::bf16, DType::bf16}, std::pair{Precision::fp16, DType::f16},
                                       std::pair{Precision::fp32, DType::f32}}) {
@@ -132,6 +133,16 @@ TEST(MixedPrecision, RoundingTheGradientsSumsTheirSquaresUnderBf16) {
     EXPECT_EQ(squares.has_value(), kind == Precision::bf16) << precision_name(kind);
     if (squares) EXPECT_NEAR(*squares, ops::sum_squares(want), 1e-12 * ops::sum_squares(want));
   }
+  // Not asked for (tp or ep: the norm sums per parameter): rounded, no sum.
+  ParamStore store;
+  build(store);
+  Tensor grads = store.flat_grads();
+  for (int64_t i = 0; i < grads.numel(); ++i) grads.data<float>()[i] = 0.3f * static_cast<float>(i % 11) - 1.1f;
+  Tensor want = grads.clone();
+  ops::round_inplace(want, DType::bf16);
+  MixedPrecision precision(store, Precision::bf16);
+  EXPECT_FALSE(precision.round_gradients(grads, /*sum_squares=*/false).has_value());
+  EXPECT_EQ(0, std::memcmp(grads.raw(), want.raw(), want.nbytes()));
 }
 
 // The update may write the weights' bits (weight_bits_for_update, then note_weight_bits_written):
