@@ -142,7 +142,8 @@ double sum_squares(const float* x, int64_t n) {
   return acc;
 }
 
-// sum_squares's loop on the values as it rounds them: the same sum, in one pass instead of two.
+// sum_squares's loop over the values as it rounds them, one pass instead of two: the same
+// reduction (the compiler may still order its vector lanes differently, so tests allow 1e-12).
 double round_bf16_inplace_sum_squares(float* x, int64_t n) {
   double acc = 0.0;
 #pragma omp parallel for simd schedule(static) reduction(+ : acc) if (n > kParallelMin)
