@@ -50,6 +50,18 @@ tessera::ops::AdamWArgs test_args() {
   return args;
 }
 
+// Parameters, moments (the second one >= 0) and gradients of n elements drawn from seed.
+struct AdamWBuffers {
+  Tensor p, m, v, g;
+};
+AdamWBuffers random_buffers(int64_t n, uint64_t seed) {
+  AdamWBuffers b{tessera::testing::random_tensor({n}, seed, 1),
+                 tessera::testing::random_tensor({n}, seed, 2, 0.0f, 0.1f),
+                 tessera::testing::random_tensor({n}, seed, 3, 0.0f, 0.1f), tessera::testing::random_tensor({n}, seed, 4)};
+  for (int64_t i = 0; i < n; ++i) b.v.data<float>()[i] *= b.v.data<float>()[i];
+  return b;
+}
+
 TEST(AdamW, ThreeStepsMatchScalarReference) {
   for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{70001}}) {
     for (int threads : {1, 3}) {
@@ -173,11 +185,8 @@ TEST(AdamW, ZeroGradLeavesTheUpdateAndZeroesTheGradient) {
   args.grad_scale = 0.5f;
   Tensor p[2], m[2], v[2], g[2];
   for (int k = 0; k < 2; ++k) {
-    p[k] = tessera::testing::random_tensor({n}, 11, 1);
-    m[k] = tessera::testing::random_tensor({n}, 11, 2, 0.0f, 0.1f);
-    v[k] = tessera::testing::random_tensor({n}, 11, 3, 0.0f, 0.1f);
-    for (int64_t i = 0; i < n; ++i) v[k].data<float>()[i] *= v[k].data<float>()[i];  // a second moment is >= 0
-    g[k] = tessera::testing::random_tensor({n}, 11, 4);
+    AdamWBuffers b = random_buffers(n, 11);
+    p[k] = b.p, m[k] = b.m, v[k] = b.v, g[k] = b.g;
     args.zero_grad = k == 1;
     tessera::ops::adamw(p[k], g[k], m[k], v[k], args);
   }
@@ -203,11 +212,8 @@ TEST(AdamW, SpansMatchOneCallPerSpanBitForBit) {
   args.zero_grad = true;
   Tensor p[2], m[2], v[2], g[2];
   for (int k = 0; k < 2; ++k) {
-    p[k] = tessera::testing::random_tensor({n}, 5, 1);
-    m[k] = tessera::testing::random_tensor({n}, 5, 2, 0.0f, 0.1f);
-    v[k] = tessera::testing::random_tensor({n}, 5, 3, 0.0f, 0.1f);
-    for (int64_t i = 0; i < n; ++i) v[k].data<float>()[i] *= v[k].data<float>()[i];
-    g[k] = tessera::testing::random_tensor({n}, 5, 4);
+    AdamWBuffers b = random_buffers(n, 5);
+    p[k] = b.p, m[k] = b.m, v[k] = b.v, g[k] = b.g;
   }
   const Tensor p_before = p[0].clone(), g_before = g[0].clone();
   tessera::ops::adamw_spans(p[0], g[0], m[0], v[0], spans, args);
@@ -246,11 +252,8 @@ TEST(AdamW, SpansWriteTheUpdatedValuesBf16Bits) {
     SCOPED_TRACE(tessera::kernels::cpu::adamw_path_name(path));
     Tensor p[2], m[2], v[2], g[2];
     for (int k = 0; k < 2; ++k) {
-      p[k] = tessera::testing::random_tensor({n}, 6, 1);
-      m[k] = tessera::testing::random_tensor({n}, 6, 2, 0.0f, 0.1f);
-      v[k] = tessera::testing::random_tensor({n}, 6, 3, 0.0f, 0.01f);
-      for (int64_t i = 0; i < n; ++i) v[k].data<float>()[i] *= v[k].data<float>()[i];
-      g[k] = tessera::testing::random_tensor({n}, 6, 4);
+      AdamWBuffers b = random_buffers(n, 6);
+      p[k] = b.p, m[k] = b.m, v[k] = b.v, g[k] = b.g;
     }
     Tensor bits = Tensor::empty({n}, tessera::DType::bf16);
     std::fill_n(bits.bits16(), n, uint16_t{0xabcd});

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.h"
 #include "core/philox.h"
 #include "models/gpt/gpt.h"
 #include "nn/param_store.h"
@@ -158,6 +159,22 @@ TEST(AdamW, StepCounterResumes) {
   EXPECT_EQ(ob.steps_taken(), 4);
   for (int64_t i = 0; i < a.numel(); ++i)
     EXPECT_EQ(a.flat_values().data<float>()[i], b.flat_values().data<float>()[i]) << i;
+}
+
+// The weights' bf16 bits the update may write (mixed precision's copy) must cover the shard:
+// a copy of another size is refused before anything is updated.
+TEST(AdamW, WeightBitsOfTheWrongSizeAreRefused) {
+  ParamStore s;
+  build(s);
+  AdamW opt(s, AdamWConfig{});
+  const std::vector<float> before(s.flat_values().data<float>(), s.flat_values().data<float>() + s.numel());
+  tessera::Tensor short_bits = tessera::Tensor::empty({s.numel() - 1}, tessera::DType::bf16);
+  EXPECT_THROW(opt.step(1e-3f, 1.0f, false, short_bits), tessera::Error);
+  for (int64_t i = 0; i < s.numel(); ++i) EXPECT_EQ(s.flat_values().data<float>()[i], before[i]) << i;
+  EXPECT_EQ(opt.steps_taken(), 0);
+  tessera::Tensor bits = tessera::Tensor::empty({s.numel()}, tessera::DType::bf16);
+  opt.step(1e-3f, 1.0f, false, bits);  // the right size is taken
+  EXPECT_EQ(opt.steps_taken(), 1);
 }
 
 TEST(LrSchedule, WarmupCosineAndMinimum) {
