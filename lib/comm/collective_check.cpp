@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fnv1a.h"
 
 namespace tessera::comm {
 
@@ -31,14 +32,9 @@ CollectiveFingerprint make_fingerprint(const char* op, const char* dtype, int64_
   fp.count = count;
   fp.has_counts = has_counts ? 1 : 0;
   if (has_counts) {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the counts
-    for (int64_t c : counts) {
-      for (int b = 0; b < 8; ++b) {
-        h ^= static_cast<uint64_t>(c >> (8 * b)) & 0xff;
-        h *= 1099511628211ull;
-      }
-    }
-    fp.counts_hash = h;
+    Fnv1a h;
+    for (int64_t c : counts) h.add_value(c);
+    fp.counts_hash = h.value();
   }
   fp.root = root;
   return fp;

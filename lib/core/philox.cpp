@@ -1,6 +1,8 @@
 // Philox4x32-10 and the uniform/normal values derived from it.
 #include "core/philox.h"
 
+#include "core/fnv1a.h"
+
 #include <cmath>
 
 namespace tessera {
@@ -29,14 +31,7 @@ PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
   return c;
 }
 
-uint64_t stream_id(std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
-  for (unsigned char ch : name) {
-    h ^= ch;
-    h *= 0x100000001b3ull;  // FNV 64 prime
-  }
-  return h;
-}
+uint64_t stream_id(std::string_view name) { return Fnv1a().add(name).value(); }
 
 PhiloxCounter philox_bits(uint64_t seed, uint64_t stream, uint64_t index) {
   return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),

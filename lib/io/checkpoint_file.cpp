@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fnv1a.h"
 #include "io/hdf5_handle.h"
 
 namespace tessera::io {
@@ -54,16 +55,18 @@ uint64_t mix64(uint64_t z) {  // splitmix64's finalizer: a bijection of 64-bit w
   return z ^ (z >> 31);
 }
 
-// FNV-1a over bytes: how ranks compare the arguments of a collective call.
+// How ranks compare the arguments of a collective call: FNV-1a over them, a string with its end.
 struct ArgHash {
-  uint64_t h = 0xcbf29ce484222325ull;
-  ArgHash& add(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  Fnv1a hash;
+  uint64_t h() const { return hash.value(); }
+  ArgHash& add(const std::string& s) {
+    hash.add(s).add("\0", 1);
     return *this;
   }
-  ArgHash& add(const std::string& s) { return add(s.data(), s.size()).add("\0", 1); }
-  ArgHash& add(int64_t v) { return add(&v, sizeof v); }
+  ArgHash& add(int64_t v) {
+    hash.add_value(v);
+    return *this;
+  }
 };
 
 // Whether `ok` holds on every rank of comm; if not, every rank throws the message of the first
@@ -254,7 +257,7 @@ CheckpointWriter::CheckpointWriter(const std::string& final_path, MPI_Comm comm)
       fail("cannot write checkpoint ", final_path_, ": directory ", parent.string(), " does not exist");
     if (fs::is_directory(final_path_, ec)) fail("cannot write checkpoint ", final_path_, ": it is a directory");
   });
-  agree_on(comm_, err.empty(), err, ArgHash().add(final_path_).h, "CheckpointWriter");
+  agree_on(comm_, err.empty(), err, ArgHash().add(final_path_).h(), "CheckpointWriter");
 
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (comm_ != MPI_COMM_NULL) {
@@ -402,7 +405,7 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
       TESSERA_CHECK(d >= 0, "writing checkpoint ", final_path_, ": tensor ", n, " has a negative extent in ",
                     global_shape.str());
   });
-  agree(bad.empty(), bad, args.h, Failure::args);
+  agree(bad.empty(), bad, args.h(), Failure::args);
 
   uint64_t data_end = 0;  // where the tensor's data ends in the file (the same on every rank)
   const std::string err = attempt([&] {
@@ -448,7 +451,7 @@ void CheckpointWriter::write_runs(const std::string& name, const std::vector<Fla
     TESSERA_CHECK(count == 0 || data != nullptr, "writing checkpoint ", final_path_, ": tensor ", n,
                   ": no data for ", count, " elements");
   });
-  agree(bad.empty(), bad, ArgHash().add("write_range").add(n).h, Failure::args);
+  agree(bad.empty(), bad, ArgHash().add("write_range").add(n).h(), Failure::args);
 
   if (t->shape.numel() == 0) return;  // no storage to write to (the same on every rank)
   const std::string err = attempt([&] {
@@ -480,7 +483,7 @@ void CheckpointWriter::set_attr(const std::string& key, int64_t v) {
     TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
                   ": attribute name '", key, "' is reserved or empty");
   });
-  agree(bad.empty(), bad, ArgHash().add("set_attr int").add(key).h, Failure::args);
+  agree(bad.empty(), bad, ArgHash().add("set_attr int").add(key).h(), Failure::args);
   if (comm_ != MPI_COMM_NULL) MPI_Bcast(&v, 1, MPI_INT64_T, 0, comm_);
   write_root_attr(key, kInt, &v);
 }
@@ -491,7 +494,7 @@ void CheckpointWriter::set_attr(const std::string& key, double v) {
     TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
                   ": attribute name '", key, "' is reserved or empty");
   });
-  agree(bad.empty(), bad, ArgHash().add("set_attr double").add(key).h, Failure::args);
+  agree(bad.empty(), bad, ArgHash().add("set_attr double").add(key).h(), Failure::args);
   if (comm_ != MPI_COMM_NULL) MPI_Bcast(&v, 1, MPI_DOUBLE, 0, comm_);
   write_root_attr(key, kDouble, &v);
 }
@@ -504,7 +507,7 @@ void CheckpointWriter::set_attr(const std::string& key, const std::string& v) {
     TESSERA_CHECK(v.find('\0') == std::string::npos, "writing checkpoint ", final_path_, ": attribute ", key,
                   " holds a NUL character");
   });
-  agree(bad.empty(), bad, ArgHash().add("set_attr string").add(key).h, Failure::args);
+  agree(bad.empty(), bad, ArgHash().add("set_attr string").add(key).h(), Failure::args);
   std::string value = v;
   if (comm_ != MPI_COMM_NULL) {
     int64_t len = static_cast<int64_t>(value.size());
@@ -518,7 +521,7 @@ void CheckpointWriter::set_attr(const std::string& key, const std::string& v) {
 
 void CheckpointWriter::commit() {
   const std::string bad = attempt([&] { check_usable("commit"); });
-  agree(bad.empty(), bad, ArgHash().add("commit").add(static_cast<int64_t>(tensors_.size())).h, Failure::args);
+  agree(bad.empty(), bad, ArgHash().add("commit").add(static_cast<int64_t>(tensors_.size())).h(), Failure::args);
 
   // Whole-tensor checksums and element counts: the sums of every rank's partial ones.
   const size_t n = tensors_.size();
@@ -683,7 +686,7 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm)
     if (const std::string problem = superblock_problem(path); !problem.empty())
       fail("cannot open checkpoint ", path, ": ", problem);
   });
-  agree_on(comm, err.empty(), err, ArgHash().add(path).h, "CheckpointReader");
+  agree_on(comm, err.empty(), err, ArgHash().add(path).h(), "CheckpointReader");
 
   Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (parallel_) H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
