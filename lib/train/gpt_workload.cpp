@@ -20,13 +20,13 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
       share_rank_(mesh.coord(comm::Axis::ep) * mesh.tp_grid().batch_parts() + mesh.tp_grid().batch_part()),
       shares_(ep_ * mesh.tp_grid().batch_parts()),
       micro_batches_(config.micro_batches(mesh.shape().dp * shares_)),
-      sp_(mesh.group(comm::Axis::sp)),
+      data_(mesh.data_group()),
       ep_group_(mesh.group(comm::Axis::ep)),
       grid_batch_(mesh.grid_rows()),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
-  // An evaluation batch is the micro-batch of the ranks sharing it: shares x B rows, this rank's B.
-  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.micro_batch * shares_, config.seed);
+  // An evaluation batch is a global batch, cut into this rank's rows as a training batch is.
+  if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.global_batch, config.seed);
   comm::Communicator& pp = mesh.group(comm::Axis::pp);
   comm::Communicator& data = mesh.data_group();
   if (pp.size() > 1) {
@@ -67,10 +67,15 @@ float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale,
   return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync);
 }
 
-float GptWorkload::evaluate(int64_t batch, int chunk) {
-  if (model_.has_embedding(chunk) || model_.has_head(chunk))
-    val_loader_->eval_rows(batch, share_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
-  return model_.forward_chunk(chunk, static_cast<int>(batch), rows_.data(), false);
+// Micro-batch `index` of an evaluation: micro-batch index % micro-batches of global batch
+// index / micro-batches.
+float GptWorkload::evaluate(int64_t index, int chunk) {
+  if (model_.has_embedding(chunk) || model_.has_head(chunk)) load_eval_rows(index);
+  return model_.forward_chunk(chunk, static_cast<int>(index), rows_.data(), false);
+}
+
+void GptWorkload::load_eval_rows(int64_t index) {
+  val_loader_->eval_rows(index / micro_batches_, first_row(index % micro_batches_), config_.micro_batch, rows_.data());
 }
 
 void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
@@ -84,20 +89,24 @@ float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_sca
 }
 
 Workload::Evaluation GptWorkload::evaluate() {
+  // Global batches, as --eval-batches counts them: each rank runs its micro-batches of each, and
+  // its loss is its share of each micro-batch's mean (as in training), so the shares add up over
+  // dp x sp, ep and the grid's rows, and the micro-batch means average over micro-batches and dp.
   const int64_t batches = std::min(config_.eval_batches, val_loader_->eval_batches());
+  const int64_t micro_batches = batches * micro_batches_;
   double loss = 0.0;
   if (runner_) {
-    loss = runner_->evaluate(batches);  // summed over the stages: the last one's
+    loss = runner_->evaluate(micro_batches);  // summed over the stages: the last one's
   } else {
-    for (int64_t i = 0; i < batches; ++i) {
-      val_loader_->eval_rows(i, share_rank_ * config_.micro_batch, config_.micro_batch, rows_.data());
+    for (int64_t i = 0; i < micro_batches; ++i) {
+      load_eval_rows(i);
       loss += model_.forward(rows_.data());
     }
   }
-  if (sp_.size() > 1) loss = sp_.all_reduce_sum(loss);  // the shares of each sequence's positions
-  if (ep_ > 1) loss = ep_group_.all_reduce_sum(loss);    // the shares of the group's sequences
+  if (data_.size() > 1) loss = data_.all_reduce_sum(loss);
+  if (ep_ > 1) loss = ep_group_.all_reduce_sum(loss);
   if (grid_batch_.size() > 1) loss = grid_batch_.all_reduce_sum(loss);
-  return {loss / static_cast<double>(batches), std::nullopt};
+  return {loss / static_cast<double>(micro_batches * dp_), std::nullopt};
 }
 
 std::vector<std::pair<std::string, int64_t>> GptWorkload::model_config() const {
@@ -105,7 +114,8 @@ std::vector<std::pair<std::string, int64_t>> GptWorkload::model_config() const {
   std::vector<std::pair<std::string, int64_t>> c{
       {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab}, {"max_seq", m.max_seq}};
   if (m.moe_every > 0) {
-    c.insert(c.end(), {{"moe_every", m.moe_every}, {"experts", m.moe.experts}, {"expert_hidden", m.moe.hidden}});
+    c.insert(c.end(), {{"moe_every", m.moe_every}, {"experts", m.moe.experts}, {"expert_hidden", m.moe.hidden},
+                       {"top_k", m.moe.router.top_k}});
   }
   return c;
 }

@@ -2,8 +2,9 @@
 // the TokenLoader cuts by (seed, step) splits over dp x ep: micro-batch m of data-parallel rank d
 // is the contiguous rows [(d x micro-batches + m) x ep x B, ...), of which ep rank e takes the
 // e-th B, so an ep group's micro-batch is what one rank with micro-batch ep x B would see.
-// Evaluation runs the validation set's first batches (under sequence and expert parallelism each
-// rank's loss is its share, summed over sp and ep).
+// Evaluation runs the validation set's first global batches, each split over the ranks and into
+// micro-batches as a training batch is, and reduces over every axis that splits it (dp x sp, ep,
+// the tp grid's rows, pp): the eval loss is the mean over the same windows under every layout.
 #pragma once
 #include <memory>
 #include <optional>
@@ -45,17 +46,18 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
  private:
   // PipelineStage (ModelStage answers the rest): the model's chunks with this rank's token rows.
   float forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) override;
-  float evaluate(int64_t batch, int chunk) override;
+  float evaluate(int64_t index, int chunk) override;
 
   models::Gpt& model_;
   TrainConfig config_;
   int64_t first_row(int64_t micro) const;  // of this rank's rows of micro-batch `micro` of a global batch
   void load_train_rows(int64_t step, int64_t micro);  // into rows_, timed as the step's data
+  void load_eval_rows(int64_t index);  // micro-batch `index` of an evaluation (evaluate(index, chunk))
   int dp_rank_, dp_, ep_, tp_;
   // The ranks splitting each micro-batch's sequences (ep x the tp grid's rows) and this one's share.
   int share_rank_, shares_;
   int64_t micro_batches_;  // per step on each dp x shares rank
-  comm::Communicator& sp_;
+  comm::Communicator& data_;  // dp x sp
   comm::Communicator& ep_group_;
   comm::Communicator& grid_batch_;
   io::TokenLoader train_loader_;

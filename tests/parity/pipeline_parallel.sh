@@ -64,8 +64,8 @@ resume_case "pp2-dp2-zero3 -> pp2 x tp2 gpipe" 4 "$tmp/pp-first/step_10.h5" --pp
 resume_case "pp2-dp2-zero3 -> one rank" 1 "$tmp/pp-first/step_10.h5" --micro-batch 8
 resume_case "one rank -> pp4 1f1b" 4 "$tmp/straight/step_10.h5" --pp 4 --virtual-stages 1 --micro-batch 1
 
-# Evaluation runs through the stages: the same eval_loss as one rank (evaluation batches are
-# micro-batches: the same size in both runs); the trace has every rank.
+# Evaluation runs through the stages: the same eval_loss as one rank (evaluation batches are global
+# batches, split into micro-batches as training's are); the trace has every rank.
 echo -n "evaluation under pp 2 (1f1b): "
 mpirun -np 1 "$build/apps/gpt_train" --input "$data" --val-input "$data" "${common[@]}" --steps 4 --micro-batch 2 \
   --eval-every 2 --eval-batches 3 --metrics "$tmp/eval1.jsonl" >/dev/null

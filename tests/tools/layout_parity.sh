@@ -3,13 +3,14 @@
 # the array `common`; $app (default gpt_train) and $data_option (default --input) choose the app.
 #   parity_reference NAME DATA [options...]   one rank, a checkpoint after every step
 #   parity_case NAME RANKS REF DATA [options...]
-#     runs the layout and compares with reference REF: the 10-step losses (relative 1e-5), the
+#     runs the layout and compares with reference REF: the 10-step losses and the evaluation after
+#     step 10 (gpt_train and moe_train: two global batches of the validation split; relative 1e-5), the
 #     step-1 gradients of every parameter in full shape (a checkpoint's exp_avg after one step is
 #     0.1 x the clipped gradient) and the parameters and optimizer states after 10 steps (relative
 #     1e-5, or within ${state_atol:-1e-5} for tensors whose exact gradient is zero: see
 #     compare_checkpoints.py).
 #   same_as_plain NAME PLAIN
-#     run NAME equals run PLAIN to a relative 1e-6 (losses, step-1 gradients, step-10 state): for
+#     run NAME equals run PLAIN to a relative 1e-6 (losses, evaluation, step-1 gradients, step-10 state): for
 #     options that must change nothing but memory or speed.
 #   checkpointed_like_plain NAME RANKS DATA [options...]
 #     the layout's plain run NAME, then --activation-checkpointing full and selective, every block
@@ -23,8 +24,17 @@ compare_checkpoints="/usr/bin/python3 $src/tests/tools/compare_checkpoints.py"
 
 parity_train() {  # NAME RANKS DATA options...
   local name=$1 ranks=$2 data=$3; shift 3
+  # The language models evaluate after the last step (vit_train's scripts choose their own).
+  local evaluation=(--eval-every 10 --eval-batches 2)
+  [ "${app:-gpt_train}" = vit_train ] && evaluation=()
   mpirun -np "$ranks" "$build/apps/${app:-gpt_train}" "${data_option:---input}" "$data" "${common[@]}" --steps 10 \
-    --checkpoint-dir "$tmp/$name" --checkpoint-every 1 --metrics "$tmp/$name.jsonl" "$@" >/dev/null
+    --checkpoint-dir "$tmp/$name" --checkpoint-every 1 --metrics "$tmp/$name.jsonl" "${evaluation[@]}" "$@" >/dev/null
+}
+
+compare_evaluations() {  # REF NAME RTOL: the eval_loss lines, where the reference has any
+  grep -q '"eval_loss"' "$tmp/$1.jsonl" || return 0
+  echo -n "    evaluation: "
+  $compare_losses "$tmp/$1.jsonl" "$tmp/$2.jsonl" --key eval_loss --rtol "$3"
 }
 
 parity_reference() { parity_train "$1" 1 "$2" "${@:3}"; }
@@ -34,6 +44,7 @@ parity_case() {
   echo -n "$name: "
   parity_train "$name" "$ranks" "$data" "$@"
   $compare_losses "$tmp/$ref.jsonl" "$tmp/$name.jsonl" --rtol 1e-5
+  compare_evaluations "$ref" "$name" 1e-5
   echo -n "    step-1 gradients (exp_avg): "
   $compare_checkpoints "$tmp/$ref/step_1.h5" "$tmp/$name/step_1.h5" --rtol 1e-5 --atol 1e-6 --only 'exp_avg$'
   echo -n "    parameters and states after 10 steps: "
@@ -43,6 +54,7 @@ parity_case() {
 same_as_plain() {
   echo -n "$1: "
   $compare_losses "$tmp/$2.jsonl" "$tmp/$1.jsonl" --rtol 1e-6
+  compare_evaluations "$2" "$1" 1e-6
   echo -n "    step-1 gradients (exp_avg): "
   $compare_checkpoints "$tmp/$2/step_1.h5" "$tmp/$1/step_1.h5" --rtol 1e-6 --only 'exp_avg$'
   echo -n "    parameters and states after 10 steps: "
