@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -95,6 +96,45 @@ std::string checkpoint_problem(const std::string& path, comm::Communicator& worl
   return comm::broadcast_string(problem, world);
 }
 
+// The model fields (root attributes "model.<field>") where the checkpoint and the run differ, as
+// "field: A in the checkpoint, B here" ("not recorded" where one side lacks it); empty when equal.
+std::string model_field_differences(const io::CheckpointReader& r, const CheckpointInfo& expected) {
+  std::map<std::string, std::string> saved, here;
+  for (const std::string& key : r.attr_keys())
+    if (key.starts_with("model."))
+      saved[key.substr(6)] = r.attr_type(key) == io::CheckpointReader::AttrType::int64 ? std::to_string(r.attr_int(key))
+                             : r.attr_type(key) == io::CheckpointReader::AttrType::string ? r.attr_string(key)
+                                                                                         : std::to_string(r.attr_double(key));
+  for (const auto& [field, value] : expected.model_config) here[field] = std::to_string(value);
+  std::set<std::string> fields;
+  for (const auto& [field, value] : saved) fields.insert(field);
+  for (const auto& [field, value] : here) fields.insert(field);
+  std::string said;
+  for (const std::string& field : fields) {
+    const auto a = saved.find(field), b = here.find(field);
+    if (a != saved.end() && b != here.end() && a->second == b->second) continue;
+    said += std::string(said.empty() ? "" : "; ") + field + ": " +
+            (a == saved.end() ? "not recorded" : a->second) + " in the checkpoint, " +
+            (b == here.end() ? "not recorded" : b->second) + " here";
+  }
+  return said;
+}
+
+// The checkpoint's parameter tensors that the job's model does not have (up to three named, then a
+// count); empty when there are none.
+std::string unexpected_tensors(const io::CheckpointReader& r,
+                               const std::vector<std::pair<std::string, Shape>>& job_tensors) {
+  std::set<std::string> known;
+  for (const auto& [name, shape] : job_tensors) known.insert("/params/" + name);
+  std::vector<std::string> extra;
+  for (const std::string& t : r.tensors())
+    if (t.starts_with("/params/") && !known.count(t)) extra.push_back(t.substr(8));
+  std::string said;
+  for (size_t i = 0; i < extra.size() && i < 3; ++i) said += std::string(i ? ", " : "") + extra[i];
+  if (extra.size() > 3) said += " and " + std::to_string(extra.size() - 3) + " more";
+  return said;
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, CheckpointState& st) {
@@ -162,8 +202,11 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   }
   TESSERA_CHECK(info.model == expected.model, "checkpoint ", path, " holds a ", info.model, " model, not ",
                 expected.model);
-  // The tensors first: the message names the first that differs, with both shapes. Each rank
-  // checks its own (a pipeline stage holds some of them); all stop on the first rank's problem.
+  // A checkpoint of another configuration never loads, not even in part: its recorded model fields
+  // (every rank reads the same attributes), the tensors each rank holds (the message names the
+  // first that differs, with both shapes; a pipeline stage holds some of them, and all stop on the
+  // first rank's problem), and no tensor beyond the job's model.
+  const std::string fields = model_field_differences(r, expected);
   std::string problem_here;
   for (int i = 0; i < st.params.size() && problem_here.empty(); ++i) {
     const nn::ParamSpec& s = st.params.spec(i);
@@ -175,7 +218,12 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
                      " there, " + s.global_shape.str() + " here";
   }
   const std::string tensor_problem = first_problem(problem_here, st.world);
-  TESSERA_CHECK(tensor_problem.empty(), tensor_problem);
+  TESSERA_CHECK(tensor_problem.empty(), tensor_problem, fields.empty() ? "" : " (model fields: " + fields + ")");
+  TESSERA_CHECK(fields.empty(), "checkpoint ", path, " is of another model configuration: ", fields);
+  const std::vector<std::pair<std::string, Shape>> job_tensors = model_tensors(st.params, st.world);
+  const std::string extra = unexpected_tensors(r, job_tensors);
+  TESSERA_CHECK(extra.empty(), "checkpoint ", path, " is of another model: it has tensors this model does not (",
+                extra, ")");
   // Parameters: every rank holds all of them, or under ZeRO-3 its shard. Optimizer states: the
   // optimizer's range.
   const bool sharded = st.params.sharded();
@@ -185,7 +233,7 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   Tensor values = Tensor::zeros({held.size()});
   const parallel::Range opt = st.optimizer.shard();
   Tensor m = Tensor::zeros({opt.size()}), v = Tensor::zeros({opt.size()});
-  for (const auto& [name, global_shape] : model_tensors(st.params, st.world)) {
+  for (const auto& [name, global_shape] : job_tensors) {
     const int i = st.params.find(name);  // -1: another pipeline stage's (this rank reads nothing)
     if (i < 0) {
       r.read_runs("/params/" + name, {}, nullptr);

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "io/hdf5_file.h"
@@ -391,28 +392,66 @@ TEST_F(GptTrainBadLayout, MoeWithZeroBubbleSchedule) {
 }  // namespace
 
 namespace {
-// A checkpoint of another model is refused naming the first tensor that differs and both shapes;
-// the checkpoint itself is left as it was.
-TEST(GptTrainBadCheckpoint, ResumeFromAnotherModel) {
+// A checkpoint of another model is refused naming what differs; the checkpoint itself is left as it
+// was and nothing is trained. Saves with the tiny model and `saved`, lets `alter` change the saved
+// file (when given), resumes with `resumed`.
+void expect_resume_refused(const std::string& saved, const std::string& resumed, const std::string& words,
+                           const std::function<void(const std::string&)>& alter = {}) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("tessera_ckpt_model_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string data = (dir / "d.h5").string(), ck = (dir / "ck").string();
   const std::string app = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train --input " + shell_quote(data) +
-                          " --layers 1 --heads 2 --seq-len 8 --global-batch 2 --steps 2 --threads 1 ";
+                          " --seq-len 8 --global-batch 2 --steps 2 --threads 1 ";
   ASSERT_EQ(run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 20 --tokens 2000 --seed 1 --output " +
                         shell_quote(data))
                 .exit_code,
             0);
-  const auto saved = run_command(app + "--hidden 16 --checkpoint-dir " + shell_quote(ck));
-  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  const auto run = run_command(app + saved + " --checkpoint-dir " + shell_quote(ck));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  if (alter) alter((fs::path(ck) / "step_2.h5").string());
   const auto before = fs::file_size(fs::path(ck) / "step_2.h5");
-  const auto r = run_command(app + "--hidden 32 --steps 4 --checkpoint-dir " + shell_quote(ck) + " --resume auto");
+  const auto r = run_command(app + resumed + " --steps 4 --checkpoint-dir " + shell_quote(ck) + " --resume auto");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("is of another model: embed.tokens.weight is [20, 16] there, [20, 32] here"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in: " << r.err;
   EXPECT_EQ(fs::file_size(fs::path(ck) / "step_2.h5"), before);
   EXPECT_FALSE(fs::exists(fs::path(ck) / "step_4.h5"));
   fs::remove_all(dir);
+}
+
+// Tensors of other shapes: the first named with both shapes.
+TEST(GptTrainBadCheckpoint, ResumeFromAnotherModel) {
+  expect_resume_refused("--layers 1 --heads 2 --hidden 16", "--layers 1 --heads 2 --hidden 32",
+                        "is of another model: embed.tokens.weight is [20, 16] there, [20, 32] here");
+}
+
+// The same tensors, another head count: refused by the recorded field, with both values.
+TEST(GptTrainBadCheckpoint, ResumeWithAnotherHeadCount) {
+  expect_resume_refused("--layers 1 --heads 2 --hidden 16", "--layers 1 --heads 4 --hidden 16",
+                        "is of another model configuration: heads: 2 in the checkpoint, 4 here");
+}
+
+// Fewer layers than the checkpoint (whose later blocks would be dropped): refused.
+TEST(GptTrainBadCheckpoint, ResumeWithFewerLayers) {
+  expect_resume_refused("--layers 2 --heads 2 --hidden 16", "--layers 1 --heads 2 --hidden 16",
+                        "is of another model configuration: layers: 2 in the checkpoint, 1 here");
+}
+
+// A tensor the model does not have (its checksum intact, so the file is not damaged): refused by
+// name, where it used to be ignored.
+TEST(GptTrainBadCheckpoint, ResumeFromACheckpointWithAnExtraTensor) {
+  const std::string model = "--layers 1 --heads 2 --hidden 16";
+  expect_resume_refused(model, model, "it has tensors this model does not (lost.weight)", [](const std::string& path) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    EXPECT_GE(H5Ocopy(f, "/params/embed.tokens.weight", f, "/params/lost.weight", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+  });
+}
+
+// More layers: the missing block is named, and so are the fields.
+TEST(GptTrainBadCheckpoint, ResumeWithMoreLayers) {
+  expect_resume_refused("--layers 1 --heads 2 --hidden 16", "--layers 2 --heads 2 --hidden 16",
+                        "(model fields: layers: 1 in the checkpoint, 2 here)");
 }
 }  // namespace
