@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     o.add_to(opts, "images");
     po::variables_map vm;
     if (!cli::parse(argc, argv, opts, vm, "usage: vit_train --data IMAGES.h5 [options]")) return 0;
+    cli::check_ranks_started_alike(vm, {"data"});
     augment.flip = !no_flip;
 
     o.finish(mpi.world_size());

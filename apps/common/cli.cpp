@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -66,6 +68,27 @@ int64_t parse_bytes(const std::string& text, const std::string& option) {
   TESSERA_CHECK(used > 0 && value >= 0 && shift >= 0 && value <= (int64_t{1} << (62 - shift)), option, " ", text,
                 ": expected a number of bytes, optionally with K, M or G (KiB, MiB, GiB), e.g. 2G");
   return static_cast<int64_t>(value) << shift;
+}
+
+std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const auto& [name, variable] : vm) {
+    const boost::any& v = variable.value();
+    std::ostringstream text;
+    if (const auto* s = boost::any_cast<std::string>(&v)) text << *s;
+    else if (const auto* b = boost::any_cast<bool>(&v)) text << (*b ? "true" : "false");
+    else if (const auto* i = boost::any_cast<int>(&v)) text << *i;
+    else if (const auto* l = boost::any_cast<long>(&v)) text << *l;
+    else if (const auto* ll = boost::any_cast<long long>(&v)) text << *ll;
+    else if (const auto* u = boost::any_cast<unsigned long>(&v)) text << *u;
+    else if (const auto* ull = boost::any_cast<unsigned long long>(&v)) text << *ull;
+    else if (const auto* d = boost::any_cast<double>(&v)) text << std::setprecision(17) << *d;
+    else if (const auto* f = boost::any_cast<float>(&v)) text << std::setprecision(9) << *f;
+    else if (v.empty()) text << "";
+    else text << "(a value of type " << v.type().name() << ")";
+    values.emplace_back("--" + name, text.str());
+  }
+  return values;
 }
 
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,

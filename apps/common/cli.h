@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::cli {
 
@@ -23,6 +25,10 @@ bool parse(int argc, char** argv, const po::options_description& options, po::va
 // A size in bytes: a whole number with an optional suffix K, M or G (KiB, MiB, GiB; "KiB", "MB"
 // and the like are read the same). Throws naming `option` on anything else.
 int64_t parse_bytes(const std::string& text, const std::string& option);
+
+// Every option's value as text ("--steps" -> "10"), defaults included, in name order: what the
+// ranks compare before training and what a run records.
+std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm);
 
 // Runs body, turning exceptions into one "error: ..." line on stderr and the matching exit code.
 int run_main(const std::function<int()>& body);

@@ -93,6 +93,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     o.add_to(opts, "sequences");
     po::variables_map vm;
     if (!parse(argc, argv, opts, vm, std::string("usage: ") + name + " --input DATA.h5 [options]")) return 0;
+    check_ranks_started_alike(vm, {"input", "val-input"});
 
     // The layout is checked on every rank before any communication. A dry run plans for the
     // layout the options give (any number of ranks, from one process) when --dp is set.

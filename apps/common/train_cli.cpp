@@ -8,8 +8,10 @@
 #include <cstdlib>
 
 #include "comm/mpi_runtime.h"
+#include "comm/rank_agreement.h"
 #include "core/allocator.h"
 #include "core/log.h"
+#include "io/file_identity.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "memory/scratch_file.h"
 #include "optim/mixed_precision.h"
@@ -32,7 +34,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("grad-clip", po::value(&tc.grad_clip)->default_value(1.0f), "clip the global gradient norm (0: off)")
       ("seed", po::value(&tc.seed)->default_value(1234), "seed of initialisation and data order")
       ("eval-every", po::value(&tc.eval_every)->default_value(0), "evaluate every N steps and at the end (0: never)")
-      ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation micro-batches per evaluation")
+      ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation global batches per evaluation (gpt_train, moe_train: the same windows under every layout; vit_train evaluates the whole test set)")
       ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
       ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
       ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
@@ -145,6 +147,21 @@ void TrainOptions::finish(int world_size) {
   } else {
     TESSERA_CHECK(train.virtual_stages == 1, "--virtual-stages ", train.virtual_stages, " needs --pp > 1");
   }
+}
+
+void check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (auto& [option, value] : option_values(vm))
+    if (option != "--config") entries.emplace_back(option, value);  // its contents are the values
+  for (const std::string& option : data_options)
+    if (vm.count(option)) {
+      const std::string path = vm[option].as<std::string>();
+      if (!path.empty()) entries.emplace_back("the file of --" + option, io::file_identity(path));
+    }
+  comm::Communicator world = comm::Communicator::world();
+  const std::string differences = comm::rank_differences(entries, world);
+  TESSERA_CHECK(differences.empty(), "the ranks of this job were started with different options or data (each rank",
+                " needs the same command line, config file and data files): ", differences);
 }
 
 int TrainOptions::split_model(int64_t heads, int64_t hidden) const {

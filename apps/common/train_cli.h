@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "apps/common/cli.h"
 #include "comm/process_mesh.h"
@@ -45,6 +46,12 @@ struct TrainOptions {
   Device device() const;
   std::string gemm_note() const;  // on the CPU: " (GEMMs: oneDNN)", " (GEMMs: BLAS)", or bf16's path; else empty
 };
+
+// The first collective of a training app, right after parsing: every rank was started with the
+// same options (the config file's included) and reads the same data (io::file_identity of the
+// files the data_options name). Throws naming every option that differs and the ranks holding each
+// value, so a job launched with different arguments per rank stops before it trains.
+void check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options);
 
 // The mesh (collective over the world) with the watchdog and collective checks on every group,
 // and the model layouts on it.
