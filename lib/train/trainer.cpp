@@ -330,26 +330,35 @@ TrainResult Trainer::run() {
   return result;
 }
 
+// Every rank writes its part of each checkpoint: each one probes the folder (rank 0 makes it
+// first), so a rank that cannot write there (another node's mount, a path that is a file on its
+// node) is found before step 1, named with its reason.
 void Trainer::check_checkpoint_dir() {
   if (config_.checkpoint_dir.empty()) return;
-  std::string problem;
-  if (world_.rank() == 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(config_.checkpoint_dir, ec);
-    const std::filesystem::path probe = std::filesystem::path(config_.checkpoint_dir) / ".tessera_write_probe";
-    if (ec) {
-      problem = ec.message();
-    } else if (FILE* f = std::fopen(probe.c_str(), "w")) {
-      std::fclose(f);
-      std::filesystem::remove(probe, ec);
-    } else {
-      problem = std::strerror(errno);
-    }
-  }
+  const std::filesystem::path dir(config_.checkpoint_dir);
+  std::error_code ec;
+  if (world_.rank() == 0) std::filesystem::create_directories(dir, ec);
   world_.barrier();
+  std::string problem;
+  const std::filesystem::path probe = dir / (".tessera_write_probe." + std::to_string(world_.rank()));
+  if (ec) {
+    problem = ec.message();
+  } else if (!std::filesystem::is_directory(dir, ec)) {
+    problem = "not a directory";
+  } else if (FILE* f = std::fopen(probe.c_str(), "w")) {
+    std::fclose(f);
+    std::filesystem::remove(probe, ec);
+  } else {
+    problem = std::strerror(errno);
+  }
   const double failed = world_.all_reduce_sum(problem.empty() ? 0.0 : 1.0);
-  TESSERA_CHECK(failed == 0.0, "cannot write checkpoints to --checkpoint-dir ", config_.checkpoint_dir,
-                problem.empty() ? std::string() : ": " + problem);
+  if (failed == 0.0) return;
+  std::string said;  // the failing ranks, with their reasons
+  const std::vector<std::string> problems = comm::all_gather_strings(problem, world_);
+  for (int r = 0; r < world_.size(); ++r)
+    if (!problems[static_cast<size_t>(r)].empty())
+      said += (said.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + problems[static_cast<size_t>(r)];
+  fail("cannot write checkpoints to --checkpoint-dir ", config_.checkpoint_dir, " (", said, ")");
 }
 
 void Trainer::check_device_memory(int64_t step, Device device) {
