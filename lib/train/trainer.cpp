@@ -204,7 +204,11 @@ void Trainer::set_context(const std::string& context) {
 
 TrainResult Trainer::run() {
   const Device device = work_.params().device();
-  const double peak_tflops = config_.peak_tflops > 0 ? config_.peak_tflops : kernels::peak_tflops(device);
+  // MFU against the device's peak for the run's GEMM inputs (bf16 or fp32), or --peak-tflops; not
+  // reported where the peak is unknown (a GPU outside kernels/peak_flops.h's table).
+  const std::optional<double> peak_tflops =
+      config_.peak_tflops > 0 ? std::optional<double>(config_.peak_tflops)
+                              : kernels::peak_tflops(device, precision_.precision() == optim::Precision::bf16);
   const double flops_per_sample = work_.flops_per_sample();
   const int64_t units_per_step = config_.global_batch * work_.units_per_sample();
   const std::string rate_key = work_.unit() + "_per_s";
@@ -258,8 +262,9 @@ TrainResult Trainer::run() {
     const double tflops = samples_per_s * flops_per_sample / 1e12;
     JsonLine line;
     line.add("step", step).add("loss", static_cast<double>(loss)).add("lr", lr).add("grad_norm", norm)
-        .add("step_ms", ms).add(rate_key, units_per_s).add("tflops", tflops)
-        .add("mfu", tflops / (peak_tflops * world_.size())).add("peak_mem_bytes", memory_stats(device).peak_bytes)
+        .add("step_ms", ms).add(rate_key, units_per_s).add("tflops", tflops);
+    if (peak_tflops) line.add("mfu", tflops / (*peak_tflops * world_.size()));
+    line.add("peak_mem_bytes", memory_stats(device).peak_bytes)
         .add("comm_bytes", comm_bytes - comm_bytes_before)
         .add("comm_ms", comm_ms - comm_ms_before)
         .add("state_bytes", optimizer_.state_bytes())
