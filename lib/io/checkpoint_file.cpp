@@ -343,9 +343,9 @@ void CheckpointWriter::check_usable(const char* op) const {
 
 CheckpointWriter::Entry& CheckpointWriter::entry(const std::string& name) {
   const std::string n = normalize(name);
-  for (Entry& t : tensors_)
-    if (t.name == n) return t;
-  fail("writing checkpoint ", final_path_, ": no tensor ", n, " (create() it first)");
+  const auto it = entry_of_.find(n);
+  if (it == entry_of_.end()) fail("writing checkpoint ", final_path_, ": no tensor ", n, " (create() it first)");
+  return tensors_[it->second];
 }
 
 void CheckpointWriter::write_root_attr(const std::string& key, int kind, const void* value) {
@@ -399,8 +399,7 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
   const std::string bad = attempt([&] {
     check_usable("create");
     TESSERA_CHECK(n != "/", "writing checkpoint ", final_path_, ": a tensor needs a name");
-    for (const Entry& t : tensors_)
-      TESSERA_CHECK(t.name != n, "writing checkpoint ", final_path_, ": tensor ", n, " created twice");
+    TESSERA_CHECK(!entry_of_.count(n), "writing checkpoint ", final_path_, ": tensor ", n, " created twice");
     for (int64_t d : global_shape.dims())
       TESSERA_CHECK(d >= 0, "writing checkpoint ", final_path_, ": tensor ", n, " has a negative extent in ",
                     global_shape.str());
@@ -431,6 +430,7 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
     H5Eclear2(H5E_DEFAULT);
   });
   agree(err.empty(), err, 0, Failure::hdf5);
+  entry_of_.emplace(n, tensors_.size());
   tensors_.push_back(Entry{n, global_shape, 0, 0});
   data_end_ = std::max(data_end_, data_end);
   reserve_space(data_end_, "tensor " + n, false);

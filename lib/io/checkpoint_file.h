@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/shape.h"
@@ -111,6 +112,7 @@ class CheckpointWriter {
   uint64_t data_end_ = 0;  // the end of the last tensor data in the .tmp
   uint64_t reserved_ = 0;  // bytes of the .tmp whose disk blocks are allocated (posix_fallocate)
   std::vector<Entry> tensors_;
+  std::unordered_map<std::string, size_t> entry_of_;  // name -> index in tensors_ (O(1) per tensor)
   bool committed_ = false;
   bool broken_ = false;             // an I/O step failed: the .tmp is gone, the handle abandoned
   bool incomplete_ = false;         // commit() found a tensor not wholly written

@@ -65,14 +65,14 @@ int ParamStore::add(std::string name, Shape global_shape, Init init, bool weight
   s.weight_decay = weight_decay;
   s.offset = total_;
   total_ += s.local_shape.numel();
+  ids_.emplace(s.name, static_cast<int>(specs_.size()));
   specs_.push_back(std::move(s));
   return size() - 1;
 }
 
 int ParamStore::find(const std::string& name) const {
-  for (int i = 0; i < size(); ++i)
-    if (specs_[i].name == name) return i;
-  return -1;
+  const auto it = ids_.find(name);
+  return it == ids_.end() ? -1 : it->second;
 }
 
 int64_t ParamStore::logical_numel() const {

@@ -4,6 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
@@ -175,6 +176,7 @@ class ParamStore {
   void fill_init(float* out, int64_t begin, int64_t end, uint64_t seed) const;
 
   std::vector<ParamSpec> specs_;
+  std::unordered_map<std::string, int> ids_;  // name -> id: registering and finding stay O(1) per name
   std::vector<Tensor> values_, grads_;
   Tensor flat_values_, flat_grads_;
   bool sharded_ = false, shard_on_host_tier_ = false;
