@@ -10,6 +10,7 @@
 
 #include "apps/common/train_cli.h"
 #include "comm/mpi_runtime.h"
+#include "core/allocator.h"
 #include "core/log.h"
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
@@ -53,6 +54,20 @@ plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, 
   run.placement_chunk = o.train.adamw.placement_chunk;
   run.offload_params = o.train.offload_params;
   return run;
+}
+
+// A model that cannot fit in this node's memory is refused before anything is allocated: the
+// planner's bytes per rank (the same as --dry-run's) times the node's ranks, against what the host
+// has available. CPU runs whose layout the planner covers (1d tensor parallelism).
+void check_fits_in_memory(const plan::GptRun& run, const std::string& input) {
+  const plan::MemoryPlan plan = plan::plan_memory(run);
+  const int64_t per_rank = plan.peak() + plan.host_tier(), ranks = comm::node_local_size();
+  const int64_t available = available_host_bytes();
+  const double needed = static_cast<double>(per_rank) * static_cast<double>(ranks);
+  TESSERA_CHECK(available < 0 || needed <= static_cast<double>(available), "the model does not fit in this node's",
+                " memory: ", per_rank, " bytes per rank as planned (--dry-run shows where) x ", ranks,
+                " rank(s) on this node, more than the ", available, " bytes available (vocab_size ", run.model.vocab,
+                " from ", input, ", ", run.model.layers, " layers, hidden ", run.model.hidden, ")");
 }
 
 }  // namespace
@@ -150,6 +165,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
     mc.validate(o.split_model(mc.heads, mc.hidden));
+    if (!o.grid() && o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), input);
 
     if (mpi.world_rank() == 0)
       log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",

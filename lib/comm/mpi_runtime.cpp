@@ -30,6 +30,15 @@ int node_local_rank() {
   return rank;
 }
 
+int node_local_size() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return size;
+}
+
 void abort_job(int code) {
   int initialized = 0;
   MPI_Initialized(&initialized);

@@ -22,6 +22,9 @@ class MpiRuntime {
 // order: which GPU of the node it takes. Collective over the world.
 int node_local_rank();
 
+// The number of the world's ranks on this node (MPI_COMM_TYPE_SHARED). Collective over the world.
+int node_local_size();
+
 // Ends every rank of the job with `code` (MPI_Abort on the world).
 [[noreturn]] void abort_job(int code);
 

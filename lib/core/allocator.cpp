@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <new>
 #include <thread>
 
@@ -233,6 +235,16 @@ int use_cuda_device(int index) {
 #else
   fail("use_cuda_device(", index, "): a build without CUDA");
 #endif
+}
+
+int64_t available_host_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
 }
 
 bool cuda_available() {

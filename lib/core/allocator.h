@@ -37,6 +37,9 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 void copy_rows_bytes(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
                      Device device);
 void zero_bytes(void* dst, Device device, size_t bytes);
+// The host memory a new allocation may take now: MemAvailable of /proc/meminfo (-1: unknown). What
+// start-up checks compare planned bytes with, before allocating them.
+int64_t available_host_bytes();
 bool cuda_available();  // built with CUDA and at least one device visible
 // Makes CUDA device index % (devices visible) this process's (cudaSetDevice) and returns it; a
 // node's ranks pass their node-local rank, so that they spread over its GPUs (several ranks share

@@ -2,6 +2,9 @@
 // validates shape, type, vocabulary and range, naming the file and dataset in every error.
 #include "io/token_dataset.h"
 
+#include <limits>
+
+#include "core/allocator.h"
 #include "core/error.h"
 #include "io/hdf5_file.h"
 
@@ -61,13 +64,20 @@ TokenDataset TokenDataset::open(const std::string& path, const std::string& spli
   } catch (const Error& e) {
     fail("invalid vocab_size: ", e.what());
   }
-  if (ds.vocab_size < 1)
-    fail(path, ": invalid vocab_size ", ds.vocab_size, " on ", vocab_at, " (must be at least 1)");
+  if (ds.vocab_size < 1 || ds.vocab_size > std::numeric_limits<int32_t>::max())
+    fail(path, ": invalid vocab_size ", ds.vocab_size, " on ", vocab_at, " (must be in [1, 2^31): token ids are",
+         " 32-bit)");
   const std::string tok_at = holder_of("tokenizer");
   ds.tokenizer = tok_at.empty() ? "unknown" : file.attr_string(tok_at, "tokenizer");
   const std::string rate_at = holder_of("entropy_rate");
   if (!rate_at.empty()) ds.entropy_rate = file.attr_double(rate_at, "entropy_rate");
 
+  // The split is read whole (4 bytes a token, twice while it is converted): refused before the
+  // read when this machine's free memory cannot hold it.
+  const int64_t needed = shape[0] * 8, available = available_host_bytes();
+  if (available >= 0 && needed > available)
+    fail(path, ": ", where, " holds ", shape[0], " tokens, which take ", needed, " bytes to read, more than the ",
+         available, " bytes of memory available");
   const Tensor t = file.read(where, DType::i32);
   const int32_t* p = t.data<int32_t>();
   ds.tokens.assign(p, p + t.numel());

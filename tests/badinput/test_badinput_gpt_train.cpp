@@ -125,6 +125,41 @@ TEST_F(GptTrainBadInput, TokenOutOfVocabulary) {
   expect_error("--input " + shell_quote(token_file("oov.h5", {1, 2, 3, 9, 4, 5, 6, 7, 8, 1, 2, 3}, 9)), 1, "vocab");
 }
 
+// Absurd sizes declared in a data set are named with the file and the field, before anything is
+// allocated: a vocabulary past 32-bit token ids, one whose model cannot fit this node's memory (the
+// planner's bytes against MemAvailable), a token count whose read cannot fit.
+TEST_F(GptTrainBadInput, VocabularyPastTokenIds) {
+  const std::string f = token_file("v.h5", std::vector<int32_t>(100, 1), int64_t{1} << 40);
+  expect_error("--input " + shell_quote(f), 1, "invalid vocab_size 1099511627776 on /");
+}
+
+TEST_F(GptTrainBadInput, ModelThatCannotFitInMemory) {
+  const std::string f = token_file("v.h5", std::vector<int32_t>(100, 1), (int64_t{1} << 31) - 1);
+  expect_error("--input " + shell_quote(f), 1, "the model does not fit in this node's memory");
+  expect_error("--input " + shell_quote(f), 1, "(vocab_size 2147483647 from " + f);
+}
+
+TEST_F(GptTrainBadInput, TokenCountThatCannotFitInMemory) {
+  // 2^40 uint16 tokens declared in a chunked dataset that holds none: a 7 KB file.
+  const std::string path = (dir_ / "huge.h5").string();
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hsize_t dims[1] = {hsize_t{1} << 40}, chunk[1] = {1 << 16};
+  const hid_t space = H5Screate_simple(1, dims, nullptr), props = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(props, 1, chunk);
+  const hid_t data = H5Dcreate2(file, "/tokens", H5T_NATIVE_UINT16, space, H5P_DEFAULT, props, H5P_DEFAULT);
+  const int64_t vocab = 50;
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(file, "vocab_size", H5T_NATIVE_INT64, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(attr, H5T_NATIVE_INT64, &vocab);
+  H5Aclose(attr);
+  H5Sclose(scalar);
+  H5Dclose(data);
+  H5Pclose(props);
+  H5Sclose(space);
+  H5Fclose(file);
+  expect_error("--input " + shell_quote(path), 1, "/tokens holds 1099511627776 tokens");
+}
+
 TEST_F(GptTrainBadInput, SequenceLongerThanData) {
   expect_error("--input " + shell_quote(token_file("short.h5", {1, 2, 3, 4, 5}, 9)), 1, "sequence length");
 }
