@@ -15,6 +15,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -225,6 +226,37 @@ void write_attr(hid_t obj, const std::string& where, const std::string& key, int
   if (!a.valid() || H5Awrite(a.get(), mtype, value) < 0) fail(with_detail(where + ": cannot write attribute " + key));
 }
 
+// The text metadata_checksum is the FNV-1a of: each root attribute but format and the checksum
+// itself, in key order, as key, type and exact value ("i" decimal, "d" the double's bits in hex,
+// "s" the string); then each tensor, in name order, as name, shape and data checksum. The writer
+// and the reader describe a file alike, so any changed, added or removed entry changes the text.
+constexpr const char* kMetadataChecksum = "metadata_checksum";
+std::string int_text(int64_t v) { return "i" + std::to_string(v); }
+std::string double_text(double v) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(bits));
+  return std::string("d") + hex;
+}
+std::string string_text(const std::string& v) { return "s" + v; }
+struct TensorMeta {
+  std::string name;
+  Shape shape;
+  uint64_t checksum;
+};
+uint64_t metadata_digest(const std::map<std::string, std::string>& attrs, std::vector<TensorMeta> tensors) {
+  Fnv1a digest;
+  for (const auto& [key, value] : attrs) digest.add(key).add("\0", 1).add(value).add("\0", 1);
+  std::sort(tensors.begin(), tensors.end(), [](const TensorMeta& a, const TensorMeta& b) { return a.name < b.name; });
+  for (const TensorMeta& t : tensors) {
+    digest.add(t.name).add("\0", 1);
+    for (int64_t d : t.shape.dims()) digest.add_value(d);
+    digest.add_value(t.checksum);
+  }
+  return digest.value();
+}
+
 }  // namespace
 
 uint64_t checkpoint_checksum(const float* data, int64_t begin, int64_t end) {
@@ -349,6 +381,10 @@ CheckpointWriter::Entry& CheckpointWriter::entry(const std::string& name) {
 }
 
 void CheckpointWriter::write_root_attr(const std::string& key, int kind, const void* value) {
+  if (key != "format" && key != kMetadataChecksum)
+    root_attrs_[key] = kind == kInt      ? int_text(*static_cast<const int64_t*>(value))
+                       : kind == kDouble ? double_text(*static_cast<const double*>(value))
+                                         : string_text(*static_cast<const char* const*>(value));
   const std::string err = attempt([&] {
     Hid root(H5Oopen(file_, "/", H5P_DEFAULT), H5Oclose);
     if (!root.valid()) fail(with_detail("writing checkpoint " + tmp_path_ + ": cannot open the root group"));
@@ -552,6 +588,10 @@ void CheckpointWriter::commit() {
     }
   });
   agree(err.empty(), err, 0, Failure::hdf5);
+  std::vector<TensorMeta> meta;
+  for (size_t i = 0; i < n; ++i) meta.push_back({tensors_[i].name, tensors_[i].shape, sums[i]});
+  const uint64_t metadata = metadata_digest(root_attrs_, std::move(meta));
+  write_root_attr(kMetadataChecksum, kUInt, &metadata);
   const char* format = kCheckpointFormat;
   write_root_attr("format", kString, &format);
   // The metadata still to be written lies below the last tensor's data or just past it; what this
@@ -716,8 +756,10 @@ CheckpointReader::CheckpointReader(const std::string& path, MPI_Comm comm)
     int64_t version = -1;
     if (H5Tget_class(v.type.get()) != H5T_INTEGER || H5Aread(v.attr.get(), H5T_NATIVE_INT64, &version) < 0)
       fail(path, ": the version attribute is not an integer");
-    if (version != kCheckpointVersion)
-      fail(path, ": unsupported checkpoint version ", version, " (this build reads version ", kCheckpointVersion, ")");
+    if (version < 1 || version > kCheckpointVersion)
+      fail(path, ": unsupported checkpoint version ", version, " (this build reads versions 1 to ", kCheckpointVersion,
+           ")");
+    version_ = version;
   });
   if (!format_err.empty()) {
     H5Fclose(file_);  // every rank is here (the same file gives the same verdict), so closing is safe
@@ -854,6 +896,7 @@ std::string CheckpointReader::attr_string(const std::string& key) const {
 void CheckpointReader::verify() const {
   constexpr int64_t kChunk = int64_t{1} << 22;  // elements per read: 16 MiB of floats
   std::vector<float> buf;
+  std::vector<TensorMeta> meta;
   for (const std::string& n : tensors()) {
     uint64_t stored = 0;
     {
@@ -884,7 +927,29 @@ void CheckpointReader::verify() const {
                     static_cast<unsigned long long>(sum));
       fail(path_, ": tensor ", n, " is corrupt: checksum mismatch (", msg, ")");
     }
+    meta.push_back({n, shape(n), stored});
   }
+  if (version_ < 2) return;  // written before the metadata had a checksum
+  if (!has_attr(kMetadataChecksum))
+    fail(path_, ": no ", kMetadataChecksum, " attribute (the file is damaged)");
+  std::map<std::string, std::string> attrs;
+  for (const std::string& key : attr_keys()) {
+    if (key == "format" || key == kMetadataChecksum) continue;
+    const AttrType type = attr_type(key);
+    attrs[key] = type == AttrType::int64     ? int_text(attr_int(key))
+                 : type == AttrType::float64 ? double_text(attr_double(key))
+                 : type == AttrType::string  ? string_text(attr_string(key))
+                                             : std::string("?");  // a type tessera never writes
+  }
+  uint64_t stored = 0;
+  {
+    const AttrHandle a = open_root_attr(file_, path_, kMetadataChecksum);
+    if (H5Tget_class(a.type.get()) != H5T_INTEGER || H5Aread(a.attr.get(), H5T_NATIVE_UINT64, &stored) < 0)
+      fail(path_, ": cannot read its ", kMetadataChecksum, " attribute");
+  }
+  if (metadata_digest(attrs, std::move(meta)) != stored)
+    fail(path_, ": its metadata is damaged: the root attributes or the set of tensors and their shapes do not match",
+         " their checksum (an attribute or a tensor was changed, added or removed)");
 }
 
 }  // namespace tessera::io

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,7 +26,9 @@ namespace tessera::io {
 // HDF5's own error printing is off; its messages are folded into ours.
 
 inline constexpr const char* kCheckpointFormat = "tessera-checkpoint";
-inline constexpr int64_t kCheckpointVersion = 1;
+// Version 2 adds the root attribute metadata_checksum (see CheckpointReader::verify); version 1
+// files (without it) still load.
+inline constexpr int64_t kCheckpointVersion = 2;
 
 // The checksum of elements [begin, end) of a tensor's global row-major flattening, data[0] being
 // element `begin`: the sum mod 2^64 of mix64(bits(x_i) ^ i * golden). Order-independent, so partial
@@ -113,6 +116,7 @@ class CheckpointWriter {
   uint64_t reserved_ = 0;  // bytes of the .tmp whose disk blocks are allocated (posix_fallocate)
   std::vector<Entry> tensors_;
   std::unordered_map<std::string, size_t> entry_of_;  // name -> index in tensors_ (O(1) per tensor)
+  std::map<std::string, std::string> root_attrs_;  // what metadata_checksum covers (metadata_text)
   bool committed_ = false;
   bool broken_ = false;             // an I/O step failed: the .tmp is gone, the handle abandoned
   bool incomplete_ = false;         // commit() found a tensor not wholly written
@@ -151,13 +155,17 @@ class CheckpointReader {
   std::string attr_string(const std::string& key) const;
 
   // Reads every tensor whole and checks it against its "checksum" attribute; throws naming the
-  // first (in sorted order) tensor whose data does not match or cannot be read.
+  // first (in sorted order) tensor whose data does not match or cannot be read. Then (version 2)
+  // checks the metadata against metadata_checksum: every root attribute but format and the
+  // checksum itself, and every tensor's name, shape and checksum, so a changed, added or removed
+  // attribute or tensor is found too.
   void verify() const;
 
  private:
   std::string path_;
   bool parallel_ = false;
   int64_t file_ = -1;  // hid_t
+  int64_t version_ = 0;
 };
 
 }  // namespace tessera::io

@@ -276,6 +276,11 @@ std::optional<std::string> newest_checkpoint(const std::string& dir, comm::Commu
   return found;
 }
 
+int64_t checkpoint_file_count(const std::string& dir, comm::Communicator& world) {
+  const int64_t mine = world.rank() == 0 ? static_cast<int64_t>(step_files(dir).size()) : 0;
+  return world.all_reduce_max(mine);
+}
+
 void prune_checkpoints(const std::string& dir, int keep, comm::Communicator& world) {
   if (keep <= 0 || world.rank() != 0) return;
   const auto steps = step_files(dir);

@@ -55,6 +55,10 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
 // gets the answer); nullopt when there is none.
 std::optional<std::string> newest_checkpoint(const std::string& dir, comm::Communicator& world);
 
+// How many files of dir are named as checkpoints (step_<N>.h5), readable or not (rank 0 counts,
+// every rank gets the answer).
+int64_t checkpoint_file_count(const std::string& dir, comm::Communicator& world);
+
 // Removes all but the newest `keep` step_<N>.h5 files of dir (rank 0; keep <= 0 keeps all).
 void prune_checkpoints(const std::string& dir, int keep, comm::Communicator& world);
 

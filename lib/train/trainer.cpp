@@ -447,7 +447,14 @@ int64_t Trainer::resume() {
   std::optional<std::string> path;
   if (config_.resume == "auto") {
     path = newest_checkpoint(config_.checkpoint_dir, world_);
-    if (!path && world_.rank() == 0) log::info("--resume auto: no checkpoint in ", config_.checkpoint_dir, ", starting fresh");
+    // Checkpoints that all fail to load (each named above with its reason) are not started over.
+    if (!path) {
+      const int64_t damaged = checkpoint_file_count(config_.checkpoint_dir, world_);
+      TESSERA_CHECK(damaged == 0, "--resume auto: none of the ", damaged, " checkpoint(s) in ", config_.checkpoint_dir,
+                    " can be loaded (the reasons are above); not starting over on top of them: repair or move them,",
+                    " or pass another --checkpoint-dir");
+      if (world_.rank() == 0) log::info("--resume auto: no checkpoint in ", config_.checkpoint_dir, ", starting fresh");
+    }
   } else if (config_.resume != "none") {
     path = config_.resume;
   }

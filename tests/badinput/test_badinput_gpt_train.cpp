@@ -472,14 +472,32 @@ TEST(GptTrainBadCheckpoint, ResumeWithFewerLayers) {
                         "is of another model configuration: layers: 2 in the checkpoint, 1 here");
 }
 
-// A tensor the model does not have (its checksum intact, so the file is not damaged): refused by
-// name, where it used to be ignored.
+// A tensor added to a checkpoint changes the set its metadata checksum covers: the file is found
+// damaged (named with the reason), and --resume auto, finding no other, stops instead of starting
+// over on top of it.
 TEST(GptTrainBadCheckpoint, ResumeFromACheckpointWithAnExtraTensor) {
+  const std::string model = "--layers 1 --heads 2 --hidden 16";
+  for (const char* words : {"its metadata is damaged", "none of the 1 checkpoint(s) in"})
+    expect_resume_refused(model, model, words, [](const std::string& path) {
+      const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      ASSERT_GE(f, 0);
+      EXPECT_GE(H5Ocopy(f, "/params/embed.tokens.weight", f, "/params/lost.weight", H5P_DEFAULT, H5P_DEFAULT), 0);
+      H5Fclose(f);
+    });
+}
+
+// A version-1 checkpoint (before the metadata checksum) with a tensor the model lacks: refused by
+// name, where it used to be ignored.
+TEST(GptTrainBadCheckpoint, ResumeFromAVersionOneCheckpointWithAnExtraTensor) {
   const std::string model = "--layers 1 --heads 2 --hidden 16";
   expect_resume_refused(model, model, "it has tensors this model does not (lost.weight)", [](const std::string& path) {
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(f, 0);
     EXPECT_GE(H5Ocopy(f, "/params/embed.tokens.weight", f, "/params/lost.weight", H5P_DEFAULT, H5P_DEFAULT), 0);
+    const int64_t one = 1;
+    const hid_t version = H5Aopen(f, "version", H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(version, H5T_NATIVE_INT64, &one), 0);
+    H5Aclose(version);
     H5Fclose(f);
   });
 }
