@@ -2,7 +2,9 @@
 #include "apps/common/cli.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <type_traits>
 #include <fstream>
 #include <iostream>
 
@@ -66,6 +68,46 @@ int64_t parse_bytes(const std::string& text, const std::string& option) {
   TESSERA_CHECK(used > 0 && value >= 0 && shift >= 0 && value <= (int64_t{1} << (62 - shift)), option, " ", text,
                 ": expected a number of bytes, optionally with K, M or G (KiB, MiB, GiB), e.g. 2G");
   return static_cast<int64_t>(value) << shift;
+}
+
+namespace {
+// One option's value as text: the shortest text that reads back as the same number.
+template <typename T>
+bool value_text(const boost::any& value, std::string& text) {
+  const T* v = boost::any_cast<T>(&value);
+  if (!v) return false;
+  if constexpr (std::is_same_v<T, std::string>) {
+    text = *v;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    text = *v ? "true" : "false";
+  } else {
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, *v);
+    text.assign(buf, ec == std::errc() ? end : buf);
+  }
+  return true;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, variable] : vm) {
+    if (name == "help") continue;
+    const boost::any& value = variable.value();
+    std::string text;
+    if (value_text<std::string>(value, text) || value_text<bool>(value, text) || value_text<int>(value, text) ||
+        value_text<long>(value, text) || value_text<long long>(value, text) || value_text<unsigned>(value, text) ||
+        value_text<unsigned long>(value, text) || value_text<unsigned long long>(value, text) ||
+        value_text<float>(value, text) || value_text<double>(value, text)) {
+      out.emplace_back(name, text);
+    } else if (const auto* list = boost::any_cast<std::vector<std::string>>(&value)) {
+      for (const std::string& item : *list) text += (text.empty() ? "" : ",") + item;
+      out.emplace_back(name, text);
+    } else {
+      out.emplace_back(name, value.empty() ? "" : "?");
+    }
+  }
+  return out;
 }
 
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::cli {
 
@@ -19,6 +21,10 @@ constexpr int kExitUsage = 2;
 // Returns false when --help was printed.
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
            const std::string& usage);
+
+// Every option in `vm` as name -> value text, by name (defaults included; --help left out): what a
+// run records of its configuration (the metrics file's run line).
+std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm);
 
 // A size in bytes: a whole number with an optional suffix K, M or G (KiB, MiB, GiB; "KiB", "MB"
 // and the like are read the same). Throws naming `option` on anything else.
