@@ -55,8 +55,7 @@ class Trainer {
   std::optional<std::string> resume_source();
   CheckpointInfo resume(const std::string& path);  // loads it; returns what it was saved with
   // Rank 0 starts the metrics file with the run line (a fresh run), or continues it after the
-  // checkpoint resumed from with a resume line; every rank stops with rank 0's message when that
-  // fails.
+  // checkpoint resumed from with a resume line; throws there naming the file when that fails.
   MetricsWriter open_metrics(const std::optional<std::string>& checkpoint, const CheckpointInfo& resumed);
   void add_run_fields(JsonLine& line) const;  // version, world size, layout, model, options
   void check_checkpoint_dir();  // before step 1: the folder can be written, on every rank's word

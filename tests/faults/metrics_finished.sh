@@ -10,6 +10,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 run=(--input "$tmp/data.h5" --layers 1 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --steps 4
      --threads 1 --checkpoint-dir "$tmp/out/ck" --checkpoint-every 2 --keep-checkpoints 1
      --metrics "$tmp/out/m.jsonl" --trace "$tmp/out/trace.json")
+mkdir -p "$tmp/out"
 "$build/apps/gpt_train" "${run[@]}" >/dev/null
 snapshot() { (cd "$tmp/out" && find . -type f | sort | xargs sha256sum); }
 snapshot > "$tmp/before.txt"

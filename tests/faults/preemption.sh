@@ -13,7 +13,7 @@ common=(--input "$tmp/data.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --g
 mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --metrics "$tmp/ref.jsonl" --checkpoint-dir "$tmp/ref" >/dev/null
 
 for signal in USR1 TERM; do
-  rm -rf "$tmp/ck"
+  rm -rf "$tmp/ck" "$tmp/first.jsonl" "$tmp/second.jsonl"  # each signal: a fresh run and its resume
   echo -n "SIG$signal: "
   set +e
   TESSERA_FAULT_SIGNAL=2:7:$signal mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --metrics "$tmp/first.jsonl" \
