@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     po::variables_map vm;
     if (!cli::parse(argc, argv, opts, vm, "usage: vit_train --data IMAGES.h5 [options]")) return 0;
     cli::check_ranks_started_alike(vm, {"data"});
+    o.train.options = cli::option_values(vm);
     augment.flip = !no_flip;
 
     o.finish(mpi.world_size());
@@ -100,11 +101,14 @@ int main(int argc, char** argv) {
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();
     if (result.preempted) return train::kExitPreempted;
-    if (mpi.world_rank() == 0)
-      log::info("done: final loss ", result.last_loss,
-                result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string(),
-                result.last_eval_accuracy ? ", eval accuracy " + std::to_string(*result.last_eval_accuracy)
-                                          : std::string());
+    if (result.already_finished) return 0;  // the trainer said so
+    const std::string eval =
+        (result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string()) +
+        (result.last_eval_accuracy ? ", eval accuracy " + std::to_string(*result.last_eval_accuracy) : std::string());
+    if (mpi.world_rank() == 0) {
+      if (result.last_loss) log::info("done: final loss ", *result.last_loss, eval);
+      else log::info("done: no step trained", eval);
+    }
     return 0;
   });
   if (code != 0 && code != train::kExitPreempted && mpi.world_size() > 1) comm::abort_job(code);

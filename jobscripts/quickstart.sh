@@ -17,5 +17,5 @@ floor=$(h5dump -a /entropy_rate "$data" 2>/dev/null | awk '/\(0\)/ {print $2}')
 ranks=${RANKS:-4}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun --oversubscribe -np "$ranks" "$build/apps/gpt_train" --config "$root/inputs/gpt_tiny.ini" \
-  --input "$data" --threads 1 --metrics "$run/metrics.jsonl" "$@"
+  --input "$data" --threads 1 --metrics "$run/metrics.jsonl" --overwrite "$@"
 echo "quickstart: metrics in $run/metrics.jsonl; the data's entropy floor is ${floor:-?} nats/token"

@@ -2,9 +2,10 @@
 #include "apps/common/cli.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <type_traits>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
 #include <sstream>
 
@@ -70,25 +71,44 @@ int64_t parse_bytes(const std::string& text, const std::string& option) {
   return static_cast<int64_t>(value) << shift;
 }
 
-std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm) {
-  std::vector<std::pair<std::string, std::string>> values;
-  for (const auto& [name, variable] : vm) {
-    const boost::any& v = variable.value();
-    std::ostringstream text;
-    if (const auto* s = boost::any_cast<std::string>(&v)) text << *s;
-    else if (const auto* b = boost::any_cast<bool>(&v)) text << (*b ? "true" : "false");
-    else if (const auto* i = boost::any_cast<int>(&v)) text << *i;
-    else if (const auto* l = boost::any_cast<long>(&v)) text << *l;
-    else if (const auto* ll = boost::any_cast<long long>(&v)) text << *ll;
-    else if (const auto* u = boost::any_cast<unsigned long>(&v)) text << *u;
-    else if (const auto* ull = boost::any_cast<unsigned long long>(&v)) text << *ull;
-    else if (const auto* d = boost::any_cast<double>(&v)) text << std::setprecision(17) << *d;
-    else if (const auto* f = boost::any_cast<float>(&v)) text << std::setprecision(9) << *f;
-    else if (v.empty()) text << "";
-    else text << "(a value of type " << v.type().name() << ")";
-    values.emplace_back("--" + name, text.str());
+namespace {
+// One option's value as text: the shortest text that reads back as the same number.
+template <typename T>
+bool value_text(const boost::any& value, std::string& text) {
+  const T* v = boost::any_cast<T>(&value);
+  if (!v) return false;
+  if constexpr (std::is_same_v<T, std::string>) {
+    text = *v;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    text = *v ? "true" : "false";
+  } else {
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, *v);
+    text.assign(buf, ec == std::errc() ? end : buf);
   }
-  return values;
+  return true;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, variable] : vm) {
+    if (name == "help") continue;
+    const boost::any& value = variable.value();
+    std::string text;
+    if (value_text<std::string>(value, text) || value_text<bool>(value, text) || value_text<int>(value, text) ||
+        value_text<long>(value, text) || value_text<long long>(value, text) || value_text<unsigned>(value, text) ||
+        value_text<unsigned long>(value, text) || value_text<unsigned long long>(value, text) ||
+        value_text<float>(value, text) || value_text<double>(value, text)) {
+      out.emplace_back(name, text);
+    } else if (const auto* list = boost::any_cast<std::vector<std::string>>(&value)) {
+      for (const std::string& item : *list) text += (text.empty() ? "" : ",") + item;
+      out.emplace_back(name, text);
+    } else {
+      out.emplace_back(name, value.empty() ? "" : "?");
+    }
+  }
+  return out;
 }
 
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,

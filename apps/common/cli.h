@@ -22,13 +22,14 @@ constexpr int kExitUsage = 2;
 bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
            const std::string& usage);
 
+// Every option in `vm` as name -> value text, by name (defaults included; --help left out): what a
+// run records of its configuration (the metrics file's run line) and what the ranks of a job
+// compare before training (check_ranks_started_alike).
+std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm);
+
 // A size in bytes: a whole number with an optional suffix K, M or G (KiB, MiB, GiB; "KiB", "MB"
 // and the like are read the same). Throws naming `option` on anything else.
 int64_t parse_bytes(const std::string& text, const std::string& option);
-
-// Every option's value as text ("--steps" -> "10"), defaults included, in name order: what the
-// ranks compare before training and what a run records.
-std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm);
 
 // Runs body, turning exceptions into one "error: ..." line on stderr and the matching exit code.
 int run_main(const std::function<int()>& body);

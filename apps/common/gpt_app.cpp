@@ -109,6 +109,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     po::variables_map vm;
     if (!parse(argc, argv, opts, vm, std::string("usage: ") + name + " --input DATA.h5 [options]")) return 0;
     check_ranks_started_alike(vm, {"input", "val-input"});
+    o.train.options = option_values(vm);
 
     // The layout is checked on every rank before any communication. A dry run plans for the
     // layout the options give (any number of ranks, from one process) when --dp is set.
@@ -187,8 +188,13 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();
     if (result.preempted) return train::kExitPreempted;
-    if (mpi.world_rank() == 0) log::info("done: final loss ", result.last_loss,
-              result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string());
+    if (result.already_finished) return 0;  // the trainer said so
+    const std::string eval =
+        result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string();
+    if (mpi.world_rank() == 0) {
+      if (result.last_loss) log::info("done: final loss ", *result.last_loss, eval);
+      else log::info("done: no step trained", eval);
+    }
     return 0;
   });
   // A failing rank ends the whole job: no peer is left waiting in a collective.

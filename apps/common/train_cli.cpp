@@ -36,7 +36,8 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("eval-every", po::value(&tc.eval_every)->default_value(0), "evaluate every N steps and at the end (0: never)")
       ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation global batches per evaluation (gpt_train, moe_train: the same windows under every layout; vit_train evaluates the whole test set)")
       ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
-      ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file")
+      ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file (a resumed run continues it after the resumed step)")
+      ("overwrite", po::bool_switch(&tc.overwrite), "a fresh run may replace an existing metrics file")
       ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
       ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk)")
       ("offload-optim-frac", po::value(&tc.adamw.host_fraction)->default_value(0.0), "static placement: this share of the optimizer states' chunks on the host tier (the last ones of the flat order), the rest on the compute device (--offload cpu: all)")
@@ -152,7 +153,7 @@ void TrainOptions::finish(int world_size) {
 void check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options) {
   std::vector<std::pair<std::string, std::string>> entries;
   for (auto& [option, value] : option_values(vm))
-    if (option != "--config") entries.emplace_back(option, value);  // its contents are the values
+    if (option != "config") entries.emplace_back("--" + option, value);  // its contents are the values
   for (const std::string& option : data_options)
     if (vm.count(option)) {
       const std::string path = vm[option].as<std::string>();

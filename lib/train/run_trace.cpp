@@ -1,12 +1,16 @@
-// RunTrace: slices and counters per rank, gathered into one Chrome trace file.
+// RunTrace: slices and counters per rank, gathered into one Chrome trace file (JSON written by
+// nlohmann-json).
 #include "train/run_trace.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "comm/string_exchange.h"
 #include "core/error.h"
+#include "train/metrics.h"
 
 namespace tessera::train {
 
@@ -38,35 +42,30 @@ double RunTrace::compute_fraction() const {
 }
 
 void RunTrace::write(const std::string& path, comm::Communicator& world) const {
+  // Each rank's events as lines of JSON (nlohmann-json: names escaped), gathered to rank 0.
+  using Json = nlohmann::ordered_json;
+  const auto micros = [](double ms) { return std::round(ms * 1e4) / 10.0; };  // to 0.1 us
   std::string events;
-  char line[512];
-  for (const Slice& s : slices_) {
-    std::snprintf(line, sizeof line,
-                  "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.1f,\"dur\":%.1f},\n",
-                  s.name.c_str(), s.category, world.rank(), s.start * 1e3, (s.end - s.start) * 1e3);
-    events += line;
-  }
+  for (const Slice& s : slices_)
+    events += json_text(Json{{"name", s.name}, {"cat", s.category}, {"ph", "X"}, {"pid", world.rank()}, {"tid", 0},
+                             {"ts", micros(s.start)}, {"dur", micros(s.end - s.start)}}) + ",\n";
   for (const Counters& c : counters_) {
-    std::string args;
-    for (const auto& [key, value] : c.values) {
-      std::snprintf(line, sizeof line, "%s\"%s\":%.3f", args.empty() ? "" : ",", key.c_str(), value);
-      args += line;
-    }
-    std::snprintf(line, sizeof line, "{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.1f,\"args\":{",
-                  c.name.c_str(), world.rank(), c.at * 1e3);
-    events += line + args + "}},\n";
+    Json args = Json::object();
+    for (const auto& [key, value] : c.values) args[key] = std::round(value * 1e3) / 1e3;
+    events += json_text(Json{{"name", c.name}, {"ph", "C"}, {"pid", world.rank()}, {"ts", micros(c.at)},
+                             {"args", std::move(args)}}) + ",\n";
   }
   const std::vector<std::string> all = comm::all_gather_strings(events, world);
   if (world.rank() != 0) return;
   std::ofstream out(path);
-  TESSERA_CHECK(out, "--trace: cannot write ", path);
+  TESSERA_CHECK(out, "--trace: cannot write ", path, ": ", std::strerror(errno));
   out << "{\"traceEvents\":[\n";
-  for (int r = 0; r < world.size(); ++r) {
-    std::snprintf(line, sizeof line,
-                  "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
-    out << line << all[r];
-  }
-  out << "{\"name\":\"end\",\"ph\":\"i\",\"pid\":0,\"tid\":0,\"ts\":0,\"s\":\"g\"}\n]}\n";
+  for (int r = 0; r < world.size(); ++r)
+    out << json_text(Json{{"name", "process_name"}, {"ph", "M"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}})
+        << ",\n" << all[r];
+  out << json_text(Json{{"name", "end"}, {"ph", "i"}, {"pid", 0}, {"tid", 0}, {"ts", 0}, {"s", "g"}}) << "\n]}\n";
+  out.close();
+  TESSERA_CHECK(out, "--trace: cannot write ", path, ": ", std::strerror(errno));
 }
 
 }  // namespace tessera::train

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
@@ -21,6 +23,7 @@ struct TrainConfig {
   int64_t eval_every = 0, eval_batches = 8, log_every = 10;
   double peak_tflops = 0.0;     // per rank; 0: measured sgemm rate (cpu) or a device default
   std::string metrics_path;
+  bool overwrite = false;       // a fresh run may replace an existing metrics file
   std::string checkpoint_dir;   // empty: no checkpoints
   int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 0;     // keep the newest K (0: all)
@@ -34,6 +37,9 @@ struct TrainConfig {
   std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
   bool offload_params = false;       // ZeRO-3's parameter shard on the host tier
   int64_t device_memory_limit = 0;   // bytes per rank on the compute device (0: none), checked every step
+  // Every option of the app as given (name -> value, defaults included), recorded in the metrics
+  // file's run and resume lines.
+  std::vector<std::pair<std::string, std::string>> options;
   void validate(int dp = 1) const;  // throws naming the first bad option
   // Micro-batches each of `dp` ranks runs per step.
   int64_t micro_batches(int dp = 1) const { return global_batch / (micro_batch * dp); }

@@ -14,6 +14,7 @@
 #include "core/allocator.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "io/checkpoint_file.h"
 #include "io/hdf5_file.h"
 #include "kernels/kernel_timing.h"
 #include "kernels/ops.h"
@@ -24,6 +25,7 @@
 #include "train/run_trace.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
+#include "train/version.h"
 #include "train/progress.h"
 
 namespace tessera::train {
@@ -35,6 +37,20 @@ optim::LossScalerConfig unit_loss_scale() {
   c.initial_scale = c.min_scale = 1.0;
   c.dynamic = false;
   return c;
+}
+
+// The step of a checkpoint, read by rank 0 before anything is loaded from it; -1 when it cannot be
+// read (loading it then says why).
+int64_t checkpoint_step(const std::string& path, comm::Communicator& world) {
+  int64_t step = std::numeric_limits<int64_t>::min();
+  if (world.rank() == 0) {
+    try {
+      step = io::CheckpointReader(path, MPI_COMM_NULL).attr_int("step");
+    } catch (const Error&) {
+      step = -1;
+    }
+  }
+  return world.all_reduce_max(step);
 }
 
 // A CPU step's time split as metric names and milliseconds (kernels/kernel_timing.h).
@@ -213,15 +229,29 @@ TrainResult Trainer::run() {
   const int64_t units_per_step = config_.global_batch * work_.units_per_sample();
   const std::string rate_key = work_.unit() + "_per_s";
   const bool root = world_.rank() == 0;
-  MetricsWriter metrics(root ? config_.metrics_path : std::string());
-  Progress progress(config_.steps, config_.log_every);
   TESSERA_CHECK(config_.dump_path.empty() || (world_.size() == 1 && config_.zero_stage < 3),
                 "--dump runs on one rank without ZeRO-3");
-  if (!config_.dump_path.empty()) work_.dump_initial(config_.dump_path);
 
   TrainResult result;
   check_checkpoint_dir();
-  const int64_t first_step = resume() + 1;
+  const std::optional<std::string> from = resume_source();
+  // A job whose checkpoint is of its last step has nothing to do: it writes nothing at all.
+  const bool finished = from && checkpoint_step(*from, world_) == config_.steps;
+  // A fresh run starts its metrics file before anything else is written (a file holding another
+  // run's lines is refused).
+  MetricsWriter metrics = from ? MetricsWriter() : open_metrics(std::nullopt, {});
+  if (!config_.dump_path.empty() && !finished) work_.dump_initial(config_.dump_path);
+  const CheckpointInfo resumed = from ? resume(*from) : CheckpointInfo{};
+  if (finished) {
+    if (root)
+      log::info("already finished at step ", resumed.step, "; nothing to do (", *from, " is of the last step, --steps ",
+                config_.steps, ")");
+    result.already_finished = true;
+    return result;
+  }
+  if (from) metrics = open_metrics(from, resumed);
+  const int64_t first_step = resumed.step + 1;
+  Progress progress(config_.steps, config_.log_every);
   precision_.weights_changed();  // a checkpoint may have been loaded over them
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();  // a resumed table
   std::unique_ptr<RunTrace> trace;
@@ -321,6 +351,7 @@ TrainResult Trainer::run() {
     }
   }
   progress.finish();
+  metrics.close();  // a failed last write stops the run here, naming the file
   if (profile_ops && root) std::fputs(kernels::format_op_profile(op_profile).c_str(), stderr);
   if (trace) {
     if (PipelineRunner* pipeline = work_.pipeline()) pipeline->set_trace(nullptr);
@@ -443,7 +474,7 @@ void Trainer::save(int64_t step) {
   prune_checkpoints(config_.checkpoint_dir, config_.keep_checkpoints, world_);
 }
 
-int64_t Trainer::resume() {
+std::optional<std::string> Trainer::resume_source() {
   std::optional<std::string> path;
   if (config_.resume == "auto") {
     path = newest_checkpoint(config_.checkpoint_dir, world_);
@@ -458,14 +489,52 @@ int64_t Trainer::resume() {
   } else if (config_.resume != "none") {
     path = config_.resume;
   }
-  if (!path) return 0;
+  return path;
+}
+
+CheckpointInfo Trainer::resume(const std::string& path) {
   CheckpointState state = checkpoint_state();
-  const CheckpointInfo info = load_checkpoint(*path, checkpoint_info(0), state);
-  TESSERA_CHECK(info.step <= config_.steps, "checkpoint ", *path, " is of step ", info.step, ", past --steps ",
+  const CheckpointInfo info = load_checkpoint(path, checkpoint_info(0), state);
+  TESSERA_CHECK(info.step <= config_.steps, "checkpoint ", path, " is of step ", info.step, ", past --steps ",
                 config_.steps);
   if (fp16() && info.precision == "fp16") scaler_.restore(info.loss_scaler);  // else a fresh scale
-  if (world_.rank() == 0) log::info("resumed from ", *path, " (step ", info.step, ", saved under ", info.layout, ")");
-  return info.step;
+  if (world_.rank() == 0 && info.step < config_.steps)
+    log::info("resumed from ", path, " (step ", info.step, ", saved under ", info.layout, ")");
+  return info;
+}
+
+MetricsWriter Trainer::open_metrics(const std::optional<std::string>& checkpoint, const CheckpointInfo& resumed) {
+  // Rank 0's alone, with no collective: a failure throws there and ends the job as a failed write
+  // does later (the app aborts it), and the collectives before step 1 stay those of the run.
+  if (world_.rank() != 0 || config_.metrics_path.empty()) return {};
+  MetricsWriter metrics;
+  JsonLine record;
+  if (checkpoint) {
+    std::string dropped;
+    metrics = MetricsWriter::resume(config_.metrics_path, resumed.step, dropped);
+    if (!dropped.empty()) log::warn(dropped);
+    record.add("step", resumed.step).add("checkpoint", *checkpoint).add("saved_layout", resumed.layout);
+  } else {
+    metrics = MetricsWriter::start(config_.metrics_path, config_.overwrite);
+  }
+  add_run_fields(record);
+  metrics.write(JsonLine().add(checkpoint ? "resume" : "run", record));
+  return metrics;
+}
+
+void Trainer::add_run_fields(JsonLine& line) const {
+  JsonLine model_config;
+  for (const auto& [name, value] : work_.model_config()) model_config.add(name, value);
+  line.add("version", kVersion)
+      .add("commit", kCommit)
+      .add("world_size", world_.size())
+      .add("layout", checkpoint_info(0).layout)
+      .add("model", work_.model_name())
+      .add("model_config", model_config)
+      .add("steps", config_.steps)
+      .add("global_batch", config_.global_batch)
+      .add("micro_batch", config_.micro_batch)
+      .add("options", config_.options);
 }
 
 }  // namespace tessera::train

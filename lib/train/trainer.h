@@ -17,6 +17,7 @@
 #include "parallel/grad_sync.h"
 #include "train/checkpointing.h"
 #include "train/fault_hooks.h"
+#include "train/metrics.h"
 #include "train/progress.h"
 #include "train/train_config.h"
 #include "train/workload.h"
@@ -24,7 +25,10 @@
 namespace tessera::train {
 
 struct TrainResult {
-  float last_loss = 0.0f;
+  std::optional<float> last_loss;  // none when no step was trained
+  // The job had already finished: the checkpoint resumed from is of step --steps (nothing was
+  // trained or written).
+  bool already_finished = false;
   int64_t skipped_steps = 0;  // --on-nan skip
   bool preempted = false;     // stopped on SIGTERM/SIGUSR1 after checkpointing
   std::optional<float> last_eval_loss;
@@ -47,7 +51,13 @@ class Trainer {
   double update(int64_t step, float loss, double lr, TrainResult& result, Progress& progress);
   bool fp16() const { return precision_.precision() == optim::Precision::fp16; }
   void set_context(const std::string& context);  // on every group, for the watchdog's messages
-  int64_t resume();  // returns the step to continue after (0: a fresh start)
+  // --resume's checkpoint (none, the newest valid one under auto, or the file named), on every rank.
+  std::optional<std::string> resume_source();
+  CheckpointInfo resume(const std::string& path);  // loads it; returns what it was saved with
+  // Rank 0 starts the metrics file with the run line (a fresh run), or continues it after the
+  // checkpoint resumed from with a resume line; throws there naming the file when that fails.
+  MetricsWriter open_metrics(const std::optional<std::string>& checkpoint, const CheckpointInfo& resumed);
+  void add_run_fields(JsonLine& line) const;  // version, world size, layout, model, options
   void check_checkpoint_dir();  // before step 1: the folder can be written, on every rank's word
   // --device-memory-limit: every rank stops, naming the worst rank's peak, once it is passed.
   void check_device_memory(int64_t step, Device device);

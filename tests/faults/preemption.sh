@@ -13,7 +13,7 @@ common=(--input "$tmp/data.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --g
 mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --metrics "$tmp/ref.jsonl" --checkpoint-dir "$tmp/ref" >/dev/null
 
 for signal in USR1 TERM; do
-  rm -rf "$tmp/ck"
+  rm -rf "$tmp/ck" "$tmp/first.jsonl" "$tmp/second.jsonl"  # each signal: a fresh run and its resume
   echo -n "SIG$signal: "
   set +e
   TESSERA_FAULT_SIGNAL=2:7:$signal mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --metrics "$tmp/first.jsonl" \
@@ -21,7 +21,7 @@ for signal in USR1 TERM; do
   code=$?
   set -e
   [ "$code" -eq 3 ] || { cat "$tmp/first.log"; echo "error: a preempted run exited $code, not 3"; exit 1; }
-  stopped=$(python3 -c "import json,sys; print(max(json.loads(l)['step'] for l in open(sys.argv[1]) if 'loss' in l))" "$tmp/first.jsonl")
+  stopped=$(python3 -c "import json,sys; print(max(r['step'] for r in map(json.loads, open(sys.argv[1])) if 'loss' in r))" "$tmp/first.jsonl")
   [ -f "$tmp/ck/step_$stopped.h5" ] || { ls "$tmp/ck"; echo "error: no checkpoint of step $stopped"; exit 1; }
   [ "$stopped" -eq 7 ] || { echo "error: stopped at step $stopped, not at the signalled step 7"; exit 1; }
   echo "preempted at step $stopped with exit code 3 and checkpoint step_$stopped.h5"

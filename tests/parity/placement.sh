@@ -53,10 +53,10 @@ echo -n "--offload-optim-frac 0.5, dp 2 ZeRO-1: "; $compare "$tmp/dp2.jsonl" "$t
 
 # 2. resume across placements
 train half-to-plain 1 --steps 10 --resume "$tmp/half/step_5.h5"
-head -n 5 "$tmp/half.jsonl" | cat - "$tmp/half-to-plain.jsonl" > "$tmp/a.jsonl"
+grep '"loss"' "$tmp/half.jsonl" | head -n 5 | cat - "$tmp/half-to-plain.jsonl" > "$tmp/a.jsonl"
 echo -n "split states saved, resumed on the device: "; $compare "$tmp/ref.jsonl" "$tmp/a.jsonl"
 train plain-to-cpu 1 --steps 10 --resume "$tmp/ref/step_5.h5" --offload-optim-frac 0.75
-head -n 5 "$tmp/ref.jsonl" | cat - "$tmp/plain-to-cpu.jsonl" > "$tmp/b.jsonl"
+grep '"loss"' "$tmp/ref.jsonl" | head -n 5 | cat - "$tmp/plain-to-cpu.jsonl" > "$tmp/b.jsonl"
 echo -n "device states saved, resumed with 3/4 on the host tier: "; $compare "$tmp/ref.jsonl" "$tmp/b.jsonl"
 
 # 2b. ZeRO-3's shard on the host tier

@@ -13,7 +13,7 @@ done
 python3 - "$tmp" <<'PY'
 import json, sys
 tmp = sys.argv[1]
-rows = {z: [json.loads(l) for l in open(f"{tmp}/z{z}.jsonl")] for z in range(4)}
+rows = {z: [r for r in map(json.loads, open(f"{tmp}/z{z}.jsonl")) if "loss" in r] for z in range(4)}  # step lines
 # The model: vocab 61 padded to 64 rows, hidden 32, seq 16, 2 layers (flat order: embedding, blocks, ln_f).
 C, T, L, Vp, dp = 32, 16, 2, 64, 4
 embed = Vp * C + T * C

@@ -245,8 +245,8 @@ got=$(printf '%s\n%s\n' "$first" "$second" | tr '\n' ' ')
 [ "$got" = "$(seq -s ' ' 1 "$nsteps") " ] || die "the two runs together did not log steps 1..$nsteps once each"
 python3 - "$m0" "$m1" <<'EOF' || die "the loss curve does not continue across the requeue"
 import json, sys
-la = [json.loads(l)["loss"] for l in open(sys.argv[1]) if "loss" in l]
-lb = [json.loads(l)["loss"] for l in open(sys.argv[2]) if "loss" in l]
+la = [r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+lb = [r["loss"] for r in map(json.loads, open(sys.argv[2])) if "loss" in r]
 print(f"losses: first {la[0]:.3f}, at the stop {la[-1]:.3f}, after the requeue {lb[0]:.3f}, last {lb[-1]:.3f}")
 # a job restarted from scratch would repeat the first loss exactly (same seed, same data order)
 assert lb[0] < la[0] - 0.05, "the requeued job starts from the initial loss: not resumed"

@@ -318,7 +318,7 @@ bench_run() {
   local rc=0
   run_logged "$log" "$secs" "$build/apps/gpt_train" --input "$work/synth.h5" "${shape[@]}" \
     --global-batch "$batch" --micro-batch "$batch" --steps "$steps" --lr 3e-4 --warmup 2 \
-    --precision "$1" --device "$device" --peak-tflops "$peak" --metrics "$2" --log-every 1 || rc=$?
+    --precision "$1" --device "$device" --peak-tflops "$peak" --metrics "$2" --overwrite --log-every 1 || rc=$?
   [ $rc = 0 ] || { tail -15 "$log"; say "warning: gpt_train ($1) exited with $rc ($([ $rc = 124 ] && echo 'its time limit' || echo 'bench.log')); reporting the steps it logged"; }
   return $rc
 }

@@ -37,7 +37,7 @@ main_pkgs=(
   libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libpmix2
   libhdf5-openmpi-103-1 libhdf5-openmpi-dev
   libboost-program-options1.74.0 libboost-program-options1.74-dev libboost1.74-dev
-  libgtest-dev
+  libgtest-dev nlohmann-json3-dev
   libopenblas0-openmp libopenblas-openmp-dev
 )
 # Sonames assumed on the target: glibc and the runtimes of the g++ that nvcc needs there.

@@ -31,7 +31,7 @@ echo "| run | ranks | sequence | peak MB per rank | first loss | last loss | tok
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 run() {  # label ranks seq options...
   local label=$1 ranks=$2 s=$3; shift 3
-  mpirun -np "$ranks" "$build/apps/gpt_train" "${model[@]}" --seq-len "$s" "$@" --metrics "$tmp/m.jsonl" >/dev/null
+  mpirun -np "$ranks" "$build/apps/gpt_train" "${model[@]}" --seq-len "$s" "$@" --metrics "$tmp/m.jsonl" --overwrite >/dev/null
   /usr/bin/python3 - "$tmp/m.jsonl" "$label" "$ranks" "$s" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]

@@ -21,7 +21,7 @@ done
 mkdir -p "$out"
 "$build/apps/data_prep" text --input "$data" --output "$out/shakespeare.h5" --val-fraction 0.1
 "$build/apps/gpt_train" --config "$root/inputs/gpt_small.ini" --input "$out/shakespeare.h5" \
-  --steps "$steps" --warmup 100 --eval-every 100 --metrics "$out/metrics.jsonl"
+  --steps "$steps" --warmup 100 --eval-every 100 --metrics "$out/metrics.jsonl" --overwrite  # a new curve replaces the last
 python3 - "$out/metrics.jsonl" > "$out/eval_curve.txt" <<'PY'
 import json, sys
 print("step eval_loss(nats/byte) bits/byte")
