@@ -52,7 +52,9 @@ run_training() {
   forward() { [ -n "$pid" ] && kill -s "$1" "$pid" 2>/dev/null; }
   trap 'echo "job $job: got SIGUSR1, asking $APP to checkpoint and stop"; forward USR1' USR1
   trap 'forward TERM' TERM
-  "${cmd[@]}" &
+  # The app's output also goes to $out/output.<restart>.log (what the exit-0 check below reads).
+  log=$out/output.$restart.log
+  "${cmd[@]}" > >(tee -a "$log") &
   pid=$!
   # `wait` returns early when a trapped signal arrives: wait again until the launcher has exited.
   while :; do
@@ -62,8 +64,14 @@ run_training() {
   trap - USR1 TERM
 
   case $code in
-    0) # srun can exit 0 when its tasks failed to launch: $APP always creates its metrics file
-       [ -f "$out/metrics.$restart.jsonl" ] || die "$launcher exited 0 but $APP did not run (no metrics file)"
+    0) # srun can exit 0 when its tasks failed to launch: $APP creates its metrics file whenever it
+       # trains, and says so when the run had already finished (a resubmitted job: nothing to do)
+       if [ ! -f "$out/metrics.$restart.jsonl" ]; then
+         for _ in $(seq 20); do grep -q "already finished at step" "$log" 2>/dev/null && break; sleep 0.1; done
+         grep -q "already finished at step" "$log" 2>/dev/null ||
+           die "$launcher exited 0 but $APP did not run (no metrics file)"
+         echo "job $job: $APP had already finished in $ckpt; nothing to do"; exit 0
+       fi
        echo "job $job: done"; exit 0 ;;
     3) echo "job $job: preempted (exit code 3), checkpoint in $ckpt; requeueing"
        if [ -n "${SLURM_JOB_ID:-}" ]; then

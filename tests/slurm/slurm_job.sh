@@ -2,7 +2,8 @@
 # jobscripts/gpt_train.sbatch on a real one-node Slurm (Debian's slurmctld/slurmd, munge), started
 # here as root in a temporary folder (own munge socket and key, own ports, no systemd, no accounting):
 #   1. a 4-rank (srun), 20-step gpt_train job completes: the job is COMPLETED, the metrics have
-#      steps 1..20 and step_20.h5 exists;
+#      steps 1..20 and step_20.h5 exists; submitted again, it completes saying it had already
+#      finished, and writes nothing;
 #   2. a longer job gets SIGTERM from `scancel --signal=TERM` (every step of the job, as a
 #      preemption sends it) while it trains: gpt_train
 #      checkpoints and exits 3, the script requeues it, the requeued job resumes from the checkpoint
@@ -195,6 +196,16 @@ got=$(steps_of "$m" | tr '\n' ' ')
 [ -f "$tmp/runs/short/checkpoints/step_20.h5" ] || die "no checkpoint step_20.h5 of the short job"
 [ -f "$tmp/runs/synth_v64.h5" ] || die "the job did not make the synthetic data set"
 echo "short job $id1: COMPLETED, steps 1..20 logged, step_20.h5 written ($(( $(date +%s) - t0 )) s)"
+# ... and submitted again: it has nothing to do, says so, completes, and changes nothing.
+sum=$(md5sum "$tmp/runs/short/checkpoints/step_20.h5")
+id1b=$(run_job 60 --ntasks=4 --ntasks-per-node=4 -J short "$src/jobscripts/gpt_train.sbatch" \
+       "$src/inputs/gpt_slurm_tiny.ini") || die "sbatch of the finished job again failed"
+st=$(job_field "$id1b" JobState)
+[ "$st" = COMPLETED ] || die "the finished job submitted again ($id1b) is $st, not COMPLETED"
+grep -q "already finished at step 20" "$tmp/runs/short-$id1b/output.0.log" || die "job $id1b does not say it had finished"
+[ ! -e "$tmp/runs/short-$id1b/metrics.0.jsonl" ] || die "job $id1b wrote metrics although nothing was trained"
+[ "$(md5sum "$tmp/runs/short/checkpoints/step_20.h5")" = "$sum" ] || die "job $id1b changed step_20.h5"
+echo "the finished job submitted again ($id1b): COMPLETED, 'already finished at step 20', nothing written"
 
 # 2. preemption: SIGTERM to every step while it trains -> the ranks checkpoint and exit 3 ->
 #    requeue -> resume -> done. (SIGTERM to the batch shell alone, `--batch`, makes Slurm cancel
