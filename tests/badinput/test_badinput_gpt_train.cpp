@@ -399,12 +399,12 @@ TEST(GptTrainBadCheckpoint, ResumeFromAnotherModel) {
   fs::create_directories(dir);
   const std::string data = (dir / "d.h5").string(), ck = (dir / "ck").string();
   const std::string app = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train --input " + shell_quote(data) +
-                          " --layers 1 --heads 2 --seq-len 8 --global-batch 2 --steps 2 --threads 1 ";
+                          " --layers 1 --heads 2 --seq-len 8 --global-batch 2 --threads 1 ";
   ASSERT_EQ(run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 20 --tokens 2000 --seed 1 --output " +
                         shell_quote(data))
                 .exit_code,
             0);
-  const auto saved = run_command(app + "--hidden 16 --checkpoint-dir " + shell_quote(ck));
+  const auto saved = run_command(app + "--hidden 16 --steps 2 --checkpoint-dir " + shell_quote(ck));
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
   const auto before = fs::file_size(fs::path(ck) / "step_2.h5");
   const auto r = run_command(app + "--hidden 32 --steps 4 --checkpoint-dir " + shell_quote(ck) + " --resume auto");

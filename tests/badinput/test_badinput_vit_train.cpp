@@ -32,7 +32,7 @@ class VitTrainBadInput : public ::testing::Test {
   void expect_refused(int ranks, const std::string& args, const std::string& words) {
     const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
                                std::string(TESSERA_MPIEXEC) + " --oversubscribe -np " + std::to_string(ranks) + " " +
-                               TESSERA_BUILD_DIR + "/apps/vit_train --layers 1 --hidden 16 --heads 2 --patch 4 " +
+                               TESSERA_BUILD_DIR + "/apps/vit_train " + shape_ + " --patch 4 " +
                                "--global-batch 4 --steps 1 --threads 1 " + args);
     EXPECT_NE(r.exit_code, 0) << r.err;
     EXPECT_NE(r.exit_code, 124) << "timed out: " << r.err;
@@ -41,6 +41,7 @@ class VitTrainBadInput : public ::testing::Test {
   }
   fs::path dir_;
   std::string images_, tokens_;
+  std::string shape_ = "--layers 1 --hidden 16 --heads 2";  // cases may replace it (an option is given once)
 };
 
 TEST_F(VitTrainBadInput, MissingDataSet) {
@@ -76,6 +77,7 @@ TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {
 }
 
 TEST_F(VitTrainBadInput, HiddenNotSplittingOverA3dGrid) {
+  shape_ = "--layers 1";
   expect_refused(8, "--data " + shell_quote(images_) + " --tp 8 --tp-mode 3d --hidden 34 --heads 2",
                  "--tp-mode 3d --tp 8: --heads 2 must divide by the grid's side 2 and --hidden 34 by 4");
 }
