@@ -39,7 +39,9 @@ bool parse_file(const std::string& command, const std::vector<std::string>& args
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
+  const po::parsed_options parsed = po::command_line_parser(args).options(desc).positional(positional).run();
+  tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);
+  po::store(parsed, vm);
   if (vm.count("help")) {
     std::cout << kUsage << "\n" << desc;
     return false;

@@ -2,8 +2,11 @@
 // `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it); image
 // sets `cifar10` (the official binary files) and `synth-images` (learnable class patterns).
 #include <boost/program_options.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/cli.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
@@ -54,19 +58,36 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The output file is written as <output>.tmp and renamed into place only when complete; on any
-// failure the temporary is removed, so no partial output is ever left behind.
+// The output file is written under a temporary name of its own next to it (<output>.tmp.XXXXXX,
+// created exclusively, so no other file is touched) and renamed into place only when complete; on
+// any failure the temporary is removed, so no partial output is ever left behind and an output that
+// --force replaces stays as it was. The output is never one of the command's inputs (the same file,
+// whatever the path), and an existing output is replaced only with --force.
 class AtomicOutput {
  public:
-  explicit AtomicOutput(const std::string& output) : output_(output), tmp_(output + ".tmp") {
+  AtomicOutput(const std::string& output, bool force, const std::vector<std::string>& inputs) : output_(output) {
     const fs::path parent = fs::path(output).parent_path();
     std::error_code ec;
     if (!parent.empty() && !fs::is_directory(parent, ec))
       fail("cannot write ", output, ": directory ", parent.string(), " does not exist");
     if (fs::is_directory(output, ec)) fail("cannot write ", output, ": it is a directory");
+    const bool exists = fs::exists(output, ec);
+    for (const std::string& input : inputs)
+      if (exists && fs::exists(input, ec) && fs::equivalent(input, output, ec))
+        fail("cannot write ", output, ": it is the input ", input, " (data_prep never writes over its input,",
+             " even with --force; give another --output)");
+    if (exists && !force)
+      fail("cannot write ", output, ": it exists (give --force to replace it; the new file is written aside",
+           " and renamed over the old one only when complete)");
     // Create the temporary now, so an unwritable folder is reported before any work is done.
-    if (!std::ofstream(tmp_, std::ios::binary))
-      fail("cannot write ", output, ": ", std::strerror(errno), " (creating ", tmp_, ")");
+    std::string name = output + ".tmp.XXXXXX";
+    const int fd = mkstemp(name.data());
+    if (fd < 0) fail("cannot write ", output, ": ", std::strerror(errno), " (creating ", name, ")");
+    const mode_t mask = umask(0);  // mkstemp makes it 0600: give it the mode a new file would have
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    close(fd);
+    tmp_ = name;
   }
   AtomicOutput(const AtomicOutput&) = delete;
   AtomicOutput& operator=(const AtomicOutput&) = delete;
@@ -79,7 +100,7 @@ class AtomicOutput {
   const std::string& tmp() const { return tmp_; }
   void commit() {
     std::error_code ec;
-    fs::rename(tmp_, output_, ec);
+    fs::rename(tmp_, output_, ec);  // atomic: readers see the old file or the new one
     if (ec) fail("cannot rename ", tmp_, " to ", output_, ": ", ec.message());
     committed_ = true;
   }
@@ -88,6 +109,10 @@ class AtomicOutput {
   std::string output_, tmp_;
   bool committed_ = false;
 };
+
+// Every command's --force.
+constexpr const char* kForceHelp =
+    "replace an existing --output (written aside first and renamed over it only when complete; never an input)";
 
 // Tokens as a 1-D tensor: uint16 when the vocabulary fits, else int32.
 Tensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab) {
@@ -106,7 +131,9 @@ Tensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab) {
 // Parses a subcommand's options; returns false when --help was printed.
 bool parse(const std::vector<std::string>& args, const po::options_description& desc,
            const char* usage, po::variables_map& vm) {
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
+  const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
+  tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);  // repeats, nan, negative seeds
+  po::store(parsed, vm);
   if (vm.count("help")) {
     std::cout << usage << "\n" << desc;
     return false;
@@ -118,16 +145,18 @@ bool parse(const std::vector<std::string>& args, const po::options_description& 
 int run_text(const std::vector<std::string>& args) {
   std::string input, output;
   double val_fraction = 0.1;
+  bool force = false;
   po::options_description desc("options");
   desc.add_options()
       ("help,h", "show this help")
       ("input", po::value(&input)->required(), "text file to tokenise (bytes)")
       ("output", po::value(&output)->required(), "HDF5 file to write")
       ("val-fraction", po::value(&val_fraction)->default_value(0.1),
-       "fraction of the file, taken from its end, that goes to /val");
+       "fraction of the file, taken from its end, that goes to /val")
+      ("force", po::bool_switch(&force), kForceHelp);
   po::variables_map vm;
   if (!parse(args, desc,
-             "usage: data_prep text --input FILE --output FILE.h5 [--val-fraction F]\n\n"
+             "usage: data_prep text --input FILE --output FILE.h5 [--val-fraction F] [--force]\n\n"
              "Byte-level tokens (vocab 256, tokenizer \"bytes\"): the last F of the file goes to\n"
              "/val/tokens, the rest to /train/tokens, stored as uint16.\n",
              vm))
@@ -151,7 +180,7 @@ int run_text(const std::vector<std::string>& args) {
     fail("input ", input, " has only ", n, " bytes: too few to split into train and val with --val-fraction ",
          val_fraction, " (each split needs at least 2 tokens)");
 
-  AtomicOutput out(output);
+  AtomicOutput out(output, force, {input});
   {
     H5File f = H5File::create(out.tmp());
     const std::vector<int32_t> tokens(bytes.begin(), bytes.end());
@@ -172,6 +201,7 @@ int run_synth(const std::vector<std::string>& args) {
   int64_t vocab = 0, tokens = 0, val_tokens = -1, branching = 4;
   uint64_t seed = 0;
   std::string output;
+  bool force = false;
   po::options_description desc("options");
   desc.add_options()
       ("help,h", "show this help")
@@ -180,11 +210,12 @@ int run_synth(const std::vector<std::string>& args) {
       ("seed", po::value(&seed)->required(), "seed of the chain and of the samples")
       ("output", po::value(&output)->required(), "HDF5 file to write")
       ("val-tokens", po::value(&val_tokens), "validation tokens M (default N/10)")
-      ("branching", po::value(&branching)->default_value(4), "successors per state K (at least 2)");
+      ("branching", po::value(&branching)->default_value(4), "successors per state K (at least 2)")
+      ("force", po::bool_switch(&force), kForceHelp);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep synth --vocab V --tokens N --seed S --output FILE.h5\n"
-             "                       [--val-tokens M] [--branching K]\n\n"
+             "                       [--val-tokens M] [--branching K] [--force]\n\n"
              "Samples N train and M val tokens from a random first-order Markov chain in which\n"
              "each state has K successors, started from its stationary distribution. The exact\n"
              "entropy rate (nats/token), the best loss any model can reach, is printed and stored\n"
@@ -198,7 +229,7 @@ int run_synth(const std::vector<std::string>& args) {
   if (!vm.count("val-tokens")) val_tokens = tokens / 10;
   if (val_tokens < 0) throw UsageError("--val-tokens must not be negative, got " + std::to_string(val_tokens));
 
-  AtomicOutput out(output);
+  AtomicOutput out(output, force, {});
   const tessera::io::MarkovSource source = tessera::io::MarkovSource::random(vocab, branching, seed);
   const std::vector<int32_t> train = source.sample(tokens, seed, tessera::stream_id("markov.sample.train"));
   const std::vector<int32_t> val = source.sample(val_tokens, seed, tessera::stream_id("markov.sample.val"));
@@ -256,20 +287,22 @@ void write_images(AtomicOutput& out, const std::string& output, const tessera::i
 
 int run_cifar10(const std::vector<std::string>& args) {
   std::string input, output;
+  bool force = false;
   po::options_description desc("options");
   desc.add_options()
       ("help,h", "show this help")
       ("input", po::value(&input)->required(), "folder of the CIFAR-10 binary version")
-      ("output", po::value(&output)->required(), "HDF5 file to write");
+      ("output", po::value(&output)->required(), "HDF5 file to write")
+      ("force", po::bool_switch(&force), kForceHelp);
   po::variables_map vm;
   if (!parse(args, desc,
-             "usage: data_prep cifar10 --input DIR --output FILE.h5\n\n"
+             "usage: data_prep cifar10 --input DIR --output FILE.h5 [--force]\n\n"
              "Converts the CIFAR-10 binary version in DIR (data_batch_1..5.bin: 50000 train images,\n"
              "test_batch.bin: 10000 test images, batches.meta.txt: the 10 class names) to an image\n"
              "data set: uint8 [N, 32, 32, 3] images (HWC) and int32 labels under /train and /test.\n",
              vm))
     return 0;
-  AtomicOutput out(output);
+  AtomicOutput out(output, force, tessera::io::cifar10_files(input));
   const tessera::io::ImageSplits data = tessera::io::read_cifar10(input);
   write_images(out, output, data, "cifar10-binary");
   return 0;
@@ -278,6 +311,7 @@ int run_cifar10(const std::vector<std::string>& args) {
 int run_synth_images(const std::vector<std::string>& args) {
   tessera::io::SynthImageSpec spec;
   std::string output;
+  bool force = false;
   po::options_description desc("options");
   desc.add_options()
       ("help,h", "show this help")
@@ -286,11 +320,12 @@ int run_synth_images(const std::vector<std::string>& args) {
       ("test", po::value(&spec.test)->default_value(200), "test images M (at least 1)")
       ("size", po::value(&spec.size)->default_value(32), "image side S (1 to 1024): S x S x 3 images")
       ("seed", po::value(&spec.seed)->required(), "seed of the phases and the noise")
-      ("output", po::value(&output)->required(), "HDF5 file to write");
+      ("output", po::value(&output)->required(), "HDF5 file to write")
+      ("force", po::bool_switch(&force), kForceHelp);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep synth-images --seed X --output FILE.h5\n"
-             "                              [--classes K] [--train N] [--test M] [--size S]\n\n"
+             "                              [--classes K] [--train N] [--test M] [--size S] [--force]\n\n"
              "Image i of a split has label i mod K: a tint of the class's colour and a grating at\n"
              "the class's angle, with a random phase and Philox noise: a small model learns it.\n",
              vm))
@@ -306,7 +341,7 @@ int run_synth_images(const std::vector<std::string>& args) {
   if (bytes > 8e9)
     throw UsageError("--train, --test and --size ask for " + std::to_string(static_cast<int64_t>(bytes / 1e9)) +
                      " GB of pixels (at most 8)");
-  AtomicOutput out(output);
+  AtomicOutput out(output, force, {});
   write_images(out, output, tessera::io::make_synth_images(spec), "synthetic-images");
   return 0;
 }

@@ -39,11 +39,11 @@ int main(int argc, char** argv) {
         ("mlp-ratio", po::value(&mc.mlp_ratio)->default_value(2), "MLP hidden size / hidden size")
         ("pool", po::value(&mc.pool)->default_value("cls"), "cls (a class token) or mean (the mean over patches)")
         ("label-smoothing", po::value(&mc.label_smoothing)->default_value(0.1f), "label smoothing of the cross-entropy")
-        ("epochs", po::value(&epochs)->default_value(0.0), "train this many epochs (sets --steps; 0: use --steps)")
-        ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0), "evaluate on the test set every N epochs (sets --eval-every)")
-        ("crop-pad", po::value(&augment.pad)->default_value(4), "augmentation: random crop from the image zero-padded by this many pixels (0: none)")
+        ("epochs", po::value(&epochs)->default_value(0.0), "train this many epochs (sets --steps, so not with --steps; 0: use --steps)")
+        ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0), "evaluate on the test set every N epochs (sets --eval-every, so not with --eval-every; 0: use --eval-every)")
+        ("crop-pad", po::value(&augment.pad)->default_value(4), "augmentation: random crop from the image zero-padded by this many pixels (0: none; less than the image side)")
         ("no-flip", po::bool_switch(&no_flip), "augmentation: no random horizontal flip")
-        ("benchmark-loader", po::value(&benchmark_loader)->default_value(0), "benchmark: time N global batches of the augmenting loader alone (its background thread, as training uses it), print images/s and exit");
+        ("benchmark-loader", po::value(&benchmark_loader)->default_value(0), "benchmark (N > 0): time N global batches of the augmenting loader alone (its background thread, as training uses it), print images/s and exit");
     o.add_to(opts, "images");
     po::variables_map vm;
     if (!cli::parse(argc, argv, opts, vm, "usage: vit_train --data IMAGES.h5 [options]")) return 0;
@@ -51,24 +51,46 @@ int main(int argc, char** argv) {
     o.train.options = cli::option_values(vm);
     augment.flip = !no_flip;
 
-    o.finish(mpi.world_size());
+    o.finish(mpi.world_size(), vm);
     TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
                   " all_to_all or ring");
     TESSERA_CHECK(!o.auto_placement(), "vit_train: --placement auto needs the memory planner, which covers gpt_train",
                   " and moe_train; use --offload-optim-frac (static) with --device-memory-limit");
-    TESSERA_CHECK(epochs >= 0 && eval_every_epochs >= 0, "--epochs and --eval-every-epochs must be >= 0");
+    TESSERA_CHECK(epochs >= 0, "--epochs must be >= 0 (0: use --steps), got ", epochs);
+    TESSERA_CHECK(eval_every_epochs >= 0, "--eval-every-epochs must be >= 0 (0: use --eval-every), got ",
+                  eval_every_epochs);
+    // Each pair sets one thing: the one given wins only when the other is left out.
+    TESSERA_CHECK(epochs == 0 || !cli::given(vm, "steps"), "--epochs ", epochs, " and --steps ", o.train.steps,
+                  " both set the run's length: give one (--epochs 0 keeps --steps)");
+    TESSERA_CHECK(eval_every_epochs == 0 || !cli::given(vm, "eval-every"), "--eval-every-epochs ", eval_every_epochs,
+                  " and --eval-every ", o.train.eval_every, " both set when to evaluate: give one",
+                  " (--eval-every-epochs 0 keeps --eval-every)");
+    TESSERA_CHECK(!cli::given(vm, "eval-batches"), "vit_train evaluates the whole test set: --eval-batches is",
+                  " gpt_train's and moe_train's");
     TESSERA_CHECK(augment.pad >= 0, "--crop-pad must be >= 0, got ", augment.pad);
+    TESSERA_CHECK(benchmark_loader >= 0, "--benchmark-loader must be >= 0 (0: train), got ", benchmark_loader);
+    cli::check_output_files({{"--data", data}, {"--resume", o.train.resume == "none" || o.train.resume == "auto"
+                                                                ? std::string()
+                                                                : o.train.resume}},
+                            {{"--metrics", o.train.metrics_path}, {"--trace", o.train.trace_path}});
     train::TrainConfig& tc = o.train;
     auto train_set = std::make_shared<const io::ImageDataset>(io::ImageDataset::open(data, "train"));
     auto test_set = std::make_shared<const io::ImageDataset>(io::ImageDataset::open(data, "test"));
+    io::check_same_images(*train_set, *test_set);
     TESSERA_CHECK(train_set->height == train_set->width, "vit_train: images must be square, got ", train_set->height,
                   " x ", train_set->width);
+    TESSERA_CHECK(augment.pad < train_set->height, "--crop-pad ", augment.pad, " must be less than the image side ",
+                  train_set->height, " (a crop from the padded image must keep some of the image)");
     mc.image = train_set->height;
     mc.channels = train_set->channels;
     mc.classes = train_set->num_classes();
     mc.validate(o.split_model(mc.heads, mc.hidden));
     const int64_t steps_per_epoch = std::max<int64_t>(1, train_set->size() / tc.global_batch);
+    TESSERA_CHECK(epochs * static_cast<double>(steps_per_epoch) <= 1e15, "--epochs ", epochs, " gives more than 1e15",
+                  " steps (", steps_per_epoch, " per epoch)");
     if (epochs > 0) tc.steps = static_cast<int64_t>(std::ceil(epochs * static_cast<double>(steps_per_epoch)));
+    TESSERA_CHECK(eval_every_epochs * static_cast<double>(steps_per_epoch) <= 1e15, "--eval-every-epochs ",
+                  eval_every_epochs, " gives more than 1e15 steps (", steps_per_epoch, " per epoch)");
     if (eval_every_epochs > 0)
       tc.eval_every = std::max<int64_t>(1, std::llround(eval_every_epochs * static_cast<double>(steps_per_epoch)));
     tc.validate(o.mesh.dp * o.mesh.tp_batch_parts());

@@ -2,12 +2,17 @@
 #include "apps/common/cli.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
-#include <type_traits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -17,17 +22,30 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Keeps the last occurrence of each option: a later --steps overrides an earlier one.
-po::parsed_options last_wins(po::parsed_options parsed) {
-  std::vector<po::option> kept;
-  for (auto it = parsed.options.rbegin(); it != parsed.options.rend(); ++it) {
-    const bool seen = std::any_of(kept.begin(), kept.end(), [&](const po::option& o) {
-      return !it->string_key.empty() && o.string_key == it->string_key;
-    });
-    if (!seen) kept.push_back(*it);
-  }
-  parsed.options.assign(kept.rbegin(), kept.rend());
-  return parsed;
+// The values of an option as the user wrote them, for messages ("" for a switch).
+std::string value_text(const po::option& o) {
+  std::string text;
+  for (const std::string& v : o.value) text += (text.empty() ? "" : " ") + v;
+  return text;
+}
+
+// Whether the option's values are parsed as T (po::value<T>).
+template <typename T>
+bool typed_as(const po::option_description* d) {
+  return d && dynamic_cast<const po::typed_value<T>*>(d->semantic().get()) != nullptr;
+}
+
+bool is_floating(const po::option_description* d) { return typed_as<double>(d) || typed_as<float>(d); }
+bool is_unsigned(const po::option_description* d) {
+  return typed_as<unsigned>(d) || typed_as<unsigned long>(d) || typed_as<unsigned long long>(d);
+}
+
+// "nan", "inf", "-infinity" and values past the type's range (1e999) parse as doubles in Boost.
+bool finite_text(const std::string& text, bool single) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  const double value = single ? static_cast<double>(std::strtof(begin, &end)) : std::strtod(begin, &end);
+  return end == begin || std::isfinite(value);  // not a number at all: Boost names it
 }
 // The message of a Boost.Program_options error, safely. Boost 1.74's what() substitutes
 // placeholders such as %canonical_option% with user text in a loop that never ends when that text
@@ -50,6 +68,34 @@ std::string error_message(const po::error& e) {
   return message;
 }
 }  // namespace
+
+void check_parsed(const po::parsed_options& parsed, const std::string& where) {
+  const std::string at = where == kOnCommandLine ? "" : " " + where;
+  for (auto it = parsed.options.begin(); it != parsed.options.end(); ++it) {
+    if (it->string_key.empty() || it->unregistered) continue;  // Boost refuses these itself
+    const std::string name = "--" + it->string_key;
+    for (auto first = parsed.options.begin(); first != it; ++first)
+      if (first->string_key == it->string_key) {
+        const std::string a = value_text(*first), b = value_text(*it);
+        throw po::error(name + " is given more than once " + where +
+                        (a.empty() && b.empty() ? "" : " (" + a + ", then " + b + ")") + ": give each option once");
+      }
+    const po::option_description* d =
+        parsed.description ? parsed.description->find_nothrow(it->string_key, false) : nullptr;
+    for (const std::string& v : it->value) {
+      if (is_floating(d) && !finite_text(v, typed_as<float>(d)))
+        throw po::error(name + " " + v + at + ": expected a finite number");
+      const size_t digit = v.find_first_not_of(" \t");
+      if (is_unsigned(d) && digit != std::string::npos && v[digit] == '-')
+        throw po::error(name + " " + v + at + ": expected a whole number >= 0");
+    }
+  }
+}
+
+bool given(const po::variables_map& vm, const std::string& name) {
+  const auto it = vm.find(name);
+  return it != vm.end() && !it->second.defaulted();
+}
 
 int64_t parse_bytes(const std::string& text, const std::string& option) {
   size_t used = 0;
@@ -118,16 +164,29 @@ bool parse(int argc, char** argv, const po::options_description& options, po::va
       "config", po::value<std::string>(), "read options from an .ini file (keys are long option names)");
   all.add(options);
   try {
-    po::store(last_wins(po::parse_command_line(argc, argv, all)), vm);
+    const po::parsed_options command_line = po::parse_command_line(argc, argv, all);
+    check_parsed(command_line, kOnCommandLine);
+    po::store(command_line, vm);
     if (vm.count("help")) {
       std::cout << usage << "\n\n" << all << "\n";
       return false;
     }
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec))
+        throw UsageError("--config " + path + " is a directory: expected an .ini file");
       std::ifstream in(path);
-      if (!in) throw UsageError("cannot read config file " + path);
-      po::store(po::parse_config_file(in, all), vm);
+      if (!in) throw UsageError("cannot read config file " + path + ": " + std::strerror(errno));
+      const po::parsed_options file = po::parse_config_file(in, all);
+      if (in.bad()) throw UsageError("cannot read config file " + path + ": " + std::strerror(errno));
+      const std::string where = "in config file " + path;
+      for (const po::option& o : file.options)
+        if (o.string_key == "config" || o.string_key == "help")
+          throw UsageError("config file " + path + " sets " + o.string_key +
+                           ": only options of the run belong in a config file (one file per run)");
+      check_parsed(file, where);
+      po::store(file, vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {

@@ -114,9 +114,20 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     // The layout is checked on every rank before any communication. A dry run plans for the
     // layout the options give (any number of ranks, from one process) when --dp is set.
     const comm::MeshShape& m = o.mesh;
-    o.finish(dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size());
+    o.finish(dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size(), vm);
     TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
+    check_output_files({{"--input", input}, {"--val-input", val_input},
+                        {"--resume", o.train.resume == "none" || o.train.resume == "auto" ? "" : o.train.resume}},
+                       {{"--metrics", o.train.metrics_path}, {"--trace", o.train.trace_path}, {"--dump", o.train.dump_path}});
     if (moe) {
+      const nn::RouterOptions& r = mc.moe.router;
+      TESSERA_CHECK(mc.moe.experts >= 1, "--experts must be >= 1, got ", mc.moe.experts);
+      TESSERA_CHECK(mc.moe_every >= 1, "--moe-every must be >= 1 (every N-th block has experts), got ", mc.moe_every);
+      TESSERA_CHECK(mc.moe.hidden >= 0, "--expert-hidden must be >= 0 (0: 4 x --hidden), got ", mc.moe.hidden);
+      TESSERA_CHECK(r.top_k == 1 || r.top_k == 2, "--top-k ", r.top_k, ": expected 1 (Switch) or 2 (GShard)");
+      TESSERA_CHECK(r.capacity_factor >= 0, "--capacity-factor must be >= 0 (0: no drop), got ", r.capacity_factor);
+      TESSERA_CHECK(r.aux_loss_coef >= 0, "--aux-loss-coef must be >= 0, got ", r.aux_loss_coef);
+      TESSERA_CHECK(r.z_loss_coef >= 0, "--z-loss-coef must be >= 0, got ", r.z_loss_coef);
       TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "moe_train: sequence parallelism (--sp, --sp-mode split_gather) is",
                     " not supported with mixture-of-experts layers yet");
       TESSERA_CHECK(o.mesh.pp == 1 || o.train.pp_schedule != "zb", "moe_train: the zb pipeline schedule does not",

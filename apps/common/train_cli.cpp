@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "comm/mpi_runtime.h"
 #include "comm/rank_agreement.h"
@@ -35,14 +36,14 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("seed", po::value(&tc.seed)->default_value(1234), "seed of initialisation and data order")
       ("eval-every", po::value(&tc.eval_every)->default_value(0), "evaluate every N steps and at the end (0: never)")
       ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation global batches per evaluation (gpt_train, moe_train: the same windows under every layout; vit_train evaluates the whole test set)")
-      ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (when not on a terminal)")
+      ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (N >= 1; when not on a terminal)")
       ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file (a resumed run continues it after the resumed step)")
       ("overwrite", po::bool_switch(&tc.overwrite), "a fresh run may replace an existing metrics file")
       ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
-      ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk)")
+      ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk; only with --offload nvme)")
       ("offload-optim-frac", po::value(&tc.adamw.host_fraction)->default_value(0.0), "static placement: this share of the optimizer states' chunks on the host tier (the last ones of the flat order), the rest on the compute device (--offload cpu: all)")
       ("offload-params", po::bool_switch(&tc.offload_params), "with --zero 3: this rank's shard of the parameters and gradients on the host tier (the device holds the units gathered for use; ZeRO-Infinity)")
-      ("placement-chunk-mb", po::value(&placement_chunk_mb)->default_value(4.0), "the optimizer states' placement unit: MiB of each state per chunk")
+      ("placement-chunk-mb", po::value(&placement_chunk_mb)->default_value(4.0), "the optimizer states' placement unit: MiB of each state per chunk (> 0)")
       ("placement", po::value(&placement)->default_value("static"), "static (--offload, --offload-optim-frac as given) or auto (gpt_train, moe_train: the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)")
       ("device-memory-limit", po::value(&device_memory_limit)->default_value("0"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
       ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
@@ -52,33 +53,34 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("loss-scale-window", po::value(&tc.loss_scaler.growth_interval)->default_value(2000), "fp16: steps without overflow before the loss scale doubles")
       ("hysteresis", po::value(&tc.loss_scaler.hysteresis)->default_value(2), "fp16: consecutive overflows before the loss scale halves")
       ("min-loss-scale", po::value(&tc.loss_scaler.min_scale)->default_value(1.0), "fp16: the loss scale's floor (reaching it is an error that says what to do)")
-      ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB")
+      ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB (> 0)")
       ("dp", po::value(&mesh.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
       ("tp", po::value(&mesh.tp)->default_value(1), "tensor-parallel ranks (must divide --heads)")
       ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split), 2d (SUMMA on a q x q grid, --tp q^2: rows of sequences x feature blocks) 2.5d (--tp-depth d layers of q x q grids, --tp d q^2) or 3d (a q x q x q cube, --tp q^3)")
       ("tp-depth", po::value(&mesh.tp_depth)->default_value(1), "--tp-mode 2.5d: the grid layers d (the batch splits over d x q, the weights are the same on every layer)")
       ("pp", po::value(&mesh.pp)->default_value(1), "pipeline stages")
-      ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b"), "pipeline schedule: gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
+      ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b"), "pipeline schedule (with --pp > 1): gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
       ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1), "model chunks per pipeline stage (interleaved schedule)")
       ("trace", po::value(&tc.trace_path), "write a Chrome trace JSON file (Perfetto): every rank's steps with their time split, and on a pipeline its compute and messages")
       ("sp", po::value(&mesh.sp)->default_value(1), "sequence-parallel ranks (must divide the sequence)")
-      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention), or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
+      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
       ("activation-checkpointing", po::value(&activation_checkpointing)->default_value("none"), "none, full (a checkpointed block keeps only its input; backward reruns its forward) or selective (backward recomputes the attention core's output)")
-      ("checkpoint-every-k-blocks", po::value(&checkpoint_every_k_blocks)->default_value(1), "checkpoint blocks k-1, 2k-1, ... (1: every block)")
+      ("checkpoint-every-k-blocks", po::value(&checkpoint_every_k_blocks)->default_value(1), "with --activation-checkpointing: checkpoint blocks k-1, 2k-1, ... (1: every block)")
       ("ep", po::value(&mesh.ep)->default_value(1), "expert-parallel ranks (moe_train: they split the experts, and the batch like dp)")
       ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
       ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
       ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
       ("threads", po::value(&threads)->default_value(0), "CPU threads (0: OMP_NUM_THREADS or all cores)")
-      ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s for MFU (0: measured sgemm rate)")
+      ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s per rank for MFU (0: measured sgemm rate)")
       ("checkpoint-dir", po::value(&tc.checkpoint_dir), "write checkpoints (step_N.h5) here")
-      ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end)")
-      ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0), "keep only the newest K checkpoints (0: all)")
+      ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end; needs --checkpoint-dir)")
+      ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0), "keep only the newest K checkpoints in --checkpoint-dir (0: all)")
       ("resume", po::value(&tc.resume)->default_value("none"), "none, auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint file")
       ("on-nan", po::value(&tc.on_nan)->default_value("stop"), "a non-finite loss or gradient: stop (naming the parameter and the last good checkpoint) or skip the step");
 }
 
-void TrainOptions::finish(int world_size) {
+void TrainOptions::finish(int world_size, const po::variables_map& vm) {
+  TESSERA_CHECK(threads >= 0, "--threads must be >= 0 (0: OMP_NUM_THREADS or all cores), got ", threads);
   if (threads > 0) omp_set_num_threads(threads);
   if (device() == Device::cpu) kernels::cpu::gemm_library_name();  // throws on a bad TESSERA_CPU_GEMM
   mesh.tp_mode = comm::parse_tp_mode(tp_mode);  // throws naming the choices
@@ -107,6 +109,9 @@ void TrainOptions::finish(int world_size) {
   TESSERA_CHECK(!ckpt.enabled() || mesh.pp == 1 || train.pp_schedule != "zb", "--activation-checkpointing ",
                 activation_checkpointing, " with --pp-schedule zb: not supported (zb's deferred weight gradients",
                 " would read recomputed activations that later blocks overwrite); use 1f1b, gpipe or interleaved");
+  TESSERA_CHECK(ckpt.enabled() || !given(vm, "checkpoint-every-k-blocks"), "--checkpoint-every-k-blocks ",
+                checkpoint_every_k_blocks, " needs --activation-checkpointing full or selective (it chooses which",
+                " blocks they checkpoint)");
   TESSERA_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0, got ", comm_timeout);
   const std::string& offload = train.adamw.offload;
   TESSERA_CHECK(offload == "none" || offload == "cpu" || offload == "nvme", "--offload ", offload,
@@ -114,6 +119,8 @@ void TrainOptions::finish(int world_size) {
   TESSERA_CHECK(offload == "none" || device() == Device::cpu, "--offload ", offload,
                 ": not implemented for --device cuda yet");
   if (offload == "nvme") memory::check_scratch_dir(train.adamw.offload_dir, "--offload-dir");
+  TESSERA_CHECK(offload == "nvme" || !given(vm, "offload-dir"), "--offload-dir ", train.adamw.offload_dir,
+                " is for --offload nvme's scratch files: it takes --offload nvme, not --offload ", offload);
   const double frac = train.adamw.host_fraction;
   TESSERA_CHECK(frac >= 0.0 && frac <= 1.0, "--offload-optim-frac must be in [0, 1], got ", frac);
   TESSERA_CHECK(frac == 0.0 || offload == "none", "--offload-optim-frac ", frac, " places the optimizer states",
@@ -124,11 +131,22 @@ void TrainOptions::finish(int world_size) {
                 " parameters: it needs --zero 3 (with --dp 1 the shard is the whole model)");
   TESSERA_CHECK(!train.offload_params || device() == Device::cpu, "--offload-params: not implemented for --device cuda yet");
   TESSERA_CHECK(placement_chunk_mb > 0, "--placement-chunk-mb must be > 0, got ", placement_chunk_mb);
+  TESSERA_CHECK(placement_chunk_mb <= 1 << 20, "--placement-chunk-mb must be at most 1048576 (1 TiB), got ",
+                placement_chunk_mb);
   train.adamw.placement_chunk = std::max<int64_t>(1, static_cast<int64_t>(placement_chunk_mb * (1 << 20) / 4));
   TESSERA_CHECK(placement == "static" || placement == "auto", "--placement ", placement, ": expected static or auto");
   TESSERA_CHECK(placement == "static" || (train.device_memory_limit > 0 && offload == "none" && frac == 0.0),
                 "--placement auto chooses --offload-optim-frac to fit --device-memory-limit: give the limit, and",
                 " no --offload or --offload-optim-frac");
+  // fp16's loss-scaling options mean nothing in fp32 or bf16 (they train unscaled).
+  if (train.precision != "fp16")
+    for (const char* o : {"loss-scale", "static-loss-scale", "loss-scale-window", "hysteresis", "min-loss-scale"})
+      TESSERA_CHECK(!given(vm, o), "--", o, " is fp16's loss scaling: it takes --precision fp16 (",
+                    train.precision, " trains unscaled)");
+  TESSERA_CHECK(mesh.pp > 1 || !given(vm, "pp-schedule"), "--pp-schedule ", train.pp_schedule,
+                " needs --pp > 1 (one stage has no pipeline schedule)");
+  TESSERA_CHECK(mesh.sp > 1 || split_gather() || !given(vm, "sp-mode"), "--sp-mode ", sp_mode,
+                " needs --sp > 1 (split_gather: --tp > 1)");
   // The batch splits over dp x ep (expert-parallel ranks route different tokens) x the tp grid's
   // batch shares (its rows and layers hold different sequences).
   const int batch_ranks = mesh.dp * mesh.ep * mesh.tp_batch_parts();
@@ -195,6 +213,29 @@ models::ActivationCheckpointing TrainOptions::checkpointing() const {
   }
   TESSERA_CHECK(c.every >= 1, "--checkpoint-every-k-blocks must be >= 1, got ", c.every);
   return c;
+}
+
+namespace {
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  const fs::path ca = fs::weakly_canonical(a, ec), cb = fs::weakly_canonical(b, ec);
+  return ec ? fs::path(a).lexically_normal() == fs::path(b).lexically_normal() : ca == cb;
+}
+}  // namespace
+
+void check_output_files(const std::vector<OptionPath>& inputs, const std::vector<OptionPath>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const OptionPath& out = outputs[i];
+    if (out.path.empty()) continue;
+    for (const OptionPath& in : inputs)
+      TESSERA_CHECK(in.path.empty() || !same_file(in.path, out.path), out.option, " ", out.path, " is the file ",
+                    in.option, " ", in.path, " reads: writing it would destroy it; give another file");
+    for (size_t j = 0; j < i; ++j)
+      TESSERA_CHECK(outputs[j].path.empty() || !same_file(outputs[j].path, out.path), out.option, " ", out.path,
+                    " and ", outputs[j].option, " ", outputs[j].path, " are the same file: give each its own");
+  }
 }
 
 ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim)

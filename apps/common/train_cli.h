@@ -33,9 +33,10 @@ struct TrainOptions {
   bool check_collectives = false;
   // `unit` names a sample in the help ("sequences", "images").
   void add_to(po::options_description& options, const std::string& unit);
-  // After parsing: threads, the mesh against the world size, the modes, micro-batching. Throws
-  // naming the first problem.
-  void finish(int world_size);
+  // After parsing: every option's value (TrainConfig::validate), options that need or exclude
+  // others (`vm` tells which the user gave), threads, the mesh against the world size, the modes,
+  // micro-batching. Throws naming the first problem, before any communication.
+  void finish(int world_size, const po::variables_map& vm);
   bool split_gather() const { return sp_mode == "split_gather"; }
   bool auto_placement() const { return placement == "auto"; }
   bool grid() const { return mesh.tp_mode != comm::TpMode::d1; }  // --tp-mode 2d, 2.5d or 3d
@@ -52,6 +53,16 @@ struct TrainOptions {
 // files the data_options name). Throws naming every option that differs and the ranks holding each
 // value, so a job launched with different arguments per rank stops before it trains.
 void check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options);
+
+// A file an option names: {"--metrics", "m.jsonl"}.
+struct OptionPath {
+  std::string option, path;
+};
+
+// A run never writes over what it reads: each output (--metrics, --trace, --dump; empty paths
+// skipped) must be none of the inputs (data sets, the checkpoint resumed) and no other output,
+// also through another path to the same file. Throws naming both options and the file.
+void check_output_files(const std::vector<OptionPath>& inputs, const std::vector<OptionPath>& outputs);
 
 // The mesh (collective over the world) with the watchdog and collective checks on every group,
 // and the model layouts on it.

@@ -73,6 +73,14 @@ void read_cifar10_batch(const std::string& file, ImageDataset& out) {
   }
 }
 
+std::vector<std::string> cifar10_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (int i = 1; i <= 5; ++i) files.push_back(train_file(dir, i));
+  files.push_back((fs::path(dir) / "test_batch.bin").string());
+  files.push_back((fs::path(dir) / "batches.meta.txt").string());
+  return files;
+}
+
 ImageSplits read_cifar10(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) fail("cannot read CIFAR-10 from ", dir, ": no such directory");

@@ -17,6 +17,10 @@ constexpr int64_t kCifar10RecordsPerFile = 10000;
 constexpr int64_t kCifar10RecordBytes = 1 + 3 * kCifar10Side * kCifar10Side;  // 3073
 constexpr int64_t kCifar10FileBytes = kCifar10RecordsPerFile * kCifar10RecordBytes;  // 30730000
 
+// The files of the binary version that read_cifar10 reads in `dir`: data_batch_1..5.bin,
+// test_batch.bin, batches.meta.txt.
+std::vector<std::string> cifar10_files(const std::string& dir);
+
 // Reads the folder `dir`: train holds 50000 images, test 10000 (path = the folder). Errors name the
 // file and the problem: missing, wrong size (truncated or too long), a label outside 0..9, a meta
 // file without exactly 10 class names. All sizes are checked before any file is read.

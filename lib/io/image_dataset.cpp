@@ -116,15 +116,27 @@ void ImageDataset::check() const {
       fail(what, ": label ", labels[i], " of image ", i, " is outside [0, ", num_classes(), ")");
 }
 
+void check_same_images(const ImageDataset& train, const ImageDataset& test) {
+  // "f.h5: test images ..." from one file; "a.h5: test images ..., b.h5's train images ..." from two.
+  const bool one_file = train.path == test.path;
+  const std::string train_at = one_file ? "" : train.path + "'s ";
+  auto shape = [](const ImageDataset& d) {
+    return std::to_string(d.height) + "x" + std::to_string(d.width) + "x" + std::to_string(d.channels);
+  };
+  if (train.height != test.height || train.width != test.width || train.channels != test.channels)
+    fail(test.path, ": test images are ", shape(test), " but ", train_at, "train images are ", shape(train),
+         " (H x W x C): both splits must hold images of one shape");
+  if (train.class_names != test.class_names)
+    fail(test.path, ": the test split's ", test.num_classes(), " class names differ from ", train_at, "the train split's ",
+         train.num_classes());
+}
+
 void write_image_dataset(H5File& file, const ImageSplits& data) {
   const ImageDataset& train = data.train;
   const ImageDataset& test = data.test;
   train.check();
   test.check();
-  if (train.height != test.height || train.width != test.width || train.channels != test.channels)
-    fail(file.path(), ": train images are ", train.height, "x", train.width, "x", train.channels,
-         " but test images are ", test.height, "x", test.width, "x", test.channels);
-  if (train.class_names != test.class_names) fail(file.path(), ": train and test have different class names");
+  check_same_images(train, test);
   for (const std::string& name : train.class_names)
     if (name.find(kNameSeparator) != std::string::npos || name.empty())
       fail(file.path(), ": class name '", name, "' is empty or spans lines");

@@ -31,6 +31,10 @@ struct ImageDataset {
   void check() const;
 };
 
+// Throws unless `test` holds images of train's shape (H x W x C) and train's classes: a model built
+// for the train images reads the test images with it. The message names both shapes and the files.
+void check_same_images(const ImageDataset& train, const ImageDataset& test);
+
 // The two splits of an image data set, as a converter or generator makes them.
 struct ImageSplits {
   ImageDataset train, test;

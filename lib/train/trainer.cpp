@@ -64,6 +64,9 @@ std::vector<std::pair<std::string, double>> time_split(const kernels::KernelTime
 }
 }  // namespace
 
+// Every option of the run, checked before anything is built: each message names the option, its
+// value and what is allowed. Floating values must also be finite (the command line refuses "nan"
+// and "inf" as it parses; these checks hold for configs built in code too).
 void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(steps >= 0, "--steps must be >= 0, got ", steps);
   TESSERA_CHECK(global_batch >= 1, "--global-batch must be >= 1, got ", global_batch);
@@ -71,20 +74,50 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(global_batch % (micro_batch * dp) == 0, "--global-batch ", global_batch,
                 " is not a multiple of --micro-batch ", micro_batch, " x dp ", dp, " = ", micro_batch * dp,
                 " (each data-parallel rank runs whole micro-batches of the same size)");
-  TESSERA_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive, got ", lr);
-  TESSERA_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, --lr], got ", min_lr);
-  TESSERA_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
-  TESSERA_CHECK(adamw.weight_decay >= 0, "--weight-decay must be >= 0");
+  TESSERA_CHECK(lr > 0 && std::isfinite(lr), "--lr must be positive and finite, got ", lr);
+  TESSERA_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, --lr ", lr, "], got ", min_lr);
+  TESSERA_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);  // past --steps: warm-up all along
+  TESSERA_CHECK(adamw.weight_decay >= 0 && std::isfinite(adamw.weight_decay),
+                "--weight-decay must be >= 0 and finite, got ", adamw.weight_decay);
+  TESSERA_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1, "--beta1 must be in [0, 1), got ", adamw.beta1);
+  TESSERA_CHECK(adamw.beta2 >= 0 && adamw.beta2 < 1, "--beta2 must be in [0, 1), got ", adamw.beta2);
+  TESSERA_CHECK(grad_clip >= 0 && std::isfinite(grad_clip), "--grad-clip must be >= 0 and finite (0: off), got ",
+                grad_clip);
   TESSERA_CHECK(zero_stage >= 0 && zero_stage <= 3, "--zero ", zero_stage, ": the stages are 0, 1, 2 and 3");
-  TESSERA_CHECK(checkpoint_every >= 0 && keep_checkpoints >= 0, "--checkpoint-every and --keep-checkpoints must be >= 0");
-  TESSERA_CHECK(resume == "none" || resume == "auto" || !resume.empty(), "--resume: none, auto or a file");
+  // The bucket's bytes must fit an int64 (and a bucket past 1 TiB is one bucket anyway).
+  TESSERA_CHECK(bucket_mb > 0 && bucket_mb <= 1 << 20, "--bucket-mb must be in (0, 1048576] (MiB), got ", bucket_mb);
+  TESSERA_CHECK(eval_every >= 0, "--eval-every must be >= 0 (0: never), got ", eval_every);
+  TESSERA_CHECK(eval_batches >= 1, "--eval-batches must be >= 1, got ", eval_batches);
+  TESSERA_CHECK(log_every >= 1, "--log-every must be >= 1, got ", log_every);
+  TESSERA_CHECK(peak_tflops >= 0 && std::isfinite(peak_tflops),
+                "--peak-tflops must be >= 0 and finite (0: measured), got ", peak_tflops);
+  TESSERA_CHECK(checkpoint_every >= 0, "--checkpoint-every must be >= 0 (0: only at the end), got ", checkpoint_every);
+  TESSERA_CHECK(keep_checkpoints >= 0, "--keep-checkpoints must be >= 0 (0: all), got ", keep_checkpoints);
+  // Options that mean something only with a checkpoint folder.
+  TESSERA_CHECK(checkpoint_every == 0 || !checkpoint_dir.empty(), "--checkpoint-every ", checkpoint_every,
+                " needs --checkpoint-dir (where the checkpoints go)");
+  TESSERA_CHECK(keep_checkpoints == 0 || !checkpoint_dir.empty(), "--keep-checkpoints ", keep_checkpoints,
+                " needs --checkpoint-dir (whose checkpoints it prunes)");
+  TESSERA_CHECK(!resume.empty(), "--resume must be none, auto or a checkpoint file, got ''");
   TESSERA_CHECK(resume != "auto" || !checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
+  if (resume != "none" && resume != "auto") {
+    std::error_code ec;
+    TESSERA_CHECK(std::filesystem::exists(resume, ec), "--resume ", resume,
+                  ": no such file (expected none, auto or a checkpoint file)");
+    TESSERA_CHECK(!std::filesystem::is_directory(resume, ec), "--resume ", resume, " is a directory: give a",
+                  " checkpoint file in it, or --resume auto --checkpoint-dir ", resume);
+  }
   TESSERA_CHECK(on_nan == "stop" || on_nan == "skip", "--on-nan must be stop or skip, got '", on_nan, "'");
-  TESSERA_CHECK(bucket_mb > 0, "--bucket-mb must be positive, got ", bucket_mb);
-  TESSERA_CHECK(eval_every >= 0 && eval_batches >= 1, "--eval-every must be >= 0 and --eval-batches >= 1");
-  TESSERA_CHECK(adamw.beta1 >= 0 && adamw.beta1 < 1 && adamw.beta2 >= 0 && adamw.beta2 < 1,
-                "AdamW betas must be in [0, 1)");
   optim::parse_precision(precision);
+  // fp16's loss scaler, by its options' names (LossScalerConfig::validate checks the rest).
+  TESSERA_CHECK(loss_scaler.initial_scale > 0 && std::isfinite(loss_scaler.initial_scale),
+                "--loss-scale must be positive and finite, got ", loss_scaler.initial_scale);
+  TESSERA_CHECK(loss_scaler.min_scale > 0 && loss_scaler.min_scale <= loss_scaler.initial_scale,
+                "--min-loss-scale must be in (0, --loss-scale ", loss_scaler.initial_scale, "], got ",
+                loss_scaler.min_scale);
+  TESSERA_CHECK(loss_scaler.growth_interval >= 1, "--loss-scale-window must be >= 1, got ",
+                loss_scaler.growth_interval);
+  TESSERA_CHECK(loss_scaler.hysteresis >= 1, "--hysteresis must be >= 1, got ", loss_scaler.hysteresis);
   loss_scaler.validate();
 }
 

@@ -24,6 +24,7 @@ VitWorkload::VitWorkload(models::Vit& model, std::shared_ptr<const io::ImageData
       rows_(config.micro_batches(batch_ranks_) * config.micro_batch),
       train_loader_(train, config.global_batch, config.seed, io::channel_stats(*train), augment) {
   if (test) {
+    io::check_same_images(*train, *test);  // the model reads test images with the train images' shape
     eval_loader_.emplace(test, config.micro_batch, config.seed, io::channel_stats(*train), io::ImageAugment{0, false});
     eval_images_.resize(static_cast<size_t>(config.micro_batch * eval_loader_->image_floats()));
     eval_labels_.resize(static_cast<size_t>(config.micro_batch));

@@ -6,6 +6,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "io/cifar10.h"
 #include "io/image_dataset.h"
@@ -79,6 +82,20 @@ class BadInputCifar10 : public ::testing::Test {
     EXPECT_EQ(r.err.find("HDF5-DIAG"), std::string::npos) << "HDF5's own error stack leaked: " << r.err;
     EXPECT_FALSE(fs::exists(output)) << output;
     EXPECT_FALSE(fs::exists(output + ".tmp")) << output << ".tmp";
+    EXPECT_TRUE(temporaries(output).empty()) << "a temporary was left beside " << output;
+  }
+  // Files data_prep left beside `output` under a temporary name (<output>.tmp...).
+  static std::vector<std::string> temporaries(const std::string& output) {
+    std::vector<std::string> found;
+    const std::string prefix = fs::path(output).filename().string() + ".tmp";
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(fs::path(output).parent_path(), ec))
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path().string());
+    return found;
+  }
+  static std::string contents(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
   fs::path dir_, cifar_;
 };
@@ -189,4 +206,28 @@ TEST_F(BadInputCifar10, SynthImages) {
   expect_failure(data_prep("synth-images --train 0 --seed 2 --output " + shell_quote(bad)), 2, {"--train"}, bad);
   expect_failure(data_prep("synth-images --size 0 --seed 2 --output " + shell_quote(bad)), 2, {"--size"}, bad);
   expect_failure(data_prep("synth-images --output " + shell_quote(bad)), 2, {"seed"}, bad);
+}
+
+// --force replaces an existing output only once the new one is complete: a run that fails (here on
+// a truncated batch, after the output was opened) leaves the old file as it was, and no temporary.
+TEST_F(BadInputCifar10, ForcedRunThatFailsKeepsTheOldOutput) {
+  std::ofstream(out(), std::ios::binary) << "the previous output";
+  fs::resize_file(batch("data_batch_3.bin"), tessera::io::kCifar10FileBytes - 1000);
+  const CommandResult r = run_command(shell_quote(kDataPrep) + " cifar10 --input " + shell_quote(cifar_.string()) +
+                                      " --output " + shell_quote(out()) + " --force");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("data_batch_3.bin is truncated"), std::string::npos) << r.err;
+  EXPECT_EQ(contents(out()), "the previous output");
+  EXPECT_TRUE(temporaries(out()).empty());
+}
+
+// The output is never one of the files the command reads, even with --force.
+TEST_F(BadInputCifar10, OutputThatIsAnInputFile) {
+  const std::string test_batch = batch("test_batch.bin");
+  const CommandResult r = run_command(shell_quote(kDataPrep) + " cifar10 --input " + shell_quote(cifar_.string()) +
+                                      " --output " + shell_quote(test_batch) + " --force");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot write " + test_batch + ": it is the input " + test_batch), std::string::npos) << r.err;
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(test_batch)), tessera::io::kCifar10FileBytes);
+  EXPECT_TRUE(temporaries(test_batch).empty());
 }

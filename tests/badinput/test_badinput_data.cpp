@@ -5,6 +5,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "run_command.h"
 #include "io/token_dataset.h"
@@ -17,6 +20,22 @@ using tessera::testing::shell_quote;
 namespace {
 
 const std::string kDataPrep = TESSERA_BUILD_DIR "/apps/data_prep";
+
+// Files data_prep left beside `output` under a temporary name (<output>.tmp...).
+std::vector<std::string> temporaries(const std::string& output) {
+  std::vector<std::string> found;
+  const fs::path parent = fs::path(output).parent_path();
+  const std::string prefix = fs::path(output).filename().string() + ".tmp";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parent.empty() ? fs::path(".") : parent, ec))
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path().string());
+  return found;
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 class BadInputData : public ::testing::Test {
  protected:
@@ -44,6 +63,7 @@ class BadInputData : public ::testing::Test {
     if (!output.empty()) {
       EXPECT_FALSE(fs::exists(output)) << output;
       EXPECT_FALSE(fs::exists(output + ".tmp")) << output << ".tmp";
+      EXPECT_TRUE(temporaries(output).empty()) << "a temporary was left beside " << output;
     }
   }
   fs::path dir_;
@@ -150,4 +170,56 @@ TEST_F(BadInputData, OutputDirectoryDoesNotExist) {
   const CommandResult r = data_prep("synth --vocab 8 --tokens 100 --seed 1 --output " + shell_quote(out));
   expect_failure(r, "does not exist", 1, out);
   EXPECT_NE(r.err.find("no/such/dir"), std::string::npos) << r.err;
+}
+
+// data_prep never writes over its input: not through the same path, another path to the same file,
+// nor with --force. The input is left as it was.
+TEST_F(BadInputData, OutputThatIsTheInput) {
+  const std::string in = file("in.txt");
+  std::ofstream(in) << "some text of reasonable length for a split\n";
+  const std::string before = contents(in);
+  fs::create_symlink(in, file("link.txt"));
+  for (const std::string& args : {"--input " + shell_quote(in) + " --output " + shell_quote(in),
+                                  "--input " + shell_quote(file("link.txt")) + " --output " + shell_quote(in) + " --force",
+                                  "--input " + shell_quote(in) + " --output " + shell_quote(file("./in.txt")) + " --force"}) {
+    SCOPED_TRACE(args);
+    const CommandResult r = data_prep("text " + args);
+    expect_failure(r, "it is the input", 1);
+    EXPECT_NE(r.err.find("data_prep never writes over its input, even with --force"), std::string::npos) << r.err;
+    EXPECT_EQ(contents(in), before) << "the input was changed";
+    EXPECT_TRUE(temporaries(in).empty());
+  }
+}
+
+// An existing output is replaced only with --force; without it, it is left as it was.
+TEST_F(BadInputData, ExistingOutputNeedsForce) {
+  const std::string out = file("out.h5");
+  ASSERT_EQ(data_prep("synth --vocab 8 --tokens 100 --seed 1 --output " + shell_quote(out)).exit_code, 0);
+  const std::string first = contents(out);
+  const CommandResult r = data_prep("synth --vocab 8 --tokens 200 --seed 2 --output " + shell_quote(out));
+  expect_failure(r, "cannot write " + out + ": it exists (give --force to replace it", 1);
+  EXPECT_EQ(contents(out), first) << "the output was written over without --force";
+  EXPECT_TRUE(temporaries(out).empty());
+
+  const CommandResult forced = data_prep("synth --vocab 8 --tokens 200 --seed 2 --output " + shell_quote(out) + " --force");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(tessera::io::TokenDataset::open(out, "train").size(), 200);
+  EXPECT_TRUE(temporaries(out).empty());
+  std::ofstream(file("fresh")).close();  // the output has the mode of any new file (not the temporary's 0600)
+  EXPECT_EQ(fs::status(out).permissions(), fs::status(file("fresh")).permissions());
+}
+
+// An unsigned option: Boost would read -1 as 2^64 - 1. And an option given twice is refused.
+TEST_F(BadInputData, NegativeSeedAndRepeatedOption) {
+  const std::string out = file("out.h5");
+  expect_failure(data_prep("synth --vocab 8 --tokens 100 --seed -1 --output " + shell_quote(out)),
+                 "--seed -1: expected a whole number >= 0", 2, out);
+  expect_failure(data_prep("synth-images --seed -5 --output " + shell_quote(out)), "--seed -5: expected a whole number >= 0",
+                 2, out);
+  expect_failure(data_prep("synth --vocab 8 --tokens 100 --seed 1 --tokens 200 --output " + shell_quote(out)),
+                 "--tokens is given more than once on the command line (100, then 200)", 2, out);
+  const std::string in = file("in.txt");
+  std::ofstream(in) << "some text of reasonable length for a split\n";
+  expect_failure(data_prep("text --input " + shell_quote(in) + " --val-fraction nan --output " + shell_quote(out)),
+                 "--val-fraction nan: expected a finite number", 2, out);
 }

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <fstream>
 #include <string>
 
 #include "io/hdf5_file.h"
@@ -223,6 +224,129 @@ TEST_F(GptTrainBadInput, BatchDoesNotSplitOverRanks) {
   expect_error("--input " + shell_quote(good_) + " --global-batch 2 --micro-batch 4", 1, "--micro-batch 4");
 }
 
+// Every option value is checked where it is parsed, on every rank before any communication; the
+// message names the option, the value and what is allowed. Parse errors (a value that is no
+// finite number, a negative value for an unsigned option, an option given twice, a config that
+// is no file) exit 2; a value out of range, or options that contradict each other, exit 1.
+class GptTrainBadOption : public GptTrainBadInput {
+ protected:
+  // gpt_train with a tiny model and `args` (no --steps, --threads: cases may give them), on one rank
+  // and on two; expects `code` and `words`, within a bounded time, and no metrics written.
+  void expect_refused(const std::string& args, int code, const std::string& words) {
+    const std::string metrics = (dir_ / "m.jsonl").string();
+    const std::string command = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train --input " + shell_quote(good_) +
+                                " --layers 1 --hidden 16 --heads 2 --seq-len 8 --global-batch 4 --metrics " +
+                                shell_quote(metrics) + " " + args;
+    const std::string two_ranks = std::string(TESSERA_MPIEXEC) + " --oversubscribe -np 2 ";
+    for (const std::string& launcher : {std::string(), two_ranks}) {
+      SCOPED_TRACE((launcher.empty() ? "one rank: " : "two ranks: ") + args);
+      const auto r = run_command("env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                 "timeout 60 " + launcher + command);
+      EXPECT_EQ(r.exit_code, code) << "stderr: " << r.err;
+      EXPECT_NE(r.err.find("error: "), std::string::npos) << "stderr: " << r.err;
+      EXPECT_NE(r.err.find(words), std::string::npos) << "expected '" << words << "' in stderr: " << r.err;
+      EXPECT_FALSE(fs::exists(metrics) && fs::file_size(metrics) > 0) << "a refused run wrote metrics";
+    }
+  }
+};
+
+// "nan" and "inf" parse as doubles (and 1e999 as inf): no option takes them.
+TEST_F(GptTrainBadOption, NonFiniteNumbers) {
+  expect_refused("--lr nan", 2, "--lr nan: expected a finite number");
+  expect_refused("--grad-clip inf", 2, "--grad-clip inf: expected a finite number");
+  expect_refused("--comm-timeout 1e999", 2, "--comm-timeout 1e999: expected a finite number");
+}
+
+TEST_F(GptTrainBadOption, NegativeCoefficientsAndClipValues) {
+  expect_refused("--grad-clip -1", 1, "--grad-clip must be >= 0 and finite (0: off), got -1");
+  expect_refused("--weight-decay -0.1", 1, "--weight-decay must be >= 0 and finite, got -0.1");
+  expect_refused("--beta2 1", 1, "--beta2 must be in [0, 1), got 1");
+  expect_refused("--peak-tflops -5", 1, "--peak-tflops must be >= 0 and finite (0: measured), got -5");
+  expect_refused("--min-lr 0.1 --lr 0.01", 1, "--min-lr must be in [0, --lr 0.01], got 0.1");
+}
+
+// Sizes whose bytes would overflow are refused with the bound.
+TEST_F(GptTrainBadOption, SizesPastTheirBound) {
+  expect_refused("--bucket-mb 1e30", 1, "--bucket-mb must be in (0, 1048576] (MiB), got 1e+30");
+  expect_refused("--placement-chunk-mb 1e30", 1, "--placement-chunk-mb must be at most 1048576 (1 TiB), got 1e+30");
+}
+
+TEST_F(GptTrainBadOption, NegativeThreadCount) {
+  expect_refused("--threads -2", 1, "--threads must be >= 0 (0: OMP_NUM_THREADS or all cores), got -2");
+}
+
+// An unsigned option: Boost would read -1 as 2^64 - 1.
+TEST_F(GptTrainBadOption, NegativeSeed) { expect_refused("--seed -1", 2, "--seed -1: expected a whole number >= 0"); }
+
+// 0 means "off" where the help says so (--grad-clip, --eval-every, --checkpoint-every, --keep-checkpoints,
+// --comm-timeout, --threads, --peak-tflops) and nowhere else.
+TEST_F(GptTrainBadOption, ZeroMeansOffOnlyWhereDocumented) {
+  expect_refused("--log-every 0", 1, "--log-every must be >= 1, got 0");
+  expect_refused("--eval-batches 0", 1, "--eval-batches must be >= 1, got 0");
+  const auto r = run_command("env OMP_NUM_THREADS=1 timeout 60 " + std::string(TESSERA_BUILD_DIR) +
+                             "/apps/gpt_train --input " + shell_quote(good_) + " --layers 1 --hidden 16 --heads 2 " +
+                             "--seq-len 8 --global-batch 4 --steps 1 --grad-clip 0 --eval-every 0 --checkpoint-every 0 "
+                             "--keep-checkpoints 0 --comm-timeout 0 --threads 0 --peak-tflops 0 --warmup 50");
+  EXPECT_EQ(r.exit_code, 0) << r.err;  // (--warmup past --steps: warm-up all along, nothing said)
+}
+
+// On the command line as in a config file: an option given twice is refused, naming both values.
+TEST_F(GptTrainBadOption, OptionGivenTwice) {
+  expect_refused("--steps 2 --steps 3", 2, "--steps is given more than once on the command line (2, then 3)");
+  expect_refused("--steps 1 --dry-run --dry-run", 2, "--dry-run is given more than once on the command line");
+  const std::string ini = (dir_ / "twice.ini").string();
+  std::ofstream(ini) << "steps = 2\nlr = 1e-3\nsteps = 3\n";
+  expect_refused("--config " + shell_quote(ini), 2, "--steps is given more than once in config file " + ini);
+  // A config file's value and the command line's are not a repetition: the command line wins.
+  std::ofstream(ini) << "steps = 50\n";
+  const auto r = run_command("env OMP_NUM_THREADS=1 timeout 60 " + std::string(TESSERA_BUILD_DIR) +
+                             "/apps/gpt_train --input " + shell_quote(good_) + " --layers 1 --hidden 16 --heads 2 " +
+                             "--seq-len 8 --global-batch 4 --config " + shell_quote(ini) + " --steps 1");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("step 1/1"), std::string::npos) << r.out;
+}
+
+TEST_F(GptTrainBadOption, ConfigThatIsNotAFile) {
+  expect_refused("--steps 1 --config " + shell_quote(dir_.string()), 2,
+                 "--config " + dir_.string() + " is a directory: expected an .ini file");
+  const std::string ini = (dir_ / "nested.ini").string();
+  std::ofstream(ini) << "steps = 1\nconfig = other.ini\n";
+  expect_refused("--config " + shell_quote(ini), 2, "config file " + ini + " sets config");
+}
+
+// Options that need another one, or exclude it.
+TEST_F(GptTrainBadOption, OptionsThatContradictEachOther) {
+  expect_refused("--checkpoint-every 2", 1, "--checkpoint-every 2 needs --checkpoint-dir");
+  expect_refused("--keep-checkpoints 3", 1, "--keep-checkpoints 3 needs --checkpoint-dir");
+  expect_refused("--loss-scale 1024 --precision bf16", 1,
+                 "--loss-scale is fp16's loss scaling: it takes --precision fp16 (bf16 trains unscaled)");
+  expect_refused("--offload-dir " + shell_quote(dir_.string()), 1,
+                 "is for --offload nvme's scratch files: it takes --offload nvme, not --offload none");
+  expect_refused("--checkpoint-every-k-blocks 2", 1,
+                 "--checkpoint-every-k-blocks 2 needs --activation-checkpointing full or selective");
+  expect_refused("--pp-schedule zb", 1, "--pp-schedule zb needs --pp > 1");
+  expect_refused("--sp-mode ring", 1, "--sp-mode ring needs --sp > 1");
+  expect_refused("--resume " + shell_quote(dir_.string()), 1,
+                 "--resume " + dir_.string() + " is a directory: give a checkpoint file in it, or --resume auto");
+}
+
+// A run never writes over what it reads: --metrics naming the data set would truncate it.
+TEST_F(GptTrainBadOption, OutputFileThatIsAnInput) {
+  const auto size = fs::file_size(good_);
+  const std::string same = (dir_ / "." / fs::path(good_).filename()).string();  // another path to it
+  for (const std::string& launcher : {std::string(), std::string(TESSERA_MPIEXEC) + " --oversubscribe -np 2 "}) {
+    const auto r = run_command("env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                               "timeout 60 " + launcher + TESSERA_BUILD_DIR + "/apps/gpt_train --input " +
+                               shell_quote(good_) + " --layers 1 --hidden 16 --heads 2 --seq-len 8 --global-batch 4 " +
+                               "--steps 1 --metrics " + shell_quote(same));
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("--metrics " + same + " is the file --input " + good_ + " reads"), std::string::npos) << r.err;
+    EXPECT_EQ(fs::file_size(good_), size) << "the data set was written over";
+  }
+  const std::string metrics = (dir_ / "m.jsonl").string();  // expect_refused's --metrics
+  expect_refused("--trace " + shell_quote(metrics), 1, "--trace " + metrics + " and --metrics " + metrics + " are the same file");
+}
+
 }  // namespace
 
 namespace {
@@ -419,6 +543,16 @@ TEST_F(GptTrainBadLayout, MoeWithSequenceParallel) {
   expect_refused(2, "--sp 2", "not supported with mixture-of-experts layers yet");
 }
 
+// moe_train's coefficients and counts, checked before any communication.
+TEST_F(GptTrainBadLayout, MoeNegativeLossCoefficients) {
+  app_ = "moe_train";
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
+  expect_refused(2, "--aux-loss-coef -0.01", "--aux-loss-coef must be >= 0, got -0.01");
+  expect_refused(2, "--z-loss-coef -1", "--z-loss-coef must be >= 0, got -1");
+  expect_refused(2, "--moe-every 0", "--moe-every must be >= 1 (every N-th block has experts), got 0");
+  expect_refused(2, "--expert-hidden -8", "--expert-hidden must be >= 0 (0: 4 x --hidden), got -8");
+}
+
 TEST_F(GptTrainBadLayout, MoeWithZeroBubbleSchedule) {
   app_ = "moe_train";
   shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
@@ -437,12 +571,12 @@ void expect_resume_refused(const std::string& saved, const std::string& resumed,
   fs::create_directories(dir);
   const std::string data = (dir / "d.h5").string(), ck = (dir / "ck").string();
   const std::string app = std::string(TESSERA_BUILD_DIR) + "/apps/gpt_train --input " + shell_quote(data) +
-                          " --seq-len 8 --global-batch 2 --steps 2 --threads 1 ";
+                          " --seq-len 8 --global-batch 2 --threads 1 ";
   ASSERT_EQ(run_command(std::string(TESSERA_BUILD_DIR) + "/apps/data_prep synth --vocab 20 --tokens 2000 --seed 1 --output " +
                         shell_quote(data))
                 .exit_code,
             0);
-  const auto run = run_command(app + saved + " --checkpoint-dir " + shell_quote(ck));
+  const auto run = run_command(app + saved + " --steps 2 --checkpoint-dir " + shell_quote(ck));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   if (alter) alter((fs::path(ck) / "step_2.h5").string());
   const auto before = fs::file_size(fs::path(ck) / "step_2.h5");

@@ -66,3 +66,8 @@ TEST(BadInputParallelPlan, BadOptions) {
                      {"multiple of the stages (6 micro-batches, 4 stages)"});
   expect_usage_error("schedule --pp 4096 --micro 4096", {"too large"});
 }
+
+// An option given twice is refused (a config file already refused it), naming both values.
+TEST(BadInputParallelPlan, OptionGivenTwice) {
+  expect_usage_error("schedule --pp 2 --micro 4 --pp 4", {"--pp is given more than once on the command line (2, then 4)"});
+}

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include "core/tensor.h"
+#include "io/hdf5_file.h"
 #include "run_command.h"
 
 namespace fs = std::filesystem;
@@ -32,7 +34,7 @@ class VitTrainBadInput : public ::testing::Test {
   void expect_refused(int ranks, const std::string& args, const std::string& words) {
     const auto r = run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 60 " +
                                std::string(TESSERA_MPIEXEC) + " --oversubscribe -np " + std::to_string(ranks) + " " +
-                               TESSERA_BUILD_DIR + "/apps/vit_train --layers 1 --hidden 16 --heads 2 --patch 4 " +
+                               TESSERA_BUILD_DIR + "/apps/vit_train " + shape_ + " --patch 4 " +
                                "--global-batch 4 --steps 1 --threads 1 " + args);
     EXPECT_NE(r.exit_code, 0) << r.err;
     EXPECT_NE(r.exit_code, 124) << "timed out: " << r.err;
@@ -41,6 +43,7 @@ class VitTrainBadInput : public ::testing::Test {
   }
   fs::path dir_;
   std::string images_, tokens_;
+  std::string shape_ = "--layers 1 --hidden 16 --heads 2";  // cases may replace it (an option is given once)
 };
 
 TEST_F(VitTrainBadInput, MissingDataSet) {
@@ -76,6 +79,7 @@ TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {
 }
 
 TEST_F(VitTrainBadInput, HiddenNotSplittingOverA3dGrid) {
+  shape_ = "--layers 1";
   expect_refused(8, "--data " + shell_quote(images_) + " --tp 8 --tp-mode 3d --hidden 34 --heads 2",
                  "--tp-mode 3d --tp 8: --heads 2 must divide by the grid's side 2 and --hidden 34 by 4");
 }
@@ -99,6 +103,65 @@ TEST_F(VitTrainBadInput, ExpertParallelismIsRefused) {
 // A pipeline needs a block per (virtual) stage: one block does not split over two stages.
 TEST_F(VitTrainBadInput, PipelineStagesWithoutBlocks) {
   expect_refused(2, "--data " + shell_quote(images_) + " --pp 2", "cannot be split over 2 pipeline");
+}
+
+// A data set whose test images differ in shape from its train images (the model, built for the
+// train images, would read the test images past their end) is refused naming both shapes.
+TEST_F(VitTrainBadInput, TestImagesOfAnotherShapeThanTrainImages) {
+  const std::string path = (dir_ / "mixed.h5").string();
+  // Varied pixels (a constant image has no standard deviation to normalise by).
+  auto images = [](tessera::Shape shape) {
+    tessera::Tensor t = tessera::Tensor::empty(shape, tessera::DType::u8);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(i * 37 % 251);
+    return t;
+  };
+  {
+    auto f = tessera::io::H5File::create(path);
+    f.write("/train/images", images({8, 8, 8, 3}));
+    f.write("/train/labels", tessera::Tensor::zeros({8}, tessera::DType::i32));
+    f.write("/test/images", images({4, 4, 4, 3}));
+    f.write("/test/labels", tessera::Tensor::zeros({4}, tessera::DType::i32));
+    f.set_attr("/", "num_classes", int64_t{2});
+    f.set_attr("/", "class_names", std::string("a\nb"));
+  }
+  expect_refused(1, "--data " + shell_quote(path) + " --eval-every 1",
+                 path + ": test images are 4x4x3 but train images are 8x8x3 (H x W x C)");
+  expect_refused(2, "--data " + shell_quote(path) + " --eval-every 1", "test images are 4x4x3 but train images are 8x8x3");
+}
+
+// Options that set the same thing: the run's length, when to evaluate.
+TEST_F(VitTrainBadInput, EpochsWithSteps) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --epochs 2",
+                 "--epochs 2 and --steps 1 both set the run's length: give one");
+  expect_refused(2, "--data " + shell_quote(images_) + " --eval-every-epochs 1 --eval-every 1",
+                 "--eval-every-epochs 1 and --eval-every 1 both set when to evaluate: give one");
+}
+
+// vit_train evaluates the whole test set: an --eval-batches would be silently ignored.
+TEST_F(VitTrainBadInput, EvalBatchesThatWouldBeIgnored) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --eval-batches 4",
+                 "vit_train evaluates the whole test set: --eval-batches is gpt_train's and moe_train's");
+}
+
+// A crop from an image padded by its own side or more can be all padding.
+TEST_F(VitTrainBadInput, CropPaddingAsLargeAsTheImage) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --crop-pad 8", "--crop-pad 8 must be less than the image side 8");
+}
+
+TEST_F(VitTrainBadInput, NegativeOrNonFiniteValues) {
+  expect_refused(1, "--data " + shell_quote(images_) + " --benchmark-loader -1",
+                 "--benchmark-loader must be >= 0 (0: train), got -1");
+  expect_refused(2, "--data " + shell_quote(images_) + " --label-smoothing nan",
+                 "--label-smoothing nan: expected a finite number");
+  expect_refused(1, "--data " + shell_quote(images_) + " --eval-every-epochs -1",
+                 "--eval-every-epochs must be >= 0 (0: use --eval-every), got -1");
+}
+
+TEST_F(VitTrainBadInput, MetricsOverTheDataSet) {
+  const auto size = fs::file_size(images_);
+  expect_refused(1, "--data " + shell_quote(images_) + " --metrics " + shell_quote(images_),
+                 "--metrics " + images_ + " is the file --data " + images_ + " reads");
+  EXPECT_EQ(fs::file_size(images_), size);
 }
 
 }  // namespace

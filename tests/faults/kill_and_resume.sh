@@ -8,7 +8,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/data.h5" >/dev/null
 common=(--input "$tmp/data.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --steps 12
-        --lr 3e-3 --warmup 2 --seed 11 --threads 1 --checkpoint-every 2 --comm-timeout 30)
+        --lr 3e-3 --warmup 2 --seed 11 --threads 1 --comm-timeout 30)
 mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --zero 1 --metrics "$tmp/ref.jsonl" >/dev/null
 
 for trial in $(seq 0 9); do
@@ -16,13 +16,13 @@ for trial in $(seq 0 9); do
   dir="$tmp/ck$trial"
   start=$(date +%s)
   if TESSERA_FAULT_KILL="$rank:$step" timeout -k 10 90 mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --zero 1 \
-       --checkpoint-dir "$dir" --metrics "$tmp/killed$trial.jsonl" >"$tmp/killed$trial.log" 2>&1; then
+       --checkpoint-dir "$dir" --checkpoint-every 2 --metrics "$tmp/killed$trial.jsonl" >"$tmp/killed$trial.log" 2>&1; then
     echo "error: trial $trial: the job with a killed rank exited 0"; exit 1
   fi
   elapsed=$(( $(date +%s) - start ))
   # timeout(1) exits 124 when it had to stop a hung job: that is the failure this test looks for.
   [ "$elapsed" -lt 90 ] || { echo "error: trial $trial: the job hung after rank $rank died"; exit 1; }
-  mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --zero 1 --checkpoint-dir "$dir" --resume auto \
+  mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --zero 1 --checkpoint-dir "$dir" --checkpoint-every 2 --resume auto \
     --metrics "$tmp/resumed$trial.jsonl" >"$tmp/resumed$trial.log" 2>&1 ||
     { cat "$tmp/resumed$trial.log"; echo "error: trial $trial: resume failed"; exit 1; }
   python3 - "$tmp/ref.jsonl" "$tmp/resumed$trial.jsonl" "$trial" "$rank" "$step" "$elapsed" <<'PY'

@@ -9,15 +9,15 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/data.h5" >/dev/null
 common=(--input "$tmp/data.h5" --layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --steps 20
-        --lr 3e-3 --warmup 2 --seed 11 --threads 1 --checkpoint-dir "$tmp/ck")
+        --lr 3e-3 --warmup 2 --seed 11 --threads 1)
 mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --metrics "$tmp/ref.jsonl" --checkpoint-dir "$tmp/ref" >/dev/null
 
 for signal in USR1 TERM; do
   rm -rf "$tmp/ck" "$tmp/first.jsonl" "$tmp/second.jsonl"  # each signal: a fresh run and its resume
   echo -n "SIG$signal: "
   set +e
-  TESSERA_FAULT_SIGNAL=2:7:$signal mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --metrics "$tmp/first.jsonl" \
-    > "$tmp/first.log" 2>&1
+  TESSERA_FAULT_SIGNAL=2:7:$signal mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --checkpoint-dir "$tmp/ck" \
+    --metrics "$tmp/first.jsonl" > "$tmp/first.log" 2>&1
   code=$?
   set -e
   [ "$code" -eq 3 ] || { cat "$tmp/first.log"; echo "error: a preempted run exited $code, not 3"; exit 1; }
@@ -26,7 +26,8 @@ for signal in USR1 TERM; do
   [ "$stopped" -eq 7 ] || { echo "error: stopped at step $stopped, not at the signalled step 7"; exit 1; }
   echo "preempted at step $stopped with exit code 3 and checkpoint step_$stopped.h5"
 
-  mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --resume auto --metrics "$tmp/second.jsonl" >/dev/null
+  mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --checkpoint-dir "$tmp/ck" --resume auto \
+    --metrics "$tmp/second.jsonl" >/dev/null
   cat "$tmp/first.jsonl" "$tmp/second.jsonl" > "$tmp/all.jsonl"
   python3 "$src/tests/tools/compare_losses.py" "$tmp/ref.jsonl" "$tmp/all.jsonl" --rtol 1e-5
 done

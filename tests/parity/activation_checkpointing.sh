@@ -30,18 +30,18 @@ common=("${gpt_common[@]}")
 # Activation memory where activations dominate (4 layers, hidden 32, 4 heads, 1024 tokens, 2
 # sequences, N = 2048 token rows): rank 0's step-2 peak minus state_bytes, against the plain run's.
 "$build/apps/data_prep" synth --vocab 61 --tokens 100000 --seed 5 --output "$tmp/long.h5" >/dev/null
-memory_run() {  # NAME RANKS options...
+memory_run() {  # NAME RANKS options...: global batch $global_batch (default 2)
   local name=$1 ranks=$2; shift 2
   mpirun -np "$ranks" "$build/apps/gpt_train" --input "$tmp/long.h5" --layers 4 --hidden 32 --heads 4 --seq-len 1024 \
-    --global-batch 2 --steps 2 --threads 1 --metrics "$tmp/mem-$name.jsonl" "$@" >/dev/null
+    --global-batch "${global_batch:-2}" --steps 2 --threads 1 --metrics "$tmp/mem-$name.jsonl" "$@" >/dev/null
 }
 memory_run plain 1
 memory_run tp2 2 --tp 2
-memory_run pp2 2 --pp 2 --global-batch 4 --micro-batch 1
+global_batch=4 memory_run pp2 2 --pp 2 --micro-batch 1
 for mode in full selective; do
   for k in 1 2; do memory_run $mode-k$k 1 --activation-checkpointing $mode --checkpoint-every-k-blocks $k; done
   memory_run tp2-$mode 2 --tp 2 --activation-checkpointing $mode
-  memory_run pp2-$mode 2 --pp 2 --global-batch 4 --micro-batch 1 --activation-checkpointing $mode
+  global_batch=4 memory_run pp2-$mode 2 --pp 2 --micro-batch 1 --activation-checkpointing $mode
 done
 # (run, plain run, checkpointed blocks per micro-batch in flight x micro-batches in flight, mode,
 # token rows per micro-batch, tp); pp 2, 1f1b, 4 micro-batches of 1 sequence: stage 0 (rank 0)

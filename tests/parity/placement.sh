@@ -105,7 +105,10 @@ refused "--device-memory-limit 2X: expected a number of bytes" 1 --device-memory
 refused "--offload-params moves ZeRO-3's shard of the parameters: it needs --zero 3" 1 --offload-params
 refused "--offload-optim-frac must be in [0, 1], got 1.5" 1 --offload-optim-frac 1.5
 refused "--placement some: expected static or auto" 1 --placement some
+placement_common=("${common[@]}")
+common=("${common[@]:0:${#common[@]}-2}")  # without common's own --placement-chunk-mb (last)
 refused "--placement-chunk-mb must be > 0" 1 --placement-chunk-mb 0
+common=("${placement_common[@]}")
 "$build/apps/data_prep" synth-images --classes 3 --train 24 --test 8 --size 8 --seed 1 --output "$tmp/images.h5" >/dev/null
 echo -n "vit_train --placement auto: "
 if "$build/apps/vit_train" --data "$tmp/images.h5" --layers 1 --hidden 16 --heads 2 --global-batch 4 --steps 1 \

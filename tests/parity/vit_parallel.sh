@@ -44,9 +44,12 @@ parity_case 2d-tp4-dp2-zero3 8 ref "$data" --tp 4 --tp-mode 2d --zero 3
 parity_case 25d-tp8 8 ref "$data" --tp 8 --tp-mode 2.5d --tp-depth 2
 parity_case 3d-tp8 8 ref "$data" --tp 8 --tp-mode 3d
 parity_case 3d-tp8-pp2-zero1 16 ref "$data" --tp 8 --tp-mode 3d --pp 2 --micro-batch 1 --zero 1
-parity_reference ref-deep "$data" --micro-batch 8 --layers 4 --pool mean
-parity_case pp2-interleaved-v2-mean-pool 2 ref-deep "$data" --layers 4 --pool mean --pp 2 --micro-batch 2 \
+common_2_layers=("${common[@]}")
+common=(--layers 4 "${common[@]:2}")  # common starts with --layers 2 (an option is given once)
+parity_reference ref-deep "$data" --micro-batch 8 --pool mean
+parity_case pp2-interleaved-v2-mean-pool 2 ref-deep "$data" --pool mean --pp 2 --micro-batch 2 \
   --pp-schedule interleaved --virtual-stages 2
+common=("${common_2_layers[@]}")
 
 echo -n "evaluation (loss and accuracy at step 10) under every layout: "
 python3 "$src/tests/tools/compare_evals.py" "$tmp" ref dp2 dp2-micro2-zero1 dp4-zero2 dp4-zero3 tp2 tp4 tp2-dp2-zero3 \

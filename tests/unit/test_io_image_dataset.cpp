@@ -126,6 +126,31 @@ TEST_F(ImageDatasetTest, WriteRefusesMismatchedSplits) {
   }
 }
 
+// The splits a trainer reads together: test images of another shape than the train images, or
+// other classes, are refused naming both (the model built for the train images would read past
+// the test images' end).
+TEST(ImageSplitsCheck, TestImagesOfAnotherShapeOrClasses) {
+  const ImageDataset train = small_split("train", 2, 8, 8, 3, 2);
+  EXPECT_NO_THROW(tessera::io::check_same_images(train, small_split("test", 3, 8, 8, 3, 2)));
+  try {
+    tessera::io::check_same_images(train, small_split("test", 2, 4, 4, 3, 2));
+    ADD_FAILURE() << "test images of another shape were accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory: test images are 4x4x3 but train images are 8x8x3 (H x W x C)"),
+              std::string::npos) << e.what();
+  }
+  ImageDataset other_file = small_split("test", 2, 8, 8, 1, 2);
+  other_file.path = "other.h5";
+  try {
+    tessera::io::check_same_images(train, other_file);
+    ADD_FAILURE() << "test images with another channel count were accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("other.h5: test images are 8x8x1 but memory's train images are 8x8x3"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(tessera::io::check_same_images(train, small_split("test", 2, 8, 8, 3, 3)), tessera::Error);
+}
+
 TEST_F(ImageDatasetTest, UnknownSplitAndMissingFile) {
   expect_open_error(file("missing.h5"), "train", {"missing.h5", "no such file"});
   const std::string path = file("ok.h5");

@@ -265,15 +265,15 @@ leak=$(echo "$ldd_out" | grep -E 'libmpi|libhdf5|libopenblas|libboost_program|li
 stage=smoke
 log=$OUT/smoke.log; : >"$log"
 work=$build/gpu-check; mkdir -p "$work"
-run_logged "$log" 30 "$build/apps/data_prep" synth --vocab 256 --tokens 20000 --seed 1 --output "$work/tiny.h5" ||
+run_logged "$log" 30 "$build/apps/data_prep" synth --vocab 256 --tokens 20000 --seed 1 --output "$work/tiny.h5" --force ||
   { tail -20 "$log"; die "data_prep synth failed (smoke.log)"; }
-tiny=(--input "$work/tiny.h5" --layers 2 --hidden 64 --heads 2 --seq-len 32 --global-batch 4 --steps 3 --threads 2 --log-every 1)
-if ! run_logged "$log" "$(stage_budget 40 120)" "$build/apps/gpt_train" "${tiny[@]}"; then
+tiny=(--input "$work/tiny.h5" --layers 2 --hidden 64 --heads 2 --seq-len 32 --global-batch 4 --steps 3 --log-every 1)
+if ! run_logged "$log" "$(stage_budget 40 120)" "$build/apps/gpt_train" "${tiny[@]}" --threads 2; then
   tail -20 "$log"
   # a VM that refuses Open MPI's shared-memory transport: one rank needs only 'self'
   say "warning: gpt_train on the CPU failed; again with OMPI_MCA_btl=self,tcp"
   export OMPI_MCA_btl=self,tcp
-  run_logged "$log" "$(stage_budget 40 120)" "$build/apps/gpt_train" "${tiny[@]}" ||
+  run_logged "$log" "$(stage_budget 40 120)" "$build/apps/gpt_train" "${tiny[@]}" --threads 2 ||
     { tail -20 "$log"; die "gpt_train on the CPU failed (smoke.log: MPI singleton start, HDF5 or the model)"; }
 fi
 rc=0; run_logged "$log" "$(stage_budget 40 110)" "$P/bin/mpirun.openmpi" -np 2 "$build/apps/gpt_train" "${tiny[@]}" --threads 1 || rc=$?
@@ -309,7 +309,7 @@ if [ $no_gpu = 0 ]; then
 else  # the same path on the CPU, a model small enough for seconds
   vocab=50257 shape=(--layers 2 --hidden 128 --heads 4 --seq-len 128) device=cpu
 fi
-run_logged "$log" 60 "$build/apps/data_prep" synth --vocab "$vocab" --tokens 1000000 --seed 1 --output "$work/synth.h5" ||
+run_logged "$log" 60 "$build/apps/data_prep" synth --vocab "$vocab" --tokens 1000000 --seed 1 --output "$work/synth.h5" --force ||
   { tail -20 "$log"; die "data_prep synth --vocab $vocab failed (bench.log)"; }
 # bench_run PRECISION METRICS: one gpt_train run; its status
 bench_run() {
