@@ -8,6 +8,7 @@
 #include "apps/common/train_cli.h"
 #include "comm/mpi_runtime.h"
 #include "core/log.h"
+#include "io/file_identity.h"
 #include "io/image_dataset.h"
 #include "io/loader_throughput.h"
 #include "models/vit/vit.h"
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
     }
     train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp), mesh.grid_rows(),
                                 mesh.group(comm::Axis::pp), mesh.data_group(), augment);
+    tc.data_identity = io::file_identity(data);  // the run's identity, recorded in its checkpoints
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();

@@ -12,6 +12,7 @@
 #include "comm/mpi_runtime.h"
 #include "core/allocator.h"
 #include "core/log.h"
+#include "io/file_identity.h"
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
@@ -195,6 +196,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       log_run_environment();
     }
     train::GptWorkload workload(model, train_data, val_data ? &*val_data : nullptr, tc, mesh);
+    tc.data_identity = io::file_identity(input);  // the run's identity, recorded in its checkpoints
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();

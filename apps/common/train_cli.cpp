@@ -38,7 +38,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation global batches per evaluation (gpt_train, moe_train: the same windows under every layout; vit_train evaluates the whole test set)")
       ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (N >= 1; when not on a terminal)")
       ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file (a resumed run continues it after the resumed step)")
-      ("overwrite", po::bool_switch(&tc.overwrite), "a fresh run may replace an existing metrics file")
+      ("overwrite", po::bool_switch(&tc.overwrite), "a fresh run may replace an existing metrics file, and moves the checkpoints already in --checkpoint-dir into a set_aside_<time> folder there")
       ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
       ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk; only with --offload nvme)")
       ("offload-optim-frac", po::value(&tc.adamw.host_fraction)->default_value(0.0), "static placement: this share of the optimizer states' chunks on the host tier (the last ones of the flat order), the rest on the compute device (--offload cpu: all)")

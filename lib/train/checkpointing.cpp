@@ -2,6 +2,7 @@
 #include "train/checkpointing.h"
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -35,14 +36,18 @@ std::vector<io::FlatRange> global_runs(const nn::ParamSpec& s, parallel::Range p
 std::string step_name(int64_t step) { return "step_" + std::to_string(step) + ".h5"; }
 
 // The step_<N>.h5 files of dir, newest first.
+// The checkpoints of dir, newest first: regular files named exactly as save_checkpoint names them
+// (step_<N>.h5, N without leading zeros and below 10^18), so that look-alikes (step_010.h5,
+// step_5.h5.bak, a folder step_7.h5, a step past int64) never take part in the choice.
 std::vector<std::pair<int64_t, fs::path>> step_files(const std::string& dir) {
   std::vector<std::pair<int64_t, fs::path>> steps;
-  if (!fs::is_directory(dir)) return steps;
-  const std::regex pattern(R"(step_(\d+)\.h5)");
-  for (const auto& e : fs::directory_iterator(dir)) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return steps;
+  const std::regex pattern(R"(step_(0|[1-9][0-9]{0,17})\.h5)");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, pattern)) steps.emplace_back(std::stoll(m[1]), e.path());
+    if (std::regex_match(name, m, pattern) && e.is_regular_file(ec)) steps.emplace_back(std::stoll(m[1]), e.path());
   }
   std::sort(steps.rbegin(), steps.rend());
   return steps;
@@ -148,6 +153,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   w.set_attr("layout", info.layout);
   w.set_attr("optimizer_steps", st.optimizer.steps_taken());
   w.set_attr("seed", static_cast<int64_t>(info.seed));
+  if (!info.data_identity.empty()) w.set_attr("data_identity", info.data_identity);
   for (const auto& [key, value] : info.model_config) w.set_attr("model." + key, value);
   w.set_attr("precision", info.precision);
   const optim::LossScalerState& ls = info.loss_scaler;
@@ -194,6 +200,8 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   info.consumed_samples = r.attr_int("consumed_samples");
   info.model = r.attr_string("model");
   info.layout = r.attr_string("layout");
+  info.seed = static_cast<uint64_t>(r.attr_int("seed"));
+  if (r.has_attr("data_identity")) info.data_identity = r.attr_string("data_identity");
   if (r.has_attr("precision")) {  // checkpoints from before mixed precision: fp32, no scaler
     info.precision = r.attr_string("precision");
     info.loss_scaler = {r.attr_double("loss_scaler.scale"), r.attr_int("loss_scaler.good_steps"),
@@ -281,10 +289,43 @@ int64_t checkpoint_file_count(const std::string& dir, comm::Communicator& world)
   return world.all_reduce_max(mine);
 }
 
-void prune_checkpoints(const std::string& dir, int keep, comm::Communicator& world) {
+void prune_checkpoints(const std::string& dir, int64_t written, int keep, comm::Communicator& world) {
   if (keep <= 0 || world.rank() != 0) return;
-  const auto steps = step_files(dir);
-  for (size_t i = static_cast<size_t>(keep); i < steps.size(); ++i) fs::remove(steps[i].second);
+  int kept = 1;  // the one just written
+  for (const auto& [step, path] : step_files(dir)) {
+    if (step >= written) continue;  // this run's newest, and anything later: never pruned
+    if (kept++ < keep) continue;
+    std::error_code ec;
+    fs::remove(path, ec);
+    if (ec) log::warn("--keep-checkpoints: cannot remove ", path.string(), ": ", ec.message());
+  }
+}
+
+std::vector<std::string> set_aside_checkpoints(const std::string& dir, int64_t after_step, const std::string& why,
+                                               comm::Communicator& world) {
+  std::string moved;  // rank 0's list, one a line
+  if (world.rank() == 0) {
+    std::vector<fs::path> files;
+    for (const auto& [step, path] : step_files(dir))
+      if (step > after_step) files.push_back(path);
+    if (!files.empty()) {
+      const std::time_t now = std::time(nullptr);
+      char stamp[32];
+      std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+      fs::path aside = fs::path(dir) / (std::string("set_aside_") + stamp);
+      for (int i = 2; fs::exists(aside); ++i) aside = fs::path(dir) / (std::string("set_aside_") + stamp + "_" + std::to_string(i));
+      fs::create_directories(aside);
+      for (const fs::path& f : files) {
+        fs::rename(f, aside / f.filename());
+        moved += (aside / f.filename()).string() + "\n";
+      }
+      log::warn(why, ": moved ", files.size(), " checkpoint(s) to ", aside.string(), " (nothing is deleted)");
+    }
+  }
+  std::vector<std::string> out;
+  std::istringstream lines(comm::broadcast_string(moved, world));
+  for (std::string line; std::getline(lines, line);) out.push_back(line);
+  return out;
 }
 
 }  // namespace tessera::train

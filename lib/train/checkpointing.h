@@ -24,6 +24,7 @@ struct CheckpointInfo {
   std::string layout;            // the mesh and ZeRO stage it was saved from (informational)
   std::vector<std::pair<std::string, int64_t>> model_config;  // e.g. {"layers", 12}: must match to load
   std::string precision = "fp32";   // what the run trained in
+  std::string data_identity;        // io::file_identity of the training data ("": not recorded)
   optim::LossScalerState loss_scaler;  // fp16's loss scale and its counters
 };
 
@@ -59,7 +60,13 @@ std::optional<std::string> newest_checkpoint(const std::string& dir, comm::Commu
 // every rank gets the answer).
 int64_t checkpoint_file_count(const std::string& dir, comm::Communicator& world);
 
-// Removes all but the newest `keep` step_<N>.h5 files of dir (rank 0; keep <= 0 keeps all).
-void prune_checkpoints(const std::string& dir, int keep, comm::Communicator& world);
+// Removes checkpoints older than `written` (the step this run just saved) beyond the newest
+// `keep` including it (rank 0; keep <= 0 keeps all). Later ones are never removed.
+void prune_checkpoints(const std::string& dir, int64_t written, int keep, comm::Communicator& world);
 
+// Moves dir's checkpoints of steps after `after_step` into dir/set_aside_<UTC time>/ (rank 0), so
+// that nothing this run writes replaces them and --resume auto no longer sees them; logs `why`
+// with the folder. Returns the moved files' new paths (on every rank).
+std::vector<std::string> set_aside_checkpoints(const std::string& dir, int64_t after_step, const std::string& why,
+                                               comm::Communicator& world);
 }  // namespace tessera::train

@@ -23,7 +23,8 @@ struct TrainConfig {
   int64_t eval_every = 0, eval_batches = 8, log_every = 10;
   double peak_tflops = 0.0;     // per rank; 0: measured sgemm rate (cpu) or a device default
   std::string metrics_path;
-  bool overwrite = false;       // a fresh run may replace an existing metrics file
+  bool overwrite = false;       // a fresh run may replace an existing metrics file and set aside old checkpoints
+  std::string data_identity;    // io::file_identity of the training data: part of the run's identity
   std::string checkpoint_dir;   // empty: no checkpoints
   int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 0;     // keep the newest K (0: all)

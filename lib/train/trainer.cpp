@@ -267,6 +267,7 @@ TrainResult Trainer::run() {
 
   TrainResult result;
   check_checkpoint_dir();
+  if (!config_.checkpoint_dir.empty()) folder_lock_ = FolderLock(config_.checkpoint_dir, world_);
   const std::optional<std::string> from = resume_source();
   // A job whose checkpoint is of its last step has nothing to do: it writes nothing at all.
   const bool finished = from && checkpoint_step(*from, world_) == config_.steps;
@@ -282,7 +283,17 @@ TrainResult Trainer::run() {
     result.already_finished = true;
     return result;
   }
-  if (from) metrics = open_metrics(from, resumed);
+  if (from) {
+    metrics = open_metrics(from, resumed);
+    // This run writes the steps after the one resumed: later checkpoints in the folder (the newer
+    // ones --resume auto found damaged, or those after an explicit --resume FILE) are moved aside,
+    // never replaced.
+    if (!config_.checkpoint_dir.empty())
+      set_aside_checkpoints(config_.checkpoint_dir, resumed.step,
+                            "resumed from step " + std::to_string(resumed.step) + ", with later checkpoints in " +
+                                config_.checkpoint_dir,
+                            world_);
+  }
   const int64_t first_step = resumed.step + 1;
   Progress progress(config_.steps, config_.log_every);
   precision_.weights_changed();  // a checkpoint may have been loaded over them
@@ -479,6 +490,7 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.step = step;
   info.consumed_samples = step * config_.global_batch;
   info.seed = config_.seed;
+  info.data_identity = config_.data_identity;
   info.model = work_.model_name();
   info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = work_.model_config();
@@ -504,7 +516,7 @@ std::pair<int64_t, double> Trainer::comm_totals() const {
 void Trainer::save(int64_t step) {
   CheckpointState state = checkpoint_state();
   save_checkpoint(config_.checkpoint_dir, checkpoint_info(step), state);
-  prune_checkpoints(config_.checkpoint_dir, config_.keep_checkpoints, world_);
+  prune_checkpoints(config_.checkpoint_dir, step, config_.keep_checkpoints, world_);
 }
 
 std::optional<std::string> Trainer::resume_source() {
@@ -521,6 +533,13 @@ std::optional<std::string> Trainer::resume_source() {
     }
   } else if (config_.resume != "none") {
     path = config_.resume;
+  } else if (!config_.checkpoint_dir.empty()) {
+    // A fresh run into a folder of checkpoints: an earlier run's, to continue or to set aside.
+    const int64_t earlier = checkpoint_file_count(config_.checkpoint_dir, world_);
+    TESSERA_CHECK(earlier == 0 || config_.overwrite, "--checkpoint-dir ", config_.checkpoint_dir, " holds ", earlier,
+                  " checkpoint(s) of an earlier run: continue it with --resume auto, or start over with --overwrite",
+                  " (which moves them into a set_aside_<time> folder there)");
+    if (earlier > 0) set_aside_checkpoints(config_.checkpoint_dir, -1, "--overwrite: a fresh run", world_);
   }
   return path;
 }
@@ -528,6 +547,17 @@ std::optional<std::string> Trainer::resume_source() {
 CheckpointInfo Trainer::resume(const std::string& path) {
   CheckpointState state = checkpoint_state();
   const CheckpointInfo info = load_checkpoint(path, checkpoint_info(0), state);
+  // The run's identity beyond the model (which load_checkpoint compares): its seed and training
+  // data. --resume auto continues only the same run; an explicit --resume FILE may change them.
+  std::string differs;
+  if (info.seed != config_.seed)
+    differs = "seed " + std::to_string(info.seed) + " there, " + std::to_string(config_.seed) + " here";
+  if (!info.data_identity.empty() && info.data_identity != config_.data_identity)
+    differs += (differs.empty() ? "" : "; ") + std::string("training data of ") + info.data_identity + " there, " +
+               config_.data_identity + " here";
+  TESSERA_CHECK(differs.empty() || config_.resume != "auto", "--resume auto: ", path, " belongs to another run (",
+                differs, "): pass another --checkpoint-dir, or --resume ", path, " to continue from it deliberately");
+  if (!differs.empty() && world_.rank() == 0) log::warn("resuming ", path, " of another run: ", differs);
   TESSERA_CHECK(info.step <= config_.steps, "checkpoint ", path, " is of step ", info.step, ", past --steps ",
                 config_.steps);
   if (fp16() && info.precision == "fp16") scaler_.restore(info.loss_scaler);  // else a fresh scale

@@ -17,6 +17,7 @@
 #include "parallel/grad_sync.h"
 #include "train/checkpointing.h"
 #include "train/fault_hooks.h"
+#include "train/folder_lock.h"
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/train_config.h"
@@ -87,6 +88,7 @@ class Trainer {
   ops::MatmulInputsScope matmul_inputs_;  // bf16: the GEMMs multiply in bf16 while this trainer lives
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
   FaultHooks faults_;
+  FolderLock folder_lock_;  // --checkpoint-dir belongs to this run while it runs
   bool grads_zero_ = false;  // the last update zeroed the gradients as it read them
   // bf16: the held gradients' sum of squares from their rounding, for the step's norm (reset when
   // anything changes them before it).
