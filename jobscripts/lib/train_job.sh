@@ -51,7 +51,9 @@ run_training() {
   pid=
   forward() { [ -n "$pid" ] && kill -s "$1" "$pid" 2>/dev/null; }
   trap 'echo "job $job: got SIGUSR1, asking $APP to checkpoint and stop"; forward USR1' USR1
-  trap 'forward TERM' TERM
+  # mpirun does not pass SIGTERM on (it ends its ranks at once): it gets SIGUSR1 instead, which it
+  # forwards and which the app treats alike (checkpoint at the next step boundary, exit 3).
+  if [ "$launcher" = mpirun ]; then trap 'forward USR1' TERM; else trap 'forward TERM' TERM; fi
   # The app's output also goes to $out/output.<restart>.log (what the exit-0 check below reads).
   log=$out/output.$restart.log
   "${cmd[@]}" > >(tee -a "$log") &
