@@ -70,7 +70,7 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
       ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
       ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
-      ("threads", po::value(&threads)->default_value(0), "CPU threads (0: OMP_NUM_THREADS or all cores)")
+      ("threads", po::value(&threads)->default_value(0), "CPU threads per rank (0: OMP_NUM_THREADS, else Slurm's --cpus-per-task, else all cores)")
       ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s per rank for MFU (0: measured sgemm rate)")
       ("checkpoint-dir", po::value(&tc.checkpoint_dir), "write checkpoints (step_N.h5) here")
       ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end; needs --checkpoint-dir)")
@@ -81,7 +81,12 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
 
 void TrainOptions::finish(int world_size, const po::variables_map& vm) {
   TESSERA_CHECK(threads >= 0, "--threads must be >= 0 (0: OMP_NUM_THREADS or all cores), got ", threads);
-  if (threads > 0) omp_set_num_threads(threads);
+  // Threads per rank: --threads, else OMP_NUM_THREADS, else Slurm's CPUs per task, else every core.
+  if (threads > 0) {
+    omp_set_num_threads(threads);
+  } else if (const char* slurm = std::getenv("SLURM_CPUS_PER_TASK"); slurm && !std::getenv("OMP_NUM_THREADS")) {
+    if (const int cpus = std::atoi(slurm); cpus > 0) omp_set_num_threads(cpus);
+  }
   if (device() == Device::cpu) kernels::cpu::gemm_library_name();  // throws on a bad TESSERA_CPU_GEMM
   mesh.tp_mode = comm::parse_tp_mode(tp_mode);  // throws naming the choices
   mesh = mesh.resolved(world_size);             // also checks --tp against the mode

@@ -31,11 +31,16 @@ run_training() {
   [ -x "$build/apps/$APP" ] || die "no $build/apps/$APP (build first: jobscripts/build.sh)"
 
   out=$runs/$name-$job
-  ckpt=$runs/$name/checkpoints
-  mkdir -p "$out" "$ckpt" || die "cannot create $out or $ckpt"
+  mkdir -p "$out" || die "cannot create $out"
 
   data=${DATA:-$(make_default_data "$build" "$runs" "$job")} || die "could not make the default data set"
   [ -f "$data" ] || die "no data set $data"
+  # The run's checkpoints live under its identity: RUN_NAME, or the job name and a digest of what
+  # defines the run (the config file, the data set's path, the extra options), so that a requeue or
+  # a resubmission of the same run continues it and two unrelated jobs of one name never do.
+  run_id=${RUN_NAME:-$name-$( { cat "$config"; printf '%s\n' "$data" "$@"; } | sha1sum | cut -c1-10)}
+  ckpt=$runs/$run_id/checkpoints
+  mkdir -p "$ckpt" || die "cannot create $ckpt"
 
   args=(--config "$config" "$DATA_OPTION" "$data" --checkpoint-dir "$ckpt" --resume auto
         --metrics "$out/metrics.$restart.jsonl" "$@")

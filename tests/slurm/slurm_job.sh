@@ -3,7 +3,7 @@
 # here as root in a temporary folder (own munge socket and key, own ports, no systemd, no accounting):
 #   1. a 4-rank (srun), 20-step gpt_train job completes: the job is COMPLETED, the metrics have
 #      steps 1..20 and step_20.h5 exists; submitted again, it completes saying it had already
-#      finished, and writes nothing;
+#      finished, and writes nothing; a job with --cpus-per-task=2 runs 2 threads per rank;
 #   2. a longer job gets SIGTERM from `scancel --signal=TERM` (every step of the job, as a
 #      preemption sends it) while it trains: gpt_train
 #      checkpoints and exits 3, the script requeues it, the requeued job resumes from the checkpoint
@@ -193,19 +193,28 @@ m=$tmp/runs/short-$id1/metrics.0.jsonl
 [ -f "$m" ] || die "no metrics file $m"
 got=$(steps_of "$m" | tr '\n' ' ')
 [ "$got" = "$(seq -s ' ' 1 20) " ] || die "short job logged steps '$got', not 1..20"
-[ -f "$tmp/runs/short/checkpoints/step_20.h5" ] || die "no checkpoint step_20.h5 of the short job"
+short_ck=$(ls -d "$tmp"/runs/short-*/checkpoints)  # the run's folder: job name and digest
+[ -f "$short_ck/step_20.h5" ] || die "no checkpoint step_20.h5 of the short job"
 [ -f "$tmp/runs/synth_v64.h5" ] || die "the job did not make the synthetic data set"
 echo "short job $id1: COMPLETED, steps 1..20 logged, step_20.h5 written ($(( $(date +%s) - t0 )) s)"
 # ... and submitted again: it has nothing to do, says so, completes, and changes nothing.
-sum=$(md5sum "$tmp/runs/short/checkpoints/step_20.h5")
+sum=$(md5sum "$short_ck/step_20.h5")
 id1b=$(run_job 60 --ntasks=4 --ntasks-per-node=4 -J short "$src/jobscripts/gpt_train.sbatch" \
        "$src/inputs/gpt_slurm_tiny.ini") || die "sbatch of the finished job again failed"
 st=$(job_field "$id1b" JobState)
 [ "$st" = COMPLETED ] || die "the finished job submitted again ($id1b) is $st, not COMPLETED"
 grep -q "already finished at step 20" "$tmp/runs/short-$id1b/output.0.log" || die "job $id1b does not say it had finished"
 [ ! -e "$tmp/runs/short-$id1b/metrics.0.jsonl" ] || die "job $id1b wrote metrics although nothing was trained"
-[ "$(md5sum "$tmp/runs/short/checkpoints/step_20.h5")" = "$sum" ] || die "job $id1b changed step_20.h5"
+[ "$(md5sum "$short_ck/step_20.h5")" = "$sum" ] || die "job $id1b changed step_20.h5"
 echo "the finished job submitted again ($id1b): COMPLETED, 'already finished at step 20', nothing written"
+
+# 1b. threads per rank from Slurm's --cpus-per-task (no --threads, no OMP_NUM_THREADS)
+id1c=$( (unset OMP_NUM_THREADS; run_job 60 --ntasks=2 --cpus-per-task=2 -J threads "$src/jobscripts/gpt_train.sbatch" \
+        "$src/inputs/gpt_slurm_tiny.ini" --steps 2 --threads 0) ) || die "sbatch of the threads job failed"
+[ "$(job_field "$id1c" JobState)" = COMPLETED ] || die "the threads job $id1c did not complete"
+grep -q "2 rank(s), .* with 2 threads" "$tmp/runs/threads-$id1c/output.0.log" ||
+  die "--cpus-per-task=2 did not give 2 threads per rank: $(grep -o 'rank(s).*threads' "$tmp/runs/threads-$id1c/output.0.log")"
+echo "job $id1c with --cpus-per-task=2: 2 threads per rank"
 
 # 2. preemption: SIGTERM to every step while it trains -> the ranks checkpoint and exit 3 ->
 #    requeue -> resume -> done. (SIGTERM to the batch shell alone, `--batch`, makes Slurm cancel
@@ -249,9 +258,9 @@ first=$(steps_of "$m0"); second=$(steps_of "$m1")
 stopped=${first##*$'\n'}; resumed=${second%%$'\n'*}  # last and first lines, no pipe
 [ "$stopped" -lt "$nsteps" ] || die "the first run reached the last step $stopped: not preempted"
 [ "$resumed" -eq $((stopped + 1)) ] || die "the requeued job started at step $resumed, not at $((stopped + 1)) (resume)"
-[ -f "$tmp/runs/preempt/checkpoints/step_$stopped.h5" ] || die "no checkpoint step_$stopped.h5"
+[ -f "$(ls -d "$tmp"/runs/preempt-*/checkpoints)/step_$stopped.h5" ] || die "no checkpoint step_$stopped.h5"
 grep -q "resumed from .*/step_$stopped.h5" "$tmp/preempt-$id2.out" || die "the requeued job did not resume from step_$stopped.h5"
-[ -f "$tmp/runs/preempt/checkpoints/step_$nsteps.h5" ] || die "no final checkpoint step_$nsteps.h5"
+[ -f "$(ls -d "$tmp"/runs/preempt-*/checkpoints)/step_$nsteps.h5" ] || die "no final checkpoint step_$nsteps.h5"
 got=$(printf '%s\n%s\n' "$first" "$second" | tr '\n' ' ')
 [ "$got" = "$(seq -s ' ' 1 "$nsteps") " ] || die "the two runs together did not log steps 1..$nsteps once each"
 python3 - "$m0" "$m1" <<'EOF' || die "the loss curve does not continue across the requeue"
@@ -280,7 +289,7 @@ st=$(job_field "$id3" JobState)
 m=$tmp/runs/vit-$id3/metrics.0.jsonl
 [ "$(steps_of "$m" | tail -1)" = 20 ] || die "the vit_train job did not log step 20"
 grep -q '"eval_acc"' "$m" || die "the vit_train job logged no evaluation"
-[ -f "$tmp/runs/vit/checkpoints/step_20.h5" ] || die "no checkpoint step_20.h5 of the vit_train job"
+[ -f "$(ls -d "$tmp"/runs/vit-*/checkpoints)/step_20.h5" ] || die "no checkpoint step_20.h5 of the vit_train job"
 echo "vit_train job $id3 (mpirun, 4 ranks): COMPLETED, 20 steps, evaluated, step_20.h5 written ($(( $(date +%s) - t0 )) s)"
 
 # 3b. each script under its other launcher
