@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <utility>
 
 namespace tessera::comm {
 
@@ -21,23 +22,21 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
-int node_local_rank() {
+namespace {
+// This rank's index among its node's ranks, and their number (MPI_COMM_TYPE_SHARED).
+std::pair<int, int> node_rank_and_size() {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int rank = 0;
+  int rank = 0, size = 1;
   MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
-  return rank;
-}
-
-int node_local_size() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int size = 1;
   MPI_Comm_size(node, &size);
   MPI_Comm_free(&node);
-  return size;
+  return {rank, size};
 }
+}  // namespace
+
+int node_local_rank() { return node_rank_and_size().first; }
+int node_local_size() { return node_rank_and_size().second; }
 
 void abort_job(int code) {
   int initialized = 0;
