@@ -35,10 +35,12 @@ run_training() {
 
   data=${DATA:-$(make_default_data "$build" "$runs" "$job")} || die "could not make the default data set"
   [ -f "$data" ] || die "no data set $data"
-  # The run's checkpoints live under its identity: RUN_NAME, or the job name and a digest of what
-  # defines the run (the config file, the data set's path, the extra options), so that a requeue or
-  # a resubmission of the same run continues it and two unrelated jobs of one name never do.
-  run_id=${RUN_NAME:-$name-$( { cat "$config"; printf '%s\n' "$data" "$@"; } | sha1sum | cut -c1-10)}
+  # The run's checkpoints live under its identity: RUN_NAME, or the job name and a digest of the
+  # config file's contents and the data set's path, so that a requeue or a resubmission of the same
+  # run (with more --steps, say) continues it and jobs of one name with other configs or data never
+  # do. (Extra options that change the model share the folder: --resume auto then refuses its
+  # checkpoints naming the fields; give such a run its own RUN_NAME.)
+  run_id=${RUN_NAME:-$name-$( { cat "$config"; printf '%s\n' "$data"; } | sha1sum | cut -c1-10)}
   ckpt=$runs/$run_id/checkpoints
   mkdir -p "$ckpt" || die "cannot create $ckpt"
 

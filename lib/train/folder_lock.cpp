@@ -44,7 +44,9 @@ struct Holder {
 Holder read_holder(const std::string& path) {
   Holder h;
   std::ifstream in(path);
-  for (std::string key, value; in >> key && std::getline(in >> std::ws, value);) {
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.find(' ');
+    const std::string key = line.substr(0, space), value = space == std::string::npos ? "" : line.substr(space + 1);
     if (key == "host") h.host = value;
     if (key == "pid") h.pid = std::atol(value.c_str());
     if (key == "slurm_job") h.slurm_job = value;
@@ -53,12 +55,16 @@ Holder read_holder(const std::string& path) {
   return h;
 }
 
-// Why the lock's holder is gone ("" while it may still run): a process of this host that no longer
-// exists, or this very Slurm job (a requeued job runs again under its id).
+// Why the lock's holder is gone ("" while it may still run): this very Slurm job (a requeued job
+// runs again under its id), or a process of this host that no longer exists. A job torn down by its
+// launcher may take a few seconds to exit: a holder on this host is given 10 s to go.
 std::string gone(const Holder& h) {
   if (!h.slurm_job.empty() && h.slurm_job == slurm_job()) return "it is this Slurm job's earlier run (requeued)";
-  if (h.host == this_host() && h.pid > 0 && kill(static_cast<pid_t>(h.pid), 0) != 0 && errno == ESRCH)
-    return "its process no longer runs";
+  if (h.host != this_host() || h.pid <= 0) return "";
+  for (int i = 0; i < 100; ++i) {
+    if (kill(static_cast<pid_t>(h.pid), 0) != 0 && errno == ESRCH) return "its process no longer runs";
+    usleep(100000);
+  }
   return "";
 }
 

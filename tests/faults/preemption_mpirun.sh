@@ -25,7 +25,7 @@ timeout 60 tail --pid="$script" -f /dev/null || fail "the script did not end wit
 wait "$script"; rc=$?
 [ "$rc" -eq 0 ] || { cat "$tmp/out" "$tmp/err"; fail "the script exited $rc, expected 0 after a preemption"; }
 grep -q "preempted (exit code 3)" "$tmp/out" || { cat "$tmp/out" "$tmp/err"; fail "the script does not report exit code 3"; }
-ck=$(ls "$tmp"/runs/gpt_train/checkpoints/step_*.h5 2>/dev/null | head -1)
+ck=$(ls "$tmp"/runs/gpt_train-*/checkpoints/step_*.h5 2>/dev/null | head -1)
 [ -n "$ck" ] || fail "no checkpoint was written on SIGTERM"
 step=${ck##*step_}; step=${step%.h5}
 echo "SIGTERM through mpirun: checkpoint of step $step, exit 3, the script exits 0"

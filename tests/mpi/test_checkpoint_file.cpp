@@ -252,11 +252,11 @@ TEST_F(CheckpointFile, AttributesRoundTripAndRankZeroWins) {
     EXPECT_EQ(r.attr_int("model.layers"), 6);
     EXPECT_EQ(r.attr_string("note"), "utf-8: \xc3\xa9t\xc3\xa9");
     EXPECT_EQ(r.attr_string("format"), "tessera-checkpoint");
-    EXPECT_EQ(r.attr_int("version"), 1);
+    EXPECT_EQ(r.attr_int("version"), tessera::io::kCheckpointVersion);
     EXPECT_TRUE(r.has_attr("lr"));
     EXPECT_FALSE(r.has_attr("missing"));
-    EXPECT_EQ(r.attr_keys(), (std::vector<std::string>{"consumed_samples", "format", "layout", "lr", "model.layers",
-                                                       "note", "rank_seen", "step", "version"}));
+    EXPECT_EQ(r.attr_keys(), (std::vector<std::string>{"consumed_samples", "format", "layout", "lr", "metadata_checksum",
+                                                       "model.layers", "note", "rank_seen", "step", "version"}));
     EXPECT_EQ(r.attr_type("lr"), CheckpointReader::AttrType::float64);
     EXPECT_EQ(r.attr_type("step"), CheckpointReader::AttrType::int64);
     EXPECT_EQ(r.attr_type("layout"), CheckpointReader::AttrType::string);
@@ -436,7 +436,7 @@ TEST_F(CheckpointFile, FilesThatAreNotCheckpointsAreRefused) {
     g.set_attr("/", "version", int64_t{1});
     tessera::io::H5File h = tessera::io::H5File::create(future);
     h.set_attr("/", "format", "tessera-checkpoint");
-    h.set_attr("/", "version", int64_t{2});
+    h.set_attr("/", "version", tessera::io::kCheckpointVersion + 1);  // from a later tessera
     std::ofstream(text) << "step = 5\n";
     std::ofstream{empty};
   }
@@ -444,7 +444,7 @@ TEST_F(CheckpointFile, FilesThatAreNotCheckpointsAreRefused) {
   for (MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_WORLD}) {
     expect_error([&] { CheckpointReader r(plain, comm); }, {"plain.h5", "not a tessera checkpoint", "no format"});
     expect_error([&] { CheckpointReader r(wrong_format, comm); }, {"other.h5", "not a tessera checkpoint", "something-else"});
-    expect_error([&] { CheckpointReader r(future, comm); }, {"future.h5", "unsupported checkpoint version 2"});
+    expect_error([&] { CheckpointReader r(future, comm); }, {"future.h5", "unsupported checkpoint version " + std::to_string(tessera::io::kCheckpointVersion + 1)});
     expect_error([&] { CheckpointReader r(text, comm); }, {"notes.txt", "not an HDF5 file"});
     expect_error([&] { CheckpointReader r(empty, comm); }, {"empty.h5", "not an HDF5 file"});
     expect_error([&] { CheckpointReader r(file("missing.h5"), comm); }, {"missing.h5", "no such file"});
