@@ -76,10 +76,16 @@ void TrainOptions::add_to(po::options_description& options, const std::string& u
       ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end; needs --checkpoint-dir)")
       ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0), "keep only the newest K checkpoints in --checkpoint-dir (0: all)")
       ("resume", po::value(&tc.resume)->default_value("none"), "none, auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint file")
-      ("on-nan", po::value(&tc.on_nan)->default_value("stop"), "a non-finite loss or gradient: stop (naming the parameter and the last good checkpoint) or skip the step");
+      ("on-nan", po::value(&tc.on_nan)->default_value("stop"), "a non-finite loss or gradient: stop (naming the parameter and the last good checkpoint) or skip the step")
+      ("log-level", po::value(&log_level)->default_value("info"), "debug, info, warn or error: the least severe lines printed (errors always are)")
+      ("quiet", po::bool_switch(&quiet), "only warnings and errors: no progress or info lines (--log-level warn)");
 }
 
 void TrainOptions::finish(int world_size, const po::variables_map& vm) {
+  const log::Level level = log::parse_level(log_level);  // throws naming the choices
+  TESSERA_CHECK(!quiet || !given(vm, "log-level"), "--quiet is --log-level warn: give one of them, not --quiet with",
+                " --log-level ", log_level);
+  log::set_level(quiet ? log::Level::warn : level);
   TESSERA_CHECK(threads >= 0, "--threads must be >= 0 (0: OMP_NUM_THREADS or all cores), got ", threads);
   // Threads per rank: --threads, else OMP_NUM_THREADS, else Slurm's CPUs per task, else every core.
   if (threads > 0) {

@@ -31,6 +31,8 @@ struct TrainOptions {
   int threads = 0;
   double comm_timeout = 600;
   bool check_collectives = false;
+  std::string log_level = "info";  // --log-level; --quiet is warn
+  bool quiet = false;
   // `unit` names a sample in the help ("sequences", "images").
   void add_to(po::options_description& options, const std::string& unit);
   // After parsing: every option's value (TrainConfig::validate), options that need or exclude

@@ -13,7 +13,16 @@ const auto g_start = std::chrono::steady_clock::now();
 }  // namespace
 
 void set_rank(int rank) { g_rank = rank; }
-void set_level(Level level) { g_level = static_cast<int>(level); }
+void set_level(Level level) { g_level = static_cast<int>(level < Level::error ? level : Level::error); }
+bool enabled(Level level) { return static_cast<int>(level) >= g_level; }
+
+Level parse_level(const std::string& name) {
+  if (name == "debug") return Level::debug;
+  if (name == "info") return Level::info;
+  if (name == "warn") return Level::warn;
+  if (name == "error") return Level::error;
+  fail("--log-level ", name, ": expected debug, info, warn or error");
+}
 
 void write(Level level, const std::string& line) {
   if (static_cast<int>(level) < g_level) return;

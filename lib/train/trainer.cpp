@@ -295,7 +295,7 @@ TrainResult Trainer::run() {
                             world_);
   }
   const int64_t first_step = resumed.step + 1;
-  Progress progress(config_.steps, config_.log_every);
+  Progress progress(config_.steps, config_.log_every, first_step);
   precision_.weights_changed();  // a checkpoint may have been loaded over them
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();  // a resumed table
   std::unique_ptr<RunTrace> trace;
