@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tessera needs, only those missing (quiet when all are there).
 # usage: jobscripts/install_deps.sh [build|test|validation]
-#   test = build + what the test suite uses; validation = test + plotting and BLIS for validation/
+#   test = build + what the test suite uses (matplotlib: validation/plot_metrics.py's test);
+#   validation = test + BLIS and tcmalloc for validation/
 set -euo pipefail
 what=${1:-build}
 pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
@@ -9,11 +10,12 @@ pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmp
       nlohmann-json3-dev)
 case $what in build|test|validation) ;; *) echo "error: unknown part '$what' (build, test or validation)" >&2; exit 2 ;; esac
 if [ "$what" != build ]; then
-  pkgs+=(python3-torch python3-h5py python3-numpy slurmd slurmctld slurm-client munge libpmix-dev iproute2)
+  pkgs+=(python3-torch python3-h5py python3-numpy python3-matplotlib slurmd slurmctld slurm-client munge libpmix-dev
+        iproute2)
   # the sanitizer and fuzz trees (tests/fuzz): clang, its libFuzzer/ASan runtimes, its OpenMP
   pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 fi
-[ "$what" = validation ] && pkgs+=(python3-matplotlib libblis-openmp-dev libtcmalloc-minimal4)
+[ "$what" = validation ] && pkgs+=(libblis-openmp-dev libtcmalloc-minimal4)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
