@@ -16,7 +16,7 @@ fail() { [ -f "$tmp/log" ] && cat "$tmp/log"; echo "error: $*"; exit 1; }
 gpt=("$build/apps/gpt_train" --input "$tmp/data.h5" --layers 1 --hidden 32 --heads 4 --seq-len 16
      --global-batch 8 --steps 6 --threads 1 --eval-every 3 --eval-batches 1 --quiet)
 "${gpt[@]}" --metrics "$tmp/a.jsonl" >"$tmp/log" 2>&1 || fail "gpt_train failed"
-"${gpt[@]}" --metrics "$tmp/b.jsonl" --steps 6 --checkpoint-dir "$tmp/ck" --checkpoint-every 3 \
+"${gpt[@]}" --metrics "$tmp/b.jsonl" --checkpoint-dir "$tmp/ck" --checkpoint-every 3 \
   --lr 2e-3 >"$tmp/log" 2>&1 || fail "gpt_train (b) failed"
 # b: cut back to step 3 by resuming from its checkpoint of step 3
 rm "$tmp/ck/step_6.h5"

@@ -57,18 +57,18 @@ TEST(Progress, LiveLineIsRedrawnAtMostTwiceASecond) {
   FakeTerminal term;
   Progress progress(100, 10, 1, term.sink(true));
   for (int64_t step = 1; step <= 100; ++step) {
-    term.now += 0.1;  // ten steps a second: 10 s in all
+    term.now = 100.0 + 0.125 * static_cast<double>(step);  // eight steps a second (exact in binary)
     progress.step(step, "loss " + std::to_string(step));
   }
-  // The first step draws, then one drawing per 0.5 s: steps 1, 6, 11, ..., 96 (20 drawings in 10 s).
-  EXPECT_EQ(term.lines_drawn(), 20);
-  EXPECT_EQ(term.writes.front(), "\r\033[Kstep 1/100 1% | 0:00 elapsed, ETA 0:09 | loss 1");
-  EXPECT_EQ(term.writes.back(), "\r\033[Kstep 96/100 96% | 0:09 elapsed, ETA 0:00 | loss 96");
+  // The first step draws, then one drawing per 0.5 s: steps 1, 5, 9, ..., 97 (25 drawings in 12.5 s).
+  EXPECT_EQ(term.lines_drawn(), 25);
+  EXPECT_EQ(term.writes.front(), "\r\033[Kstep 1/100 1% | 0:00 elapsed, ETA 0:12 | loss 1");
+  EXPECT_EQ(term.writes.back(), "\r\033[Kstep 97/100 97% | 0:12 elapsed, ETA 0:00 | loss 97");
   // finish() draws the newest step that was held back, then ends the line.
   progress.finish();
-  ASSERT_EQ(term.writes.size(), 22u);
-  EXPECT_EQ(term.writes[20], "\r\033[Kstep 100/100 100% | 0:10 elapsed, ETA 0:00 | loss 100");
-  EXPECT_EQ(term.writes[21], "\n");
+  ASSERT_EQ(term.writes.size(), 27u);
+  EXPECT_EQ(term.writes[25], "\r\033[Kstep 100/100 100% | 0:12 elapsed, ETA 0:00 | loss 100");
+  EXPECT_EQ(term.writes[26], "\n");
 }
 
 TEST(Progress, SlowStepsDrawEveryTime) {
