@@ -61,9 +61,10 @@ run_training() {
   # mpirun does not pass SIGTERM on (it ends its ranks at once): it gets SIGUSR1 instead, which it
   # forwards and which the app treats alike (checkpoint at the next step boundary, exit 3).
   if [ "$launcher" = mpirun ]; then trap 'forward USR1' TERM; else trap 'forward TERM' TERM; fi
-  # The app's output also goes to $out/output.<restart>.log (what the exit-0 check below reads).
+  # The app's output (both streams) also goes to $out/output.<restart>.log, which the exit-0 check
+  # below reads.
   log=$out/output.$restart.log
-  "${cmd[@]}" > >(tee -a "$log") &
+  "${cmd[@]}" > >(tee -a "$log") 2> >(tee -a "$log" >&2) &
   pid=$!
   # `wait` returns early when a trapped signal arrives: wait again until the launcher has exited.
   while :; do

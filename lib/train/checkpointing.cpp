@@ -44,7 +44,8 @@ std::vector<std::pair<int64_t, fs::path>> step_files(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return steps;
   const std::regex pattern(R"(step_(0|[1-9][0-9]{0,17})\.h5)");
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  // A folder that cannot be listed is an error, not an empty folder (which would start over).
+  for (const auto& e : fs::directory_iterator(dir)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
     if (std::regex_match(name, m, pattern) && e.is_regular_file(ec)) steps.emplace_back(std::stoll(m[1]), e.path());
@@ -101,8 +102,10 @@ std::string checkpoint_problem(const std::string& path, comm::Communicator& worl
   return comm::broadcast_string(problem, world);
 }
 
-// The model fields (root attributes "model.<field>") where the checkpoint and the run differ, as
-// "field: A in the checkpoint, B here" ("not recorded" where one side lacks it); empty when equal.
+// The model fields (root attributes "model.<field>") the checkpoint records that differ from the
+// run's, as "field: A in the checkpoint, B here" ("not recorded here" for a field this model does
+// not have); empty when equal. A field the checkpoint does not record (one added since it was
+// written, such as top_k) is left to the tensors' check.
 std::string model_field_differences(const io::CheckpointReader& r, const CheckpointInfo& expected) {
   std::map<std::string, std::string> saved, here;
   for (const std::string& key : r.attr_keys())
@@ -117,7 +120,7 @@ std::string model_field_differences(const io::CheckpointReader& r, const Checkpo
   std::string said;
   for (const std::string& field : fields) {
     const auto a = saved.find(field), b = here.find(field);
-    if (a != saved.end() && b != here.end() && a->second == b->second) continue;
+    if (a == saved.end() || (b != here.end() && a->second == b->second)) continue;
     said += std::string(said.empty() ? "" : "; ") + field + ": " +
             (a == saved.end() ? "not recorded" : a->second) + " in the checkpoint, " +
             (b == here.end() ? "not recorded" : b->second) + " here";

@@ -142,12 +142,24 @@ MetricsWriter MetricsWriter::resume(const std::string& path, int64_t step, std::
   TESSERA_CHECK(!in.bad(), "cannot read metrics file ", path, " to continue it: ", error_text(errno));
   in.close();
   if (cut >= 0) {
+    // The lines cut are kept beside the file (<path>.after_step_<N>[.k]), never deleted: a run
+    // resumed from an earlier checkpoint trains their steps again.
+    std::string kept = path + ".after_step_" + std::to_string(step);
+    for (int k = 2; fs::exists(kept); ++k) kept = path + ".after_step_" + std::to_string(step) + "." + std::to_string(k);
+    {
+      std::ifstream from(path, std::ios::binary);
+      from.seekg(cut);
+      std::ofstream to(kept, std::ios::binary);
+      to << from.rdbuf();
+      to.flush();
+      TESSERA_CHECK(from && to, "cannot keep the cut lines of metrics file ", path, " in ", kept);
+    }
     fs::resize_file(path, static_cast<uintmax_t>(cut), ec);
     TESSERA_CHECK(!ec, "cannot cut metrics file ", path, " after step ", step, ": ", ec.message());
     if (dropped_lines > 0)
       dropped = "metrics file " + path + ": dropped " + std::to_string(dropped_lines) + " line(s) of steps " +
                 std::to_string(first_dropped) + ".." + std::to_string(last_dropped) + " after the resumed step " +
-                std::to_string(step) + " (they will be trained again)";
+                std::to_string(step) + " (they will be trained again; kept in " + kept + ")";
     if (torn) dropped += std::string(dropped.empty() ? "metrics file " + path + ": dropped" : ", and") +
                          " a last line cut short by a crash";
   }

@@ -139,7 +139,7 @@ double PipelineRunner::evaluate(int64_t batches) {
     for (int c = 0; c < chunks; ++c) {
       const int v = c * p + stage, last = p * chunks - 1;
       const int micro = static_cast<int>(b);
-      pp_.set_context("evaluation, pipeline stage " + std::to_string(stage) + ", batch " + std::to_string(b));
+      pp_.set_context("evaluation, pipeline stage " + std::to_string(stage) + ", micro-batch " + std::to_string(b));
       if (v > 0) pp_.recv(stage_.chunk_input(c, micro), (v - 1) % p, tag({0, 0, c}));
       loss += stage_.evaluate(b, c);
       if (v < last) pp_.send(stage_.chunk_output(c, micro), (v + 1) % p, tag({0, 0, (v + 1) / p}));

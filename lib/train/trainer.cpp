@@ -278,7 +278,7 @@ TrainResult Trainer::run() {
   const CheckpointInfo resumed = from ? resume(*from) : CheckpointInfo{};
   if (finished) {
     if (root)
-      log::info("already finished at step ", resumed.step, "; nothing to do (", *from, " is of the last step, --steps ",
+      log::warn("already finished at step ", resumed.step, "; nothing to do (", *from, " is of the last step, --steps ",
                 config_.steps, ")");
     result.already_finished = true;
     return result;
@@ -533,13 +533,19 @@ std::optional<std::string> Trainer::resume_source() {
     }
   } else if (config_.resume != "none") {
     path = config_.resume;
-  } else if (!config_.checkpoint_dir.empty()) {
-    // A fresh run into a folder of checkpoints: an earlier run's, to continue or to set aside.
+  }
+  // A run that does not continue the folder's own checkpoints (a fresh one, or one resumed from a
+  // file elsewhere) into a folder of checkpoints: an earlier run's, to continue or to set aside, so
+  // that nothing this run writes or prunes touches them.
+  std::error_code ec;
+  const bool from_folder = path && std::filesystem::equivalent(std::filesystem::path(*path).parent_path(),
+                                                               config_.checkpoint_dir, ec);
+  if (!config_.checkpoint_dir.empty() && config_.resume != "auto" && !from_folder) {
     const int64_t earlier = checkpoint_file_count(config_.checkpoint_dir, world_);
     TESSERA_CHECK(earlier == 0 || config_.overwrite, "--checkpoint-dir ", config_.checkpoint_dir, " holds ", earlier,
                   " checkpoint(s) of an earlier run: continue it with --resume auto, or start over with --overwrite",
                   " (which moves them into a set_aside_<time> folder there)");
-    if (earlier > 0) set_aside_checkpoints(config_.checkpoint_dir, -1, "--overwrite: a fresh run", world_);
+    if (earlier > 0) set_aside_checkpoints(config_.checkpoint_dir, -1, "--overwrite: a run not continuing them", world_);
   }
   return path;
 }

@@ -8,7 +8,9 @@
 #   3. --resume auto continues only the same run: another seed or other training data is refused
 #      naming both; an explicit --resume FILE may change them (a warning);
 #   4. resuming an earlier step moves the later checkpoints aside, byte for byte, instead of
-#      replacing them; --keep-checkpoints prunes only older ones;
+#      replacing them (and keeps the metrics lines it cuts beside the file); --keep-checkpoints
+#      prunes only older ones, and a run resumed from a file elsewhere into a folder of another
+#      run's checkpoints is refused without --overwrite;
 #   5. names that merely look like checkpoints (step_0010.h5, step_7.h5.bak, a folder step_9.h5)
 #      never take part in the choice.
 set -uo pipefail
@@ -82,19 +84,28 @@ train --input "$tmp/d.h5" --steps 4 --checkpoint-dir "$ck" --resume "$ck/step_2.
   { cat "$tmp/err"; fail "an explicit --resume FILE of another seed was refused"; }
 grep -q "of another run: seed 1234 there, 5 here" "$tmp/err" || fail "no warning on the other seed"
 echo "continued, with a warning"
+mkdir "$tmp/other"
+cp "$ck/step_2.h5" "$tmp/other/step_2.h5"
+echo -n "a run resumed from a file elsewhere into a folder of checkpoints: "
+refused "holds 2 checkpoint(s) of an earlier run" train --input "$tmp/d.h5" --steps 4 --checkpoint-dir "$ck" \
+  --resume "$tmp/other/step_2.h5" --keep-checkpoints 1
+[ -f "$ck/step_2.h5" ] && [ -f "$ck/step_4.h5" ] || fail "a refused run removed checkpoints"
+echo "refused, nothing pruned"
 
 # 4. Later checkpoints are set aside when an earlier one is resumed; pruning keeps them.
 rm -rf "$ck"
-train --input "$tmp/d.h5" --steps 6 --checkpoint-dir "$ck" --checkpoint-every 2 || { cat "$tmp/err"; fail "training failed"; }
+train --input "$tmp/d.h5" --steps 6 --checkpoint-dir "$ck" --checkpoint-every 2 --metrics "$tmp/m.jsonl" ||
+  { cat "$tmp/err"; fail "training failed"; }
 sum4=$(md5sum "$ck/step_4.h5" | cut -d' ' -f1); sum6=$(md5sum "$ck/step_6.h5" | cut -d' ' -f1)
 echo -n "resuming step 2 of 2, 4, 6 with --keep-checkpoints 1: "
 train --input "$tmp/d.h5" --steps 6 --checkpoint-dir "$ck" --checkpoint-every 2 --keep-checkpoints 1 \
-  --resume "$ck/step_2.h5" || { cat "$tmp/err"; fail "the resume failed"; }
+  --resume "$ck/step_2.h5" --metrics "$tmp/m.jsonl" || { cat "$tmp/err"; fail "the resume failed"; }
+[ "$(grep -c '"loss"' "$tmp/m.jsonl.after_step_2")" -eq 4 ] || fail "the metrics lines of steps 3-6 were not kept beside the file"
 aside=$(ls -d "$ck"/set_aside_* | head -1)
 [ "$(md5sum "$aside/step_4.h5" | cut -d' ' -f1)" = "$sum4" ] && [ "$(md5sum "$aside/step_6.h5" | cut -d' ' -f1)" = "$sum6" ] ||
   fail "the later checkpoints were not kept byte for byte in $aside"
 [ "$(cd "$ck" && ls step_*.h5)" = "step_6.h5" ] || fail "the folder holds $(cd "$ck" && ls step_*.h5 | tr '\n' ' '), not step_6.h5 alone"
-echo "4 and 6 set aside unchanged, the new run's step_6.h5 kept alone"
+echo "4 and 6 set aside unchanged, the new run's step_6.h5 kept alone, the old metrics lines kept"
 
 # 5. Look-alike names.
 rm -rf "$ck"
