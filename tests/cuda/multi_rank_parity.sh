@@ -57,7 +57,7 @@ case_ tp2-split-gather 2 --micro-batch 8 --tp 2 --sp-mode split_gather
 # the reference's.
 echo -n "resume: dp2-zero3's step-5 checkpoint on one rank, to step 10: "
 run resumed 1 --micro-batch 8 --resume "$tmp/dp2-zero3/step_5.h5"
-grep '"loss"' "$tmp/ref.jsonl" | head -n 5 | cat - "$tmp/resumed.jsonl" >"$tmp/resumed.all.jsonl"
+grep -m 5 '"loss"' "$tmp/ref.jsonl" | cat - "$tmp/resumed.jsonl" >"$tmp/resumed.all.jsonl"
 python3 "$src/tests/tools/compare_losses.py" "$tmp/ref.jsonl" "$tmp/resumed.all.jsonl" --rtol 1e-5
 
 # vit_train: the same for the image classifier on a synthetic image set (mean pooling: sp splits

@@ -17,7 +17,7 @@ mpirun -np 4 "$build/apps/gpt_train" "${common[@]}" --micro-batch 2 --zero 3 --c
 test -f "$tmp/ck/step_10.h5" && test -f "$tmp/ck/step_20.h5"
 ls "$tmp/ck" | grep -q tmp && { echo "error: a .tmp checkpoint was left behind"; exit 1; }
 $compare "$tmp/ref.jsonl" "$tmp/first.jsonl"
-grep '"loss"' "$tmp/first.jsonl" | head -n 10 > "$tmp/first10.jsonl"
+grep -m 10 '"loss"' "$tmp/first.jsonl" > "$tmp/first10.jsonl"
 
 resume_case() {  # name, ranks, extra options
   local name=$1 ranks=$2; shift 2

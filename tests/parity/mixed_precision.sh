@@ -87,7 +87,7 @@ echo "stopped with '$(grep -m1 -o 'error: loss scale hit its minimum.*' "$tmp/fl
 train straight 1 --steps 12 --precision fp16 --loss-scale-window 2
 train first 1 --steps 12 --precision fp16 --loss-scale-window 2 --checkpoint-dir "$tmp/ck" --checkpoint-every 6
 train second 1 --steps 12 --precision fp16 --loss-scale-window 2 --resume "$tmp/ck/step_6.h5"
-grep '"loss"' "$tmp/first.jsonl" | head -n 6 | cat - "$tmp/second.jsonl" > "$tmp/resumed.jsonl"
+grep -m 6 '"loss"' "$tmp/first.jsonl" | cat - "$tmp/second.jsonl" > "$tmp/resumed.jsonl"
 for key in loss loss_scale; do
   echo -n "fp16 resume, $key: "
   $compare_losses "$tmp/straight.jsonl" "$tmp/resumed.jsonl" --key $key --rtol 1e-6

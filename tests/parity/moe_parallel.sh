@@ -55,7 +55,7 @@ echo -n "20 steps at ep2 x dp2 zero3: "
 mpirun -np 4 "$build/apps/moe_train" --input "$data" "${common[@]}" --steps 20 --ep 2 --micro-batch 2 --zero 3 \
   --checkpoint-dir "$tmp/first" --checkpoint-every 10 --metrics "$tmp/first.jsonl" >/dev/null
 $compare_losses "$tmp/straight.jsonl" "$tmp/first.jsonl" --rtol 1e-5
-grep '"loss"' "$tmp/straight.jsonl" | head -n 10 > "$tmp/first10.jsonl"
+grep -m 10 '"loss"' "$tmp/straight.jsonl" > "$tmp/first10.jsonl"
 for layout in "4 --ep 4 --micro-batch 1" "1 --micro-batch 4"; do
   set -- $layout
   ranks=$1; shift

@@ -49,7 +49,7 @@ echo -n "20 steps at pp2 x dp2 zero3: "
 mpirun -np 4 "$build/apps/gpt_train" --input "$data" "${common[@]}" --steps 20 --pp 2 --micro-batch 2 --zero 3 \
   --checkpoint-dir "$tmp/pp-first" --checkpoint-every 10 --metrics "$tmp/pp-first.jsonl" >/dev/null
 $compare_losses "$tmp/straight.jsonl" "$tmp/pp-first.jsonl" --rtol 1e-5
-grep '"loss"' "$tmp/straight.jsonl" | head -n 10 > "$tmp/first10.jsonl"
+grep -m 10 '"loss"' "$tmp/straight.jsonl" > "$tmp/first10.jsonl"
 resume_case() {  # NAME RANKS CHECKPOINT options...: steps 11-20 from a step-10 checkpoint
   local name=$1 ranks=$2 checkpoint=$3; shift 3
   echo -n "resume $name: "

@@ -53,10 +53,10 @@ echo -n "--offload-optim-frac 0.5, dp 2 ZeRO-1: "; $compare "$tmp/dp2.jsonl" "$t
 
 # 2. resume across placements
 train half-to-plain 1 --steps 10 --resume "$tmp/half/step_5.h5"
-grep '"loss"' "$tmp/half.jsonl" | head -n 5 | cat - "$tmp/half-to-plain.jsonl" > "$tmp/a.jsonl"
+grep -m 5 '"loss"' "$tmp/half.jsonl" | cat - "$tmp/half-to-plain.jsonl" > "$tmp/a.jsonl"
 echo -n "split states saved, resumed on the device: "; $compare "$tmp/ref.jsonl" "$tmp/a.jsonl"
 train plain-to-cpu 1 --steps 10 --resume "$tmp/ref/step_5.h5" --offload-optim-frac 0.75
-grep '"loss"' "$tmp/ref.jsonl" | head -n 5 | cat - "$tmp/plain-to-cpu.jsonl" > "$tmp/b.jsonl"
+grep -m 5 '"loss"' "$tmp/ref.jsonl" | cat - "$tmp/plain-to-cpu.jsonl" > "$tmp/b.jsonl"
 echo -n "device states saved, resumed with 3/4 on the host tier: "; $compare "$tmp/ref.jsonl" "$tmp/b.jsonl"
 
 # 2b. ZeRO-3's shard on the host tier
@@ -83,7 +83,7 @@ echo -n "--placement auto within $limit bytes (plain $plain, all offloaded $offl
 $compare "$tmp/ref.jsonl" "$tmp/auto.jsonl"
 peak=$(last auto peak_mem_bytes)
 [[ $peak -le $limit && $(last auto host_state_bytes) -gt 0 ]] || { echo "error: auto: peak $peak, limit $limit"; exit 1; }
-grep -o 'placement auto: .*' "$tmp/auto.log" | head -1 | sed 's/^/    /'
+grep -m1 -o 'placement auto: .*' "$tmp/auto.log" | sed 's/^/    /'
 grep -q "planned device peak $peak bytes" "$tmp/auto.log" || { echo "error: auto: the plan did not predict $peak"; exit 1; }
 echo "    measured device peak $peak <= $limit, as planned"
 refused() {  # EXPECTED_MESSAGE RANKS options...

@@ -81,7 +81,7 @@ mpirun -np 8 "$build/apps/gpt_train" --input "$data" "${common[@]}" --steps 20 -
   --checkpoint-dir "$tmp/spck" --checkpoint-every 10 --metrics "$tmp/sp20.jsonl" >/dev/null
 mpirun -np 1 "$build/apps/gpt_train" --input "$data" "${common[@]}" --steps 20 --micro-batch 8 \
   --resume "$tmp/spck/step_10.h5" --metrics "$tmp/resumed.jsonl" >/dev/null
-grep '"loss"' "$tmp/sp20.jsonl" | head -n 10 | cat - "$tmp/resumed.jsonl" > "$tmp/all.jsonl"
+grep -m 10 '"loss"' "$tmp/sp20.jsonl" | cat - "$tmp/resumed.jsonl" > "$tmp/all.jsonl"
 $compare_losses "$tmp/ref20.jsonl" "$tmp/all.jsonl" --rtol 1e-5
 
 # Memory: a 1024-token sequence; what a rank holds beyond its persistent state (activations and
