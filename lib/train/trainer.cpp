@@ -537,10 +537,13 @@ std::optional<std::string> Trainer::resume_source() {
   // A run that does not continue the folder's own checkpoints (a fresh one, or one resumed from a
   // file elsewhere) into a folder of checkpoints: an earlier run's, to continue or to set aside, so
   // that nothing this run writes or prunes touches them.
-  std::error_code ec;
-  const bool from_folder = path && std::filesystem::equivalent(std::filesystem::path(*path).parent_path(),
-                                                               config_.checkpoint_dir, ec);
-  if (!config_.checkpoint_dir.empty() && config_.resume != "auto" && !from_folder) {
+  if (config_.checkpoint_dir.empty() || config_.resume == "auto") return path;
+  std::error_code ec;  // rank 0's view of where the file lies, on every rank (one decision)
+  const bool from_folder =
+      world_.all_reduce_max(int64_t{world_.rank() == 0 && path &&
+                                    std::filesystem::equivalent(std::filesystem::path(*path).parent_path(),
+                                                                config_.checkpoint_dir, ec)}) != 0;
+  if (!from_folder) {
     const int64_t earlier = checkpoint_file_count(config_.checkpoint_dir, world_);
     TESSERA_CHECK(earlier == 0 || config_.overwrite, "--checkpoint-dir ", config_.checkpoint_dir, " holds ", earlier,
                   " checkpoint(s) of an earlier run: continue it with --resume auto, or start over with --overwrite",
