@@ -91,11 +91,27 @@ for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || die "munged did not start (no socket $sock)"
 
 # --- slurm.conf: free loopback ports, everything under $tmp --------------------------------------
+# Two free ports below the kernel's ephemeral range (net.ipv4.ip_local_port_range), so that no
+# outgoing connection (an MPI job of a test running beside this one) takes them before the daemons
+# bind them.
 read -r port_ctld port_d < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+ports = []
+for p in random.sample(range(10000, low), 200):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        ports.append(p)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    if len(ports) == 2:
+        break
+print(*ports)')
+[ -n "$port_d" ] || die "no two free ports below the ephemeral range"
+
 # job ids (and so PMIx's /tmp-style names) differ between concurrent runs of this test
 first_job_id=$(( 1000 + RANDOM % 60000 ))
 cat > "$conf" <<EOF
