@@ -8,7 +8,6 @@
 #include "apps/common/train_cli.h"
 #include "comm/mpi_runtime.h"
 #include "core/log.h"
-#include "io/file_identity.h"
 #include "io/image_dataset.h"
 #include "io/loader_throughput.h"
 #include "models/vit/vit.h"
@@ -48,7 +47,7 @@ int main(int argc, char** argv) {
     o.add_to(opts, "images");
     po::variables_map vm;
     if (!cli::parse(argc, argv, opts, vm, "usage: vit_train --data IMAGES.h5 [options]")) return 0;
-    cli::check_ranks_started_alike(vm, {"data"});
+    const std::string data_identity = cli::check_ranks_started_alike(vm, {"data"});
     o.train.options = cli::option_values(vm);
     augment.flip = !no_flip;
 
@@ -120,7 +119,7 @@ int main(int argc, char** argv) {
     }
     train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp), mesh.grid_rows(),
                                 mesh.group(comm::Axis::pp), mesh.data_group(), augment);
-    tc.data_identity = io::file_identity(data);  // the run's identity, recorded in its checkpoints
+    tc.data_identity = data_identity;  // the run's identity, recorded in its checkpoints
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();

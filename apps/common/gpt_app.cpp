@@ -12,7 +12,6 @@
 #include "comm/mpi_runtime.h"
 #include "core/allocator.h"
 #include "core/log.h"
-#include "io/file_identity.h"
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
@@ -109,7 +108,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     o.add_to(opts, "sequences");
     po::variables_map vm;
     if (!parse(argc, argv, opts, vm, std::string("usage: ") + name + " --input DATA.h5 [options]")) return 0;
-    check_ranks_started_alike(vm, {"input", "val-input"});
+    const std::string data_identity = check_ranks_started_alike(vm, {"input", "val-input"});
     o.train.options = option_values(vm);
 
     // The layout is checked on every rank before any communication. A dry run plans for the
@@ -196,7 +195,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       log_run_environment();
     }
     train::GptWorkload workload(model, train_data, val_data ? &*val_data : nullptr, tc, mesh);
-    tc.data_identity = io::file_identity(input);  // the run's identity, recorded in its checkpoints
+    tc.data_identity = data_identity;  // the run's identity, recorded in its checkpoints
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();
     const train::TrainResult result = trainer.run();

@@ -179,19 +179,23 @@ void TrainOptions::finish(int world_size, const po::variables_map& vm) {
   }
 }
 
-void check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options) {
+std::string check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options) {
   std::vector<std::pair<std::string, std::string>> entries;
   for (auto& [option, value] : option_values(vm))
     if (option != "config") entries.emplace_back("--" + option, value);  // its contents are the values
+  std::string training_data;  // data_options[0]'s identity
   for (const std::string& option : data_options)
     if (vm.count(option)) {
       const std::string path = vm[option].as<std::string>();
-      if (!path.empty()) entries.emplace_back("the file of --" + option, io::file_identity(path));
+      if (path.empty()) continue;
+      entries.emplace_back("the file of --" + option, io::file_identity(path));
+      if (option == data_options.front()) training_data = entries.back().second;
     }
   comm::Communicator world = comm::Communicator::world();
   const std::string differences = comm::rank_differences(entries, world);
   TESSERA_CHECK(differences.empty(), "the ranks of this job were started with different options or data (each rank",
                 " needs the same command line, config file and data files): ", differences);
+  return training_data;
 }
 
 int TrainOptions::split_model(int64_t heads, int64_t hidden) const {

@@ -53,8 +53,10 @@ struct TrainOptions {
 // The first collective of a training app, right after parsing: every rank was started with the
 // same options (the config file's included) and reads the same data (io::file_identity of the
 // files the data_options name). Throws naming every option that differs and the ranks holding each
-// value, so a job launched with different arguments per rank stops before it trains.
-void check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options);
+// value, so a job launched with different arguments per rank stops before it trains. Returns the
+// identity of data_options[0]'s file (the training data: part of the run's identity, which its
+// checkpoints record), so that it is read once.
+std::string check_ranks_started_alike(const po::variables_map& vm, const std::vector<std::string>& data_options);
 
 // A file an option names: {"--metrics", "m.jsonl"}.
 struct OptionPath {
