@@ -1,8 +1,8 @@
 // Dispatch of kernels/ops.h: shape, dtype and device checks, then the CPU kernel or its CUDA twin.
 #include "kernels/ops.h"
 
-#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string_view>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -55,63 +55,28 @@ void same_device(const char* op, std::initializer_list<const Tensor*> ts) {
 
 void expect(bool cond, const char* op, const char* what) { TESSERA_CHECK(cond, op, ": ", what); }
 
-std::atomic<MatmulInputs> g_matmul_inputs{MatmulInputs::f32};
-
-// The registered bf16 copy (set_bf16_copy): the f32 range it mirrors and its bits.
-struct Bf16Copy {
-  Device device = Device::cpu;
-  const float* begin = nullptr;
-  int64_t count = 0;
-  const uint16_t* bits = nullptr;
-};
-Bf16Copy g_bf16_copy;
-
-// The shared operands in scope (SharedBf16Operand), innermost last, and the CPU's memory for
-// their copies (one grow-only buffer per nesting depth).
-constexpr int kMaxShared = 4;
-Bf16Copy g_shared[kMaxShared];
-int g_shared_count = 0;
-std::vector<uint16_t> g_shared_host_bits[kMaxShared];
-
-const uint16_t* bits_within(const Bf16Copy& r, Device device, const float* x, int64_t count) {
-  if (!r.bits || device != r.device || x < r.begin || x + count > r.begin + r.count) return nullptr;
-  return r.bits + (x - r.begin);
-}
-
-// The bf16 copy of an operand of `count` floats at x, or nullptr when none is registered for it.
-const uint16_t* bf16_copy_of(Device device, const float* x, int64_t count) {
-  if (const uint16_t* bits = bits_within(g_bf16_copy, device, x, count)) return bits;
-  for (int i = g_shared_count - 1; i >= 0; --i)
-    if (const uint16_t* bits = bits_within(g_shared[i], device, x, count)) return bits;
-  return nullptr;
-}
-
 }  // namespace
 
-void set_matmul_inputs(MatmulInputs inputs) { g_matmul_inputs.store(inputs); }
-MatmulInputs matmul_inputs() { return g_matmul_inputs.load(); }
-
-void set_bf16_copy(const Tensor& values, const Tensor& bits) {
-  TESSERA_CHECK(values.dtype() == DType::f32 && bits.dtype() == DType::bf16 && bits.numel() >= values.numel() &&
-                    bits.device() == values.device(),
-                "set_bf16_copy: a bf16 tensor of at least ", values.numel(), " elements on the values' device expected");
-  g_bf16_copy = {values.device(), values.data<float>(), values.numel(), bits.bits16()};
+Operand::Operand(const Tensor& v, const Tensor& bits) : values(v) {
+  TESSERA_CHECK(v.dtype() == DType::f32 && bits.dtype() == DType::bf16 && bits.numel() >= v.numel() &&
+                    bits.device() == v.device(),
+                "Operand: a bf16 copy of at least ", v.numel(), " elements on the values' device expected, got ",
+                dtype_name(bits.dtype()), " ", bits.shape().str());
+  bf16 = bits.bits16();
 }
 
-void clear_bf16_copy() { g_bf16_copy = {}; }
-
 #ifdef TESSERA_HAVE_CUDA
-struct SharedBf16Operand::DeviceBits {
+struct RoundedOperand::DeviceBits {
   explicit DeviceBits(int64_t count) : scratch(static_cast<size_t>(count) * sizeof(uint16_t)) {}
   kernels::cuda::Scratch scratch;
 };
 #else
-struct SharedBf16Operand::DeviceBits {};
+struct RoundedOperand::DeviceBits {};
 #endif
 
 namespace {
 // TESSERA_SHARED_BF16_OPERANDS=0 turns the sharing off: each GEMM rounds its operands again (the
-// benchmark's A/B switch).
+// benchmark's A/B switch; the same numbers either way).
 bool sharing_allowed() {
   static const bool allowed = [] {
     const char* v = std::getenv("TESSERA_SHARED_BF16_OPERANDS");
@@ -119,56 +84,89 @@ bool sharing_allowed() {
   }();
   return allowed;
 }
+
+// The CPU's memory for rounded operands: grow-only buffers lent to a RoundedOperand and given
+// back when it ends, so a step's backward allocates nothing once the largest operand was seen.
+// Memory only: what a GEMM computes never depends on it.
+class HostBitsPool {
+ public:
+  std::vector<uint16_t> lend(int64_t count) {
+    std::vector<uint16_t> buffer;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!spare_.empty()) {
+        buffer = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
+    if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+    return buffer;
+  }
+  void give_back(std::vector<uint16_t> buffer) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    spare_.push_back(std::move(buffer));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::vector<uint16_t>> spare_;
+};
+HostBitsPool& host_bits_pool() {
+  static HostBitsPool pool;
+  return pool;
+}
 }  // namespace
 
 // The rounding is timed as a GEMM's ("gemm_operand_bf16"), as gemm_bf16 times its own.
-SharedBf16Operand::SharedBf16Operand(const Tensor& x) {
-  if (matmul_inputs() != MatmulInputs::bf16 || !sharing_allowed() || !x.defined() || x.numel() == 0) return;
-  TESSERA_CHECK(x.dtype() == DType::f32, "SharedBf16Operand: an f32 tensor expected, got ", dtype_name(x.dtype()));
-  TESSERA_CHECK(g_shared_count < kMaxShared, "SharedBf16Operand: more than ", kMaxShared, " nested scopes");
+RoundedOperand::RoundedOperand(const Tensor& x, MatmulInputs inputs) : operand_(x) {
+  if (inputs != MatmulInputs::bf16 || !sharing_allowed() || !x.defined() || x.numel() == 0) return;
+  TESSERA_CHECK(x.dtype() == DType::f32, "RoundedOperand: an f32 tensor expected, got ", dtype_name(x.dtype()));
   const int64_t n = x.numel();
-  uint16_t* bits = nullptr;
   if (x.device() == Device::cuda) {
 #ifdef TESSERA_HAVE_CUDA
     device_bits_ = std::make_unique<DeviceBits>(n);
-    bits = device_bits_->scratch.as<uint16_t>();
+    uint16_t* bits = device_bits_->scratch.as<uint16_t>();
     const kernels::cuda::OpTimer timer(kernels::KernelKind::gemm, "gemm_operand_bf16");
     kernels::cuda::f32_to_bf16(bits, x.data<float>(), n);
+    operand_.bf16 = bits;
 #else
-    TESSERA_CHECK(false, "SharedBf16Operand: a cuda tensor in a build without CUDA");
+    TESSERA_CHECK(false, "RoundedOperand: a cuda tensor in a build without CUDA");
 #endif
   } else {
-    std::vector<uint16_t>& buffer = g_shared_host_bits[g_shared_count];
-    if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-    bits = buffer.data();
+    host_bits_ = host_bits_pool().lend(n);
     const kernels::KernelTimer timer(kernels::KernelKind::gemm, "gemm_operand_bf16");
-    kernels::cpu::f32_to_bf16(bits, x.data<float>(), n);
+    kernels::cpu::f32_to_bf16(host_bits_.data(), x.data<float>(), n);
+    operand_.bf16 = host_bits_.data();
   }
-  g_shared[g_shared_count++] = {x.device(), x.data<float>(), n, bits};
-  active_ = true;
 }
 
-SharedBf16Operand::~SharedBf16Operand() {
-  if (active_) g_shared[--g_shared_count] = {};
+RoundedOperand::~RoundedOperand() {
+  if (!host_bits_.empty()) host_bits_pool().give_back(std::move(host_bits_));
 }
 
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, float alpha, float beta) {
+void matmul(const Operand& a_operand, bool trans_a, const Operand& b_operand, bool trans_b, Tensor& c, float alpha,
+            float beta, MatmulInputs inputs) {
+  const Tensor& a = a_operand.values;
+  const Tensor& b = b_operand.values;
   same_device("matmul", {&a, &b, &c});
   const int64_t m = trans_a ? last_dim(a) : rows_of(a), k = trans_a ? rows_of(a) : last_dim(a);
   const int64_t kb = trans_b ? last_dim(b) : rows_of(b), n = trans_b ? rows_of(b) : last_dim(b);
   TESSERA_CHECK(k == kb && rows_of(c) == m && last_dim(c) == n, "matmul: shapes ", a.shape().str(),
                 trans_a ? "^T" : "", " @ ", b.shape().str(), trans_b ? "^T" : "", " -> ", c.shape().str(),
                 " do not fit");
-  if (matmul_inputs() == MatmulInputs::bf16)
+  if (inputs == MatmulInputs::bf16)
     TESSERA_DISPATCH(c.device(), gemm_bf16, trans_a, trans_b, m, n, k, alpha, a.data<float>(),
-                     bf16_copy_of(a.device(), a.data<float>(), m * k), b.data<float>(),
-                     bf16_copy_of(b.device(), b.data<float>(), k * n), beta, c.data<float>());
+                     a_operand.bf16, b.data<float>(), b_operand.bf16, beta,
+                     c.data<float>());
   else
     TESSERA_DISPATCH(c.device(), gemm, trans_a, trans_b, m, n, k, alpha, a.data<float>(), b.data<float>(),
                      beta, c.data<float>());
 }
 
-void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor* pre) {
+void linear_forward(Tensor& y, const Operand& x_operand, const Operand& w_operand, const Tensor& bias, Tensor* pre,
+                    MatmulInputs inputs) {
+  const Tensor& x = x_operand.values;
+  const Tensor& w = w_operand.values;
   same_device("linear_forward", {&y, &x, &w, &bias});
   if (pre) same_device("linear_forward", {&y, pre});
   const int64_t m = rows_of(x), k = last_dim(x), n = rows_of(w);
@@ -176,15 +174,14 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
                     (!pre || pre->numel() == y.numel()),
                 "linear_forward: shapes x ", x.shape().str(), ", w ", w.shape().str(), ", bias ", bias.shape().str(),
                 " -> y ", y.shape().str(), " do not fit");
-  const bool bf16 = matmul_inputs() == MatmulInputs::bf16;
-  TESSERA_DISPATCH(y.device(), gemm_bias, m, n, k, x.data<float>(),
-                   bf16 ? bf16_copy_of(x.device(), x.data<float>(), m * k) : nullptr, w.data<float>(),
-                   bf16 ? bf16_copy_of(w.device(), w.data<float>(), n * k) : nullptr, bias.data<float>(), bf16,
+  const bool bf16 = inputs == MatmulInputs::bf16;
+  TESSERA_DISPATCH(y.device(), gemm_bias, m, n, k, x.data<float>(), bf16 ? x_operand.bf16 : nullptr,
+                   w.data<float>(), bf16 ? w_operand.bf16 : nullptr, bias.data<float>(), bf16,
                    pre ? pre->data<float>() : nullptr, y.data<float>());
 }
 
 void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
-                    float alpha, float beta) {
+                    float alpha, float beta, MatmulInputs inputs) {
   same_device("matmul_batched", {&a, &b, &c});
   expect(batch > 0 && a.numel() % batch == 0 && b.numel() % batch == 0 && c.numel() % batch == 0,
          "matmul_batched", "batch does not divide the tensors");
@@ -193,7 +190,7 @@ void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& 
   const int64_t kb = trans_b ? last_dim(b) : b_rows, n = trans_b ? b_rows : last_dim(b);
   TESSERA_CHECK(k == kb && rows_of(c) / batch == m && last_dim(c) == n, "matmul_batched: shapes ",
                 a.shape().str(), " @ ", b.shape().str(), " -> ", c.shape().str(), " do not fit");
-  if (matmul_inputs() == MatmulInputs::bf16)
+  if (inputs == MatmulInputs::bf16)
     TESSERA_DISPATCH(c.device(), gemm_batched_bf16, batch, trans_a, trans_b, m, n, k, alpha, a.data<float>(),
                      b.data<float>(), beta, c.data<float>());
   else
@@ -433,24 +430,24 @@ AttentionDims attention_dims(const Tensor& qkv, int64_t n_heads, const char* op)
                 ") x head_dim");
   return {qkv.shape()[0], qkv.shape()[1], n_heads, c3 / (3 * n_heads)};
 }
-// Under MatmulInputs::bf16 the CUDA attention multiplies on the tensor cores (bf16 inputs, fp32
-// sums, like the GEMMs); the CPU keeps its fp32 kernel. TESSERA_CUDA_TC_ATTENTION=0 keeps the
-// fp32 kernel on CUDA too (a fallback, and the benchmark's A/B switch).
-bool tensor_core_attention(const Tensor& t) {
+// With bf16 inputs the CUDA attention multiplies on the tensor cores (bf16 inputs, fp32 sums, like
+// the GEMMs); the CPU keeps its fp32 kernel. TESSERA_CUDA_TC_ATTENTION=0 keeps the fp32 kernel on
+// CUDA too (a fallback, and the benchmark's A/B switch).
+bool tensor_core_attention(const Tensor& t, MatmulInputs inputs) {
   static const bool allowed = [] {
     const char* v = std::getenv("TESSERA_CUDA_TC_ATTENTION");
     return !(v && std::string_view(v) == "0");
   }();
-  return allowed && t.device() == Device::cuda && matmul_inputs() == MatmulInputs::bf16;
+  return allowed && t.device() == Device::cuda && inputs == MatmulInputs::bf16;
 }
 }  // namespace
 
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads) {
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, MatmulInputs inputs) {
   same_device("attention_forward", {&out, &lse, &qkv});
   const AttentionDims d = attention_dims(qkv, n_heads, "attention_forward");
   expect(out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
          "attention_forward", "out or lse has the wrong size");
-  if (tensor_core_attention(out))
+  if (tensor_core_attention(out, inputs))
     TESSERA_CUDA_ONLY(attention_forward_bf16, out.data<float>(), lse.data<float>(), qkv.data<float>(), d.batch,
                       d.seq, d.heads, d.head_dim);
   else
@@ -459,13 +456,13 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_he
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t n_heads) {
+                        const Tensor& lse, int64_t n_heads, MatmulInputs inputs) {
   same_device("attention_backward", {&dqkv, &dout, &qkv, &out, &lse});
   const AttentionDims d = attention_dims(qkv, n_heads, "attention_backward");
   expect(dqkv.numel() == qkv.numel() && dout.numel() == out.numel() &&
              out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
          "attention_backward", "shapes do not fit");
-  if (tensor_core_attention(dqkv))
+  if (tensor_core_attention(dqkv, inputs))
     TESSERA_CUDA_ONLY(attention_backward_bf16, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
                       out.data<float>(), lse.data<float>(), d.batch, d.seq, d.heads, d.head_dim);
   else
@@ -519,16 +516,17 @@ void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const
                    q.data<float>(), k, k + c, out.data<float>(), lse.data<float>(), s);
 }
 
-void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+void embedding_forward(Tensor& out, const Tensor& tokens, const Operand& wte_operand, const Tensor& wpe,
                        int64_t vocab_start) {
+  const Tensor& wte = wte_operand.values;
   same_device("embedding_forward", {&out, &tokens, &wte, &wpe});
   TESSERA_CHECK(tokens.shape().rank() == 2, "embedding_forward: tokens must be [B, T], got ", tokens.shape().str());
   const int64_t batch = tokens.shape()[0], seq = tokens.shape()[1], channels = last_dim(wte);
   expect(out.numel() == batch * seq * channels, "embedding_forward", "out has the wrong size");
   if (wpe.defined()) expect(wpe.numel() >= seq * channels, "embedding_forward", "sequence longer than wpe");
-  // A table with a registered bf16 copy (mixed precision leaves it in fp32) is read from the copy.
+  // A table given with its bf16 bits (mixed precision leaves it in fp32) is read from the bits.
   TESSERA_DISPATCH(out.device(), embedding_forward, out.data<float>(), tokens.data<int32_t>(), wte.data<float>(),
-                   bf16_copy_of(wte.device(), wte.data<float>(), wte.numel()),
+                   wte_operand.bf16,
                    wpe.defined() ? wpe.data<float>() : nullptr, batch, seq, rows_of(wte), channels, vocab_start);
 }
 

@@ -11,70 +11,69 @@
 
 namespace tessera::ops {
 
-// ---- GEMM -----------------------------------------------------------------------------------
+// ---- GEMM ----------------------------------------------------------------------------------
+// What a GEMM multiplies is its caller's choice, passed with each call; nothing process-wide
+// changes it. MatmulInputs::f32 multiplies the f32 values. MatmulInputs::bf16 rounds both inputs
+// to bf16 (nearest even) and accumulates the products in fp32, on either device: on CPUs with
+// AVX512-BF16 or AMX through oneDNN's bf16 matmul (twice the fp32 rate), elsewhere as an fp32 GEMM
+// of the rounded values (the same numbers up to summation order); on CUDA through cuBLAS's bf16
+// tensor-core GEMM. Mixed precision's layers ask for bf16 (nn::ParamStore::matmul_inputs).
+enum class MatmulInputs { f32, bf16 };
+
+// A GEMM operand: its f32 values and, when the caller already holds it, their bf16 rounding
+// (bits: one bf16 element per element of values, on values' device), which GEMMs with bf16 inputs
+// read instead of rounding the values again: a weight's copy owned by the parameter store
+// (nn::ParamStore::operand), or a RoundedOperand. The caller vouches that the bits are the values'
+// rounding and keeps both unchanged while the op runs. A plain Tensor is an operand without bits;
+// under f32 inputs the bits are not read.
+struct Operand {
+  Tensor values;
+  const uint16_t* bf16 = nullptr;
+  Operand(const Tensor& v) : values(v) {}  // NOLINT(google-explicit-constructor): a tensor is an operand
+  // bits: a bf16 tensor of at least values' size on values' device (checked; its first elements).
+  Operand(const Tensor& v, const Tensor& bits);
+  Operand(const Tensor& v, const uint16_t* bits) : values(v), bf16(bits) {}  // unchecked (the pieces above)
+  // Elements [first, first + shape.numel()) of the values (as Tensor::slice), with their bits.
+  Operand slice(int64_t first, Shape shape) const { return {values.slice(first, shape), bf16 ? bf16 + first : nullptr}; }
+};
+
 // c[M, N] = alpha * op(a) @ op(b) + beta * c, op(x) = x or x^T; a, b, c viewed as matrices
-// [numel / last_dim, last_dim].
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
-            float alpha = 1.0f, float beta = 0.0f);
+// [numel / last_dim, last_dim]; inputs: as above.
+void matmul(const Operand& a, bool trans_a, const Operand& b, bool trans_b, Tensor& c, float alpha = 1.0f,
+            float beta = 0.0f, MatmulInputs inputs = MatmulInputs::f32);
 // The same for `batch` independent products, each tensor [batch, rows, cols].
-void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
-                    Tensor& c, float alpha = 1.0f, float beta = 0.0f);
+void matmul_batched(int64_t batch, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c,
+                    float alpha = 1.0f, float beta = 0.0f, MatmulInputs inputs = MatmulInputs::f32);
 
 // y = x @ w^T + bias (a linear layer's forward: x [N, K], w [C, K], bias [C], y [N, C]); with pre,
 // pre = that and y = gelu(pre) (the MLP's first layer, pre kept for gelu_backward). The bias in the
 // GEMM's epilogue: on the CPU oneDNN's matmul primitive (then the GELU in one pass), on CUDA one
 // cuBLASLt GEMM with the bias (and GELU) fused; where neither runs, broadcast_rows + matmul (matmul
-// + bias_gelu_forward with pre). Follows matmul_inputs() and the registered bf16 copies as matmul
-// does. Timed as one GEMM ("gemm_bias"), the GELU included.
-void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor* pre = nullptr);
+// + bias_gelu_forward with pre). Multiplies as matmul does under `inputs`. Timed as one GEMM
+// ("gemm_bias"), the GELU included.
+void linear_forward(Tensor& y, const Operand& x, const Operand& w, const Tensor& bias, Tensor* pre = nullptr,
+                    MatmulInputs inputs = MatmulInputs::f32);
 
-// ---- GEMM inputs in bf16 (mixed precision's products) -------------------------------------------
-// While the setting is bf16, matmul and matmul_batched round a and b to bf16 (nearest even) and
-// accumulate the products in fp32, on either device: on CPUs with AVX512-BF16 or AMX through
-// oneDNN's bf16 matmul (twice the fp32 rate), elsewhere as an fp32 GEMM of the rounded values (the
-// same numbers up to summation order); on CUDA through cuBLAS's bf16 tensor-core GEMM. The
-// trainer sets it for --precision bf16. One process-wide setting (the GEMMs of a run share it).
-enum class MatmulInputs { f32, bf16 };
-void set_matmul_inputs(MatmulInputs inputs);
-MatmulInputs matmul_inputs();
-// Sets the matmul inputs for its lifetime, then puts back the previous setting.
-class MatmulInputsScope {
+// An operand that several GEMMs read, rounded to bf16 once for all of them (a linear layer's
+// output gradient feeds its weight product and its input product): while this object lives,
+// operand() is x with that rounding. The same numbers as rounding x in each GEMM; the caller keeps
+// x unchanged meanwhile. Under f32 inputs, or with TESSERA_SHARED_BF16_OPERANDS=0 (an A/B switch),
+// nothing is rounded and operand() is x alone. The bits live outside the tracked allocator, as
+// gemm_bf16's own rounded operands: on the CPU in a buffer lent by a pool of grow-only buffers kept
+// for reuse, on CUDA in memory from the stream-ordered pool.
+class RoundedOperand {
  public:
-  explicit MatmulInputsScope(MatmulInputs inputs) : previous_(matmul_inputs()) { set_matmul_inputs(inputs); }
-  ~MatmulInputsScope() { set_matmul_inputs(previous_); }
-  MatmulInputsScope(const MatmulInputsScope&) = delete;
-  MatmulInputsScope& operator=(const MatmulInputsScope&) = delete;
-
- private:
-  MatmulInputs previous_;
-};
-
-// A bf16 copy of an f32 tensor's values (bits: a u16 tensor of at least as many elements, on the
-// same device) that GEMMs with bf16 inputs read in place of rounding any operand inside values
-// again: mixed precision registers the rounded weights for a step's forward and backward. One at a
-// time, set and read on the thread that runs the GEMMs; the caller keeps both unchanged until
-// clear_bf16_copy.
-void set_bf16_copy(const Tensor& values, const Tensor& bits);
-void clear_bf16_copy();
-
-// An operand that several GEMMs of a scope read, rounded to bf16 once for all of them (a linear
-// layer's output gradient feeds its weight product and its input product): while the scope
-// lives, GEMMs with bf16 inputs read x's rounded copy as they read set_bf16_copy's. The same
-// numbers as rounding x for each GEMM; the caller keeps x unchanged while the scope lives. Does
-// nothing while the GEMM inputs are fp32, or with TESSERA_SHARED_BF16_OPERANDS=0 (an A/B switch).
-// The copy lives in memory outside the tracked allocator (the CPU's grows to the largest operand
-// and is kept; CUDA's comes from the stream-ordered pool), as gemm_bf16's own rounded operands;
-// scopes nest, four deep at most.
-class SharedBf16Operand {
- public:
-  explicit SharedBf16Operand(const Tensor& x);
-  ~SharedBf16Operand();
-  SharedBf16Operand(const SharedBf16Operand&) = delete;
-  SharedBf16Operand& operator=(const SharedBf16Operand&) = delete;
+  RoundedOperand(const Tensor& x, MatmulInputs inputs);
+  ~RoundedOperand();
+  RoundedOperand(const RoundedOperand&) = delete;
+  RoundedOperand& operator=(const RoundedOperand&) = delete;
+  const Operand& operand() const { return operand_; }
+  operator const Operand&() const { return operand_; }  // NOLINT(google-explicit-constructor)
 
  private:
   struct DeviceBits;
-  bool active_ = false;
+  Operand operand_;
+  std::vector<uint16_t> host_bits_;          // CPU: borrowed from the pool, given back on destruction
   std::unique_ptr<DeviceBits> device_bits_;  // CUDA: the pool memory of the copy
 };
 
@@ -137,12 +136,14 @@ void layernorm_split_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, cons
 // ---- causal self-attention ----------------------------------------------------------------------
 // qkv [B, T, 3, H, D] (the QKV projection's output, q then k then v, heads inside), out [B, T, H, D],
 // lse [B, H, T] (log-sum-exp of each query row's scaled scores, saved for backward). Computed in
-// key/value tiles with an online softmax: no T x T matrix is held. On CUDA under MatmulInputs::bf16
-// the products run on the tensor cores with bf16 inputs (kernels/cuda/attention_mma.cu).
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads);
+// key/value tiles with an online softmax: no T x T matrix is held. On CUDA with inputs bf16 the
+// products run on the tensor cores with bf16 inputs (kernels/cuda/attention_mma.cu); the CPU runs
+// its fp32 kernel either way.
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads,
+                       MatmulInputs inputs = MatmulInputs::f32);
 // dqkv [B, T, 3, H, D]: overwritten.
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t n_heads);
+                        const Tensor& lse, int64_t n_heads, MatmulInputs inputs = MatmulInputs::f32);
 
 // ---- attention between a query block and a key/value block --------------------------------------
 // The pieces of sequence-parallel (ring) attention, and non-causal attention. C = H x D is out's
@@ -165,8 +166,9 @@ void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const
 // ---- embedding -------------------------------------------------------------------------------------
 // out[b, t, :] = wte[tokens[b, t] - vocab_start, :] + wpe[t, :] (wpe may be undefined); token ids
 // outside [vocab_start, vocab_start + wte rows) contribute zero (a vocab-parallel shard). A table
-// with a registered bf16 copy (set_bf16_copy) is read from the copy, as GEMMs read it.
-void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+// given with its bf16 rounding (wte.bf16: mixed precision keeps the table in fp32 and has the
+// lookup read bf16 values, as its GEMMs do) is read from the bits.
+void embedding_forward(Tensor& out, const Tensor& tokens, const Operand& wte, const Tensor& wpe,
                        int64_t vocab_start = 0);
 // dwte, dwpe: accumulate (no atomics: each thread owns a range of vocabulary rows).
 void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,

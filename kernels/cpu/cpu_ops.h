@@ -19,7 +19,7 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t 
 // The same with a and b rounded to bf16 and the products accumulated in fp32 (ops.h,
 // MatmulInputs::bf16): oneDNN's bf16 matmul where the CPU has AVX512-BF16 or AMX, else the
 // emulated path, an fp32 gemm of the rounded values. a_bits / b_bits: the operand's bf16 copy
-// when the caller has one (ops::set_bf16_copy), else nullptr. gemm_bf16_path() names the path.
+// when the caller has one (ops::Operand::bf16), else nullptr. gemm_bf16_path() names the path.
 const char* gemm_bf16_path();
 void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c);
@@ -89,8 +89,8 @@ void attention_block_forward(float* out, float* lse, const float* q, const float
 void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const AttentionBlockShape& shape);
 
-// wte_bits, when given, is the table's bf16 copy (the registered copy of an fp32 table, ops::
-// set_bf16_copy): the rows are read from it, as the table rounded to bf16.
+// wte_bits, when given, is the table's bf16 copy (an fp32 table's copy its caller passes, ops::
+// Operand::bf16): the rows are read from it, as the table rounded to bf16.
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const uint16_t* wte_bits,
                        const float* wpe, int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
                        int64_t vocab_start);

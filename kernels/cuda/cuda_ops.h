@@ -62,7 +62,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
 // The same on the tensor cores (attention_mma.cu): the score and output products take bf16 inputs
-// and sum in fp32 (ops.cpp runs these under MatmulInputs::bf16); the CPU twin is the fp32 kernel,
+// and sum in fp32 (ops.cpp runs these when the caller asks for bf16 inputs); the CPU twin is the fp32 kernel,
 // which the tests hold them to at bf16's tolerance.
 void attention_forward_bf16(float* out, float* lse, const float* qkv, int64_t batch, int64_t seq, int64_t heads,
                             int64_t head_dim);
@@ -76,8 +76,8 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* v, const float* out, const float* lse,
                               const cpu::AttentionBlockShape& shape);
 
-// wte_bits, when given, is the table's bf16 copy (the registered copy of an fp32 table, ops::
-// set_bf16_copy): the rows are read from it, as the table rounded to bf16.
+// wte_bits, when given, is the table's bf16 copy (an fp32 table's copy its caller passes, ops::
+// Operand::bf16): the rows are read from it, as the table rounded to bf16.
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const uint16_t* wte_bits,
                        const float* wpe, int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels,
                        int64_t vocab_start);

@@ -18,7 +18,7 @@ int64_t local_heads(int64_t channels, int64_t heads, const TensorLayout& layout)
 SelfAttention::SelfAttention(ParamStore& store, const std::string& name, int64_t channels, int64_t heads,
                              float init_std, float proj_init_std, bool causal, const TensorLayout& layout,
                              SequenceLayout& sequence)
-    : layout_(&layout), sequence_(&sequence), heads_(local_heads(channels, heads, layout)), causal_(causal) {
+    : store_(&store), layout_(&layout), sequence_(&sequence), heads_(local_heads(channels, heads, layout)), causal_(causal) {
   qkv_ = Linear(store, name + ".qkv", channels, 3 * channels, {true, init_std, Split::columns, 3}, layout);
   proj_ = Linear(store, name + ".proj", channels, channels, {true, proj_init_std, Split::rows}, layout);
 }
@@ -37,11 +37,13 @@ SelfAttention::Saved SelfAttention::allocate_core(int64_t batch, int64_t seq, De
           sequence_->allocate(batch, seq, heads_, c / heads_, device)};
 }
 
-void SelfAttention::recompute_core(Saved& s) const { sequence_->forward(s.att, s.qkv, heads_, causal_, s.core); }
+void SelfAttention::recompute_core(Saved& s) const {
+  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core, store_->matmul_inputs());
+}
 
 void SelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region) const {
   qkv_.forward(s.qkv, layout_->enter(x, region.in));
-  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core);
+  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core, store_->matmul_inputs());
   Tensor& out = layout_->whole(y, region);
   proj_.forward(out, s.att);
   layout_->exit(y, out);
@@ -50,7 +52,7 @@ void SelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspac
 void SelfAttention::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s,
                                    Tensor& dqkv, Tensor& datt, RegionWorkspace& region, WeightGrads* defer) const {
   proj_.backward(&datt, layout_->exit_backward(dy, region.out), s.att, false, defer);
-  sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, causal_, s.core);
+  sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, causal_, s.core, store_->matmul_inputs());
   Tensor& whole_dx = layout_->whole(dx, region);
   // Rows split: x gathered again, into the region's workspace (so a deferred W keeps a copy).
   qkv_.backward(&whole_dx, dqkv, layout_->enter(x, region.in), false, defer, !layout_->splits_rows());

@@ -43,6 +43,7 @@ class SelfAttention {
 
  private:
   Linear qkv_, proj_;
+  ParamStore* store_ = nullptr;  // its precision is the attention core's (ParamStore::matmul_inputs)
   const TensorLayout* layout_ = nullptr;
   SequenceLayout* sequence_ = nullptr;
   int64_t heads_ = 0;  // on this rank

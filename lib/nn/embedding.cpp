@@ -26,8 +26,8 @@ Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, 
   }
 }
 
-const Tensor& Embedding::table(Tensor& whole) const {
-  if (!layout_->splits_features()) return store_->value(tokens_);
+ops::Operand Embedding::table(Tensor& whole) const {
+  if (!layout_->splits_features()) return store_->operand(tokens_);
   const Tensor& block = store_->value(tokens_);
   if (!whole.defined()) whole = Tensor::empty({block.dim(0), block.dim(1) * layout_->size()}, DType::f32, block.device());
   return layout_->gather_block_columns(block, whole);

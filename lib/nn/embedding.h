@@ -36,10 +36,11 @@ class Embedding {
   int64_t local_rows() const { return padded_vocab_ / layout_->size(); }
   int64_t valid_rows() const;
   const TensorLayout& layout() const { return *layout_; }
-  // This rank's rows of the table over all features: the value (gathered into `whole` under a
-  // grid layout), and the gradient: table_grad_workspace() zeroed, then add_table_grad() adds
-  // this rank's block of it (summed over the ranks sharing the rows).
-  const Tensor& table(Tensor& whole) const;
+  // This rank's rows of the table over all features: the value (with the store's bf16 copy of it,
+  // if any; gathered into `whole` under a grid layout, without a copy), and the gradient:
+  // table_grad_workspace() zeroed, then add_table_grad() adds this rank's block of it (summed over
+  // the ranks sharing the rows).
+  ops::Operand table(Tensor& whole) const;
   Tensor& table_grad_workspace() const;
   void add_table_grad(Tensor& whole_grad) const;
 

@@ -1,4 +1,5 @@
-// Linear forward/backward as GEMMs (bias folded in with beta = 1).
+// Linear forward/backward as GEMMs (bias folded in with beta = 1), in the store's precision: the
+// weight is passed with the store's bf16 copy of it.
 #include "nn/linear.h"
 
 #include "kernels/ops.h"
@@ -52,14 +53,16 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
 }
 
 void Linear::forward(Tensor& y, const Tensor& x) const {
+  const ops::MatmulInputs inputs = store_->matmul_inputs();
   if (split_ == Split::block) {
-    layout_->linear_forward(y, x, store_->value(weight_), bias_ >= 0 ? &store_->value(bias_) : nullptr, role_);
+    layout_->linear_forward(y, x, store_->operand(weight_), bias_ >= 0 ? &store_->value(bias_) : nullptr, role_,
+                            inputs);
     return;
   }
   if (adds_bias())
-    ops::linear_forward(y, x, store_->value(weight_), store_->value(bias_));
+    ops::linear_forward(y, x, store_->operand(weight_), store_->value(bias_), nullptr, inputs);
   else
-    ops::matmul(x, false, store_->value(weight_), true, y);
+    ops::matmul(x, false, store_->operand(weight_), true, y, 1.0f, 0.0f, inputs);
 }
 
 void Linear::forward_gelu(Tensor& out, Tensor& pre, const Tensor& x) const {
@@ -70,40 +73,46 @@ void Linear::forward_gelu(Tensor& out, Tensor& pre, const Tensor& x) const {
     ops::gelu_forward(out, pre);
     return;
   }
-  ops::linear_forward(out, x, store_->value(weight_), store_->value(bias_), &pre);
+  ops::linear_forward(out, x, store_->operand(weight_), store_->value(bias_), &pre, store_->matmul_inputs());
 }
 
 // A row-split layer's bias is added by one rank only: the all-reduce sums the partial outputs.
 bool Linear::adds_bias() const { return bias_ >= 0 && (split_ != Split::rows || layout_->rank() == 0); }
 
-void Linear::backward_weights(const Tensor& dy, const Tensor& x) const {
+void Linear::backward_weights(const Tensor& dy, const Tensor& x) const { backward_weights(ops::Operand(dy), x); }
+
+void Linear::backward_weights(const ops::Operand& dy, const Tensor& x) const {
+  const ops::MatmulInputs inputs = store_->matmul_inputs();
   if (split_ == Split::block) {
-    layout_->linear_backward(nullptr, dy, x, store_->value(weight_), &store_->grad(weight_),
-                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, false, role_);
+    layout_->linear_backward(nullptr, dy.values, x, store_->operand(weight_), &store_->grad(weight_),
+                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, false, role_, inputs);
     return;
   }
-  ops::matmul(dy, true, x, false, store_->grad(weight_), 1.0f, 1.0f);
-  if (bias_ >= 0) ops::bias_backward(store_->grad(bias_), dy);
+  ops::matmul(dy, true, x, false, store_->grad(weight_), 1.0f, 1.0f, inputs);
+  if (bias_ >= 0) ops::bias_backward(store_->grad(bias_), dy.values);
 }
 
 void Linear::backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx, WeightGrads* defer,
                       bool x_outlives) const {
+  const ops::MatmulInputs inputs = store_->matmul_inputs();
   if (split_ == Split::block && !defer) {  // one pass: dx's and dW's products share the broadcasts
-    layout_->linear_backward(dx, dy, x, store_->value(weight_), &store_->grad(weight_),
-                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, accumulate_dx, role_);
+    layout_->linear_backward(dx, dy, x, store_->operand(weight_), &store_->grad(weight_),
+                             bias_ >= 0 ? &store_->grad(bias_) : nullptr, accumulate_dx, role_, inputs);
     return;
   }
   // Both products here read dy: under bf16 GEMM inputs it is rounded once for the two.
   const bool both = !defer && dx;  // (a grid layout without defer returned above)
-  const ops::SharedBf16Operand shared_dy(both ? dy : Tensor());
+  const ops::RoundedOperand rounded_dy(dy, both ? inputs : ops::MatmulInputs::f32);
   if (defer) {
     defer->linear(*this, dy, x, x_outlives);
   } else {
-    backward_weights(dy, x);
+    backward_weights(rounded_dy.operand(), x);
   }
   if (dx && split_ == Split::block) {
-    layout_->linear_backward(dx, dy, x, store_->value(weight_), nullptr, nullptr, accumulate_dx, role_);
-  } else if (dx) ops::matmul(dy, false, store_->value(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f);
+    layout_->linear_backward(dx, dy, x, store_->operand(weight_), nullptr, nullptr, accumulate_dx, role_, inputs);
+  } else if (dx) {
+    ops::matmul(rounded_dy, false, store_->operand(weight_), false, *dx, 1.0f, accumulate_dx ? 1.0f : 0.0f, inputs);
+  }
 }
 
 }  // namespace tessera::nn

@@ -50,6 +50,8 @@ class Linear {
   void backward(Tensor* dx, const Tensor& dy, const Tensor& x, bool accumulate_dx = false,
                 WeightGrads* defer = nullptr, bool x_outlives = true) const;
   void backward_weights(const Tensor& dy, const Tensor& x) const;  // dW += dy^T x, db += sum_n dy
+  // The same with dy's bf16 rounding when the caller made it (ops::RoundedOperand).
+  void backward_weights(const ops::Operand& dy, const Tensor& x) const;
 
   // This rank's feature counts (the whole layer's on one rank).
   int64_t in_features() const { return in_; }

@@ -25,7 +25,8 @@ LmHead::LmHead(const Embedding& embedding, ParamStore& store, int64_t rows, Devi
 
 const Tensor& LmHead::forward(const Tensor& x, const Tensor& targets, const int32_t* t, RegionWorkspace& region) {
   const Embedding& e = *embedding_;
-  ops::matmul(e.layout().vocab_enter(x, region.in), false, e.table(table_), true, logits_);
+  ops::matmul(e.layout().vocab_enter(x, region.in), false, e.table(table_), true, logits_, 1.0f, 0.0f,
+              store_->matmul_inputs());
   if (e.layout().size() == 1) {
     ops::softmax_xent_forward(losses_, lse_, logits_, targets, e.vocab());
     host_losses_.copy_from(losses_);
@@ -56,16 +57,17 @@ void LmHead::backward(Tensor& dx, const Tensor& x, const Tensor& targets, float 
   const TensorLayout& layout = e.layout();
   ops::softmax_xent_backward(logits_, logits_, targets, lse_, e.valid_rows(), scale, e.vocab_start());
   const Tensor& whole_x = layout.vocab_enter(x, region.in);
-  const ops::SharedBf16Operand shared_dlogits(logits_);  // both products read it: rounded once under bf16
+  const ops::MatmulInputs inputs = store_->matmul_inputs();
+  const ops::RoundedOperand dlogits(logits_, inputs);  // both products read it: rounded once under bf16
   if (layout.splits_features()) {
     Tensor& dtable = e.table_grad_workspace();
-    ops::matmul(logits_, true, whole_x, false, dtable);
+    ops::matmul(dlogits, true, whole_x, false, dtable, 1.0f, 0.0f, inputs);
     e.add_table_grad(dtable);
   } else {
-    ops::matmul(logits_, true, whole_x, false, store_->grad(e.tokens_id()), 1.0f, 1.0f);
+    ops::matmul(dlogits, true, whole_x, false, store_->grad(e.tokens_id()), 1.0f, 1.0f, inputs);
   }
   Tensor& whole_dx = layout.vocab_whole(dx, region);
-  ops::matmul(logits_, false, e.table(table_), false, whole_dx);
+  ops::matmul(dlogits, false, e.table(table_), false, whole_dx, 1.0f, 0.0f, inputs);
   layout.vocab_enter_backward(dx, whole_dx);
 }
 

@@ -142,9 +142,10 @@ float MoeFeedForward::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) 
 void MoeFeedForward::run_experts(Tensor& out, const Saved& s, int64_t received) const {
   const int64_t c = config_.channels, h = config_.hidden;
   const ExpertTraffic& traffic = s.plan.traffic;
-  const Tensor& w1 = store_->value(fc_weight_);
+  const ops::MatmulInputs inputs = store_->matmul_inputs();
+  const ops::Operand w1 = store_->operand(fc_weight_);
   const Tensor& b1 = store_->value(fc_bias_);
-  const Tensor& w2 = store_->value(proj_weight_);
+  const ops::Operand w2 = store_->operand(proj_weight_);
   const Tensor& b2 = store_->value(proj_bias_);
   int64_t first = 0;
   for (int64_t l = 0; l < local_experts_; ++l) {
@@ -152,10 +153,10 @@ void MoeFeedForward::run_experts(Tensor& out, const Saved& s, int64_t received) 
     if (rows == 0) continue;  // an expert nobody chose: no work, no gradient
     const Tensor in = s.expert_in.rows(first, rows);
     Tensor pre = s.fc.rows(first, rows), act = s.gelu.rows(first, rows), o = out.rows(first, rows);
-    ops::matmul(in, false, w1.slice(l * h * c, {h, c}), true, pre, 1.0f, 0.0f);
+    ops::matmul(in, false, w1.slice(l * h * c, {h, c}), true, pre, 1.0f, 0.0f, inputs);
     ops::bias_gelu_forward(act, pre, b1.slice(l * h, {h}));
     ops::broadcast_rows(o, b2.slice(l * c, {c}));
-    ops::matmul(act, false, w2.slice(l * c * h, {c, h}), true, o, 1.0f, 1.0f);
+    ops::matmul(act, false, w2.slice(l * c * h, {c, h}), true, o, 1.0f, 1.0f, inputs);
     first += rows;
   }
   TESSERA_CHECK(first == received, "MoE layer: experts took ", first, " of ", received, " received rows");
@@ -165,8 +166,9 @@ void MoeFeedForward::run_experts(Tensor& out, const Saved& s, int64_t received) 
 void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved& s, Scratch& w) const {
   const int64_t c = config_.channels, h = config_.hidden;
   const ExpertTraffic& traffic = s.plan.traffic;
-  const Tensor& w1 = store_->value(fc_weight_);
-  const Tensor& w2 = store_->value(proj_weight_);
+  const ops::MatmulInputs inputs = store_->matmul_inputs();
+  const ops::Operand w1 = store_->operand(fc_weight_);
+  const ops::Operand w2 = store_->operand(proj_weight_);
   Tensor& dw1 = store_->grad(fc_weight_);
   Tensor& db1 = store_->grad(fc_bias_);
   Tensor& dw2 = store_->grad(proj_weight_);
@@ -181,16 +183,16 @@ void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved&
     Tensor dw2_l = dw2.slice(l * c * h, {c, h}), db2_l = db2.slice(l * c, {c});
     Tensor dw1_l = dw1.slice(l * h * c, {h, c}), db1_l = db1.slice(l * h, {h});
     {
-      const ops::SharedBf16Operand shared_d_o(d_o);  // read by both products: rounded once under bf16
-      ops::matmul(d_o, true, act, false, dw2_l, 1.0f, 1.0f);
+      const ops::RoundedOperand rounded_d_o(d_o, inputs);  // read by both products: rounded once under bf16
+      ops::matmul(rounded_d_o, true, act, false, dw2_l, 1.0f, 1.0f, inputs);
       ops::bias_backward(db2_l, d_o);
-      ops::matmul(d_o, false, w2.slice(l * c * h, {c, h}), false, dh);
+      ops::matmul(rounded_d_o, false, w2.slice(l * c * h, {c, h}), false, dh, 1.0f, 0.0f, inputs);
     }
     ops::gelu_backward(dh, pre, dh);
-    const ops::SharedBf16Operand shared_dh(dh);
-    ops::matmul(dh, true, in, false, dw1_l, 1.0f, 1.0f);
+    const ops::RoundedOperand rounded_dh(dh, inputs);
+    ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
     ops::bias_backward(db1_l, dh);
-    ops::matmul(dh, false, w1.slice(l * h * c, {h, c}), false, d_in);
+    ops::matmul(rounded_dh, false, w1.slice(l * h * c, {h, c}), false, d_in, 1.0f, 0.0f, inputs);
     first += rows;
   }
 }

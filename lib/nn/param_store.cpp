@@ -156,6 +156,7 @@ void ParamStore::allocate(Device device, uint64_t seed) {
     values_.push_back(flat_values_.slice(s.offset, s.local_shape));
     grads_.push_back(flat_grads_.slice(s.offset, s.local_shape));
   }
+  values_written();
 }
 
 Tensor ParamStore::logical_copy(const Tensor& local, int id) const {
@@ -177,6 +178,39 @@ void ParamStore::assign_logical(Tensor& local, int id, const Tensor& logical) {
   int64_t n = 0;
   for_each_logical(specs_[id], [&](int64_t l, int64_t) { dst[l] = src[n++]; });
   local.copy_from(host);
+  values_written();  // (local may be a gradient: then the copy is rounded again for nothing)
+}
+
+ops::Operand ParamStore::operand(int id) {
+  Tensor& v = value(id);
+  if (!keeps_bf16_copy()) return v;
+  allocate_bf16_copy();
+  if (copy_version_ != values_version_) {
+    ops::cast(bf16_copy_, flat_values_.reshape({flat_values_.numel()}));
+    copy_version_ = values_version_;
+  }
+  return {v, bf16_copy_.slice(specs_[id].offset, {specs_[id].local_shape.numel()})};
+}
+
+void ParamStore::allocate_bf16_copy() {
+  const int64_t n = flat_values_.numel();
+  if (bf16_copy_.defined() && bf16_copy_.numel() == n && bf16_copy_.device() == flat_values_.device()) return;
+  bf16_copy_ = Tensor::empty({n}, DType::bf16, flat_values_.device());
+  copy_version_ = kNoVersion;
+}
+
+Tensor ParamStore::bf16_copy_for_update() {
+  if (!keeps_bf16_copy()) return Tensor();
+  allocate_bf16_copy();
+  return bf16_copy_;
+}
+
+void ParamStore::values_updated(bool copy_written) {
+  ++values_version_;
+  if (copy_written) {
+    TESSERA_CHECK(bf16_copy_.defined(), "ParamStore::values_updated: no bf16 copy was written");
+    copy_version_ = values_version_;
+  }
 }
 
 }  // namespace tessera::nn

@@ -1,13 +1,16 @@
 // ParamStore: every parameter of a model (or of one pipeline stage) as a view into one flat value
 // buffer and one flat gradient buffer, with its logical name, global shape and shard. Zeroing the
 // gradients is one memset; optimizers, gradient sync and checkpoints work on ranges of the buffers.
+// It also owns the precision its layers multiply the weights in, and the weights' bf16 copy.
 #pragma once
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace tessera::nn {
 
@@ -74,7 +77,7 @@ struct ParamSpec {
   // (expert) dimension, replicated over tp, and its gradient is complete over the ep group. Every
   // other parameter's gradient under expert parallelism covers this ep rank's tokens only.
   bool expert = false;
-  // Every op that reads it under bf16 reads bf16 values: the registered bf16 copy, or its own
+  // Every op that reads it under bf16 reads bf16 values: the store's bf16 copy, or its own
   // rounding (a linear layer's weight, a GEMM operand; an unsplit token table, whose lookup reads
   // the copy and whose tied head is a GEMM). Mixed precision need not round its held values in
   // place then (optim/mixed_precision.h).
@@ -167,7 +170,33 @@ class ParamStore {
   void assign_logical(Tensor& local, int id, const Tensor& logical);
   Shape logical_local_shape(int id) const;
 
+  // ---- precision: how the layers multiply these weights, and the weights' bf16 copy ----------
+  // Ownership rule: the store owns the bf16 copy of its values (one bf16 element per element of
+  // the flat buffer), kept while matmul_inputs() is bf16 on an unsharded store (ZeRO-3's layers
+  // multiply gathered units, which each GEMM rounds). Every write of the values bumps
+  // values_version(): the optimizer's update (values_updated), a checkpoint load or assign_logical
+  // (values_written). The copy records the version it was rounded from, and operand() rounds it
+  // again first when the two differ: a stale copy is never read. Rounding values in place to bf16
+  // (mixed precision's norms and biases for a step, then restored) leaves the copy valid: a value
+  // and its rounding round to the same bits.
+  void set_matmul_inputs(ops::MatmulInputs inputs) { matmul_inputs_ = inputs; }  // mixed precision's choice
+  ops::MatmulInputs matmul_inputs() const { return matmul_inputs_; }
+  // The parameter's value for a layer's products and lookups, with its bf16 copy when the store
+  // keeps one (rounded again first if stale).
+  ops::Operand operand(int id);
+  uint64_t values_version() const { return values_version_; }
+  void values_written() { ++values_version_; }  // the values changed: the copy is stale
+  // The update: the bf16 copy (allocated if needed) for it to write as it writes every value
+  // (ops::adamw_spans' param_bits), or undefined when the store keeps none; then values_updated.
+  Tensor bf16_copy_for_update();
+  // The update wrote the values, and with copy_written the copy's bits of every one of them too.
+  void values_updated(bool copy_written);
+
  private:
+  bool keeps_bf16_copy() const {
+    return matmul_inputs_ == ops::MatmulInputs::bf16 && !sharded_ && flat_values_.defined();
+  }
+  void allocate_bf16_copy();  // when none of the flat buffer's size is held: made, marked stale
   template <typename T>
   T& checked(T& t, int id, const char* what) const {
     TESSERA_CHECK(t.defined(), "parameter ", specs_[id].name, ": ", what, " used while not gathered (ZeRO-3)");
@@ -184,6 +213,11 @@ class ParamStore {
   int64_t shard_begin_ = 0;
   Tensor shard_values_, shard_grads_;
   int64_t total_ = 0;
+  ops::MatmulInputs matmul_inputs_ = ops::MatmulInputs::f32;
+  static constexpr uint64_t kNoVersion = std::numeric_limits<uint64_t>::max();
+  uint64_t values_version_ = 0;
+  Tensor bf16_copy_;                     // the flat values rounded to bf16 (keeps_bf16_copy())
+  uint64_t copy_version_ = kNoVersion;   // the values_version_ bf16_copy_ was rounded from
 };
 
 }  // namespace tessera::nn

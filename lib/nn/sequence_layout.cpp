@@ -20,18 +20,19 @@ AttentionSaved SequenceLayout::allocate(int64_t batch, int64_t local_seq, int64_
   return s;
 }
 
-void SequenceLayout::forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved) {
+void SequenceLayout::forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved,
+                             ops::MatmulInputs inputs) {
   if (causal) {
-    ops::attention_forward(out, saved.lse, qkv, heads);
+    ops::attention_forward(out, saved.lse, qkv, heads, inputs);
   } else {  // q, k and v all read from the qkv rows
     ops::attention_block_forward(out, saved.lse, qkv, qkv, heads, false, false);
   }
 }
 
 void SequenceLayout::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                              int64_t heads, bool causal, const AttentionSaved& saved) {
+                              int64_t heads, bool causal, const AttentionSaved& saved, ops::MatmulInputs inputs) {
   if (causal) {
-    ops::attention_backward(dqkv, dout, qkv, out, saved.lse, heads);
+    ops::attention_backward(dqkv, dout, qkv, out, saved.lse, heads, inputs);
   } else {
     dqkv.zero();
     ops::attention_block_backward(dqkv, dqkv, dout, qkv, qkv, out, saved.lse, heads, false);

@@ -6,6 +6,7 @@
 // inside attention (and in all_reduce, for a model's per-sequence values) only.
 #pragma once
 #include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace tessera::nn {
 
@@ -28,11 +29,13 @@ class SequenceLayout {
 
   // qkv [B, Tl, 3, H, D] of this rank's positions (H: the heads this rank holds) -> out [B, Tl, H, D];
   // causal: each position attends to itself and earlier ones only (language models), else to all.
+  // inputs: the precision of the attention's products (ops::attention_forward; the CPU's are fp32).
   virtual AttentionSaved allocate(int64_t batch, int64_t local_seq, int64_t heads, int64_t head_dim,
                                   Device device);
-  virtual void forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved);
+  virtual void forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved,
+                       ops::MatmulInputs inputs);
   virtual void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t heads,
-                        bool causal, const AttentionSaved& saved);
+                        bool causal, const AttentionSaved& saved, ops::MatmulInputs inputs);
 
   // Sums t over the sequence-parallel group (a model's per-sequence values from its shares of the
   // positions, e.g. a pooled image token); nothing on one rank.

@@ -31,12 +31,13 @@ Shard TensorLayout::feature_split(int dim, int64_t extent, int64_t groups, bool 
   return {};
 }
 
-void TensorLayout::linear_forward(Tensor&, const Tensor&, const Tensor&, const Tensor*, LinearRole) const {
+void TensorLayout::linear_forward(Tensor&, const Tensor&, const ops::Operand&, const Tensor*, LinearRole,
+                                  ops::MatmulInputs) const {
   throw Error("linear_forward: this tensor-parallel layout does not split a linear layer's input features");
 }
 
-void TensorLayout::linear_backward(Tensor*, const Tensor&, const Tensor&, const Tensor&, Tensor*, Tensor*, bool,
-                                   LinearRole) const {
+void TensorLayout::linear_backward(Tensor*, const Tensor&, const Tensor&, const ops::Operand&, Tensor*, Tensor*, bool,
+                                   LinearRole, ops::MatmulInputs) const {
   throw Error("linear_backward: this tensor-parallel layout does not split a linear layer's input features");
 }
 

@@ -68,12 +68,14 @@ class TensorLayout {
   // Which ranks' gradients complete those of weight blocks and of the table (nn::PartialGrad).
   virtual PartialGrad weight_partial() const { return PartialGrad::complete; }
   virtual PartialGrad table_partial() const { return PartialGrad::complete; }
-  // y = x W^T (+ b) for a weight block, x and y the rows' feature blocks (grid layouts only).
-  virtual void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, LinearRole role) const;
+  // y = x W^T (+ b) for a weight block, x and y the rows' feature blocks (grid layouts only); the
+  // products multiply `inputs` (w: the block with the store's bf16 copy of it, if any).
+  virtual void linear_forward(Tensor& y, const Tensor& x, const ops::Operand& w, const Tensor* b, LinearRole role,
+                              ops::MatmulInputs inputs) const;
   // dx = dy W (overwritten, or added when accumulate_dx; skipped when dx is null); dw += dy^T x
   // and db += the rows' sums of dy, when given.
-  virtual void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
-                               Tensor* db, bool accumulate_dx, LinearRole role) const;
+  virtual void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const ops::Operand& w, Tensor* dw,
+                               Tensor* db, bool accumulate_dx, LinearRole role, ops::MatmulInputs inputs) const;
   // The token table's rows over all features (its feature blocks gathered over the grid column),
   // and the gradient back: block_grad += this rank's block of whole_grad summed over the column.
   // Identity / accumulate under 1D.

@@ -1,4 +1,4 @@
-// MixedPrecision: in-place rounding, the fp32 master copy, and bf16's copy of the rounded weights.
+// MixedPrecision: in-place rounding, the fp32 master copy, and the stores' precision of products.
 #include "optim/mixed_precision.h"
 
 #include "kernels/ops.h"
@@ -21,12 +21,14 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
-MixedPrecision::MixedPrecision(nn::ParamStore& store, Precision precision, std::vector<Tensor> extra)
+MixedPrecision::MixedPrecision(nn::ParamStore& store, Precision precision, parallel::TiedWeights* tied)
     : store_(store),
       precision_(precision),
+      mirror_values_(tied ? tied->mirror_values() : Tensor()),
       rounding_(precision == Precision::bf16 ? DType::bf16 : precision == Precision::fp16 ? DType::f16 : DType::f32) {
-  for (Tensor& t : extra)
-    if (t.defined()) extra_.push_back(t);
+  const ops::MatmulInputs inputs = precision == Precision::bf16 ? ops::MatmulInputs::bf16 : ops::MatmulInputs::f32;
+  store.set_matmul_inputs(inputs);
+  if (nn::ParamStore* mirror = tied ? tied->mirror_store() : nullptr) mirror->set_matmul_inputs(inputs);
   for (const nn::ParamSpec& s : store.specs()) {  // the runs of parameters not rounded on read
     const int64_t n = s.local_shape.numel();
     if (s.rounded_on_read || n == 0) continue;
@@ -50,7 +52,7 @@ void MixedPrecision::round_weights() {
     master_.copy_from(held.reshape({held.numel()}));
     rounding_.round(held);
   }
-  for (Tensor& t : extra_) rounding_.round(t);
+  if (mirror_values_.defined()) rounding_.round(mirror_values_);
 }
 
 // f(values, master) for each run rounded in place: its held values and its part of the master.
@@ -64,35 +66,21 @@ void MixedPrecision::for_each_run_rounded_in_place(Tensor flat, F f) {
   }
 }
 
-// Every weight's bits in one pass (a weight's bits are its rounded value's), unless the last update
-// wrote them; the runs read by other ops are also copied to the master and rounded in place.
+// The runs read by other ops than products are copied to the master and rounded in place; the
+// others keep their fp32 values, and the store's bf16 copy of them (nn::ParamStore::operand).
 void MixedPrecision::round_bf16_held(Tensor flat) {
   int64_t kept = 0;
   for (const parallel::Range& r : runs_rounded_in_place_) kept += r.size();
-  if (!bf16_copy_.defined() || bf16_copy_.numel() != flat.numel() || bf16_copy_.device() != flat.device()) {
-    bf16_copy_ = Tensor::empty({flat.numel()}, DType::bf16, flat.device());
-    bits_written_by_update_ = false;  // not into this copy
-  }
   if (!master_.defined() || master_.numel() != kept || master_.device() != flat.device())
     master_ = Tensor::empty({kept}, DType::f32, flat.device());
-  if (!bits_written_by_update_) ops::cast(bf16_copy_, flat);
-  bits_written_by_update_ = false;
   for_each_run_rounded_in_place(flat, [&](Tensor values, Tensor master) {
     master.copy_from(values);
     rounding_.round(values);
   });
-  ops::set_bf16_copy(flat, bf16_copy_);
-  copy_registered_ = true;
-}
-
-Tensor MixedPrecision::weight_bits_for_update() {
-  if (precision_ != Precision::bf16 || store_.sharded() || !bf16_copy_.defined()) return Tensor();
-  return bf16_copy_.numel() == store_.flat_values().numel() ? bf16_copy_ : Tensor();
 }
 
 void MixedPrecision::restore_weights() {
   if (!low()) return;
-  forget_bf16_copy();
   Tensor held = held_values();
   Tensor flat = held.reshape({held.numel()});
   if (precision_ != Precision::bf16 || store_.sharded()) {
@@ -109,11 +97,6 @@ std::optional<double> MixedPrecision::round_gradients(Tensor held, bool sum_squa
   }
   Tensor flat = held.reshape({held.numel()});
   return ops::round_bf16_inplace_sum_squares(flat);
-}
-
-void MixedPrecision::forget_bf16_copy() {
-  if (copy_registered_) ops::clear_bf16_copy();
-  copy_registered_ = false;
 }
 
 }  // namespace tessera::optim

@@ -98,19 +98,20 @@ double ZeroOptimizer::grad_norm(std::optional<double> held_squares) {
   return std::sqrt(sq);
 }
 
-bool ZeroOptimizer::step(float lr, float grad_scale, Tensor weight_bits) {
-  TESSERA_CHECK(!weight_bits.defined() || writes_weight_bits(), "ZeroOptimizer::step: weight bits need zero 0 ",
-                "and the optimizer states in memory");
+bool ZeroOptimizer::step(float lr, float grad_scale) {
   // Without ZeRO and under ZeRO-3 the update reads every gradient the store zeroes each step (the
   // flat buffer, the shard): it zeroes them as it goes. ZeRO-1/2 update a shard of a larger buffer.
   if (zero_ == 0) {
+    const Tensor weight_bits = writes_weight_bits() ? store_.bf16_copy_for_update() : Tensor();
     adamw_.step(lr, grad_scale, /*zero_grads=*/true, weight_bits);
+    store_.values_updated(/*copy_written=*/weight_bits.defined());
     return true;
   }
   const parallel::Range mine = adamw_.shard();
   Tensor params = zero_ == 3 ? store_.shard_values() : store_.flat_values().slice(mine.begin, {mine.size()});
   const Tensor grads = shard_grads();
   adamw_.step(lr, grad_scale, params, grads, /*zero_grads=*/zero_ == 3);
+  store_.values_updated(/*copy_written=*/false);
   if (zero_ == 3) return true;  // the shard is all this rank holds
   // all-gather(dp): every rank's updated shard into every rank's full parameter buffer.
   gather_input_.copy_from(params);

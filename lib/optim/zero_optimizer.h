@@ -44,9 +44,10 @@ class ZeroOptimizer {
   // or ep (whose groups hold some gradients on several ranks, counted once).
   bool norm_share_is_held_sum() const { return (!tp_ || tp_->size() == 1) && (!ep_ || ep_->size() == 1); }
   // The update; returns whether it left the gradients zero (without ZeRO: the update zeroes each
-  // gradient as it reads it, so the next step's zeroing pass is not needed). weight_bits (when
-  // writes_weight_bits()): bf16 bits of every weight in the flat order, written as they are updated.
-  bool step(float lr, float grad_scale, Tensor weight_bits = Tensor());
+  // gradient as it reads it, so the next step's zeroing pass is not needed). It bumps the store's
+  // values version (nn::ParamStore::values_updated); when writes_weight_bits() and the store keeps a
+  // bf16 copy, it writes the copy's bits of every weight as it updates them, so the copy stays current.
+  bool step(float lr, float grad_scale);
   // Whether step can write the weights' bits: without ZeRO (every weight updated here) and with
   // the states in memory.
   bool writes_weight_bits() const { return zero_ == 0 && !adamw_.states_in_files(); }

@@ -93,13 +93,13 @@ Tensor SequenceAttention::scratch(int i, Shape shape, Device device) {
   return scratch_[i].slice(0, std::move(shape));
 }
 
-void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal) {
+void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal, ops::MatmulInputs inputs) {
   check_call("forward", qkv, 3, out, 1, saved);
   if (mode_ == SequenceMode::ring) return ring_forward(out, qkv, saved, ring_route(causal));
   to_heads(saved.qkv_heads, qkv, 3);
   const int64_t hs = heads_ / sp_.size();
   if (causal) {
-    ops::attention_forward(saved.out_heads, saved.lse, saved.qkv_heads, hs);
+    ops::attention_forward(saved.out_heads, saved.lse, saved.qkv_heads, hs, inputs);
   } else {
     ops::attention_block_forward(saved.out_heads, saved.lse, saved.qkv_heads, saved.qkv_heads, hs, false, false);
   }
@@ -107,7 +107,7 @@ void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bo
 }
 
 void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                 const Saved& saved, bool causal) {
+                                 const Saved& saved, bool causal, ops::MatmulInputs inputs) {
   check_call("backward", dqkv, 3, dout, 1, saved);
   check_call("backward", qkv, 3, out, 1, saved);
   if (mode_ == SequenceMode::ring) return ring_backward(dqkv, dout, qkv, out, saved, ring_route(causal));
@@ -118,7 +118,7 @@ void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor&
   to_heads(dout_heads, dout, 1);
   Tensor dqkv_heads = scratch(1, {saved.batch, seq, 3 * hs * head_dim_}, dout.device());
   if (causal) {
-    ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs);
+    ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs, inputs);
   } else {
     dqkv_heads.zero();
     ops::attention_block_backward(dqkv_heads, dqkv_heads, dout_heads, saved.qkv_heads, saved.qkv_heads,

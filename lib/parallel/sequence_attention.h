@@ -59,11 +59,13 @@ class SequenceAttention {
 
   // qkv [B, Tl, 3, H, D] (or [B, Tl, 3 H D]; q, k, v of this rank's positions, heads inside) ->
   // out [B, Tl, H, D] (overwritten). causal: a position attends to itself and earlier ones only.
-  void forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal = true);
+  // inputs: the precision of the head-shard kernel's products (ops::attention_forward).
+  void forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal = true,
+               ops::MatmulInputs inputs = ops::MatmulInputs::f32);
   // dqkv (qkv's shape) overwritten, from dout (out's shape); qkv and out as given to / left by
-  // forward, causal as there.
+  // forward, causal and inputs as there.
   void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved,
-                bool causal = true);
+                bool causal = true, ops::MatmulInputs inputs = ops::MatmulInputs::f32);
 
   SequenceMode mode() const { return mode_; }
 

@@ -20,12 +20,13 @@ class SequenceParallel final : public nn::SequenceLayout {
   nn::AttentionSaved allocate(int64_t batch, int64_t local_seq, int64_t, int64_t, Device device) override {
     return attention_.allocate(batch, local_seq, device);
   }
-  void forward(Tensor& out, const Tensor& qkv, int64_t, bool causal, nn::AttentionSaved& saved) override {
-    attention_.forward(out, qkv, saved, causal);
+  void forward(Tensor& out, const Tensor& qkv, int64_t, bool causal, nn::AttentionSaved& saved,
+               ops::MatmulInputs inputs) override {
+    attention_.forward(out, qkv, saved, causal, inputs);
   }
   void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t, bool causal,
-                const nn::AttentionSaved& saved) override {
-    attention_.backward(dqkv, dout, qkv, out, saved, causal);
+                const nn::AttentionSaved& saved, ops::MatmulInputs inputs) override {
+    attention_.backward(dqkv, dout, qkv, out, saved, causal, inputs);
   }
   void all_reduce(Tensor& t) const override { sp_.all_reduce_sum(t); }
 

@@ -101,59 +101,62 @@ nn::PartialGrad TensorParallelGrid::table_partial() const {
   return grid_.cube || grid_.depth > 1 ? nn::PartialGrad::replicas : nn::PartialGrad::complete;
 }
 
-void TensorParallelGrid::linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
-                                        nn::LinearRole role) const {
+void TensorParallelGrid::linear_forward(Tensor& y, const Tensor& x, const ops::Operand& w, const Tensor* b,
+                                        nn::LinearRole role, ops::MatmulInputs inputs) const {
   if (grid_.cube) {
-    cube_forward(y, x, w, b, role);
+    cube_forward(y, x, w.values, b, role, inputs);  // multiplies gathered weights: no copy to read
   } else {
-    summa_forward(y, x, w, b);
+    summa_forward(y, x, w, b, inputs);
   }
 }
 
-void TensorParallelGrid::linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
-                                         Tensor* db, bool accumulate_dx, nn::LinearRole role) const {
+void TensorParallelGrid::linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const ops::Operand& w,
+                                         Tensor* dw, Tensor* db, bool accumulate_dx, nn::LinearRole role,
+                                         ops::MatmulInputs inputs) const {
   if (grid_.cube) {
-    cube_backward(dx, dy, x, w, dw, db, accumulate_dx, role);
+    cube_backward(dx, dy, x, w.values, dw, db, accumulate_dx, role, inputs);
   } else {
-    summa_backward(dx, dy, x, w, dw, db, accumulate_dx);
+    summa_backward(dx, dy, x, w, dw, db, accumulate_dx, inputs);
   }
 }
 
 // y[row, col] = b[col] + sum_k x[row, k] W[col, k]^T: step k broadcasts x's block k along the grid
 // row (from column k) and W's block (col, k) along the grid column (from row k). The root sends
-// its own block in place; the others receive into the workspace.
-void TensorParallelGrid::summa_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const {
+// its own block in place (and multiplies it with its bf16 copy); the others receive into the workspace.
+void TensorParallelGrid::summa_forward(Tensor& y, const Tensor& x, const ops::Operand& w, const Tensor* b,
+                                       ops::MatmulInputs inputs) const {
   Tensor xm = as_matrix(x), ym = as_matrix(y);
-  Tensor xk = work(x_block, xm.shape()), wk = work(w_block, w.shape());
+  Tensor xk = work(x_block, xm.shape()), wk = work(w_block, w.values.shape());
   if (b) {
     ops::broadcast_rows(ym, *b);
   } else {
     ym.zero();
   }
   for (int k = 0; k < grid_.q; ++k) {
-    Tensor x_step = grid_.col == k ? xm : xk, w_step = grid_.row == k ? w : wk;
+    Tensor x_step = grid_.col == k ? xm : xk;
+    ops::Operand w_step = grid_.row == k ? w : ops::Operand(wk);
     row_.broadcast(x_step, k);
-    col_.broadcast(w_step, k);
-    ops::matmul(x_step, false, w_step, true, ym, 1.0f, 1.0f);
+    col_.broadcast(w_step.values, k);
+    ops::matmul(x_step, false, w_step, true, ym, 1.0f, 1.0f, inputs);
   }
 }
 
 // dx[row, k] = sum_col dy[row, col] W[col, k]: W's block (col, k) broadcast along the column, the
 // partial products reduced along the row to column k. dW[col, k] = sum_row dy[row, col]^T x[row, k]:
 // x's block k broadcast along the row, the partial products reduced along the column to row k.
-void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
-                                        Tensor* db, bool accumulate_dx) const {
+void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const ops::Operand& w,
+                                        Tensor* dw, Tensor* db, bool accumulate_dx, ops::MatmulInputs inputs) const {
   Tensor dym = as_matrix(dy), xm = as_matrix(x);
   if (db) ops::bias_backward(*db, dym);
   if (!dx && !dw) return;
-  const ops::SharedBf16Operand shared_dy(dym);  // every step's products read it: rounded once under bf16
-  Tensor wk = work(w_block, w.shape()), xk = work(x_block, xm.shape());
-  Tensor dx_part = work(Slot::dx_part, xm.shape()), dw_part = work(Slot::dw_part, w.shape());
+  const ops::RoundedOperand rounded_dy(dym, inputs);  // every step's products read it: rounded once under bf16
+  Tensor wk = work(w_block, w.values.shape()), xk = work(x_block, xm.shape());
+  Tensor dx_part = work(Slot::dx_part, xm.shape()), dw_part = work(Slot::dw_part, w.values.shape());
   for (int k = 0; k < grid_.q; ++k) {
     if (dx) {
-      Tensor w_step = grid_.row == k ? w : wk;
-      col_.broadcast(w_step, k);
-      ops::matmul(dym, false, w_step, false, dx_part);
+      ops::Operand w_step = grid_.row == k ? w : ops::Operand(wk);
+      col_.broadcast(w_step.values, k);
+      ops::matmul(rounded_dy, false, w_step, false, dx_part, 1.0f, 0.0f, inputs);
       row_.reduce_sum(dx_part, k);
       if (grid_.col == k) {
         Tensor dxm = as_matrix(*dx);
@@ -167,7 +170,7 @@ void TensorParallelGrid::summa_backward(Tensor* dx, const Tensor& dy, const Tens
     if (dw) {
       Tensor x_step = grid_.col == k ? xm : xk;
       row_.broadcast(x_step, k);
-      ops::matmul(dym, true, x_step, false, dw_part);
+      ops::matmul(rounded_dy, true, x_step, false, dw_part, 1.0f, 0.0f, inputs);
       col_.reduce_sum(dw_part, k);
       if (grid_.row == k) ops::add_inplace(*dw, dw_part);
     }

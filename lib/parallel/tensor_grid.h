@@ -49,9 +49,10 @@ class TensorParallelGrid final : public nn::TensorLayout {
   nn::PartialGrad weight_partial() const override;
   nn::PartialGrad table_partial() const override;
 
-  void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, nn::LinearRole role) const override;
-  void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw, Tensor* db,
-                       bool accumulate_dx, nn::LinearRole role) const override;
+  void linear_forward(Tensor& y, const Tensor& x, const ops::Operand& w, const Tensor* b, nn::LinearRole role,
+                      ops::MatmulInputs inputs) const override;
+  void linear_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const ops::Operand& w, Tensor* dw, Tensor* db,
+                       bool accumulate_dx, nn::LinearRole role, ops::MatmulInputs inputs) const override;
 
   const Tensor& gather_block_columns(const Tensor& block, Tensor& whole) const override;
   void scatter_block_columns(Tensor& whole_grad, Tensor& block_grad) const override;
@@ -64,12 +65,14 @@ class TensorParallelGrid final : public nn::TensorLayout {
   void all_reduce_max(Tensor& t) const override;
 
  private:
-  void summa_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b) const;
-  void summa_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw, Tensor* db,
-                      bool accumulate_dx) const;
-  void cube_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, nn::LinearRole role) const;
+  void summa_forward(Tensor& y, const Tensor& x, const ops::Operand& w, const Tensor* b,
+                     ops::MatmulInputs inputs) const;
+  void summa_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const ops::Operand& w, Tensor* dw, Tensor* db,
+                      bool accumulate_dx, ops::MatmulInputs inputs) const;
+  void cube_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b, nn::LinearRole role,
+                    ops::MatmulInputs inputs) const;
   void cube_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw, Tensor* db,
-                     bool accumulate_dx, nn::LinearRole role) const;
+                     bool accumulate_dx, nn::LinearRole role, ops::MatmulInputs inputs) const;
   static Tensor as_matrix(const Tensor& t);  // [..., c] as [rows, c]
   // Workspace kept between calls (a step allocates nothing once every layer has run): a view of
   // slot s's buffer, which grows (freed first) to the largest shape asked of it.

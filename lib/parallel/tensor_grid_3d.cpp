@@ -8,7 +8,7 @@
 namespace tessera::parallel {
 
 void TensorParallelGrid::cube_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor* b,
-                                      nn::LinearRole role) const {
+                                      nn::LinearRole role, ops::MatmulInputs inputs) const {
   const bool into = role == nn::LinearRole::into_branch;
   comm::Communicator& gather = into ? row_ : depth_;
   comm::Communicator& scatter = into ? depth_ : row_;
@@ -23,13 +23,14 @@ void TensorParallelGrid::cube_forward(Tensor& y, const Tensor& x, const Tensor& 
   Tensor partial = work(dx_part, {q * rows, ym.dim(1)});
   const bool with_bias = b && scatter.rank() == 0;
   if (with_bias) ops::broadcast_rows(partial, *b);
-  ops::matmul(whole_x, false, whole_w, true, partial, 1.0f, with_bias ? 1.0f : 0.0f);
+  ops::matmul(whole_x, false, whole_w, true, partial, 1.0f, with_bias ? 1.0f : 0.0f, inputs);
   Tensor flat = ym.reshape({ym.numel()});
   scatter.reduce_scatter(partial.reshape({partial.numel()}), flat);
 }
 
 void TensorParallelGrid::cube_backward(Tensor* dx, const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dw,
-                                       Tensor* db, bool accumulate_dx, nn::LinearRole role) const {
+                                       Tensor* db, bool accumulate_dx, nn::LinearRole role,
+                                       ops::MatmulInputs inputs) const {
   const bool into = role == nn::LinearRole::into_branch;
   comm::Communicator& gather = into ? row_ : depth_;  // forward's: x's rows; backward: dx's reduce-scatter
   comm::Communicator& scatter = into ? depth_ : row_; // forward's: y's rows; backward: dy's gather
@@ -39,12 +40,12 @@ void TensorParallelGrid::cube_backward(Tensor* dx, const Tensor& dy, const Tenso
   const int64_t q = grid_.q, rows = dym.dim(0);
   Tensor whole_dy = work(dy_whole, {q * rows, dym.dim(1)});
   scatter.all_gather(dym.reshape({dym.numel()}), whole_dy);
-  const ops::SharedBf16Operand shared_dy(whole_dy);  // both products read it: rounded once under bf16
+  const ops::RoundedOperand rounded_dy(whole_dy, inputs);  // both products read it: rounded once under bf16
   if (dx) {
     Tensor whole_w = work(w_block, {w.dim(0), w.dim(1) * q});
     gather_columns(col_, w, whole_w);
     Tensor partial = work(dx_part, {q * rows, whole_w.dim(1)});
-    ops::matmul(whole_dy, false, whole_w, false, partial);
+    ops::matmul(rounded_dy, false, whole_w, false, partial, 1.0f, 0.0f, inputs);
     Tensor dxm = as_matrix(*dx);
     Tensor out = accumulate_dx ? work(dx_sum, dxm.shape()) : dxm;
     Tensor flat = out.reshape({out.numel()});
@@ -56,7 +57,7 @@ void TensorParallelGrid::cube_backward(Tensor* dx, const Tensor& dy, const Tenso
     Tensor whole_x = work(x_block, {q * xm.dim(0), xm.dim(1)});
     gather.all_gather(xm.reshape({xm.numel()}), whole_x);
     Tensor partial = work(dw_part, {w.dim(0), w.dim(1) * q});
-    ops::matmul(whole_dy, true, whole_x, false, partial);
+    ops::matmul(rounded_dy, true, whole_x, false, partial, 1.0f, 0.0f, inputs);
     Tensor piece = work(dw_piece, w.shape());
     reduce_scatter_columns(col_, partial, piece);
     ops::add_inplace(*dw, piece);

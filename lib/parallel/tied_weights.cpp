@@ -50,6 +50,7 @@ void TiedWeights::copy_to_mirror() {
   } else if (last()) {
     pp_.recv(buffer_, 0, kValueTag);
     mirror_->value(param_).copy_from(buffer_);
+    mirror_->values_written();
   }
 }
 

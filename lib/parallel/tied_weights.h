@@ -25,6 +25,7 @@ class TiedWeights {
   // After the optimizer step.
   void copy_to_mirror();
   Tensor mirror_values() { return last() ? mirror_->value(param_) : Tensor(); }  // undefined off the last stage
+  nn::ParamStore* mirror_store() { return mirror_; }                              // null off the last stage
 
  private:
   bool first() const { return store_ != nullptr; }

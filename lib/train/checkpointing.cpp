@@ -263,6 +263,7 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
     r.read_runs("/optim/" + s.name + "/exp_avg_sq", runs, v.data<float>() + at);
   }
   (sharded ? st.params.shard_values() : st.params.flat_values()).copy_from(values);
+  st.params.values_written();  // a bf16 copy of the values before is stale now
   st.optimizer.write_states(0, opt.size(), m.data<float>(), v.data<float>());
   st.optimizer.set_steps_taken(r.attr_int("optimizer_steps"));
   return info;

@@ -139,10 +139,7 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
                                        : nullptr),
       optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_, &pp_, &ep_),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
-      precision_(work.params(), optim::parse_precision(config.precision),
-                 {work.tied_weights() ? work.tied_weights()->mirror_values() : Tensor()}),
-      matmul_inputs_(precision_.precision() == optim::Precision::bf16 ? ops::MatmulInputs::bf16
-                                                                      : ops::MatmulInputs::f32),
+      precision_(work.params(), optim::parse_precision(config.precision), work.tied_weights()),
       scaler_(precision_.precision() == optim::Precision::fp16 ? config.loss_scaler : unit_loss_scale()),
       faults_(FaultHooks::from_environment()) {
   config.validate(batch_ranks_);
@@ -238,11 +235,8 @@ double Trainer::update(int64_t step, float loss, double lr, TrainResult& result,
     if (root) progress.message(what + "; step skipped (--on-nan skip)");
     return norm;
   }
-  // bf16 without ZeRO: the update writes the weights' bits for the next step's GEMMs as it goes.
-  const Tensor weight_bits = optimizer_.writes_weight_bits() ? precision_.weight_bits_for_update() : Tensor();
   grads_zero_ = optimizer_.step(static_cast<float>(lr),
-                                optim::clip_factor(norm, config_.grad_clip) / static_cast<float>(loss_scale), weight_bits);
-  if (weight_bits.defined()) precision_.note_weight_bits_written();
+                                optim::clip_factor(norm, config_.grad_clip) / static_cast<float>(loss_scale));
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();
   return norm;
 }
@@ -296,7 +290,6 @@ TrainResult Trainer::run() {
   }
   const int64_t first_step = resumed.step + 1;
   Progress progress(config_.steps, config_.log_every, first_step);
-  precision_.weights_changed();  // a checkpoint may have been loaded over them
   if (parallel::TiedWeights* tied = work_.tied_weights()) tied->copy_to_mirror();  // a resumed table
   std::unique_ptr<RunTrace> trace;
   if (!config_.trace_path.empty()) {

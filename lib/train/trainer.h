@@ -85,7 +85,6 @@ class Trainer {
   optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;
   optim::MixedPrecision precision_;
-  ops::MatmulInputsScope matmul_inputs_;  // bf16: the GEMMs multiply in bf16 while this trainer lives
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
   FaultHooks faults_;
   FolderLock folder_lock_;  // --checkpoint-dir belongs to this run while it runs

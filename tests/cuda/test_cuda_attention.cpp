@@ -2,7 +2,7 @@
 // fill a 64-row tile, and head_dim 16..128 (padded and exact): out and lse within 2e-5 + 1e-4 |x|,
 // dqkv within 1e-4 + 1e-3 |x|; backward overwrites every element of dqkv and is deterministic. The
 // tensor-core twins (*_bf16) against the CPU kernel on bf16-rounded inputs, by relative L2 error;
-// ops:: picks them under MatmulInputs::bf16 only.
+// ops:: picks them when the call asks for MatmulInputs::bf16 only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -177,7 +177,7 @@ TEST(CudaAttention, SequenceBeyondTheGridIsRefused) {
       [&] { gpu::attention_backward_bf16(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), 1, seq, 1, 64); });
 }
 
-// ops::attention_forward / attention_backward on CUDA run the tensor-core kernels under
+// ops::attention_forward / attention_backward on CUDA run the tensor-core kernels when asked for
 // MatmulInputs::bf16 and the fp32 ones otherwise (told apart by the op names the profile records;
 // TESSERA_CUDA_TC_ATTENTION=0 in the environment turns the first off, and this test fails then).
 TEST(CudaAttention, OpsPickTheTensorCoreKernelsUnderBf16Only) {
@@ -197,11 +197,10 @@ TEST(CudaAttention, OpsPickTheTensorCoreKernelsUnderBf16Only) {
   for (const ops::MatmulInputs inputs : {ops::MatmulInputs::f32, ops::MatmulInputs::bf16}) {
     const bool bf16 = inputs == ops::MatmulInputs::bf16;
     SCOPED_TRACE(bf16 ? "bf16" : "f32");
-    const ops::MatmulInputsScope scope(inputs);
     kernels::take_kernel_times();
     kernels::OpProfile profile;
-    ops::attention_forward(out, lse, qkv, heads);
-    ops::attention_backward(dqkv, dout, qkv, out, lse, heads);
+    ops::attention_forward(out, lse, qkv, heads, inputs);
+    ops::attention_backward(dqkv, dout, qkv, out, lse, heads, inputs);
     kernels::take_kernel_times(&profile);
     auto calls = [&](std::string_view name) {
       int64_t n = 0;

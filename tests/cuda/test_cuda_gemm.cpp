@@ -2,7 +2,7 @@
 // batched, and the empty product (k = 0). Tolerance 1e-5 + 2e-6 k absolute: fp32 rounding passes,
 // TF32 (10-bit mantissa) products would not. The bf16-input GEMM (tensor cores) against the CPU's
 // emulated bf16 GEMM: the same rounded products, summed in another order, so the same tolerance;
-// and ops::SharedBf16Operand's one rounded copy read by two products on the device.
+// and ops::RoundedOperand's one rounded copy read by two products on the device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,15 +111,15 @@ TEST(CudaGemm, Bf16CopiesAreReadInPlaceOfTheValues) {
   EXPECT_TRUE(all_close(dc.host(), want, tolerance(k), 1e-5));
 }
 
-// ops::SharedBf16Operand on the device: a linear layer's two backward products read one rounded
+// ops::RoundedOperand on the device: a linear layer's two backward products read one rounded
 // copy of dy (from the stream-ordered pool), the same numbers as rounding it for each; doubling dy
-// inside the scope does not reach the products (the copy is read), and does after it.
-TEST(CudaGemm, ASharedOperandIsRoundedOnceForBothProducts) {
+// while it lives does not reach the products that read it (the copy is read), and reaches dy itself.
+TEST(CudaGemm, ARoundedOperandIsRoundedOnceForBothProducts) {
   TESSERA_REQUIRE_CUDA();
   using tessera::Device;
   using tessera::Tensor;
   namespace ops = tessera::ops;
-  const ops::MatmulInputsScope bf16_inputs(ops::MatmulInputs::bf16);
+  const ops::MatmulInputs bf16 = ops::MatmulInputs::bf16;
   const int64_t rows = 48, in = 40, out = 72;
   const auto upload = [](const std::vector<float>& v, tessera::Shape shape) {
     Tensor t = Tensor::empty(std::move(shape));
@@ -134,18 +134,18 @@ TEST(CudaGemm, ASharedOperandIsRoundedOnceForBothProducts) {
   const Tensor x = upload(normal(rows * in, 601), {rows, in}), w = upload(normal(out * in, 602), {out, in});
   Tensor dw = Tensor::zeros({out, in}, tessera::DType::f32, Device::cuda);
   Tensor dx = Tensor::zeros({rows, in}, tessera::DType::f32, Device::cuda);
-  ops::matmul(dy, true, x, false, dw);
-  ops::matmul(dy, false, w, false, dx);
+  ops::matmul(dy, true, x, false, dw, 1.0f, 0.0f, bf16);
+  ops::matmul(dy, false, w, false, dx, 1.0f, 0.0f, bf16);
   const std::vector<float> dw_each = host(dw), dx_each = host(dx);
   {
-    const ops::SharedBf16Operand shared(dy);
-    ops::matmul(dy, true, x, false, dw);
+    const ops::RoundedOperand rounded(dy, bf16);
+    ops::matmul(rounded, true, x, false, dw, 1.0f, 0.0f, bf16);
     ops::scale_inplace(dy, 2.0f);
-    ops::matmul(dy, false, w, false, dx);
+    ops::matmul(rounded, false, w, false, dx, 1.0f, 0.0f, bf16);
     EXPECT_TRUE(all_close(host(dw), dw_each, tolerance(rows), 1e-5));
     EXPECT_TRUE(all_close(host(dx), dx_each, tolerance(out), 1e-5));
   }
-  ops::matmul(dy, false, w, false, dx);
+  ops::matmul(dy, false, w, false, dx, 1.0f, 0.0f, bf16);
   std::vector<float> doubled(dx_each);
   for (float& v : doubled) v *= 2.0f;
   EXPECT_TRUE(all_close(host(dx), doubled, tolerance(out), 1e-5));

@@ -1,7 +1,7 @@
 // Unit tests of the CPU embedding through ops::embedding_forward/backward: a whole table and a
 // vocab-parallel shard (tokens outside it contribute zero), with and without position embeddings;
 // backward accumulates and matches central finite differences of the forward, on 1 and 3 threads;
-// a table with a registered bf16 copy is read from it.
+// a table given with its bf16 copy is read from it.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -71,9 +71,9 @@ TEST_P(Embedding, ForwardGathersRows) {
   }
 }
 
-// A table with a registered bf16 copy is read from the copy: the rows of the table rounded to bf16
+// A table given with its bf16 copy is read from the copy: the rows of the table rounded to bf16
 // (what mixed precision's round trip leaves the table in fp32 for).
-TEST_P(Embedding, ForwardReadsATablesRegisteredBf16Copy) {
+TEST_P(Embedding, ForwardReadsATablesGivenBf16Copy) {
   const Case c = GetParam();
   const Tensor tokens = random_tokens(c.batch, c.seq, c.id_range, 1);
   const Tensor wte = random_tensor({c.vocab_rows, c.channels}, 2);
@@ -89,9 +89,7 @@ TEST_P(Embedding, ForwardReadsATablesRegisteredBf16Copy) {
   for (int threads : {1, 3}) {
     Threads scope(threads);
     Tensor out = random_tensor({c.batch, c.seq, c.channels}, 4);  // overwritten
-    tessera::ops::set_bf16_copy(wte.reshape({wte.numel()}), bits);
-    tessera::ops::embedding_forward(out, tokens, wte, wpe, c.vocab_start);
-    tessera::ops::clear_bf16_copy();
+    tessera::ops::embedding_forward(out, tokens, tessera::ops::Operand(wte, bits), wpe, c.vocab_start);
     int differs_from_fp32 = 0;
     for (int64_t i = 0; i < want.numel(); ++i) {
       ASSERT_EQ(out.data<float>()[i], want.data<float>()[i]) << i;

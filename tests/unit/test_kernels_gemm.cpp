@@ -164,18 +164,17 @@ TEST(Gemm, RejectsShapesThatDoNotFit) {
 void expect_linear_matches_unfused(int64_t m, int64_t n, int64_t k, bool gelu, bool bf16) {
   SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k << (gelu ? " +gelu" : "") << (bf16 ? " bf16" : " fp32")
                                   << " on " << tessera::kernels::cpu::gemm_library_name());
-  const tessera::ops::MatmulInputsScope inputs(bf16 ? tessera::ops::MatmulInputs::bf16
-                                                    : tessera::ops::MatmulInputs::f32);
+  const tessera::ops::MatmulInputs inputs = bf16 ? tessera::ops::MatmulInputs::bf16 : tessera::ops::MatmulInputs::f32;
   const Tensor x = random_tensor({m, k}, 20), w = random_tensor({n, k}, 21), bias = random_tensor({n}, 22);
   Tensor y = Tensor::empty({m, n}), pre = Tensor::empty({m, n});
   Tensor want = Tensor::empty({m, n}), want_pre = Tensor::empty({m, n});
-  tessera::ops::linear_forward(y, x, w, bias, gelu ? &pre : nullptr);
+  tessera::ops::linear_forward(y, x, w, bias, gelu ? &pre : nullptr, inputs);
   if (gelu) {
-    tessera::ops::matmul(x, false, w, true, want_pre);
+    tessera::ops::matmul(x, false, w, true, want_pre, 1.0f, 0.0f, inputs);
     tessera::ops::bias_gelu_forward(want, want_pre, bias);
   } else {
     tessera::ops::broadcast_rows(want, bias);
-    tessera::ops::matmul(x, false, w, true, want, 1.0f, 1.0f);
+    tessera::ops::matmul(x, false, w, true, want, 1.0f, 1.0f, inputs);
   }
   if (std::string(tessera::kernels::cpu::gemm_library_name()) == "BLAS") {
     EXPECT_EQ(0, std::memcmp(y.raw(), want.raw(), want.nbytes()));

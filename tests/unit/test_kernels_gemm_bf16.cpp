@@ -1,10 +1,10 @@
 // Unit tests of the GEMMs with bf16 inputs (ops::MatmulInputs::bf16, kernels/cpu/gemm_bf16.cpp):
 // against a double-precision product of the inputs rounded to bf16 here, for every transpose,
-// alpha and beta, batched, k = 0; that the rounding happens; that a registered bf16 copy is read in
-// place of its values (and only inside its range); that a shared operand (ops::SharedBf16Operand)
-// is rounded once for its scope's products, nests, and does nothing under fp32; that oneDNN's
-// bf16 path and the emulated one give the same numbers; that the path follows the CPU; and the
-// setting's scope.
+// alpha and beta, batched, k = 0; that the rounding happens only when the call asks for it; that
+// an operand's given bf16 copy is read in place of its values (and only for that operand); that a
+// rounded operand (ops::RoundedOperand) is rounded once for the products that read it, several may
+// live at once, and it rounds nothing under fp32; that oneDNN's bf16 path and the emulated one
+// give the same numbers; and that the path follows the CPU.
 // CTest runs this file as is and, prefixed "blas.", with TESSERA_CPU_GEMM=blas (emulated path).
 #include <gtest/gtest.h>
 
@@ -28,7 +28,9 @@
 using tessera::Shape;
 using tessera::Tensor;
 using tessera::ops::MatmulInputs;
-using tessera::ops::MatmulInputsScope;
+using tessera::ops::Operand;
+using tessera::ops::RoundedOperand;
+constexpr MatmulInputs kBf16 = MatmulInputs::bf16;
 namespace cpu = tessera::kernels::cpu;
 
 using tessera::testing::rel_error;
@@ -78,7 +80,6 @@ bool cpu_flag(const std::string& flag) {
 }  // namespace
 
 TEST(MatmulBf16, EveryTransposeMatchesTheRoundedInputsProduct) {
-  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
   const int64_t m = 37, n = 19, k = 53;
   for (const Case cs : kAllFour) {
     const Tensor a = random_tensor(cs.ta ? Shape{k, m} : Shape{m, k}, 1);
@@ -88,35 +89,29 @@ TEST(MatmulBf16, EveryTransposeMatchesTheRoundedInputsProduct) {
       if (beta == 0.0f)  // beta = 0 overwrites, NaN included
         for (int64_t i = 0; i < c.numel(); ++i) c.data<float>()[i] = NAN;
       const Tensor c0 = c.clone();
-      tessera::ops::matmul(a, cs.ta, b, cs.tb, c, 0.75f, beta);
+      tessera::ops::matmul(a, cs.ta, b, cs.tb, c, 0.75f, beta, kBf16);
       const auto want = reference(cs.ta, cs.tb, m, n, k, 0.75, a.data<float>(), b.data<float>(), beta, c0.data<float>());
       EXPECT_LT(rel_error(c.data<float>(), want), 1e-6) << "ta=" << cs.ta << " tb=" << cs.tb << " beta=" << beta;
     }
   }
 }
 
-TEST(MatmulBf16, RoundsTheInputsWhileTheScopeLives) {
+TEST(MatmulBf16, RoundsTheInputsOnlyWhenTheCallAsks) {
   const int64_t m = 16, n = 24, k = 64;
   const Tensor a = random_tensor({m, k}, 4), b = random_tensor({k, n}, 5);
   const auto exact = reference(false, false, m, n, k, 1.0, a.data<float>(), b.data<float>(), 0.0, nullptr, false);
   Tensor c = Tensor::empty({m, n});
-  {
-    const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
-    EXPECT_EQ(tessera::ops::matmul_inputs(), MatmulInputs::bf16);
-    tessera::ops::matmul(a, false, b, false, c);
-    // bf16 keeps 8 significant bits: the product moves by about 2^-9 relative, far above fp32's.
-    EXPECT_GT(rel_error(c.data<float>(), exact), 1e-4);
-    EXPECT_LT(rel_error(c.data<float>(), reference(false, false, m, n, k, 1.0, a.data<float>(), b.data<float>(), 0.0,
-                                                   nullptr)),
-              1e-6);
-  }
-  EXPECT_EQ(tessera::ops::matmul_inputs(), MatmulInputs::f32);  // the scope put the setting back
-  tessera::ops::matmul(a, false, b, false, c);
+  tessera::ops::matmul(a, false, b, false, c, 1.0f, 0.0f, kBf16);
+  // bf16 keeps 8 significant bits: the product moves by about 2^-9 relative, far above fp32's.
+  EXPECT_GT(rel_error(c.data<float>(), exact), 1e-4);
+  EXPECT_LT(rel_error(c.data<float>(), reference(false, false, m, n, k, 1.0, a.data<float>(), b.data<float>(), 0.0,
+                                                 nullptr)),
+            1e-6);
+  tessera::ops::matmul(a, false, b, false, c);  // the default: fp32 inputs, whatever ran before
   EXPECT_LT(rel_error(c.data<float>(), exact), 1e-6);
 }
 
-TEST(MatmulBf16, ARegisteredCopyIsReadInPlaceOfItsValues) {
-  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+TEST(MatmulBf16, AGivenCopyIsReadInPlaceOfItsValues) {
   const int64_t m = 8, n = 12, k = 40;
   // Two weight matrices in one flat buffer, as a parameter store holds them; the copy covers both.
   const Tensor flat = random_tensor({2 * n * k}, 13), x = random_tensor({m, k}, 14);
@@ -124,107 +119,100 @@ TEST(MatmulBf16, ARegisteredCopyIsReadInPlaceOfItsValues) {
   tessera::ops::scale_inplace(doubled, 2.0f);
   Tensor bits = Tensor::empty({2 * n * k}, tessera::DType::bf16);
   tessera::ops::cast(bits, doubled);  // deliberately not flat's values: reading it shows
-  struct Registered {  // cleared however the test ends
-    Registered(const Tensor& values, const Tensor& copy) { tessera::ops::set_bf16_copy(values, copy); }
-    ~Registered() { tessera::ops::clear_bf16_copy(); }
-  };
-  std::optional<Registered> registered(std::in_place, flat, bits);
+  const Operand flat_with_copy(flat, bits);
   const Tensor second = flat.slice(n * k, {n, k});
   Tensor c = Tensor::empty({m, n});
-  tessera::ops::matmul(x, false, second, true, c);
+  tessera::ops::matmul(x, false, flat_with_copy.slice(n * k, {n, k}), true, c, 1.0f, 0.0f, kBf16);
   const auto want = reference(false, true, m, n, k, 1.0, x.data<float>(), doubled.data<float>() + n * k, 0.0, nullptr);
   EXPECT_LT(rel_error(c.data<float>(), want), 1e-6) << "the copy of the second matrix was not read";
-  // An operand outside the registered range is rounded from its own values.
+  // An operand given without a copy is rounded from its own values.
   const Tensor other = second.clone();
-  tessera::ops::matmul(x, false, other, true, c);
+  tessera::ops::matmul(x, false, other, true, c, 1.0f, 0.0f, kBf16);
   EXPECT_LT(rel_error(c.data<float>(), reference(false, true, m, n, k, 1.0, x.data<float>(), other.data<float>(), 0.0,
                                                  nullptr)),
             1e-6);
-  registered.reset();
-  tessera::ops::matmul(x, false, second, true, c);
+  tessera::ops::matmul(x, false, second, true, c, 1.0f, 0.0f, kBf16);
   EXPECT_LT(rel_error(c.data<float>(), reference(false, true, m, n, k, 1.0, x.data<float>(), second.data<float>(), 0.0,
                                                  nullptr)),
             1e-6);
 }
 
-// A linear layer's backward: dW = dy^T x and dx = dy w both read dy. Shared, dy is rounded once
-// and both products read that copy: the same numbers as rounding it for each product. To show the
-// copy is what they read, dy's values are doubled inside the scope (which the contract forbids):
-// the products do not move until the scope ends.
-TEST(MatmulBf16, ASharedOperandIsRoundedOnceForEveryProductOfItsScope) {
-  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+// A linear layer's backward: dW = dy^T x and dx = dy w both read dy. Rounded once, both products
+// read that copy: the same numbers as rounding it for each product. To show the copy is what they
+// read, dy's values are doubled while it lives (which the contract forbids): the products that
+// read the rounded operand do not move, those given dy itself do.
+TEST(MatmulBf16, ARoundedOperandIsRoundedOnceForEveryProductThatReadsIt) {
   const int64_t rows = 24, in = 40, out = 36;
   Tensor dy = random_tensor({rows, out}, 16);
   const Tensor x = random_tensor({rows, in}, 17), w = random_tensor({out, in}, 18);
   Tensor dw_each = Tensor::empty({out, in}), dx_each = Tensor::empty({rows, in});
-  tessera::ops::matmul(dy, true, x, false, dw_each);
-  tessera::ops::matmul(dy, false, w, false, dx_each);
+  tessera::ops::matmul(dy, true, x, false, dw_each, 1.0f, 0.0f, kBf16);
+  tessera::ops::matmul(dy, false, w, false, dx_each, 1.0f, 0.0f, kBf16);
   Tensor dw = Tensor::empty({out, in}), dx = Tensor::empty({rows, in});
   {
-    const tessera::ops::SharedBf16Operand shared(dy);
-    tessera::ops::matmul(dy, true, x, false, dw);
+    const RoundedOperand rounded(dy, kBf16);
+    tessera::ops::matmul(rounded, true, x, false, dw, 1.0f, 0.0f, kBf16);
     tessera::ops::scale_inplace(dy, 2.0f);
-    tessera::ops::matmul(dy, false, w, false, dx);
+    tessera::ops::matmul(rounded, false, w, false, dx, 1.0f, 0.0f, kBf16);
     for (int64_t i = 0; i < dw.numel(); ++i) ASSERT_EQ(dw.data<float>()[i], dw_each.data<float>()[i]) << i;
     for (int64_t i = 0; i < dx.numel(); ++i) ASSERT_EQ(dx.data<float>()[i], dx_each.data<float>()[i]) << i;
-    // A view inside dy reads the copy's matching part.
+    // A slice of the rounded operand reads the copy's matching part.
     Tensor part = Tensor::empty({8, in});
-    tessera::ops::matmul(dy.rows(4, 8), false, w, false, part);
+    tessera::ops::matmul(rounded.operand().slice(4 * out, {8, out}), false, w, false, part, 1.0f, 0.0f, kBf16);
     for (int64_t i = 0; i < part.numel(); ++i) ASSERT_EQ(part.data<float>()[i], dx_each.data<float>()[4 * in + i]);
   }
-  tessera::ops::matmul(dy, false, w, false, dx);  // the scope has ended: dy's doubled values
+  tessera::ops::matmul(dy, false, w, false, dx, 1.0f, 0.0f, kBf16);  // dy itself: its doubled values
   for (int64_t i = 0; i < dx.numel(); ++i) ASSERT_EQ(dx.data<float>()[i], 2.0f * dx_each.data<float>()[i]) << i;
 }
 
-TEST(MatmulBf16, SharedOperandsNestAndEachEndsWithItsScope) {
-  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
+TEST(MatmulBf16, RoundedOperandsLiveTogetherAndEachIsReadWhereGiven) {
   const int64_t m = 10, n = 14, k = 22;
   Tensor a = random_tensor({m, k}, 19), b = random_tensor({k, n}, 20);
   Tensor before = Tensor::empty({m, n}), c = Tensor::empty({m, n});
-  tessera::ops::matmul(a, false, b, false, before);
-  const auto product = [&] {
-    tessera::ops::matmul(a, false, b, false, c);
+  tessera::ops::matmul(a, false, b, false, before, 1.0f, 0.0f, kBf16);
+  const auto product = [&](const Operand& x, const Operand& y) {
+    tessera::ops::matmul(x, false, y, false, c, 1.0f, 0.0f, kBf16);
     return c.data<float>()[0] / before.data<float>()[0];  // 1, 2 or 4: which operands doubled
   };
   {
-    const tessera::ops::SharedBf16Operand shared_a(a);
+    const RoundedOperand rounded_a(a, kBf16);
     {
-      const tessera::ops::SharedBf16Operand shared_b(b);
+      const RoundedOperand rounded_b(b, kBf16);
       tessera::ops::scale_inplace(a, 2.0f);
       tessera::ops::scale_inplace(b, 2.0f);
-      EXPECT_EQ(product(), 1.0f);  // both copies read
+      EXPECT_EQ(product(rounded_a, rounded_b), 1.0f);  // both copies read
     }
-    EXPECT_EQ(product(), 2.0f);  // b's scope ended: its doubled values; a's copy still read
+    EXPECT_EQ(product(rounded_a, b), 2.0f);  // b itself: its doubled values; a's copy still read
   }
-  EXPECT_EQ(product(), 4.0f);
+  EXPECT_EQ(product(a, b), 4.0f);
 }
 
-TEST(MatmulBf16, ASharedOperandDoesNothingUnderFp32Inputs) {
+TEST(MatmulBf16, ARoundedOperandRoundsNothingUnderFp32Inputs) {
   const int64_t m = 6, n = 5, k = 9;
   Tensor a = random_tensor({m, k}, 21);
   const Tensor b = random_tensor({k, n}, 22);
   Tensor c = Tensor::empty({m, n});
-  const tessera::ops::SharedBf16Operand shared(a);
+  const RoundedOperand rounded(a, MatmulInputs::f32);
+  EXPECT_EQ(rounded.operand().bf16, nullptr);
   tessera::ops::scale_inplace(a, 3.0f);
-  tessera::ops::matmul(a, false, b, false, c);
+  tessera::ops::matmul(rounded, false, b, false, c);
   EXPECT_LT(rel_error(c.data<float>(), reference(false, false, m, n, k, 1.0, a.data<float>(), b.data<float>(), 0.0,
                                                  nullptr, false)),
             1e-6);
 }
 
-TEST(MatmulBf16, SharedOperandsRefuseOtherTypesAndDeepNesting) {
-  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
-  EXPECT_THROW(tessera::ops::SharedBf16Operand(Tensor::empty({4}, tessera::DType::bf16)), tessera::Error);
+TEST(MatmulBf16, RoundedOperandsRefuseOtherTypesAndNestDeeply) {
+  EXPECT_THROW(RoundedOperand(Tensor::empty({4}, tessera::DType::bf16), kBf16), tessera::Error);
   const Tensor t = random_tensor({4}, 23);
-  std::vector<std::unique_ptr<tessera::ops::SharedBf16Operand>> scopes;
-  for (int i = 0; i < 4; ++i) scopes.push_back(std::make_unique<tessera::ops::SharedBf16Operand>(t));
-  EXPECT_THROW(tessera::ops::SharedBf16Operand{t}, tessera::Error);
-  while (!scopes.empty()) scopes.pop_back();  // innermost first
-  const tessera::ops::SharedBf16Operand again(t);  // the slots are free again
+  std::vector<std::unique_ptr<RoundedOperand>> scopes;  // no registry, so no limit on how many live
+  for (int i = 0; i < 8; ++i) scopes.push_back(std::make_unique<RoundedOperand>(t, kBf16));
+  for (const auto& s : scopes) EXPECT_EQ(s->operand().values.data<float>(), t.data<float>());
+  while (!scopes.empty()) scopes.pop_back();  // innermost first: their buffers go back to the pool
+  const RoundedOperand again(t, kBf16);
+  EXPECT_NE(again.operand().bf16, nullptr);
 }
 
 TEST(MatmulBf16, BatchedMatchesPerMatrixReference) {
-  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
   const int64_t m = 9, n = 17, k = 33, batch = 3;
   for (int threads : {1, 3}) {
     tessera::testing::ScopedThreads scope(threads);
@@ -233,7 +221,7 @@ TEST(MatmulBf16, BatchedMatchesPerMatrixReference) {
       const Tensor b = random_tensor(cs.tb ? Shape{batch, n, k} : Shape{batch, k, n}, 7);
       Tensor c = random_tensor({batch, m, n}, 8);
       const Tensor c0 = c.clone();
-      tessera::ops::matmul_batched(batch, a, cs.ta, b, cs.tb, c, 1.5f, 1.0f);
+      tessera::ops::matmul_batched(batch, a, cs.ta, b, cs.tb, c, 1.5f, 1.0f, kBf16);
       for (int64_t i = 0; i < batch; ++i) {
         const auto want = reference(cs.ta, cs.tb, m, n, k, 1.5, a.data<float>() + i * m * k,
                                     b.data<float>() + i * k * n, 1.0, c0.data<float>() + i * m * n);
@@ -246,17 +234,16 @@ TEST(MatmulBf16, BatchedMatchesPerMatrixReference) {
 
 TEST(MatmulBf16, ACopyOfTheWrongTypeOrSizeIsRefused) {
   const Tensor values = random_tensor({16}, 15);
-  EXPECT_THROW(tessera::ops::set_bf16_copy(values, Tensor::empty({15}, tessera::DType::bf16)), tessera::Error);
-  EXPECT_THROW(tessera::ops::set_bf16_copy(values, Tensor::empty({16}, tessera::DType::f16)), tessera::Error);
-  EXPECT_THROW(tessera::ops::set_bf16_copy(values, values), tessera::Error);
+  EXPECT_THROW(Operand(values, Tensor::empty({15}, tessera::DType::bf16)), tessera::Error);
+  EXPECT_THROW(Operand(values, Tensor::empty({16}, tessera::DType::f16)), tessera::Error);
+  EXPECT_THROW(Operand(values, values), tessera::Error);
 }
 
 TEST(MatmulBf16, EmptyInnerDimensionScalesC) {
-  const MatmulInputsScope bf16_inputs(MatmulInputs::bf16);
   const Tensor a = Tensor::empty({0, 3}), b = Tensor::empty({0, 4});
   Tensor c = random_tensor({3, 4}, 9);
   const Tensor c0 = c.clone();
-  tessera::ops::matmul(a, true, b, false, c, 1.0f, 0.5f);
+  tessera::ops::matmul(a, true, b, false, c, 1.0f, 0.5f, kBf16);
   for (int64_t i = 0; i < c.numel(); ++i) EXPECT_EQ(c.data<float>()[i], 0.5f * c0.data<float>()[i]);
 }
 

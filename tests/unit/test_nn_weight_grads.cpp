@@ -22,9 +22,9 @@ float max_abs_diff(const Tensor& a, const Tensor& b) {
 }
 
 void expect_backward_splits(ops::MatmulInputs inputs) {
-  const ops::MatmulInputsScope scope(inputs);
   const int64_t batch = 2, seq = 5, channels = 8;
   nn::ParamStore s;
+  s.set_matmul_inputs(inputs);  // the block's layers multiply in the store's precision
   nn::TransformerBlock blk(s, "blocks.0", nn::BlockConfig{channels, 2, 4 * channels, 0.3f, 0.3f});
   s.allocate(Device::cpu, 1);
   tessera::testing::randomize_params(s, 0.3f);
@@ -61,7 +61,7 @@ void expect_backward_splits(ops::MatmulInputs inputs) {
 TEST(WeightGrads, BlockBackwardSplitsIntoInputAndWeightGradients) { expect_backward_splits(ops::MatmulInputs::f32); }
 
 // Under bf16 GEMM inputs the plain backward rounds each linear's output gradient once for its two
-// products (ops::SharedBf16Operand), the split one for each product apart: the same numbers.
+// products (ops::RoundedOperand), the split one for each product apart: the same numbers.
 TEST(WeightGrads, BlockBackwardSplitsTheSameUnderBf16Inputs) { expect_backward_splits(ops::MatmulInputs::bf16); }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// Unit tests of optim::MixedPrecision's weight round trip: under bf16 a parameter rounded on read
-// (a linear layer's weight, an unsplit token table) keeps its fp32 values and its readers (GEMMs,
-// the lookup) read its bits; the others are rounded in place; restore_weights brings every held
-// value back bit for bit. fp16 rounds everything in place. Rounding the gradients under bf16 also
-// sums their squares; bits the update wrote replace the next cast.
+// Unit tests of optim::MixedPrecision's weight round trip and the store's bf16 copy: under bf16 a
+// parameter rounded on read (a linear layer's weight, an unsplit token table) keeps its fp32 values
+// and its readers (GEMMs, the lookup) read the store's copy of its bits, current by the values'
+// version; the others are rounded in place; restore_weights brings every held value back bit for
+// bit. fp16 rounds everything in place. Rounding the gradients under bf16 also sums their squares;
+// bits the update wrote replace the next cast.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -55,12 +56,13 @@ float rounded(float x, DType storage) {
 
 bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 
-// y = x w^T under bf16 GEMM inputs, x [2, in].
-Tensor product(const Tensor& w) {
-  Tensor x = Tensor::empty({2, w.shape()[1]}, DType::f32, Device::cpu);
+// y = x w^T under bf16 GEMM inputs, x [2, in] (w: a tensor, or a store's operand with its copy).
+Tensor product(const ops::Operand& w) {
+  const Tensor& values = w.values;
+  Tensor x = Tensor::empty({2, values.shape()[1]}, DType::f32, Device::cpu);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
-  Tensor y = Tensor::empty({2, w.shape()[0]}, DType::f32, Device::cpu);
-  ops::matmul(x, false, w, true, y);
+  Tensor y = Tensor::empty({2, values.shape()[0]}, DType::f32, Device::cpu);
+  ops::matmul(x, false, w, true, y, 1.0f, 0.0f, ops::MatmulInputs::bf16);
   return y;
 }
 
@@ -92,22 +94,29 @@ TEST(MixedPrecision, Bf16KeepsWhatIsRoundedOnReadInFp32AndRoundsTheRest) {
   expect_round_trip(Precision::bf16, DType::bf16);
 }
 
-// The GEMMs read the registered bits, not the held values: changing a weight rounded on read
-// after rounding does not reach a product until the next round trip.
-TEST(MixedPrecision, Bf16GemmsReadTheBitsOfTheRoundTrip) {
+// The layers' GEMMs read the store's bf16 copy, not the held values: changing a weight rounded on
+// read behind the store's back does not reach a product (the proof the copy is read) until the
+// store's values version moves; then the copy is rounded again from the values.
+TEST(MixedPrecision, Bf16GemmsReadTheStoresCopyUntilTheValuesVersionMoves) {
   ParamStore store;
   build(store);
-  const ops::MatmulInputsScope bf16(ops::MatmulInputs::bf16);
-  Tensor& w2 = store.value(store.find("w2"));
-  const Tensor expected = product(w2);  // the GEMM rounds w2 itself: no copy is registered yet
+  const int id = store.find("w2");
+  Tensor& w2 = store.value(id);
+  const Tensor expected = product(w2);  // the GEMM rounds w2 itself
+  EXPECT_EQ(store.operand(id).bf16, nullptr) << "an fp32 store keeps no copy";
   MixedPrecision precision(store, Precision::bf16);
+  EXPECT_EQ(store.matmul_inputs(), ops::MatmulInputs::bf16) << "mixed precision tells the store its products' precision";
   precision.round_weights();
+  const Tensor first = product(store.operand(id));  // the copy is made here
   for (int64_t i = 0; i < w2.numel(); ++i) w2.data<float>()[i] *= 3.0f;
-  const Tensor during = product(w2);
-  for (int64_t i = 0; i < expected.numel(); ++i)
+  const Tensor during = product(store.operand(id));
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    EXPECT_TRUE(same_bits(first.data<float>()[i], expected.data<float>()[i])) << "element " << i;
     EXPECT_TRUE(same_bits(during.data<float>()[i], expected.data<float>()[i])) << "element " << i;
+  }
   precision.restore_weights();  // not restored: they were never rounded
-  const Tensor after = product(w2);
+  store.values_written();       // the write is announced: the copy is stale
+  const Tensor after = product(store.operand(id));
   for (int64_t i = 0; i < expected.numel(); ++i)
     EXPECT_FALSE(same_bits(after.data<float>()[i], expected.data<float>()[i])) << "element " << i;
 }
@@ -145,56 +154,53 @@ TEST(MixedPrecision, RoundingTheGradientsSumsTheirSquaresUnderBf16) {
   EXPECT_EQ(0, std::memcmp(grads.raw(), want.raw(), want.nbytes()));
 }
 
-// The update may write the weights' bits (weight_bits_for_update, then note_weight_bits_written):
-// the next round_weights takes them and does not cast the weights again (a weight changed behind
-// its back keeps its old bits: the proof no cast ran), for that round trip only; weights_changed
-// withdraws them. fp16 offers no bits.
+// The update may write the copy's bits as it writes the values (bf16_copy_for_update, then
+// values_updated(true)): the next read takes them and does not cast the weights again (a weight
+// changed behind the store's back keeps its old bits: the proof no cast ran), until the values
+// change again; an update that wrote no bits (values_updated(false)) or any other write
+// (values_written) makes the next read cast again. A store multiplying in fp32 offers no copy.
 TEST(MixedPrecision, Bf16TakesTheBitsTheUpdateWrote) {
   ParamStore store;
   build(store);
-  const ops::MatmulInputsScope bf16(ops::MatmulInputs::bf16);
+  EXPECT_FALSE(store.bf16_copy_for_update().defined()) << "an fp32 store keeps no copy";
   MixedPrecision precision(store, Precision::bf16);
-  EXPECT_FALSE(precision.weight_bits_for_update().defined()) << "no copy before the first round trip";
-  precision.round_weights();
-  precision.restore_weights();
-  Tensor bits = precision.weight_bits_for_update();
+  const int id = store.find("w2");
+  Tensor& w2 = store.value(id);
+  const Tensor w2_product = product(store.operand(id));
+  Tensor bits = store.bf16_copy_for_update();
   ASSERT_TRUE(bits.defined());
   ASSERT_EQ(bits.numel(), store.numel());
-  Tensor& w2 = store.value(store.find("w2"));
-  const Tensor w2_product = product(w2);
   // The update's writes: new values and their bits; then a value changed without its bits.
   for (int64_t i = 0; i < w2.numel(); ++i) w2.data<float>()[i] *= 2.0f;  // exact: the bits double too
   Tensor flat = store.flat_values();
   ops::cast(bits, flat);
-  precision.note_weight_bits_written();
+  store.values_updated(/*copy_written=*/true);
   w2.data<float>()[0] += 1.0f;  // behind the copy's back
   precision.round_weights();
   Tensor doubled = w2.clone();
   doubled.data<float>()[0] -= 1.0f;
-  const Tensor from_bits = product(w2), want = product(doubled);  // both read w2's registered bits...
+  const Tensor from_bits = product(store.operand(id));  // reads w2's copy...
   precision.restore_weights();
-  const Tensor want_direct = product(doubled);  // ...which are the doubled values' (no copy registered here)
-  for (int64_t i = 0; i < want.numel(); ++i) {
+  const Tensor want_direct = product(doubled);  // ...which is the doubled values' rounding
+  for (int64_t i = 0; i < want_direct.numel(); ++i) {
     EXPECT_TRUE(same_bits(from_bits.data<float>()[i], want_direct.data<float>()[i])) << "element " << i;
     EXPECT_FALSE(same_bits(from_bits.data<float>()[i], w2_product.data<float>()[i])) << "element " << i;
   }
-  precision.round_weights();  // the bits were for one round trip: now cast from the values
-  const Tensor recast = product(w2);
-  precision.restore_weights();
+  store.values_updated(/*copy_written=*/false);  // an update that wrote no bits: cast from the values
+  const Tensor recast = product(store.operand(id));
   EXPECT_FALSE(same_bits(recast.data<float>()[0], from_bits.data<float>()[0])) << "w2[0] += 1 now reaches the product";
-  precision.note_weight_bits_written();
-  precision.weights_changed();
-  precision.round_weights();
-  const Tensor after_change = product(w2);
-  precision.restore_weights();
-  EXPECT_TRUE(same_bits(after_change.data<float>()[0], recast.data<float>()[0])) << "weights_changed: cast again";
+  ops::cast(bits, Tensor::zeros({store.numel()}));  // bits that are not the values'...
+  store.values_updated(/*copy_written=*/true);
+  store.values_written();  // ...withdrawn by a later write
+  const Tensor after_change = product(store.operand(id));
+  EXPECT_TRUE(same_bits(after_change.data<float>()[0], recast.data<float>()[0])) << "values_written: cast again";
 
   ParamStore fp16_store;
   build(fp16_store);
   MixedPrecision fp16(fp16_store, Precision::fp16);
   fp16.round_weights();
   fp16.restore_weights();
-  EXPECT_FALSE(fp16.weight_bits_for_update().defined());
+  EXPECT_FALSE(fp16_store.bf16_copy_for_update().defined());
 }
 
 TEST(MixedPrecision, ALinearLayersWeightIsRoundedOnRead) {

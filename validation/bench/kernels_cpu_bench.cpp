@@ -56,22 +56,20 @@ double gemm_gflops(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b) 
   return 2.0 * double(m) * double(n) * double(k) / s / 1e9;
 }
 
-// C = A op B with bf16 inputs: B's bf16 copy registered (a weight under mixed precision), and A's
-// too when both_given (an operand shared by the scope, SharedBf16Operand); otherwise A is rounded
-// inside each product.
+// C = A op B with bf16 inputs: B given with its bf16 copy (a weight under mixed precision), and A
+// too when both_given (an operand rounded once for several products, RoundedOperand); otherwise A
+// is rounded inside each product.
 double gemm_bf16_gflops(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, bool both_given) {
   Tensor a = trans_a ? filled({k, m}, 1.0f) : filled({m, k}, 1.0f);
   Tensor b = trans_b ? filled({n, k}, 1.0f) : filled({k, n}, 1.0f);
   Tensor c = Tensor::zeros({m, n});
   Tensor b_bits = Tensor::empty({b.numel()}, DType::bf16);
   ops::cast(b_bits, b.reshape({b.numel()}));
-  ops::set_bf16_copy(b, b_bits);
-  double s = 0.0;
-  {
-    const ops::SharedBf16Operand shared_a(both_given ? a : Tensor());
-    s = best_seconds([&] { ops::matmul(a, trans_a, b, trans_b, c); });
-  }
-  ops::clear_bf16_copy();
+  const ops::Operand b_with_copy(b, b_bits);
+  const ops::MatmulInputs bf16 = ops::MatmulInputs::bf16;
+  const ops::RoundedOperand a_operand(a, both_given ? bf16 : ops::MatmulInputs::f32);  // f32: rounds nothing
+  const double s =
+      best_seconds([&] { ops::matmul(a_operand, trans_a, b_with_copy, trans_b, c, 1.0f, 0.0f, bf16); });
   return 2.0 * double(m) * double(n) * double(k) / s / 1e9;
 }
 
@@ -128,11 +126,10 @@ int main(int argc, char** argv) {
   }
 
   // The same products with bf16 inputs (--precision bf16): the limit with both operands' bf16
-  // copies registered (the GEMM alone), then each shape as a step runs it, the weight's copy
-  // registered and the activation rounded on the fly, and with both registered (what storing the
-  // activations in bf16 would leave).
+  // copies given (the GEMM alone), then each shape as a step runs it, the weight's copy given and
+  // the activation rounded on the fly, and with both given (what storing the activations in bf16
+  // would leave).
   {
-    const ops::MatmulInputsScope bf16_inputs(ops::MatmulInputs::bf16);
     const double bf16_limit = gemm_bf16_gflops(2048, 2048, 2048, false, true, true);
     std::printf("\nlimit: bf16 GEMM 2048^3, both operands' copies given: %.1f GFLOP/s (%.2fx sgemm)\n\n",
                 bf16_limit, bf16_limit / limit);
