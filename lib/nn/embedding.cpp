@@ -52,7 +52,9 @@ void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_positio
   const bool grid = layout_->splits_features();
   const bool adds_positions = layout_->rank() == 0 && !grid;  // the exit sums the ranks' outputs
   Tensor& whole = layout_->vocab_whole(out, region);
-  ops::embedding_forward(whole, tokens, table(table_), adds_positions ? positions : Tensor(), vocab_start_);
+  // The lookup reads the table as the step's rounding leaves it (ParamStore::lookup_operand).
+  const ops::Operand wte = layout_->splits_features() ? table(table_) : store_->lookup_operand(tokens_);
+  ops::embedding_forward(whole, tokens, wte, adds_positions ? positions : Tensor(), vocab_start_);
   layout_->vocab_exit(out, whole);
   if (grid)  // each rank adds its block of the positions' features
     for (int64_t b = 0; b < tokens.dim(0); ++b) {

@@ -181,9 +181,15 @@ class ParamStore {
   // and its rounding round to the same bits.
   void set_matmul_inputs(ops::MatmulInputs inputs) { matmul_inputs_ = inputs; }  // mixed precision's choice
   ops::MatmulInputs matmul_inputs() const { return matmul_inputs_; }
-  // The parameter's value for a layer's products and lookups, with its bf16 copy when the store
-  // keeps one (rounded again first if stale).
+  // The parameter's value for a layer's products, with its bf16 copy when the store keeps one
+  // (rounded again first if stale): the same numbers as the GEMM rounding the value itself.
   ops::Operand operand(int id);
+  // The parameter's value for a lookup (the token table's), which reads what it is given: during a
+  // mixed-precision step (rounded_for_step: its weights' held values rounded, those rounded on read
+  // read through the copy) the operand with its copy, else the value alone (an evaluation reads
+  // the fp32 master values).
+  ops::Operand lookup_operand(int id) { return rounded_for_step_ ? operand(id) : ops::Operand(value(id)); }
+  void set_rounded_for_step(bool rounded) { rounded_for_step_ = rounded; }  // optim::MixedPrecision's round trip
   uint64_t values_version() const { return values_version_; }
   void values_written() { ++values_version_; }  // the values changed: the copy is stale
   // The update: the bf16 copy (allocated if needed) for it to write as it writes every value
@@ -216,6 +222,7 @@ class ParamStore {
   ops::MatmulInputs matmul_inputs_ = ops::MatmulInputs::f32;
   static constexpr uint64_t kNoVersion = std::numeric_limits<uint64_t>::max();
   uint64_t values_version_ = 0;
+  bool rounded_for_step_ = false;
   Tensor bf16_copy_;                     // the flat values rounded to bf16 (keeps_bf16_copy())
   uint64_t copy_version_ = kNoVersion;   // the values_version_ bf16_copy_ was rounded from
 };

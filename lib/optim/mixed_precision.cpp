@@ -53,6 +53,7 @@ void MixedPrecision::round_weights() {
     rounding_.round(held);
   }
   if (mirror_values_.defined()) rounding_.round(mirror_values_);
+  store_.set_rounded_for_step(true);
 }
 
 // f(values, master) for each run rounded in place: its held values and its part of the master.
@@ -81,6 +82,7 @@ void MixedPrecision::round_bf16_held(Tensor flat) {
 
 void MixedPrecision::restore_weights() {
   if (!low()) return;
+  store_.set_rounded_for_step(false);
   Tensor held = held_values();
   Tensor flat = held.reshape({held.numel()});
   if (precision_ != Precision::bf16 || store_.sharded()) {

@@ -121,6 +121,21 @@ TEST(MixedPrecision, Bf16GemmsReadTheStoresCopyUntilTheValuesVersionMoves) {
     EXPECT_FALSE(same_bits(after.data<float>()[i], expected.data<float>()[i])) << "element " << i;
 }
 
+// A lookup (the token table's) reads what it is given: the store's copy during a round trip, the
+// fp32 value outside it (an evaluation reads the master values), so its numbers follow the step.
+TEST(MixedPrecision, ALookupReadsTheCopyOnlyDuringTheRoundTrip) {
+  ParamStore store;
+  build(store);
+  MixedPrecision precision(store, Precision::bf16);
+  const int id = store.find("w1");
+  EXPECT_EQ(store.lookup_operand(id).bf16, nullptr);
+  precision.round_weights();
+  EXPECT_NE(store.lookup_operand(id).bf16, nullptr);
+  precision.restore_weights();
+  EXPECT_EQ(store.lookup_operand(id).bf16, nullptr);
+  EXPECT_NE(store.operand(id).bf16, nullptr) << "products read the copy either way (the same numbers)";
+}
+
 // fp16's GEMMs do not round their operands: every parameter is rounded in place.
 TEST(MixedPrecision, Fp16RoundsEveryParameterAndRestoresIt) { expect_round_trip(Precision::fp16, DType::f16); }
 
