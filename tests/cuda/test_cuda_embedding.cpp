@@ -49,7 +49,7 @@ void check_embedding(const Case& c) {
                          c.batch, c.seq, c.vocab_rows, c.channels, c.vocab_start);
   EXPECT_TRUE(bit_equal(d_out.host(), out)) << "forward";
 
-  // The table read from its bf16 copy (mixed precision's registered copy).
+  // The table read from its bf16 copy (mixed precision's copy, owned by the parameter store).
   std::vector<uint16_t> bits(wte.size());
   cpu::f32_to_bf16(bits.data(), wte.data(), static_cast<int64_t>(wte.size()));
   DeviceBuffer<uint16_t> d_bits(bits);
