@@ -10,7 +10,7 @@
 #      is requeued by the script, resumes on both nodes and completes: the two attempts' losses
 #      together equal one rank's;
 #   4. node-b dies mid-run (every process in its namespace killed, slurmd included): the job ends by
-#      itself, not COMPLETED, within the watchdog, and its log names node-b.
+#      itself within the watchdog, NODE_FAIL, srun's line in its log naming node-b, not requeued.
 # usage: tests/slurm/two_nodes.sh BUILD SRC   (as root; needs what the single-node Slurm test needs,
 #        plus iproute2 and util-linux's unshare/nsenter)
 set -euo pipefail
