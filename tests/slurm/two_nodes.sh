@@ -78,7 +78,12 @@ echo "dp 2 x tp 2 job $id on node-a,node-b: COMPLETED, losses equal one rank's (
 
 # 3. preempted on two nodes, requeued, resumed, completed: the losses of one rank
 t0=$(date +%s)
-nsteps=300
+# Enough steps that the signal lands mid-run on a fast machine too: about 4 s of the dp 2 x tp 2
+# job's step time (at least 300 steps).
+nsteps=$(python3 -c 'import json, math, statistics, sys
+ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if "step_ms" in r and r["step"] > 1]
+print(max(300, min(20000, math.ceil(4000 / max(statistics.median(ms), 0.1)))))' "$tmp/runs/dp2tp2-$id/metrics.0.jsonl") ||
+  die "cannot read the step time of job $id"
 long=(--steps "$nsteps" --log-every 1)
 id=$(submit -J preempt "$src/jobscripts/gpt_train.sbatch" "$ini" --tp 2 "${long[@]}")
 m0=$tmp/runs/preempt-$id/metrics.0.jsonl m1=$tmp/runs/preempt-$id/metrics.1.jsonl

@@ -73,6 +73,8 @@ start_cluster() {
   printf '127.0.0.1 localhost\n%s node-a\n%s node-b\n' "$addr_a" "$addr_b" > "$tmp/hosts"
   mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/runs" "$tmp/tmpfs" "$tmp/dev" "$tmp/spool/node-a" "$tmp/spool/node-b" \
     "$tmp/tmpfs-node-a" "$tmp/tmpfs-node-b"
+  on_node a true && on_node b true ||
+    fail "cannot start a process on the nodes (nsenter into the namespace, unshare --uts --mount, bind mounts, a tmpfs on /dev/shm)"
   chmod 700 "$tmp/munge"
   dd if=/dev/urandom of="$tmp/munge/munge.key" bs=1024 count=1 status=none
   chmod 400 "$tmp/munge/munge.key"
