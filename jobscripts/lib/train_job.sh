@@ -1,7 +1,7 @@
 # Shared by the job scripts (gpt_train.sbatch, moe_train.sbatch, vit_train.sbatch): sourced, never
 # run. The caller sets APP (the executable), DEFAULT_CONFIG, and a function make_default_data that
 # prints the path of the data set to use when DATA is unset (making it if missing; the language
-# models use make_synth_tokens below), and DATA_OPTION (--input, --data). Then `run_training "$@"` launches the app with the config and extra options, forwards
+# models use make_synth_tokens below), and DATA_OPTION (--input). Then `run_training "$@"` launches the app with the config and extra options, forwards
 # USR1/TERM to it, and on exit code 3 (preempted: checkpoint written) requeues the job.
 
 die() { echo "error: $*" >&2; exit 1; }
