@@ -81,7 +81,7 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
       ("placement", po::value(&placement)->default_value("static")->value_name("static|auto"), "static (--offload, --offload-optim-frac as given) or auto (the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)");
   memory.add_options()
       ("device-memory-limit", po::value(&device_memory_limit)->default_value("0")->value_name("BYTES"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
-      ("dry-run", po::bool_switch(&dry_run), "print the plan (layout, micro-batches, schedule, and the predicted peak memory per rank by category) and exit without training; plans for --dp x ... ranks when --dp is given, else for this job's");
+      ("dry-run", po::bool_switch(&dry_run), gpt ? "print the predicted peak memory per rank by category and exit without training (reads only the data's vocab_size); plans for --dp x ... ranks when --dp is given, else for this job's" : "print the plan (layout, batch split, pipeline schedule and its bubble, the model and its parameters) and exit without training; plans for --dp x ... ranks when --dp is given, else for this job's");
   sections.section(kCheckpoints).add_options()
       ("checkpoint-dir", po::value(&tc.checkpoint_dir)->value_name("DIR"), "write checkpoints (step_N.h5) here")
       ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0)->value_name("N"), "steps between checkpoints (0: only at the end; needs --checkpoint-dir)")
