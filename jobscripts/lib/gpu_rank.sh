@@ -31,6 +31,9 @@ IFS=, read -ra list <<<"$gpus"
 [ "$local_rank" -lt "${#list[@]}" ] ||
   die "rank $rank has local rank $local_rank, but this node has ${#list[@]} GPU(s) ($gpus, from $from): give --ntasks-per-node no more than --gpus-per-node"
 export CUDA_VISIBLE_DEVICES=${list[$local_rank]}
+backend=host  # the app's --comm-backend, as this rank was given it
+args=("$@")
+for ((i = 0; i + 1 < ${#args[@]}; i++)); do [ "${args[i]}" = --comm-backend ] && backend=${args[i + 1]}; done
 echo "rank $rank on $node (local rank $local_rank): CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES, of $gpus from $from;" \
-  "TESSERA_CUDA_COMM=${TESSERA_CUDA_COMM:-}"
+  "--comm-backend $backend"
 exec "$@"

@@ -1,8 +1,7 @@
 # Shared by the job scripts (gpt_train.sbatch, gpt_train_gpu.sbatch, moe_train.sbatch,
 # vit_train.sbatch): sourced, never run. The caller sets APP (the executable), DEFAULT_CONFIG, a
 # function make_default_data that prints the path of the data set to use when DATA is unset (making
-# it if missing; the language models use make_synth_tokens below), and DATA_OPTION (--input,
-# --data); optionally RANK_WRAPPER (a script of the repository run per rank in front of the app:
+# it if missing; the language models use make_synth_tokens below), and DATA_OPTION (--input); optionally RANK_WRAPPER (a script of the repository run per rank in front of the app:
 # lib/gpu_rank.sh) and APP_DEVICE_ARGS (options before the extra ones: --device cuda). Then
 # `run_training "$@"` launches the app with the config and extra options, forwards USR1/TERM to it,
 # and on exit code 3 (preempted: checkpoint written) requeues the job.

@@ -4,7 +4,7 @@
 # CPU build with DEVICE=cpu: what is checked is the script, not a GPU. Checks:
 #   1. a 2-node job, 2 ranks and 2 GPUs a node (srun): every rank gets the GPU of its node-local index
 #      as its only visible device (rank 0 and 2: GPU 0, rank 1 and 3: GPU 1, on node-a and node-b),
-#      TESSERA_CUDA_COMM=nccl reaches every rank, and the job completes; the same under mpirun;
+#      every rank is given --comm-backend nccl, and the job completes; the same under mpirun;
 #   2. without Slurm's GPU list (CUDA_VISIBLE_DEVICES unset) the ranks take nvidia-smi's GPUs by index;
 #   3. more ranks than GPUs on a node (2 ranks, --gpus-per-node=1) fails naming the node and the rank,
 #      not requeued.
@@ -52,7 +52,7 @@ chmod +x "$tmp/bin/nvidia-smi"
 export PATH=$tmp/bin:$PATH
 export TESSERA_ROOT=$src BUILD_DIR=$build RUNS_DIR=$tmp/runs DEVICE=cpu
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1
-unset DATA LAUNCHER CONFIG RUN_NAME TESSERA_CUDA_COMM CUDA_VISIBLE_DEVICES
+unset DATA LAUNCHER CONFIG RUN_NAME TESSERA_CUDA_COMM COMM_BACKEND CUDA_VISIBLE_DEVICES
 cd "$tmp"
 ini=$src/inputs/gpt_slurm_tiny.ini
 submit() {  # submit SBATCH-ARGS...: prints the job id
@@ -62,7 +62,7 @@ submit() {  # submit SBATCH-ARGS...: prints the job id
 }
 # mapping_of LOG: the "rank R NODE GPU COMM" of each rank's line, sorted by rank
 mapping_of() {
-  sed -n 's/^rank \([0-9]*\) on \(node-[ab]\) (local rank [0-9]*): CUDA_VISIBLE_DEVICES=\([^,]*\), of .*TESSERA_CUDA_COMM=\(.*\)$/\1 \2 \3 \4/p' "$1" | sort -n
+  sed -n 's/^rank \([0-9]*\) on \(node-[ab]\) (local rank [0-9]*): CUDA_VISIBLE_DEVICES=\([^,]*\), of .*--comm-backend \(.*\)$/\1 \2 \3 \4/p' "$1" | sort -n
 }
 want=$'0 node-a 0 nccl\n1 node-a 1 nccl\n2 node-b 0 nccl\n3 node-b 1 nccl'
 
@@ -75,7 +75,7 @@ for launcher in srun mpirun; do
   log=$tmp/gpu-$launcher-$id.out
   [ "$st" = COMPLETED ] || { cat "$log"; die "the GPU script's job $id ($launcher) is $st, not COMPLETED"; }
   got=$(mapping_of "$log")
-  [ "$got" = "$want" ] || { cat "$log"; die "job $id ($launcher): rank, node, GPU, TESSERA_CUDA_COMM are
+  [ "$got" = "$want" ] || { cat "$log"; die "job $id ($launcher): rank, node, GPU, --comm-backend are
 $got
 not
 $want"; }

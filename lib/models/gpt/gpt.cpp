@@ -53,7 +53,7 @@ Gpt::Modules Gpt::register_modules(const GptConfig& config, const nn::MoeConfig&
   TESSERA_CHECK(config.moe_every == 0 || config.moe_blocks() > 0, "--moe-every ", config.moe_every,
                 " is more than --layers ", config.layers, ": no block would have experts");
   const ActivationCheckpointing& ckpt = layout.checkpointing;
-  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--checkpoint-every-k-blocks ",
+  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--recompute-every-k-blocks ",
                 ckpt.every, " must be in [1, --layers ", config.layers, "]");
   const int64_t c = config.hidden;
   Modules m;

@@ -58,7 +58,7 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   config.validate(layout.tensor->size());
   TESSERA_CHECK(!layout.tensor->splits_rows(), "vit: --sp-mode split_gather is not supported for ViT (use --sp)");
   const ActivationCheckpointing& ckpt = layout.checkpointing;
-  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--checkpoint-every-k-blocks ",
+  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--recompute-every-k-blocks ",
                 ckpt.every, " must be in [1, --layers ", config.layers, "]");
   TESSERA_CHECK(micro_batch >= 1, "vit: the micro-batch must be at least 1, got ", micro_batch);
   chunks_ = model_chunks(config.layers, layout.pipeline);
