@@ -51,7 +51,8 @@ data() {  # VOCAB SPLIT(train|val) -> path
   local f=$out/data/v$1_$2.h5 seed=1
   [[ $2 == val ]] && seed=2
   if [[ ! -s $f ]]; then
-    "$build_a/apps/data_prep" synth --vocab "$1" --tokens 300000 --seed "$seed" --output "$f.tmp" --force >/dev/null
+    rm -f "$f.tmp"
+    "$build_a/apps/data_prep" synth --vocab "$1" --tokens 300000 --seed "$seed" --output "$f.tmp" >/dev/null
     mv "$f.tmp" "$f"
   fi
   echo "$f"
