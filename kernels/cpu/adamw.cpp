@@ -9,6 +9,7 @@
 #include "kernels/cpu/adamw_paths.h"
 #include "kernels/cpu/bf16_bits.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -68,10 +69,16 @@ bool adamw_path_supported(AdamWPath path) {
   return compiled && cpu_has(path);
 }
 
+// Never wider than the other kernels' copy (isa.h), so TESSERA_CPU_ISA=base runs baseline code only.
 AdamWPath adamw_best_path() {
-  static const AdamWPath best = adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
-                                : adamw_path_supported(AdamWPath::avx2) ? AdamWPath::avx2
-                                                                        : AdamWPath::scalar;
+#if defined(TESSERA_ISA_VARIANTS)
+  const Isa isa = kernel_isa();
+#else
+  const Isa isa = Isa::avx512;  // one copy of the other kernels (TESSERA_NATIVE): no limit
+#endif
+  static const AdamWPath best = isa == Isa::avx512 && adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
+                                : isa != Isa::base && adamw_path_supported(AdamWPath::avx2)  ? AdamWPath::avx2
+                                                                                             : AdamWPath::scalar;
   return best;
 }
 

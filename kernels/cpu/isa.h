@@ -1,11 +1,13 @@
 // Run-time choice of the instruction set for the CPU kernels compiled once per set
-// (kernels/CMakeLists.txt: TESSERA_ISA_KERNELS). Such a file defines its entry points inside
-// namespace TESSERA_ISA (isa_base: the build's baseline, isa_avx2: AVX2 + FMA + F16C, isa_avx512:
-// AVX-512 F/BW/DQ/VL on top), and its baseline copy (TESSERA_ISA_DISPATCHER) defines the public
-// names, each forwarding to the copy kernel_isa() chose:
+// (kernels/CMakeLists.txt: TESSERA_ISA_KERNELS, tessera_isa_objects). Such a file defines its
+// entry points inside namespace TESSERA_ISA (isa_base: the build's baseline, isa_avx2: AVX2 + FMA +
+// F16C, isa_avx512: AVX-512 F/BW/DQ/VL on top), and its base copy (TESSERA_ISA_DISPATCHER) defines
+// the public names of cpu_ops.h, each forwarding to the copy kernel_isa() chose:
+//   TESSERA_ISA_DECLARE(layernorm_forward)
 //   void layernorm_forward(...) { TESSERA_ISA_CALL(layernorm_forward, out, mean, ...); }
 // The choice is made once per process, so every call of a kernel runs the same code; the copies
-// may round differently from one another (the wider ones fuse multiply-adds).
+// may round differently from one another (the wider ones fuse multiply-adds and sum in wider
+// lanes), so runs compared bit for bit must use one choice (AdamW's paths agree bit for bit).
 #pragma once
 
 namespace tessera::kernels::cpu {
