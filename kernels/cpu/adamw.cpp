@@ -69,13 +69,10 @@ bool adamw_path_supported(AdamWPath path) {
   return compiled && cpu_has(path);
 }
 
-// Never wider than the other kernels' copy (isa.h), so TESSERA_CPU_ISA=base runs baseline code only.
+// Never wider than the other kernels' copy (isa.h), so TESSERA_CPU_ISA=base runs baseline code only
+// (a TESSERA_NATIVE build has one copy of those: no limit).
 AdamWPath adamw_best_path() {
-#if defined(TESSERA_ISA_VARIANTS)
-  const Isa isa = kernel_isa();
-#else
-  const Isa isa = Isa::avx512;  // one copy of the other kernels (TESSERA_NATIVE): no limit
-#endif
+  const Isa isa = isa_copies() ? kernel_isa() : Isa::avx512;
   static const AdamWPath best = isa == Isa::avx512 && adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
                                 : isa != Isa::base && adamw_path_supported(AdamWPath::avx2)  ? AdamWPath::avx2
                                                                                              : AdamWPath::scalar;

@@ -13,7 +13,10 @@ Isa choose() {
   if (asked && *asked) {
     for (Isa isa : {Isa::base, Isa::avx2, Isa::avx512})
       if (std::string(asked) == isa_name(isa)) {
-        TESSERA_CHECK(isa_supported(isa), "TESSERA_CPU_ISA=", asked, ": this CPU or build does not run it");
+        TESSERA_CHECK(isa_supported(isa), "TESSERA_CPU_ISA=", asked, ": ",
+                      isa_copies() ? "this CPU does not run it"
+                                   : "this build has one copy of the kernels, base (built with TESSERA_NATIVE or "
+                                     "not for x86-64)");
         return isa;
       }
     fail("TESSERA_CPU_ISA must be base, avx2 or avx512, not '", asked, "'");
@@ -45,6 +48,14 @@ bool isa_supported(Isa isa) {
   }
 #endif
   return isa == Isa::base;
+}
+
+bool isa_copies() {
+#if defined(TESSERA_ISA_VARIANTS)
+  return true;
+#else
+  return false;
+#endif
 }
 
 Isa kernel_isa() {

@@ -15,6 +15,9 @@ namespace tessera::kernels::cpu {
 enum class Isa { base, avx2, avx512 };
 const char* isa_name(Isa isa);
 bool isa_supported(Isa isa);  // compiled in (x86-64) and run by this CPU
+// Whether this build has a copy per instruction set (the portable x86-64 build); a build with
+// TESSERA_NATIVE has one, base, compiled for this machine.
+bool isa_copies();
 // TESSERA_CPU_ISA=base|avx2|avx512 when set (throws when this CPU or build lacks it), else the
 // widest supported; chosen on the first call.
 Isa kernel_isa();
