@@ -1,5 +1,5 @@
 // simd_exp: an expf that the compiler can vectorise (an OpenMP `declare simd` function), used by
-// the softmax, attention and GELU kernels; callers declare it themselves (no private header).
+// the softmax, attention and GELU kernels through simd_math.h, in each of their per-ISA copies.
 #include "kernels/cpu/simd_math.h"
 
 #include <bit>
