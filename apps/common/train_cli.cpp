@@ -215,7 +215,9 @@ Device TrainOptions::device() const { return parse_device(device_name); }
 
 std::string TrainOptions::gemm_note() const {
   if (device() != Device::cpu) return {};
-  const std::string isa = std::string(", kernels: ") + kernels::cpu::isa_name(kernels::cpu::kernel_isa()) + ")";
+  // the copy of tessera's own kernels (kernels/cpu/isa.h); "native" in a -DTESSERA_NATIVE=ON build
+  const char* copy = kernels::cpu::isa_copies() ? kernels::cpu::isa_name(kernels::cpu::kernel_isa()) : "native";
+  const std::string isa = std::string(", kernels: ") + copy + ")";
   if (train.precision == "bf16") return std::string(" (GEMMs: bf16 inputs, ") + kernels::cpu::gemm_bf16_path() + isa;
   return std::string(" (GEMMs: ") + kernels::cpu::gemm_library_name() + isa;
 }
