@@ -27,7 +27,12 @@ constexpr const char* kUsage =
     "  inspect FILE   step, consumed samples, layout, every root attribute, and a table of the\n"
     "                 tensors: name, shape, L2 norm\n"
     "  verify FILE    reads every tensor and checks it against its checksum; prints\n"
-    "                 \"ok: FILE (N tensors)\" and exits 0, or \"error: ...\" and exits 1\n";
+    "                 \"ok: FILE (N tensors)\" and exits 0, or \"error: ...\" and exits 1\n"
+    "  --version      the version, commit, build options and devices of this build\n";
+
+constexpr const char* kExample =
+    "  ckpt_tool inspect runs/ck/step_100.h5\n"
+    "  ckpt_tool verify runs/ck/step_100.h5";
 
 // A mistake on the command line: cli::run_main reports po::error with exit code 2.
 [[noreturn]] void usage_error(const std::string& what) { throw po::error(what); }
@@ -35,7 +40,7 @@ constexpr const char* kUsage =
 // The FILE argument of a command (and --help), parsed from what follows the command name.
 bool parse_file(const std::string& command, const std::vector<std::string>& args, std::string& file) {
   po::options_description desc("options");
-  desc.add_options()("help,h", "show this help")("file", po::value(&file), "the checkpoint (.h5)");
+  desc.add_options()("help,h", "show this help")("file", po::value(&file)->value_name("FILE"), "the checkpoint (.h5)");
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map vm;
@@ -43,7 +48,7 @@ bool parse_file(const std::string& command, const std::vector<std::string>& args
   tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);
   po::store(parsed, vm);
   if (vm.count("help")) {
-    std::cout << kUsage << "\n" << desc;
+    std::cout << kUsage << "\n" << desc << "\nExample:\n" << kExample << "\n";
     return false;
   }
   po::notify(vm);
@@ -131,7 +136,11 @@ int main(int argc, char** argv) {
     const std::string command = args[0];
     args.erase(args.begin());
     if (command == "--help" || command == "-h" || command == "help") {
-      std::cout << kUsage;
+      std::cout << kUsage << "\nExample:\n" << kExample << "\n";
+      return 0;
+    }
+    if (command == "--version") {
+      std::cout << tessera::cli::version_text("ckpt_tool");
       return 0;
     }
     if (command == "inspect") return run_inspect(args);

@@ -49,9 +49,14 @@ constexpr const char* kUsage =
     "  cifar10       the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin, batches.meta.txt)\n"
     "  synth-images  a small learnable image set: a coloured pattern per class plus noise\n"
     "\n"
-    "Run `data_prep <command> --help` for the options of a command.\n";
+    "Run `data_prep <command> --help` for the options of a command, `data_prep --version` for the build.\n";
 
 constexpr const char* kCommands = "text, synth, cifar10 or synth-images";
+
+constexpr const char* kExample =
+    "  data_prep synth --vocab 64 --tokens 200000 --seed 1 --output data.h5\n"
+    "  data_prep text --input book.txt --output book.h5 --val-fraction 0.1\n"
+    "  data_prep synth-images --classes 10 --train 2000 --test 400 --size 32 --seed 1 --output synth.h5";
 
 // A mistake on the command line: reported as "error: ..." with exit code 2.
 struct UsageError : std::runtime_error {
@@ -61,11 +66,11 @@ struct UsageError : std::runtime_error {
 // The output file is written under a temporary name of its own next to it (<output>.tmp.XXXXXX,
 // created exclusively, so no other file is touched) and renamed into place only when complete; on
 // any failure the temporary is removed, so no partial output is ever left behind and an output that
-// --force replaces stays as it was. The output is never one of the command's inputs (the same file,
-// whatever the path), and an existing output is replaced only with --force.
+// --overwrite replaces stays as it was. The output is never one of the command's inputs (the same file,
+// whatever the path), and an existing output is replaced only with --overwrite.
 class AtomicOutput {
  public:
-  AtomicOutput(const std::string& output, bool force, const std::vector<std::string>& inputs) : output_(output) {
+  AtomicOutput(const std::string& output, bool overwrite, const std::vector<std::string>& inputs) : output_(output) {
     const fs::path parent = fs::path(output).parent_path();
     std::error_code ec;
     if (!parent.empty() && !fs::is_directory(parent, ec))
@@ -75,9 +80,9 @@ class AtomicOutput {
     for (const std::string& input : inputs)
       if (exists && fs::exists(input, ec) && fs::equivalent(input, output, ec))
         fail("cannot write ", output, ": it is the input ", input, " (data_prep never writes over its input,",
-             " even with --force; give another --output)");
-    if (exists && !force)
-      fail("cannot write ", output, ": it exists (give --force to replace it; the new file is written aside",
+             " even with --overwrite; give another --output)");
+    if (exists && !overwrite)
+      fail("cannot write ", output, ": it exists (give --overwrite to replace it; the new file is written aside",
            " and renamed over the old one only when complete)");
     // Create the temporary now, so an unwritable folder is reported before any work is done.
     std::string name = output + ".tmp.XXXXXX";
@@ -110,8 +115,8 @@ class AtomicOutput {
   bool committed_ = false;
 };
 
-// Every command's --force.
-constexpr const char* kForceHelp =
+// Every command's --overwrite (once --force: tools name it as the trainers do).
+constexpr const char* kOverwriteHelp =
     "replace an existing --output (written aside first and renamed over it only when complete; never an input)";
 
 // Tokens as a 1-D tensor: uint16 when the vocabulary fits, else int32.
@@ -129,13 +134,22 @@ Tensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab) {
 }
 
 // Parses a subcommand's options; returns false when --help was printed.
+// Renamed options: the old name still works, with a warning (cli::RenamedOption).
+const std::vector<tessera::cli::RenamedOption> kRenamed = {{"force", "overwrite"}};
+
 bool parse(const std::vector<std::string>& args, const po::options_description& desc,
            const char* usage, po::variables_map& vm) {
-  const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
+  po::options_description parsing;
+  parsing.add(desc);
+  po::options_description hidden;
+  tessera::cli::add_renamed(hidden, desc, kRenamed);
+  parsing.add(hidden);
+  po::parsed_options parsed = po::command_line_parser(args).options(parsing).run();
+  tessera::cli::apply_renames(parsed, kRenamed, tessera::cli::kOnCommandLine);
   tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);  // repeats, nan, negative seeds
   po::store(parsed, vm);
   if (vm.count("help")) {
-    std::cout << usage << "\n" << desc;
+    std::cout << usage << "\n" << desc << "\nExample:\n" << kExample << "\n";
     return false;
   }
   po::notify(vm);
@@ -145,18 +159,18 @@ bool parse(const std::vector<std::string>& args, const po::options_description& 
 int run_text(const std::vector<std::string>& args) {
   std::string input, output;
   double val_fraction = 0.1;
-  bool force = false;
-  po::options_description desc("options");
+  bool overwrite = false;
+  po::options_description desc("Options");
   desc.add_options()
       ("help,h", "show this help")
-      ("input", po::value(&input)->required(), "text file to tokenise (bytes)")
-      ("output", po::value(&output)->required(), "HDF5 file to write")
-      ("val-fraction", po::value(&val_fraction)->default_value(0.1),
+      ("input", po::value(&input)->required()->value_name("FILE"), "text file to tokenise (bytes)")
+      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
+      ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"),
        "fraction of the file, taken from its end, that goes to /val")
-      ("force", po::bool_switch(&force), kForceHelp);
+      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
   po::variables_map vm;
   if (!parse(args, desc,
-             "usage: data_prep text --input FILE --output FILE.h5 [--val-fraction F] [--force]\n\n"
+             "usage: data_prep text --input FILE --output FILE.h5 [--val-fraction F] [--overwrite]\n\n"
              "Byte-level tokens (vocab 256, tokenizer \"bytes\"): the last F of the file goes to\n"
              "/val/tokens, the rest to /train/tokens, stored as uint16.\n",
              vm))
@@ -180,7 +194,7 @@ int run_text(const std::vector<std::string>& args) {
     fail("input ", input, " has only ", n, " bytes: too few to split into train and val with --val-fraction ",
          val_fraction, " (each split needs at least 2 tokens)");
 
-  AtomicOutput out(output, force, {input});
+  AtomicOutput out(output, overwrite, {input});
   {
     H5File f = H5File::create(out.tmp());
     const std::vector<int32_t> tokens(bytes.begin(), bytes.end());
@@ -201,21 +215,21 @@ int run_synth(const std::vector<std::string>& args) {
   int64_t vocab = 0, tokens = 0, val_tokens = -1, branching = 4;
   uint64_t seed = 0;
   std::string output;
-  bool force = false;
-  po::options_description desc("options");
+  bool overwrite = false;
+  po::options_description desc("Options");
   desc.add_options()
       ("help,h", "show this help")
-      ("vocab", po::value(&vocab)->required(), "vocabulary size V (at least 2)")
-      ("tokens", po::value(&tokens)->required(), "training tokens N (at least 2)")
-      ("seed", po::value(&seed)->required(), "seed of the chain and of the samples")
-      ("output", po::value(&output)->required(), "HDF5 file to write")
-      ("val-tokens", po::value(&val_tokens), "validation tokens M (default N/10)")
-      ("branching", po::value(&branching)->default_value(4), "successors per state K (at least 2)")
-      ("force", po::bool_switch(&force), kForceHelp);
+      ("vocab", po::value(&vocab)->required()->value_name("V"), "vocabulary size V (at least 2)")
+      ("tokens", po::value(&tokens)->required()->value_name("N"), "training tokens N (at least 2)")
+      ("seed", po::value(&seed)->required()->value_name("S"), "seed of the chain and of the samples")
+      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
+      ("val-tokens", po::value(&val_tokens)->value_name("M"), "validation tokens M (default N/10)")
+      ("branching", po::value(&branching)->default_value(4)->value_name("K"), "successors per state K (at least 2)")
+      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep synth --vocab V --tokens N --seed S --output FILE.h5\n"
-             "                       [--val-tokens M] [--branching K] [--force]\n\n"
+             "                       [--val-tokens M] [--branching K] [--overwrite]\n\n"
              "Samples N train and M val tokens from a random first-order Markov chain in which\n"
              "each state has K successors, started from its stationary distribution. The exact\n"
              "entropy rate (nats/token), the best loss any model can reach, is printed and stored\n"
@@ -229,7 +243,7 @@ int run_synth(const std::vector<std::string>& args) {
   if (!vm.count("val-tokens")) val_tokens = tokens / 10;
   if (val_tokens < 0) throw UsageError("--val-tokens must not be negative, got " + std::to_string(val_tokens));
 
-  AtomicOutput out(output, force, {});
+  AtomicOutput out(output, overwrite, {});
   const tessera::io::MarkovSource source = tessera::io::MarkovSource::random(vocab, branching, seed);
   const std::vector<int32_t> train = source.sample(tokens, seed, tessera::stream_id("markov.sample.train"));
   const std::vector<int32_t> val = source.sample(val_tokens, seed, tessera::stream_id("markov.sample.val"));
@@ -287,22 +301,22 @@ void write_images(AtomicOutput& out, const std::string& output, const tessera::i
 
 int run_cifar10(const std::vector<std::string>& args) {
   std::string input, output;
-  bool force = false;
-  po::options_description desc("options");
+  bool overwrite = false;
+  po::options_description desc("Options");
   desc.add_options()
       ("help,h", "show this help")
-      ("input", po::value(&input)->required(), "folder of the CIFAR-10 binary version")
-      ("output", po::value(&output)->required(), "HDF5 file to write")
-      ("force", po::bool_switch(&force), kForceHelp);
+      ("input", po::value(&input)->required()->value_name("DIR"), "folder of the CIFAR-10 binary version")
+      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
+      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
   po::variables_map vm;
   if (!parse(args, desc,
-             "usage: data_prep cifar10 --input DIR --output FILE.h5 [--force]\n\n"
+             "usage: data_prep cifar10 --input DIR --output FILE.h5 [--overwrite]\n\n"
              "Converts the CIFAR-10 binary version in DIR (data_batch_1..5.bin: 50000 train images,\n"
              "test_batch.bin: 10000 test images, batches.meta.txt: the 10 class names) to an image\n"
              "data set: uint8 [N, 32, 32, 3] images (HWC) and int32 labels under /train and /test.\n",
              vm))
     return 0;
-  AtomicOutput out(output, force, tessera::io::cifar10_files(input));
+  AtomicOutput out(output, overwrite, tessera::io::cifar10_files(input));
   const tessera::io::ImageSplits data = tessera::io::read_cifar10(input);
   write_images(out, output, data, "cifar10-binary");
   return 0;
@@ -311,21 +325,21 @@ int run_cifar10(const std::vector<std::string>& args) {
 int run_synth_images(const std::vector<std::string>& args) {
   tessera::io::SynthImageSpec spec;
   std::string output;
-  bool force = false;
-  po::options_description desc("options");
+  bool overwrite = false;
+  po::options_description desc("Options");
   desc.add_options()
       ("help,h", "show this help")
-      ("classes", po::value(&spec.classes)->default_value(10), "classes K (2 to 1000)")
-      ("train", po::value(&spec.train)->default_value(1000), "train images N (at least 1)")
-      ("test", po::value(&spec.test)->default_value(200), "test images M (at least 1)")
-      ("size", po::value(&spec.size)->default_value(32), "image side S (1 to 1024): S x S x 3 images")
-      ("seed", po::value(&spec.seed)->required(), "seed of the phases and the noise")
-      ("output", po::value(&output)->required(), "HDF5 file to write")
-      ("force", po::bool_switch(&force), kForceHelp);
+      ("classes", po::value(&spec.classes)->default_value(10)->value_name("K"), "classes K (2 to 1000)")
+      ("train", po::value(&spec.train)->default_value(1000)->value_name("N"), "train images N (at least 1)")
+      ("test", po::value(&spec.test)->default_value(200)->value_name("M"), "test images M (at least 1)")
+      ("size", po::value(&spec.size)->default_value(32)->value_name("S"), "image side S (1 to 1024): S x S x 3 images")
+      ("seed", po::value(&spec.seed)->required()->value_name("S"), "seed of the phases and the noise")
+      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
+      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep synth-images --seed X --output FILE.h5\n"
-             "                              [--classes K] [--train N] [--test M] [--size S] [--force]\n\n"
+             "                              [--classes K] [--train N] [--test M] [--size S] [--overwrite]\n\n"
              "Image i of a split has label i mod K: a tint of the class's colour and a grating at\n"
              "the class's angle, with a random phase and Philox noise: a small model learns it.\n",
              vm))
@@ -341,7 +355,7 @@ int run_synth_images(const std::vector<std::string>& args) {
   if (bytes > 8e9)
     throw UsageError("--train, --test and --size ask for " + std::to_string(static_cast<int64_t>(bytes / 1e9)) +
                      " GB of pixels (at most 8)");
-  AtomicOutput out(output, force, {});
+  AtomicOutput out(output, overwrite, {});
   write_images(out, output, tessera::io::make_synth_images(spec), "synthetic-images");
   return 0;
 }
@@ -355,7 +369,11 @@ int main(int argc, char** argv) {
     const std::string command = args[0];
     args.erase(args.begin());
     if (command == "--help" || command == "-h" || command == "help") {
-      std::cout << kUsage;
+      std::cout << kUsage << "\nExample:\n" << kExample << "\n";
+      return 0;
+    }
+    if (command == "--version") {
+      std::cout << tessera::cli::version_text("data_prep");
       return 0;
     }
     if (command == "text") return run_text(args);

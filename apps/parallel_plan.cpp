@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "apps/common/cli.h"
 #include "core/error.h"
@@ -17,9 +18,13 @@ using namespace tessera::parallel;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: parallel_plan schedule --pp P --micro M [--schedule gpipe|1f1b|interleaved|zb] [--virtual-stages V]\n"
+    "usage: parallel_plan schedule --pp P --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb] [--virtual-stages V]\n"
+    "       parallel_plan schedule --pp P --global-batch G --micro-batch B [--dp D] [--pp-schedule ...]\n"
+    "       parallel_plan --version\n"
     "\n"
-    "Plans a parallel layout without running it.\n"
+    "Plans a parallel layout without running it. The options are the trainers' (gpt_train --help):\n"
+    "a step's micro-batches are --micro-batches, or global-batch / (micro-batch x dp) as the trainers\n"
+    "split them.\n"
     "\n"
     "commands:\n"
     "  schedule   lays out the pipeline schedule's program for each of P stages over M micro-batches,\n"
@@ -40,16 +45,45 @@ std::string per_stage(const PipelineReport& r, int StageReport::*field) {
   return text;
 }
 
+constexpr const char* kExample =
+    "  parallel_plan schedule --pp 4 --micro-batches 8 --pp-schedule 1f1b\n"
+    "  parallel_plan schedule --pp 2 --global-batch 16 --micro-batch 2 --dp 2 --pp-schedule zb";
+
 int run_schedule(int argc, char** argv) {
   int pp = 0, micro = 0, virtual_stages = 1;
+  int64_t global_batch = 0, micro_batch = 0, dp = 1;
   std::string name;
-  po::options_description options("schedule");
-  options.add_options()("pp", po::value(&pp)->required(), "pipeline stages")(
-      "micro", po::value(&micro)->required(), "micro-batches per step")(
-      "schedule", po::value(&name)->default_value("1f1b"), "gpipe, 1f1b, interleaved or zb")(
-      "virtual-stages", po::value(&virtual_stages)->default_value(1), "model chunks per stage (interleaved)");
+  tessera::cli::OptionSections options;
+  options.section(tessera::cli::kLayout).add_options()
+      ("pp", po::value(&pp)->required()->value_name("P"), "pipeline stages")
+      ("pp-schedule", po::value(&name)->default_value("1f1b")->value_name("gpipe|1f1b|interleaved|zb"), "the pipeline schedule")
+      ("virtual-stages", po::value(&virtual_stages)->default_value(1)->value_name("V"), "model chunks per stage (interleaved)")
+      ("dp", po::value(&dp)->default_value(1)->value_name("D"), "data-parallel ranks (with --global-batch)");
+  options.section(tessera::cli::kTraining).add_options()
+      ("micro-batches", po::value(&micro)->value_name("M"), "micro-batches per step (or give --global-batch and --micro-batch)")
+      ("global-batch", po::value(&global_batch)->value_name("G"), "samples per optimizer step, as the trainers take it")
+      ("micro-batch", po::value(&micro_batch)->value_name("B"), "samples per forward/backward on a rank (with --global-batch)");
   po::variables_map vm;
-  if (!tessera::cli::parse(argc, argv, options, vm, kUsage)) return 0;
+  const std::vector<tessera::cli::RenamedOption> renamed = {{"micro", "micro-batches"}, {"schedule", "pp-schedule"}};
+  if (!tessera::cli::parse(argc, argv, options, vm, {"parallel_plan", kUsage, kExample}, renamed)) return 0;
+  const bool count = vm.count("micro-batches") > 0, split = vm.count("global-batch") || vm.count("micro-batch");
+  if (count == split)
+    usage_error(count ? "give --micro-batches or --global-batch with --micro-batch, not both"
+                      : "the option '--micro-batches' is required (or --global-batch with --micro-batch, as the trainers"
+                        " take them)");
+  if (split) {
+    if (!vm.count("global-batch") || !vm.count("micro-batch"))
+      usage_error("--global-batch and --micro-batch go together: the step's micro-batches are global-batch / "
+                  "(micro-batch x dp)");
+    if (global_batch < 1 || micro_batch < 1 || dp < 1)
+      usage_error("--global-batch, --micro-batch and --dp must be at least 1");
+    if (global_batch % (micro_batch * dp) != 0)
+      usage_error("--global-batch " + std::to_string(global_batch) + " does not split into micro-batches of " +
+                  std::to_string(micro_batch) + " over --dp " + std::to_string(dp));
+    const int64_t m = global_batch / (micro_batch * dp);
+    if (m > 1 << 20) usage_error("too large: " + std::to_string(m) + " micro-batches per step");
+    micro = static_cast<int>(m);
+  }
 
   PipelineSchedule schedule;
   try {
@@ -84,7 +118,11 @@ int main(int argc, char** argv) {
     const std::string command = argc > 1 ? argv[1] : "";
     if (command.empty()) usage_error("missing command (schedule)");
     if (command == "--help" || command == "-h" || command == "help") {
-      std::cout << kUsage << "\n";
+      std::cout << kUsage << "\nExample:\n" << kExample << "\n";
+      return 0;
+    }
+    if (command == "--version") {
+      std::cout << tessera::cli::version_text("parallel_plan");
       return 0;
     }
     // The command's options follow it: parse them as if it were the program name.

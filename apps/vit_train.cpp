@@ -1,9 +1,13 @@
 // vit_train: train a vision transformer classifier on an HDF5 image data set (data_prep cifar10
-// or synth-images), with the same parallel, checkpoint and reliability options as gpt_train.
+// or synth-images), with the same parallel, checkpoint and reliability options as gpt_train;
+// --dry-run prints the run's plan.
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
+#include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "apps/common/train_cli.h"
 #include "comm/mpi_runtime.h"
@@ -11,6 +15,8 @@
 #include "io/image_dataset.h"
 #include "io/loader_throughput.h"
 #include "models/vit/vit.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_verifier.h"
 #include "train/preemption.h"
 #include "train/trainer.h"
 #include "train/vit_workload.h"
@@ -18,11 +24,56 @@
 using namespace tessera;
 namespace po = boost::program_options;
 
+namespace {
+
+// --dry-run: the run as the options lay it out (mesh, batch split, pipeline schedule with its
+// simulated bubble, the model and its parameter count) without training. ViT's per-rank memory is
+// not modelled by the planner yet (plan/memory_plan.h covers the GPTs): the plan says so.
+std::string describe_plan(const cli::TrainOptions& o, const models::VitConfig& mc, const io::ImageDataset& images,
+                          int64_t steps_per_epoch) {
+  const train::TrainConfig& tc = o.train;
+  const comm::MeshShape& m = o.mesh;
+  const int batch_ranks = m.dp * m.tp_batch_parts();
+  const int64_t micro = tc.micro_batches(batch_ranks);
+  const int64_t patches = (mc.image / mc.patch) * (mc.image / mc.patch);
+  const int64_t tokens = patches + (mc.pool == "cls" ? 1 : 0);
+  // The whole model's parameters, counted by building it once on this process (one rank's layout).
+  const int64_t params = models::Vit(mc, Device::cpu, tc.seed, 1).model_numel();
+  std::ostringstream out;
+  out << "vit_train plan (dry run: nothing is trained)\n"
+      << "layout: " << m.str() << ", " << m.pp * m.dp * m.ep * m.sp * m.tp << " rank(s), tp-mode " << o.tp_mode
+      << ", ZeRO-" << tc.zero_stage << ", " << tc.precision << ", activation checkpointing "
+      << o.activation_checkpointing << "\n"
+      << "model: " << mc.layers << " layers, hidden " << mc.hidden << ", " << mc.heads << " heads, patch " << mc.patch
+      << ", MLP ratio " << mc.mlp_ratio << ", " << tokens << " tokens per image (pool " << mc.pool << "), "
+      << mc.classes << " classes, " << mc.image << "x" << mc.image << "x" << mc.channels << " images\n"
+      << "parameters: " << params << " (whole model; fp32 weights, gradients and AdamW moments: " << 16 * params
+      << " bytes before any split)\n"
+      << "batch: " << tc.global_batch << " images per step over " << batch_ranks << " batch rank(s): " << micro
+      << " micro-batch(es) of " << tc.micro_batch << " per rank\n"
+      << "steps: " << tc.steps << " (" << images.size() << " training images, " << steps_per_epoch
+      << " steps per epoch)\n";
+  if (m.pp > 1) {
+    const parallel::PipelineSchedule schedule =
+        parallel::make_schedule(tc.pp_schedule, m.pp, static_cast<int>(micro), tc.virtual_stages);
+    const parallel::PipelineReport r = parallel::verify_schedule(schedule);
+    char line[200];
+    std::snprintf(line, sizeof line, "pipeline: %s over %d stages, %lld micro-batches, bubble fraction %.4f (simulated)\n",
+                  schedule.name.c_str(), schedule.stages, static_cast<long long>(micro), r.bubble_fraction);
+    out << line;
+  }
+  out << "memory: the planner covers gpt_train and moe_train (their --dry-run prints the peak per rank by"
+         " category); ViT's is not planned yet\n";
+  return out.str();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   comm::MpiRuntime mpi(&argc, &argv);
   if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
   const int code = cli::run_main([&] {
-    po::options_description opts;
+    cli::OptionSections opts;
     cli::TrainOptions o;
     models::VitConfig mc;
     std::string data;
@@ -30,28 +81,42 @@ int main(int argc, char** argv) {
     io::ImageAugment augment;
     bool no_flip = false;
     int64_t benchmark_loader = 0;
-    opts.add_options()
-        ("data", po::value(&data)->required(), "image data set (HDF5: /train and /test images and labels)")
-        ("layers", po::value(&mc.layers)->default_value(7), "transformer blocks")
-        ("hidden", po::value(&mc.hidden)->default_value(256), "hidden size")
-        ("heads", po::value(&mc.heads)->default_value(4), "attention heads (must divide --hidden)")
-        ("patch", po::value(&mc.patch)->default_value(4), "patch size in pixels (must divide the image size)")
-        ("mlp-ratio", po::value(&mc.mlp_ratio)->default_value(2), "MLP hidden size / hidden size")
-        ("pool", po::value(&mc.pool)->default_value("cls"), "cls (a class token) or mean (the mean over patches)")
-        ("label-smoothing", po::value(&mc.label_smoothing)->default_value(0.1f), "label smoothing of the cross-entropy")
-        ("epochs", po::value(&epochs)->default_value(0.0), "train this many epochs (sets --steps, so not with --steps; 0: use --steps)")
-        ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0), "evaluate on the test set every N epochs (sets --eval-every, so not with --eval-every; 0: use --eval-every)")
-        ("crop-pad", po::value(&augment.pad)->default_value(4), "augmentation: random crop from the image zero-padded by this many pixels (0: none; less than the image side)")
-        ("no-flip", po::bool_switch(&no_flip), "augmentation: no random horizontal flip")
-        ("benchmark-loader", po::value(&benchmark_loader)->default_value(0), "benchmark (N > 0): time N global batches of the augmenting loader alone (its background thread, as training uses it), print images/s and exit");
-    o.add_to(opts, "images");
+    opts.section(cli::kModel).add_options()
+        ("layers", po::value(&mc.layers)->default_value(7)->value_name("N"), "transformer blocks")
+        ("hidden", po::value(&mc.hidden)->default_value(256)->value_name("N"), "hidden size")
+        ("heads", po::value(&mc.heads)->default_value(4)->value_name("N"), "attention heads (must divide --hidden)")
+        ("patch", po::value(&mc.patch)->default_value(4)->value_name("PIXELS"), "patch size in pixels (must divide the image size)")
+        ("mlp-ratio", po::value(&mc.mlp_ratio)->default_value(2)->value_name("N"), "MLP hidden size / hidden size")
+        ("pool", po::value(&mc.pool)->default_value("cls")->value_name("cls|mean"), "cls (a class token) or mean (the mean over patches)")
+        ("label-smoothing", po::value(&mc.label_smoothing)->default_value(0.1f, "0.1")->value_name("X"), "label smoothing of the cross-entropy");
+    opts.section(cli::kData).add_options()
+        ("input", po::value(&data)->required()->value_name("IMAGES.h5"), "image data set (HDF5: /train and /test images and labels; data_prep cifar10|synth-images)")
+        ("crop-pad", po::value(&augment.pad)->default_value(4)->value_name("PIXELS"), "augmentation: random crop from the image zero-padded by this many pixels (0: none; less than the image side)")
+        ("no-flip", po::bool_switch(&no_flip), "augmentation: no random horizontal flip");
+    opts.section(cli::kTraining).add_options()
+        ("epochs", po::value(&epochs)->default_value(0.0, "0")->value_name("X"), "train this many epochs (sets --steps, so not with --steps; 0: use --steps)")
+        ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0, "0")->value_name("X"), "evaluate on the test set every N epochs (sets --eval-every, so not with --eval-every; 0: use --eval-every)");
+    o.add_to(opts, "images", cli::TrainOptions::App::vit);
+    opts.section(cli::kDebugging).add_options()
+        ("benchmark-loader", po::value(&benchmark_loader)->default_value(0)->value_name("N"), "benchmark (N > 0): time N global batches of the augmenting loader alone (its background thread, as training uses it), print images/s and exit");
     po::variables_map vm;
-    if (!cli::parse(argc, argv, opts, vm, "usage: vit_train --data IMAGES.h5 [options]")) return 0;
-    const std::string data_identity = cli::check_ranks_started_alike(vm, {"data"});
+    const cli::HelpText help{
+        "vit_train",
+        "usage: vit_train --input IMAGES.h5 [options]\n\nTrains a vision transformer classifier on an HDF5 image data set (data_prep cifar10 or\n"
+        "synth-images), on one rank or under mpirun; the whole test set is evaluated (eval_loss, eval_acc).\n"
+        "Options may also come from --config FILE.ini (keys are the long names).",
+        "  mpirun -np 2 vit_train --config inputs/vit_tiny.ini --input synth.h5 --tp 2 --steps 20 --metrics vit.jsonl"};
+    std::vector<cli::RenamedOption> renamed = cli::TrainOptions::renamed();
+    renamed.push_back({"data", "input"});
+    if (!cli::parse(argc, argv, opts, vm, help, renamed)) return 0;
+    const std::string data_identity = cli::check_ranks_started_alike(vm, {"input"});
     o.train.options = cli::option_values(vm);
     augment.flip = !no_flip;
 
-    o.finish(mpi.world_size(), vm);
+    // A dry run plans for the layout the options give (any number of ranks, from one process) when
+    // --dp is set, as gpt_train's does.
+    const comm::MeshShape& m = o.mesh;
+    o.finish(o.dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size(), vm);
     TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
                   " all_to_all or ring");
     TESSERA_CHECK(!o.auto_placement(), "vit_train: --placement auto needs the memory planner, which covers gpt_train",
@@ -69,7 +134,7 @@ int main(int argc, char** argv) {
                   " gpt_train's and moe_train's");
     TESSERA_CHECK(augment.pad >= 0, "--crop-pad must be >= 0, got ", augment.pad);
     TESSERA_CHECK(benchmark_loader >= 0, "--benchmark-loader must be >= 0 (0: train), got ", benchmark_loader);
-    cli::check_output_files({{"--data", data}, {"--resume", o.train.resume == "none" || o.train.resume == "auto"
+    cli::check_output_files({{"--input", data}, {"--resume", o.train.resume == "none" || o.train.resume == "auto"
                                                                 ? std::string()
                                                                 : o.train.resume}},
                             {{"--metrics", o.train.metrics_path}, {"--trace", o.train.trace_path}});
@@ -95,6 +160,10 @@ int main(int argc, char** argv) {
       tc.eval_every = std::max<int64_t>(1, std::llround(eval_every_epochs * static_cast<double>(steps_per_epoch)));
     tc.validate(o.mesh.dp * o.mesh.tp_batch_parts());
     TESSERA_CHECK(o.mesh.ep == 1, "vit_train: --ep needs mixture-of-experts layers (moe_train has them)");
+    if (o.dry_run) {
+      if (mpi.world_rank() == 0) std::cout << describe_plan(o, mc, *train_set, steps_per_epoch);
+      return 0;
+    }
     if (benchmark_loader > 0) {
       const io::ImageLoader loader(train_set, tc.global_batch, tc.seed, io::channel_stats(*train_set), augment);
       const double rate = io::loader_images_per_second(loader, tc.global_batch, benchmark_loader);

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace tessera::cli {
 namespace {
@@ -139,7 +140,7 @@ bool value_text(const boost::any& value, std::string& text) {
 std::vector<std::pair<std::string, std::string>> option_values(const po::variables_map& vm) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [name, variable] : vm) {
-    if (name == "help") continue;
+    if (name == "help" || name == "version") continue;
     const boost::any& value = variable.value();
     std::string text;
     if (value_text<std::string>(value, text) || value_text<bool>(value, text) || value_text<int>(value, text) ||
@@ -157,18 +158,75 @@ std::vector<std::pair<std::string, std::string>> option_values(const po::variabl
   return out;
 }
 
-bool parse(int argc, char** argv, const po::options_description& options, po::variables_map& vm,
-           const std::string& usage) {
-  po::options_description all("Options");
-  all.add_options()("help,h", "print this help and exit")(
-      "config", po::value<std::string>(), "read options from an .ini file (keys are long option names)");
-  all.add(options);
+namespace {
+constexpr unsigned kHelpWidth = 110;  // --help's line length (Boost's default is 80)
+}  // namespace
+
+po::options_description& OptionSections::section(const std::string& title) {
+  for (auto& [name, description] : sections_)
+    if (name == title) return *description;
+  sections_.emplace_back(title, std::make_unique<po::options_description>(title, kHelpWidth, kHelpWidth / 2));
+  return *sections_.back().second;
+}
+
+void OptionSections::add_to(po::options_description& all) const {
+  const std::vector<std::string> order = {kModel,      kData,   kTraining, kLayout, kPrecisionMemory,
+                                          kCheckpoints, kLogging, kDebugging};
+  for (const std::string& title : order)
+    for (const auto& [name, description] : sections_)
+      if (name == title) all.add(*description);
+  for (const auto& [name, description] : sections_)
+    if (std::find(order.begin(), order.end(), name) == order.end()) all.add(*description);
+}
+
+void add_renamed(po::options_description& hidden, const po::options_description& all,
+                 const std::vector<RenamedOption>& renamed) {
+  for (const RenamedOption& r : renamed) {
+    const po::option_description& target = all.find(r.name, false);
+    if (target.semantic()->max_tokens() == 0)
+      hidden.add_options()(r.old_name.c_str(), po::bool_switch(), "");
+    else
+      hidden.add_options()(r.old_name.c_str(), po::value<std::string>(), "");
+  }
+}
+
+void apply_renames(po::parsed_options& parsed, const std::vector<RenamedOption>& renamed, const std::string& where) {
+  const std::string at = where == kOnCommandLine ? "" : " " + where;
+  for (po::option& o : parsed.options)
+    for (const RenamedOption& r : renamed)
+      if (o.string_key == r.old_name) {
+        log::warn("--", r.old_name, at, " is the old name of --", r.name, ": it still works, but will be",
+                  " removed; write --", r.name);
+        o.string_key = r.name;
+      }
+}
+
+bool parse(int argc, char** argv, const OptionSections& options, po::variables_map& vm, const HelpText& help,
+           const std::vector<RenamedOption>& renamed) {
+  po::options_description general("General", kHelpWidth, kHelpWidth / 2);
+  general.add_options()("help,h", "print this help and exit")("version", "print the version, commit, build options and devices, and exit")(
+      "config", po::value<std::string>()->value_name("FILE.ini"),
+      "read options from an .ini file (keys are long option names: `layers = 6`); the command line wins");
+  po::options_description all(kHelpWidth, kHelpWidth / 2);
+  options.add_to(all);
+  all.add(general);
+  po::options_description parsing;  // what the parser knows: every option, and the old names
+  parsing.add(all);
+  parsing.add(options.foreign());
+  po::options_description hidden;
+  add_renamed(hidden, parsing, renamed);
+  parsing.add(hidden);
   try {
-    const po::parsed_options command_line = po::parse_command_line(argc, argv, all);
+    po::parsed_options command_line = po::parse_command_line(argc, argv, parsing);
+    apply_renames(command_line, renamed, kOnCommandLine);
     check_parsed(command_line, kOnCommandLine);
     po::store(command_line, vm);
     if (vm.count("help")) {
-      std::cout << usage << "\n\n" << all << "\n";
+      std::cout << help.usage << "\n\n" << all << "\nExample:\n" << help.example << "\n";
+      return false;
+    }
+    if (vm.count("version")) {
+      std::cout << version_text(help.tool);
       return false;
     }
     if (vm.count("config")) {
@@ -178,13 +236,14 @@ bool parse(int argc, char** argv, const po::options_description& options, po::va
         throw UsageError("--config " + path + " is a directory: expected an .ini file");
       std::ifstream in(path);
       if (!in) throw UsageError("cannot read config file " + path + ": " + std::strerror(errno));
-      const po::parsed_options file = po::parse_config_file(in, all);
+      po::parsed_options file = po::parse_config_file(in, parsing);
       if (in.bad()) throw UsageError("cannot read config file " + path + ": " + std::strerror(errno));
       const std::string where = "in config file " + path;
       for (const po::option& o : file.options)
-        if (o.string_key == "config" || o.string_key == "help")
+        if (o.string_key == "config" || o.string_key == "help" || o.string_key == "version")
           throw UsageError("config file " + path + " sets " + o.string_key +
                            ": only options of the run belong in a config file (one file per run)");
+      apply_renames(file, renamed, where);
       check_parsed(file, where);
       po::store(file, vm);
     }

@@ -76,38 +76,48 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
   comm::MpiRuntime mpi(&argc, &argv);
   if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
   const int code = run_main([&] {
-    po::options_description opts;
+    OptionSections opts;
     TrainOptions o;
     const bool moe = app == GptApp::moe;
     const char* name = moe ? "moe_train" : "gpt_train";
     models::GptConfig mc;
     std::string input, val_input;
     int64_t seq_len = 64;
-    bool dry_run = false;
-    opts.add_options()
-        ("input", po::value(&input)->required(), "training token data set (HDF5: /tokens, or /train/tokens)")
-        ("val-input", po::value(&val_input), "validation data set (default: the /val split of --input, if any)")
-        ("layers", po::value(&mc.layers)->default_value(4), "transformer blocks")
-        ("hidden", po::value(&mc.hidden)->default_value(128), "hidden size")
-        ("heads", po::value(&mc.heads)->default_value(4), "attention heads (must divide --hidden)")
-        ("seq-len", po::value(&seq_len)->default_value(64), "tokens per sequence")
-        ("dump", po::value(&o.train.dump_path), "debug: write initial parameters, batches and step-1 logits/gradients to this HDF5 file")
-        ("dry-run", po::bool_switch(&dry_run), "print the predicted peak memory per rank by category and exit without training (reads only the data's vocab_size; plans for --dp x ... ranks when --dp is given, else for this job's)");
+    opts.section(kModel).add_options()
+        ("layers", po::value(&mc.layers)->default_value(4)->value_name("N"), "transformer blocks")
+        ("hidden", po::value(&mc.hidden)->default_value(128)->value_name("N"), "hidden size")
+        ("heads", po::value(&mc.heads)->default_value(4)->value_name("N"), "attention heads (must divide --hidden)")
+        ("seq-len", po::value(&seq_len)->default_value(64)->value_name("N"), "tokens per sequence");
     if (moe) {
       nn::RouterOptions& r = mc.moe.router;
       mc.moe_every = 2;
-      opts.add_options()
-          ("experts", po::value(&mc.moe.experts)->default_value(8), "experts per MoE layer (a multiple of --ep)")
-          ("moe-every", po::value(&mc.moe_every)->default_value(2), "every N-th block has a mixture-of-experts feed-forward (blocks N-1, 2N-1, ...)")
-          ("expert-hidden", po::value(&mc.moe.hidden)->default_value(0), "hidden size of each expert's MLP (0: 4 x --hidden)")
-          ("top-k", po::value(&r.top_k)->default_value(2), "experts per token: 1 (Switch) or 2 (GShard)")
-          ("capacity-factor", po::value(&r.capacity_factor)->default_value(1.25f), "expert capacity = factor x tokens x top-k / experts over the ep group; tokens past it are dropped (0: no drop)")
-          ("aux-loss-coef", po::value(&r.aux_loss_coef)->default_value(0.01f), "weight of the load-balancing loss")
-          ("z-loss-coef", po::value(&r.z_loss_coef)->default_value(0.001f), "weight of the router z-loss");
+      opts.section(kModel).add_options()
+          ("experts", po::value(&mc.moe.experts)->default_value(8)->value_name("N"), "experts per MoE layer (a multiple of --ep)")
+          ("moe-every", po::value(&mc.moe_every)->default_value(2)->value_name("N"), "every N-th block has a mixture-of-experts feed-forward (blocks N-1, 2N-1, ...)")
+          ("expert-hidden", po::value(&mc.moe.hidden)->default_value(0)->value_name("N"), "hidden size of each expert's MLP (0: 4 x --hidden)")
+          ("top-k", po::value(&r.top_k)->default_value(2)->value_name("1|2"), "experts per token: 1 (Switch) or 2 (GShard)")
+          ("capacity-factor", po::value(&r.capacity_factor)->default_value(1.25f, "1.25")->value_name("X"), "expert capacity = factor x tokens x top-k / experts over the ep group; tokens past it are dropped (0: no drop)")
+          ("aux-loss-coef", po::value(&r.aux_loss_coef)->default_value(0.01f, "0.01")->value_name("X"), "weight of the load-balancing loss")
+          ("z-loss-coef", po::value(&r.z_loss_coef)->default_value(0.001f, "0.001")->value_name("X"), "weight of the router z-loss");
     }
-    o.add_to(opts, "sequences");
+    opts.section(kData).add_options()
+        ("input", po::value(&input)->required()->value_name("DATA.h5"), "training token data set (HDF5: /tokens, or /train/tokens)")
+        ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)");
+    o.add_to(opts, "sequences", moe ? TrainOptions::App::moe : TrainOptions::App::gpt);
+    opts.section(kDebugging).add_options()
+        ("dump", po::value(&o.train.dump_path)->value_name("FILE.h5"), "write initial parameters, batches and step-1 logits/gradients to this HDF5 file");
+    const bool& dry_run = o.dry_run;
     po::variables_map vm;
-    if (!parse(argc, argv, opts, vm, std::string("usage: ") + name + " --input DATA.h5 [options]")) return 0;
+    const std::string tool = name;
+    const HelpText help{
+        tool,
+        "usage: " + tool + " --input DATA.h5 [options]\n\nTrains a GPT language model" +
+            (moe ? std::string(" with mixture-of-experts layers") : std::string()) +
+            " on an HDF5 token data set (data_prep text|synth), on one rank or under mpirun.\n"
+            "Options may also come from --config FILE.ini (keys are the long names).",
+        moe ? "  mpirun -np 4 moe_train --config inputs/moe_tiny.ini --input data.h5 --ep 2 --steps 20 --metrics moe.jsonl"
+            : "  mpirun -np 4 gpt_train --config inputs/gpt_tiny.ini --input data.h5 --tp 2 --zero 1 --steps 20 --metrics m.jsonl"};
+    if (!parse(argc, argv, opts, vm, help, TrainOptions::renamed())) return 0;
     const std::string data_identity = check_ranks_started_alike(vm, {"input", "val-input"});
     o.train.options = option_values(vm);
 

@@ -21,65 +21,88 @@
 
 namespace tessera::cli {
 
-void TrainOptions::add_to(po::options_description& options, const std::string& unit) {
+void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App app) {
   train::TrainConfig& tc = train;
-  options.add_options()
-      ("global-batch", po::value(&tc.global_batch)->default_value(8), (unit + " per optimizer step").c_str())
-      ("micro-batch", po::value(&tc.micro_batch)->default_value(0), (unit + " per forward/backward on a rank (0: global-batch / dp, no accumulation)").c_str())
-      ("steps", po::value(&tc.steps)->default_value(100), "optimizer steps")
-      ("lr", po::value(&tc.lr)->default_value(1e-3), "peak learning rate")
-      ("min-lr", po::value(&tc.min_lr)->default_value(1e-4), "learning rate at the last step (cosine)")
-      ("warmup", po::value(&tc.warmup)->default_value(10), "linear warm-up steps")
-      ("weight-decay", po::value(&tc.adamw.weight_decay)->default_value(0.1f), "AdamW weight decay (matrices, embeddings)")
-      ("beta1", po::value(&tc.adamw.beta1)->default_value(0.9f), "AdamW beta1")
-      ("beta2", po::value(&tc.adamw.beta2)->default_value(0.95f), "AdamW beta2")
-      ("grad-clip", po::value(&tc.grad_clip)->default_value(1.0f), "clip the global gradient norm (0: off)")
-      ("seed", po::value(&tc.seed)->default_value(1234), "seed of initialisation and data order")
-      ("eval-every", po::value(&tc.eval_every)->default_value(0), "evaluate every N steps and at the end (0: never)")
-      ("eval-batches", po::value(&tc.eval_batches)->default_value(8), "validation global batches per evaluation (gpt_train, moe_train: the same windows under every layout; vit_train evaluates the whole test set)")
-      ("log-every", po::value(&tc.log_every)->default_value(10), "log a line every N steps (N >= 1; when not on a terminal)")
-      ("metrics", po::value(&tc.metrics_path), "write metrics as JSON lines to this file (a resumed run continues it after the resumed step)")
-      ("overwrite", po::bool_switch(&tc.overwrite), "a fresh run may replace an existing metrics file, and moves the checkpoints already in --checkpoint-dir into a set_aside_<time> folder there")
-      ("offload", po::value(&tc.adamw.offload)->default_value("none"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
-      ("offload-dir", po::value(&tc.adamw.offload_dir), "directory for --offload nvme's scratch files (a fast local disk; only with --offload nvme)")
-      ("offload-optim-frac", po::value(&tc.adamw.host_fraction)->default_value(0.0), "static placement: this share of the optimizer states' chunks on the host tier (the last ones of the flat order), the rest on the compute device (--offload cpu: all)")
-      ("offload-params", po::bool_switch(&tc.offload_params), "with --zero 3: this rank's shard of the parameters and gradients on the host tier (the device holds the units gathered for use; ZeRO-Infinity)")
-      ("placement-chunk-mb", po::value(&placement_chunk_mb)->default_value(4.0), "the optimizer states' placement unit: MiB of each state per chunk (> 0)")
-      ("placement", po::value(&placement)->default_value("static"), "static (--offload, --offload-optim-frac as given) or auto (gpt_train, moe_train: the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)")
-      ("device-memory-limit", po::value(&device_memory_limit)->default_value("0"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
-      ("zero", po::value(&tc.zero_stage)->default_value(0), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
-      ("precision", po::value(&tc.precision)->default_value("fp32"), "fp32, bf16 or fp16: parameters, activations and gradients (fp32 master weights and optimizer states); bf16 multiplies in bf16 with fp32 sums (oneDNN on CPUs with AVX512-BF16, tensor cores on GPUs); on the CPU fp16 is rounded storage with fp32 arithmetic")
-      ("loss-scale", po::value(&tc.loss_scaler.initial_scale)->default_value(65536.0), "fp16: the initial loss scale")
+  const bool gpt = app != App::vit, moe = app == App::moe;
+  sections.section(kTraining).add_options()
+      ("global-batch", po::value(&tc.global_batch)->default_value(8)->value_name("N"), (unit + " per optimizer step").c_str())
+      ("micro-batch", po::value(&tc.micro_batch)->default_value(0)->value_name("N"), (unit + " per forward/backward on a rank (0: global-batch / dp, no accumulation)").c_str())
+      ("steps", po::value(&tc.steps)->default_value(100)->value_name("N"), "optimizer steps")
+      ("lr", po::value(&tc.lr)->default_value(1e-3, "0.001")->value_name("LR"), "peak learning rate")
+      ("min-lr", po::value(&tc.min_lr)->default_value(1e-4, "0.0001")->value_name("LR"), "learning rate at the last step (cosine)")
+      ("warmup", po::value(&tc.warmup)->default_value(10)->value_name("N"), "linear warm-up steps")
+      ("weight-decay", po::value(&tc.adamw.weight_decay)->default_value(0.1f, "0.1")->value_name("X"), "AdamW weight decay (matrices, embeddings)")
+      ("beta1", po::value(&tc.adamw.beta1)->default_value(0.9f, "0.9")->value_name("X"), "AdamW beta1")
+      ("beta2", po::value(&tc.adamw.beta2)->default_value(0.95f, "0.95")->value_name("X"), "AdamW beta2")
+      ("grad-clip", po::value(&tc.grad_clip)->default_value(1.0f, "1")->value_name("X"), "clip the global gradient norm (0: off)")
+      ("seed", po::value(&tc.seed)->default_value(1234)->value_name("N"), "seed of initialisation and data order")
+      ("eval-every", po::value(&tc.eval_every)->default_value(0)->value_name("N"), "evaluate every N steps and at the end (0: never)")
+      ("on-nan", po::value(&tc.on_nan)->default_value("stop")->value_name("stop|skip"), "a non-finite loss or gradient: stop (naming the parameter and the last good checkpoint) or skip the step");
+  // Options one trainer takes and another does not: the other parses them only to refuse them,
+  // naming the trainer that has them, and --help leaves them out (OptionSections::foreign).
+  po::options_description& gpt_only = gpt ? sections.section(kTraining) : sections.foreign();
+  gpt_only.add_options()
+      ("eval-batches", po::value(&tc.eval_batches)->default_value(8)->value_name("N"), "validation global batches per evaluation: the same windows under every layout");
+  po::options_description& layout = sections.section(kLayout);
+  layout.add_options()
+      ("dp", po::value(&mesh.dp)->default_value(0)->value_name("N"), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
+      ("tp", po::value(&mesh.tp)->default_value(1)->value_name("N"), "tensor-parallel ranks (must divide --heads)")
+      ("tp-mode", po::value(&tp_mode)->default_value("1d")->value_name("1d|2d|2.5d|3d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split), 2d (SUMMA on a q x q grid, --tp q^2: rows of sequences x feature blocks) 2.5d (--tp-depth d layers of q x q grids, --tp d q^2) or 3d (a q x q x q cube, --tp q^3)")
+      ("tp-depth", po::value(&mesh.tp_depth)->default_value(1)->value_name("D"), "--tp-mode 2.5d: the grid layers d (the batch splits over d x q, the weights are the same on every layer)")
+      ("pp", po::value(&mesh.pp)->default_value(1)->value_name("N"), "pipeline stages")
+      ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b")->value_name("gpipe|1f1b|interleaved|zb"), "pipeline schedule (with --pp > 1): gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
+      ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1)->value_name("V"), "model chunks per pipeline stage (interleaved schedule)")
+      ("sp", po::value(&mesh.sp)->default_value(1)->value_name("N"), "sequence-parallel ranks (must divide the sequence)")
+      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all")->value_name(gpt ? "all_to_all|ring|split_gather" : "all_to_all|ring"), gpt ? "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)" : "sequence parallelism with --sp > 1: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)");
+  (moe ? layout : sections.foreign()).add_options()
+      ("ep", po::value(&mesh.ep)->default_value(1)->value_name("N"), "expert-parallel ranks: they split the experts, and the batch like dp");
+  layout.add_options()
+      ("zero", po::value(&tc.zero_stage)->default_value(0)->value_name("0|1|2|3"), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
+      ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0, "25")->value_name("MIB"), "data-parallel gradient bucket size in MiB (> 0)")
+      ("device", po::value(&device_name)->default_value("cpu")->value_name("cpu|cuda"), "where to compute: the CPU, or a node's GPUs (each rank takes one, by its node-local rank)")
+      ("threads", po::value(&threads)->default_value(0)->value_name("N"), "CPU threads per rank (0: OMP_NUM_THREADS, else Slurm's --cpus-per-task, else all cores)")
+      ("comm-backend", po::value(&comm_backend)->default_value("host")->value_name("host|nccl"), "--device cuda: collectives on device tensors through host copies over MPI (host: any MPI, ranks may share a GPU) or over NCCL (a GPU per rank)")
+      ("comm-timeout", po::value(&comm_timeout)->default_value(600.0, "600")->value_name("SECONDS"), "seconds any collective may take before the job is aborted, naming it (0: wait forever)");
+  po::options_description& memory = sections.section(kPrecisionMemory);
+  memory.add_options()
+      ("precision", po::value(&tc.precision)->default_value("fp32")->value_name("fp32|bf16|fp16"), "parameters, activations and gradients (fp32 master weights and optimizer states); bf16 multiplies in bf16 with fp32 sums (oneDNN on CPUs with AVX512-BF16, tensor cores on GPUs); on the CPU fp16 is rounded storage with fp32 arithmetic")
+      ("loss-scale", po::value(&tc.loss_scaler.initial_scale)->default_value(65536.0, "65536")->value_name("X"), "fp16: the initial loss scale")
       ("static-loss-scale", po::bool_switch()->notifier([&tc](bool s) { tc.loss_scaler.dynamic = !s; }), "fp16: keep --loss-scale fixed (overflowing steps are still skipped)")
-      ("loss-scale-window", po::value(&tc.loss_scaler.growth_interval)->default_value(2000), "fp16: steps without overflow before the loss scale doubles")
-      ("hysteresis", po::value(&tc.loss_scaler.hysteresis)->default_value(2), "fp16: consecutive overflows before the loss scale halves")
-      ("min-loss-scale", po::value(&tc.loss_scaler.min_scale)->default_value(1.0), "fp16: the loss scale's floor (reaching it is an error that says what to do)")
-      ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0), "data-parallel gradient bucket size in MiB (> 0)")
-      ("dp", po::value(&mesh.dp)->default_value(0), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
-      ("tp", po::value(&mesh.tp)->default_value(1), "tensor-parallel ranks (must divide --heads)")
-      ("tp-mode", po::value(&tp_mode)->default_value("1d"), "tensor-parallel layout: 1d (Megatron: heads, MLP and vocabulary split), 2d (SUMMA on a q x q grid, --tp q^2: rows of sequences x feature blocks) 2.5d (--tp-depth d layers of q x q grids, --tp d q^2) or 3d (a q x q x q cube, --tp q^3)")
-      ("tp-depth", po::value(&mesh.tp_depth)->default_value(1), "--tp-mode 2.5d: the grid layers d (the batch splits over d x q, the weights are the same on every layer)")
-      ("pp", po::value(&mesh.pp)->default_value(1), "pipeline stages")
-      ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b"), "pipeline schedule (with --pp > 1): gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
-      ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1), "model chunks per pipeline stage (interleaved schedule)")
-      ("trace", po::value(&tc.trace_path), "write a Chrome trace JSON file (Perfetto): every rank's steps with their time split, and on a pipeline its compute and messages")
-      ("sp", po::value(&mesh.sp)->default_value(1), "sequence-parallel ranks (must divide the sequence)")
-      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all"), "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)")
-      ("activation-checkpointing", po::value(&activation_checkpointing)->default_value("none"), "none, full (a checkpointed block keeps only its input; backward reruns its forward) or selective (backward recomputes the attention core's output)")
-      ("checkpoint-every-k-blocks", po::value(&checkpoint_every_k_blocks)->default_value(1), "with --activation-checkpointing: checkpoint blocks k-1, 2k-1, ... (1: every block)")
-      ("ep", po::value(&mesh.ep)->default_value(1), "expert-parallel ranks (moe_train: they split the experts, and the batch like dp)")
-      ("comm-timeout", po::value(&comm_timeout)->default_value(600.0), "seconds any collective may take before the job is aborted, naming it (0: wait forever)")
-      ("check-collectives", po::bool_switch(&check_collectives), "debug: compare each collective's fingerprint across its group first, reporting the first mismatch")
-      ("device", po::value(&device_name)->default_value("cpu"), "cpu or cuda")
-      ("threads", po::value(&threads)->default_value(0), "CPU threads per rank (0: OMP_NUM_THREADS, else Slurm's --cpus-per-task, else all cores)")
-      ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0), "peak TFLOP/s per rank for MFU (0: measured sgemm rate)")
-      ("checkpoint-dir", po::value(&tc.checkpoint_dir), "write checkpoints (step_N.h5) here")
-      ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0), "steps between checkpoints (0: only at the end; needs --checkpoint-dir)")
-      ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0), "keep only the newest K checkpoints in --checkpoint-dir (0: all)")
-      ("resume", po::value(&tc.resume)->default_value("none"), "none, auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint file")
-      ("on-nan", po::value(&tc.on_nan)->default_value("stop"), "a non-finite loss or gradient: stop (naming the parameter and the last good checkpoint) or skip the step")
-      ("log-level", po::value(&log_level)->default_value("info"), "debug, info, warn or error: the least severe lines printed (errors always are)")
-      ("quiet", po::bool_switch(&quiet), "only warnings and errors: no progress or info lines (--log-level warn)");
+      ("loss-scale-window", po::value(&tc.loss_scaler.growth_interval)->default_value(2000)->value_name("N"), "fp16: steps without overflow before the loss scale doubles")
+      ("hysteresis", po::value(&tc.loss_scaler.hysteresis)->default_value(2)->value_name("N"), "fp16: consecutive overflows before the loss scale halves")
+      ("min-loss-scale", po::value(&tc.loss_scaler.min_scale)->default_value(1.0, "1")->value_name("X"), "fp16: the loss scale's floor (reaching it is an error that says what to do)")
+      ("activation-checkpointing", po::value(&activation_checkpointing)->default_value("none")->value_name("none|full|selective"), "none, full (a checkpointed block keeps only its input; backward reruns its forward) or selective (backward recomputes the attention core's output)")
+      ("recompute-every-k-blocks", po::value(&recompute_every_k_blocks)->default_value(1)->value_name("K"), "with --activation-checkpointing: recompute blocks K-1, 2K-1, ... (1: every block)")
+      ("offload", po::value(&tc.adamw.offload)->default_value("none")->value_name("none|cpu|nvme"), "where the fp32 optimizer states (exp_avg, exp_avg_sq) live: none (the compute device), cpu (the host tier, updated there), or nvme (scratch files in --offload-dir, streamed through two 4 MiB buffers per state with the I/O overlapping the update; deleted at exit, checkpoints stay the source of truth)")
+      ("offload-dir", po::value(&tc.adamw.offload_dir)->value_name("DIR"), "directory for --offload nvme's scratch files (a fast local disk; only with --offload nvme)")
+      ("offload-optim-frac", po::value(&tc.adamw.host_fraction)->default_value(0.0, "0")->value_name("F"), "static placement: this share of the optimizer states' chunks on the host tier (the last ones of the flat order), the rest on the compute device (--offload cpu: all)")
+      ("offload-params", po::bool_switch(&tc.offload_params), "with --zero 3: this rank's shard of the parameters and gradients on the host tier (the device holds the units gathered for use; ZeRO-Infinity)")
+      ("placement-chunk-mb", po::value(&placement_chunk_mb)->default_value(4.0, "4")->value_name("MIB"), "the optimizer states' placement unit: MiB of each state per chunk (> 0)");
+  (gpt ? memory : sections.foreign()).add_options()
+      ("placement", po::value(&placement)->default_value("static")->value_name("static|auto"), "static (--offload, --offload-optim-frac as given) or auto (the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)");
+  memory.add_options()
+      ("device-memory-limit", po::value(&device_memory_limit)->default_value("0")->value_name("BYTES"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
+      ("dry-run", po::bool_switch(&dry_run), gpt ? "print the predicted peak memory per rank by category and exit without training (reads only the data's vocab_size); plans for --dp x ... ranks when --dp is given, else for this job's" : "print the plan (layout, batch split, pipeline schedule and its bubble, the model and its parameters) and exit without training; plans for --dp x ... ranks when --dp is given, else for this job's");
+  sections.section(kCheckpoints).add_options()
+      ("checkpoint-dir", po::value(&tc.checkpoint_dir)->value_name("DIR"), "write checkpoints (step_N.h5) here")
+      ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0)->value_name("N"), "steps between checkpoints (0: only at the end; needs --checkpoint-dir)")
+      ("keep-checkpoints", po::value(&tc.keep_checkpoints)->default_value(0)->value_name("K"), "keep only the newest K checkpoints in --checkpoint-dir (0: all)")
+      ("resume", po::value(&tc.resume)->default_value("none")->value_name("none|auto|FILE"), "none, auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint file")
+      ("overwrite", po::bool_switch(&tc.overwrite), "a fresh run may replace an existing metrics file, and moves the checkpoints already in --checkpoint-dir into a set_aside_<time> folder there");
+  sections.section(kLogging).add_options()
+      ("metrics", po::value(&tc.metrics_path)->value_name("FILE.jsonl"), "write metrics as JSON lines to this file (a resumed run continues it after the resumed step)")
+      ("log-every", po::value(&tc.log_every)->default_value(10)->value_name("N"), "log a line every N steps (N >= 1; when not on a terminal)")
+      ("log-level", po::value(&log_level)->default_value("info")->value_name("debug|info|warn|error"), "the least severe lines printed (errors always are)")
+      ("quiet", po::bool_switch(&quiet), "only warnings and errors: no progress or info lines (--log-level warn)")
+      ("peak-tflops", po::value(&tc.peak_tflops)->default_value(0.0, "0")->value_name("X"), "peak TFLOP/s per rank for MFU (0: measured sgemm rate)")
+      ("trace", po::value(&tc.trace_path)->value_name("FILE.json"), "write a Chrome trace JSON file (Perfetto): every rank's steps with their time split, and on a pipeline its compute and messages");
+  sections.section(kDebugging).add_options()
+      ("check-collectives", po::bool_switch(&check_collectives), "compare each collective's fingerprint across its group first, reporting the first mismatch");
+}
+
+const std::vector<RenamedOption>& TrainOptions::renamed() {
+  static const std::vector<RenamedOption> names = {{"checkpoint-every-k-blocks", "recompute-every-k-blocks"}};
+  return names;
 }
 
 void TrainOptions::finish(int world_size, const po::variables_map& vm) {
@@ -118,15 +141,24 @@ void TrainOptions::finish(int world_size, const po::variables_map& vm) {
   // NCCL: comm/device_route.h). (moe_train, the only one with --ep, refuses cuda itself.)
   TESSERA_CHECK(device() == Device::cpu || cuda_available(), "--device cuda: no CUDA device is available",
                 " (or this build has no CUDA)");
+  // --comm-backend; TESSERA_CUDA_COMM, its former environment variable, still counts when the option
+  // is not given (docs/environment.md).
+  if (const char* env = std::getenv("TESSERA_CUDA_COMM"); env && !given(vm, "comm-backend")) {
+    log::warn("TESSERA_CUDA_COMM=", env, " is read as --comm-backend ", env, ": the variable will be removed;",
+              " give --comm-backend instead");
+    comm_backend = env;
+  }
+  TESSERA_CHECK(comm_backend == "host" || comm_backend == "nccl", "--comm-backend ", comm_backend,
+                ": expected host or nccl");
   // A node's ranks spread over its GPUs (several share one when they outnumber them).
   if (device() == Device::cuda) use_cuda_device(comm::node_local_rank());
   const models::ActivationCheckpointing ckpt = checkpointing();
   TESSERA_CHECK(!ckpt.enabled() || mesh.pp == 1 || train.pp_schedule != "zb", "--activation-checkpointing ",
                 activation_checkpointing, " with --pp-schedule zb: not supported (zb's deferred weight gradients",
                 " would read recomputed activations that later blocks overwrite); use 1f1b, gpipe or interleaved");
-  TESSERA_CHECK(ckpt.enabled() || !given(vm, "checkpoint-every-k-blocks"), "--checkpoint-every-k-blocks ",
-                checkpoint_every_k_blocks, " needs --activation-checkpointing full or selective (it chooses which",
-                " blocks they checkpoint)");
+  TESSERA_CHECK(ckpt.enabled() || !given(vm, "recompute-every-k-blocks"), "--recompute-every-k-blocks ",
+                recompute_every_k_blocks, " needs --activation-checkpointing full or selective (it chooses which",
+                " blocks they recompute)");
   TESSERA_CHECK(comm_timeout >= 0, "--comm-timeout must be >= 0, got ", comm_timeout);
   const std::string& offload = train.adamw.offload;
   TESSERA_CHECK(offload == "none" || offload == "cpu" || offload == "nvme", "--offload ", offload,
@@ -224,7 +256,7 @@ std::string TrainOptions::gemm_note() const {
 
 models::ActivationCheckpointing TrainOptions::checkpointing() const {
   models::ActivationCheckpointing c;
-  c.every = checkpoint_every_k_blocks;
+  c.every = recompute_every_k_blocks;
   if (activation_checkpointing == "full") {
     c.recompute = nn::Recompute::forward;
   } else if (activation_checkpointing == "selective") {
@@ -233,7 +265,7 @@ models::ActivationCheckpointing TrainOptions::checkpointing() const {
     TESSERA_CHECK(activation_checkpointing == "none", "--activation-checkpointing ", activation_checkpointing,
                   ": expected none, full or selective");
   }
-  TESSERA_CHECK(c.every >= 1, "--checkpoint-every-k-blocks must be >= 1, got ", c.every);
+  TESSERA_CHECK(c.every >= 1, "--recompute-every-k-blocks must be >= 1, got ", c.every);
   return c;
 }
 
@@ -266,6 +298,7 @@ ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t
   for (comm::Communicator* g : mesh_.all_groups()) {
     g->set_timeout(options.comm_timeout);
     g->set_check_collectives(options.check_collectives);
+    g->set_device_backend(options.comm_backend);
   }
   if (options.mesh.ep > 1) experts_.emplace(mesh_.group(comm::Axis::ep));
   if (options.mesh.sp > 1)

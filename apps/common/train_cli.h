@@ -27,14 +27,20 @@ struct TrainOptions {
   std::string placement = "static";               // static or auto (the planner picks the host share)
   std::string device_memory_limit = "0";          // parsed into train.device_memory_limit
   double placement_chunk_mb = 4.0;                // parsed into train.adamw.placement_chunk
-  int64_t checkpoint_every_k_blocks = 1;
+  int64_t recompute_every_k_blocks = 1;            // --recompute-every-k-blocks (was --checkpoint-every-k-blocks)
+  std::string comm_backend = "host";              // host or nccl: device tensors' collectives (comm/device_route.h)
+  bool dry_run = false;                           // print the plan and exit
   int threads = 0;
   double comm_timeout = 600;
   bool check_collectives = false;
   std::string log_level = "info";  // --log-level; --quiet is warn
   bool quiet = false;
+  enum class App { gpt, moe, vit };
+  // Adds the options `app` takes to their --help sections (the other trainers' to foreign()).
   // `unit` names a sample in the help ("sequences", "images").
-  void add_to(po::options_description& options, const std::string& unit);
+  void add_to(OptionSections& sections, const std::string& unit, App app);
+  // The trainers' renamed options, for cli::parse: the old names still work with a warning.
+  static const std::vector<RenamedOption>& renamed();
   // After parsing: every option's value (TrainConfig::validate), options that need or exclude
   // others (`vm` tells which the user gave), threads, the mesh against the world size, the modes,
   // micro-batching. Throws naming the first problem, before any communication.

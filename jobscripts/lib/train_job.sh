@@ -1,8 +1,10 @@
-# Shared by the job scripts (gpt_train.sbatch, moe_train.sbatch, vit_train.sbatch): sourced, never
-# run. The caller sets APP (the executable), DEFAULT_CONFIG, and a function make_default_data that
-# prints the path of the data set to use when DATA is unset (making it if missing; the language
-# models use make_synth_tokens below), and DATA_OPTION (--input, --data). Then `run_training "$@"` launches the app with the config and extra options, forwards
-# USR1/TERM to it, and on exit code 3 (preempted: checkpoint written) requeues the job.
+# Shared by the job scripts (gpt_train.sbatch, gpt_train_gpu.sbatch, moe_train.sbatch,
+# vit_train.sbatch): sourced, never run. The caller sets APP (the executable), DEFAULT_CONFIG, a
+# function make_default_data that prints the path of the data set to use when DATA is unset (making
+# it if missing; the language models use make_synth_tokens below), and DATA_OPTION (--input); optionally RANK_WRAPPER (a script of the repository run per rank in front of the app:
+# lib/gpu_rank.sh) and APP_DEVICE_ARGS (options before the extra ones: --device cuda). Then
+# `run_training "$@"` launches the app with the config and extra options, forwards USR1/TERM to it,
+# and on exit code 3 (preempted: checkpoint written) requeues the job.
 
 die() { echo "error: $*" >&2; exit 1; }
 
@@ -45,10 +47,15 @@ run_training() {
   mkdir -p "$ckpt" || die "cannot create $ckpt"
 
   args=(--config "$config" "$DATA_OPTION" "$data" --checkpoint-dir "$ckpt" --resume auto
-        --metrics "$out/metrics.$restart.jsonl" "$@")
+        --metrics "$out/metrics.$restart.jsonl" ${APP_DEVICE_ARGS[@]+"${APP_DEVICE_ARGS[@]}"} "$@")
+  local rank_cmd=("$build/apps/$APP")
+  if [ -n "${RANK_WRAPPER:-}" ]; then
+    [ -x "$root/$RANK_WRAPPER" ] || die "no executable $root/$RANK_WRAPPER"
+    rank_cmd=("$root/$RANK_WRAPPER" "$build/apps/$APP")
+  fi
   case $launcher in
-    srun)   cmd=(srun --mpi=pmix --kill-on-bad-exit=1 "$build/apps/$APP" "${args[@]}") ;;
-    mpirun) cmd=(mpirun "$build/apps/$APP" "${args[@]}") ;;
+    srun)   cmd=(srun --mpi=pmix --kill-on-bad-exit=1 "${rank_cmd[@]}" "${args[@]}") ;;
+    mpirun) cmd=(mpirun "${rank_cmd[@]}" "${args[@]}") ;;
     *)      die "LAUNCHER must be srun or mpirun, not $launcher" ;;
   esac
   echo "job $job (restart $restart) on ${SLURM_JOB_NODELIST:-$(hostname)}: ${cmd[*]}"

@@ -101,34 +101,9 @@ std::string timeout_message(int world_rank, const std::string& what, const std::
          "] did not complete within " + secs + " s" + at_context(context) + "; aborting the job";
 }
 
-std::pair<int, int64_t> parse_fault_spec(const char* name, const std::string& value) {
-  const size_t colon = value.find(':');
-  long long rank = -1, n = 0;
-  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < value.size();
-  if (ok) {
-    char* end = nullptr;
-    const std::string a = value.substr(0, colon), b = value.substr(colon + 1);
-    rank = std::strtoll(a.c_str(), &end, 10);
-    ok = *end == '\0';
-    n = std::strtoll(b.c_str(), &end, 10);
-    ok = ok && *end == '\0' && rank >= 0 && rank <= INT32_MAX && n >= 1;
-  }
-  TESSERA_CHECK(ok, name, "=\"", value,
-                "\": expected \"<world rank>:<n>\" (rank >= 0, n >= 1: the n-th collective)");
-  return {static_cast<int>(rank), static_cast<int64_t>(n)};
-}
-
-FaultHooks& fault_hooks() {
-  static FaultHooks hooks = [] {
-    FaultHooks h;
-    if (const char* v = std::getenv("TESSERA_FAULT_SKIP_COLLECTIVE"); v && *v)
-      std::tie(h.skip_rank, h.skip_n) = parse_fault_spec("TESSERA_FAULT_SKIP_COLLECTIVE", v);
-    if (const char* v = std::getenv("TESSERA_FAULT_MISMATCH_COLLECTIVE"); v && *v)
-      std::tie(h.mismatch_rank, h.mismatch_n) =
-          parse_fault_spec("TESSERA_FAULT_MISMATCH_COLLECTIVE", v);
-    return h;
-  }();
-  return hooks;
+int64_t& collectives_counted() {
+  static int64_t counted = 0;
+  return counted;
 }
 
 }  // namespace tessera::comm

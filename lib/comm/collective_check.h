@@ -6,6 +6,8 @@
 #include <span>
 #include <string>
 
+#include "core/test_hooks.h"
+
 namespace tessera::comm {
 
 // What one rank is about to call, as a fixed-size record every member of the group exchanges
@@ -47,41 +49,27 @@ std::string timeout_message(int world_rank, const std::string& what, const std::
                             double timeout_s, const std::string& context);
 
 // --- test-only fault hooks ------------------------------------------------------------------------
-// Read from the environment once, at the first collective of the process; with neither variable
-// set they cost one branch per collective.
-//   TESSERA_FAULT_SKIP_COLLECTIVE="<world rank>:<n>": that rank silently skips (returns at once,
-//     no MPI call, output untouched) its n-th collective AND every later one: it drops out of
-//     collective communication, so its peers wait for it until their watchdog ends the job. (Skipping
-//     only the n-th would let the rank's next collective be matched by MPI with its peers' pending
-//     one, of another size: undefined behaviour, in practice a crash inside MPI, not a hang.)
-//   TESSERA_FAULT_MISMATCH_COLLECTIVE="<world rank>:<n>": that rank's n-th collective sends an
-//     element count one too high in its fingerprint (only seen with set_check_collectives(true);
-//     the collective itself is never called wrongly, so MPI's behaviour stays defined).
+// TESSERA_FAULT_SKIP_COLLECTIVE / _MISMATCH_COLLECTIVE (core/test_hooks.h) aim at one rank's n-th
+// collective. Skipping drops the rank out of collective communication from its n-th on (skipping
+// only the n-th would let its next collective be matched by MPI with its peers' pending one, of
+// another size: undefined behaviour, in practice a crash inside MPI, not a hang), so its peers wait
+// until their watchdog ends the job. A mismatch sends an element count one too high in the
+// fingerprint only (seen with set_check_collectives(true); the collective itself is never called
+// wrongly, so MPI's behaviour stays defined).
 // Counting: from 1, per process over all Communicator objects together, of the collectives that
 // reach MPI (arguments valid, group of more than one rank; a fingerprint exchange is not counted,
-// nor are point-to-point messages). Blocking and asynchronous forms count alike.
-// A malformed value throws tessera::Error naming the variable.
-struct FaultHooks {
-  int skip_rank = -1;  // world rank, -1: none
-  int64_t skip_n = 0;
-  int mismatch_rank = -1;
-  int64_t mismatch_n = 0;
-  int64_t seen = 0;  // collectives counted so far (only while a hook is set)
-  bool active() const { return skip_rank >= 0 || mismatch_rank >= 0; }
-};
-// Parses "<world rank>:<n>" (rank >= 0, n >= 1) into {rank, n}; `name` is for the error message.
-std::pair<int, int64_t> parse_fault_spec(const char* name, const std::string& value);
-// The process's hooks (from the environment on first use); tests may change them.
-FaultHooks& fault_hooks();
+// nor are point-to-point messages), and only while one of the two hooks is set. Blocking and
+// asynchronous forms count alike.
+int64_t& collectives_counted();
 
 enum class FaultAction { none, skip, mismatch };
 // Counts one collective of this process (world rank `world_rank`) and says what the hooks do to it.
 inline FaultAction next_collective_fault(int world_rank) {
-  FaultHooks& h = fault_hooks();
-  if (!h.active()) return FaultAction::none;
-  const int64_t n = ++h.seen;
-  if (world_rank == h.skip_rank && n >= h.skip_n) return FaultAction::skip;
-  if (world_rank == h.mismatch_rank && n == h.mismatch_n) return FaultAction::mismatch;
+  const TestHooks& h = test_hooks();
+  if (!h.skip_collective.set() && !h.mismatch_collective.set()) return FaultAction::none;
+  const int64_t n = ++collectives_counted();
+  if (world_rank == h.skip_collective.rank && n >= h.skip_collective.at) return FaultAction::skip;
+  if (world_rank == h.mismatch_collective.rank && n == h.mismatch_collective.at) return FaultAction::mismatch;
   return FaultAction::none;
 }
 

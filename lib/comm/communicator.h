@@ -45,7 +45,7 @@ class CommHandle {
 // Tensors here are contiguous and hold f32, i32, u8 or a 16-bit type (u16, bf16, f16, moved as raw
 // 16-bit words). They live on the host, or on a device (CUDA): a device tensor travels through a
 // host copy made when the operation starts, its result copied back when it completes
-// (comm/host_staging.h; any MPI serves, at the cost of the copies), or, with TESSERA_CUDA_COMM=nccl
+// (comm/host_staging.h; any MPI serves, at the cost of the copies), or, with --comm-backend nccl
 // and a GPU per rank, a collective on device tensors runs over NCCL (comm/device_route.h; its
 // asynchronous forms then complete before they return). Reductions take f32 and i32 only. Every argument is
 // checked on the calling rank before any MPI call, and a failure throws tessera::Error naming the
@@ -96,6 +96,9 @@ class Communicator {
   // rank by design; op and dtype still are). Must be the same on every member of the group (an
   // exchange only some members start would hang). Off by default.
   void set_check_collectives(bool on) { check_collectives_ = on; }
+  // How collectives on device tensors travel: "host" (the default) or "nccl" (comm/device_route.h;
+  // --comm-backend). Shared with this group's copies; set before its first device collective.
+  void set_device_backend(const std::string& backend) { route_->set_backend(backend); }
   bool check_collectives() const { return check_collectives_; }
 
   // --- all-reduce: in place, elementwise over the group ---

@@ -1,6 +1,6 @@
 // How a group's collectives on device (CUDA) tensors travel: through host copies over MPI (the
 // default: comm/host_staging.h, any MPI and any number of ranks per GPU), or over NCCL with
-// TESSERA_CUDA_COMM=nccl, which needs a GPU of its own for every member of the group (NCCL refuses
+// --comm-backend nccl, which needs a GPU of its own for every member of the group (NCCL refuses
 // two ranks on one GPU). Decided on the group's first collective on device tensors by all its
 // members together: each says what it was asked for and where its GPU is, in one exchange the
 // Communicator makes under its timeout, and every member then checks the same answers, so that a bad
@@ -20,6 +20,10 @@ class NcclCommunicator;
 
 class DeviceRoute {
  public:
+  // The route this member asks for: "host" (the default) or "nccl" (--comm-backend); anything
+  // else is refused, on every member alike, when the group decides. Set before the first collective.
+  void set_backend(const std::string& backend) { backend_ = backend; }
+
   // Gathers `bytes` bytes from every member, in rank order (the Communicator's watched all-gather).
   using Exchange = std::function<void(const void* mine, void* all, int bytes)>;
 
@@ -28,6 +32,7 @@ class DeviceRoute {
   NcclCommunicator* nccl(const Exchange& exchange, MPI_Comm comm, const std::string& name, double timeout_s);
 
  private:
+  std::string backend_ = "host";
   bool decided_ = false;
   std::shared_ptr<NcclCommunicator> nccl_;  // (shared_ptr: its deleter is made with it, only in NCCL builds)
 };

@@ -12,16 +12,13 @@
 #include <utility>
 
 #include "core/tensor.h"
+#include "core/test_hooks.h"
 
 namespace tessera::comm {
 
 // Whether t travels through a host copy.
 inline bool staged(const Tensor& t) {
-  static const bool stage_host = [] {
-    const char* v = std::getenv("TESSERA_TEST_STAGE_HOST");
-    return v && std::strcmp(v, "1") == 0;
-  }();
-  return t.device() != Device::cpu || stage_host;
+  return t.device() != Device::cpu || test_hooks().stage_host;
 }
 
 // t itself, or a host copy of its values.

@@ -197,4 +197,19 @@ ProcessMesh::~ProcessMesh() {
     if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
 }
 
+int64_t ProcessMesh::batch_ranks() const {
+  return static_cast<int64_t>(shape_.dp) * shape_.ep * grid_.batch_parts();
+}
+
+double ProcessMesh::sum_batch_shares(double value, bool across_stages) {
+  for (Communicator* g : {data_.get(), &group(Axis::ep), &grid_rows(), across_stages ? &group(Axis::pp) : nullptr})
+    if (g && g->size() > 1) value = g->all_reduce_sum(value);
+  return value;
+}
+
+ProcessMesh::PartialGradientGroups ProcessMesh::partial_gradient_groups() {
+  if (shape_.tp_mode == TpMode::d1) return {};
+  return {&grid_rows(), &grid_group(GridGroup::batch), &grid_group(grid_.cube ? GridGroup::row : GridGroup::depth)};
+}
+
 }  // namespace tessera::comm

@@ -82,6 +82,29 @@ class ProcessMesh {
   const TpGrid& tp_grid() const { return grid_; }
   Communicator& grid_group(GridGroup g) { return *grid_groups_[static_cast<int>(g)]; }
   const Communicator& grid_group(GridGroup g) const { return *grid_groups_[static_cast<int>(g)]; }
+
+  // ---- the groups a model and the trainer use, derived here once -------------------------------
+  // The ranks splitting each global batch into disjoint rows: dp x ep x the tp grid's rows (sp
+  // splits the sequences of those rows, tp the features).
+  int64_t batch_ranks() const;
+  // Within one dp rank's rows, the ep x grid-rows ranks each hold a share of every micro-batch's
+  // sequences: this rank's share and their count.
+  int64_t batch_share() const { return static_cast<int64_t>(coord(Axis::ep)) * grid_.batch_parts() + grid_.batch_part(); }
+  int64_t batch_shares() const { return static_cast<int64_t>(shape_.ep) * grid_.batch_parts(); }
+  // Sums a value of which each rank holds its rows' share (a loss, a count) over every group that
+  // splits the batch: the data group (dp x sp), ep, the tp grid's rows, then, with across_stages,
+  // pp (where only the last stage holds a nonzero share). Always in this order and one group at a
+  // time, so the same layout adds the same way wherever it is summed.
+  double sum_batch_shares(double value, bool across_stages);
+  // Under a tp grid, the groups that complete its partial gradients (parallel/tensor_grid.h): the
+  // stream's rows, a branch's rows (the grid's rows and layers), and the copies of weight blocks
+  // (2.5d: the layers; 3d: the token table's copies along the columns). Null under 1d tp.
+  struct PartialGradientGroups {
+    Communicator *stream_rows = nullptr, *branch_rows = nullptr, *block_copies = nullptr;
+    explicit operator bool() const { return stream_rows != nullptr; }
+  };
+  PartialGradientGroups partial_gradient_groups();
+
   // Every communicator of the mesh: the axis groups, the grid groups, the data group and the world.
   std::vector<Communicator*> all_groups();
   std::vector<const Communicator*> all_groups() const;

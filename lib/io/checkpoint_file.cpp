@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/test_hooks.h"
 #include "core/fnv1a.h"
 #include "io/hdf5_handle.h"
 
@@ -39,12 +40,7 @@ std::string with_detail(const std::string& msg, bool write = false) {
   return out;
 }
 
-// "/a/b" for "a/b", "/a/b/" or "/a/b"; "/" stays "/".
-std::string normalize(const std::string& object) {
-  std::string s = object.empty() || object[0] != '/' ? "/" + object : object;
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
+std::string normalize(const std::string& object) { return absolute_object_path(object); }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -199,14 +195,6 @@ Hid memory_space(int64_t n) {
   return s;
 }
 
-std::vector<int64_t> dataspace_dims(hid_t space) {
-  const int rank = H5Sget_simple_extent_ndims(space);
-  if (rank <= 0) return {};
-  std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  return std::vector<int64_t>(dims.begin(), dims.end());
-}
-
 // ---- attributes ----------------------------------------------------------------------------------
 
 enum AttrKind { kInt = 0, kDouble = 1, kString = 2, kUInt = 3 };
@@ -219,11 +207,7 @@ void write_attr(hid_t obj, const std::string& where, const std::string& key, int
   if (kind == kDouble) ftype = H5T_IEEE_F64LE, mtype = H5T_NATIVE_DOUBLE;
   if (kind == kString) ftype = mtype = str.get();
   if (kind == kUInt) ftype = H5T_STD_U64LE, mtype = H5T_NATIVE_UINT64;
-  const htri_t present = H5Aexists(obj, key.c_str());
-  if (present > 0 && H5Adelete(obj, key.c_str()) < 0) fail(with_detail(where + ": cannot replace attribute " + key));
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid a(H5Acreate2(obj, key.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!a.valid() || H5Awrite(a.get(), mtype, value) < 0) fail(with_detail(where + ": cannot write attribute " + key));
+  write_scalar_attribute(obj, where, key, ftype, mtype, value);
 }
 
 // The text metadata_checksum is the FNV-1a of: each root attribute but format and the checksum
@@ -407,8 +391,8 @@ void CheckpointWriter::reserve_space(uint64_t end, const std::string& what, bool
     if (fd < 0) fail("writing checkpoint ", tmp_path_, ": cannot open to reserve space: ", std::strerror(errno));
     const auto from = static_cast<off_t>(reserved_), len = static_cast<off_t>(end - reserved_);
     int rc = 0;
-    const char* limit = std::getenv("TESSERA_CKPT_DISK_LIMIT_BYTES");  // test hook: a disk this small
-    if (limit != nullptr && end > std::strtoull(limit, nullptr, 10)) {
+    const int64_t limit = test_hooks().checkpoint_disk_limit_bytes;  // a disk this small
+    if (limit >= 0 && end > static_cast<uint64_t>(limit)) {
       rc = ENOSPC;
     } else if (!past_eof) {
       rc = ::posix_fallocate(fd, from, len);
@@ -513,11 +497,15 @@ void CheckpointWriter::write_runs(const std::string& name, const std::vector<Fla
   t->written += static_cast<uint64_t>(count);
 }
 
+void CheckpointWriter::check_attr_name(const std::string& key) const {
+  check_usable("set_attr");
+  TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
+                ": attribute name '", key, "' is reserved or empty");
+}
+
 void CheckpointWriter::set_attr(const std::string& key, int64_t v) {
   const std::string bad = attempt([&] {
-    check_usable("set_attr");
-    TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
-                  ": attribute name '", key, "' is reserved or empty");
+    check_attr_name(key);
   });
   agree(bad.empty(), bad, ArgHash().add("set_attr int").add(key).h(), Failure::args);
   if (comm_ != MPI_COMM_NULL) MPI_Bcast(&v, 1, MPI_INT64_T, 0, comm_);
@@ -526,9 +514,7 @@ void CheckpointWriter::set_attr(const std::string& key, int64_t v) {
 
 void CheckpointWriter::set_attr(const std::string& key, double v) {
   const std::string bad = attempt([&] {
-    check_usable("set_attr");
-    TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
-                  ": attribute name '", key, "' is reserved or empty");
+    check_attr_name(key);
   });
   agree(bad.empty(), bad, ArgHash().add("set_attr double").add(key).h(), Failure::args);
   if (comm_ != MPI_COMM_NULL) MPI_Bcast(&v, 1, MPI_DOUBLE, 0, comm_);
@@ -537,9 +523,7 @@ void CheckpointWriter::set_attr(const std::string& key, double v) {
 
 void CheckpointWriter::set_attr(const std::string& key, const std::string& v) {
   const std::string bad = attempt([&] {
-    check_usable("set_attr");
-    TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
-                  ": attribute name '", key, "' is reserved or empty");
+    check_attr_name(key);
     TESSERA_CHECK(v.find('\0') == std::string::npos, "writing checkpoint ", final_path_, ": attribute ", key,
                   " holds a NUL character");
   });
@@ -627,7 +611,7 @@ void CheckpointWriter::commit() {
   });
   agree(err.empty(), err, 0, Failure::disk);
 
-  if (std::getenv("TESSERA_CKPT_CRASH_BEFORE_RENAME") != nullptr) std::raise(SIGKILL);  // test hook
+  if (test_hooks().crash_before_checkpoint_rename) std::raise(SIGKILL);
 
   err = attempt([&] {
     if (rank_ != 0) return;

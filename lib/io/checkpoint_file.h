@@ -102,6 +102,7 @@ class CheckpointWriter {
   // differs between ranks; after an hdf5 or disk failure the .tmp is discarded first.
   void agree(bool ok, const std::string& message, uint64_t args, Failure kind);
   void check_usable(const char* op) const;
+  void check_attr_name(const std::string& key) const;  // set_attr's: usable, not reserved or empty
   void discard_after_failure(bool hdf5_failed) noexcept;
   void reserve_space(uint64_t end, const std::string& what, bool past_eof);
   Entry& entry(const std::string& name);

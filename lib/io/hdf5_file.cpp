@@ -17,17 +17,8 @@
 namespace tessera::io {
 namespace {
 
-std::string with_detail(const std::string& msg) {
-  const std::string d = hdf5_detail();
-  return d.empty() ? msg : msg + " (HDF5: " + d + ")";
-}
-
-// "/a/b" for "a/b", "/a/b/" or "/a/b"; "/" stays "/".
-std::string normalize(const std::string& object) {
-  std::string s = object.empty() || object[0] != '/' ? "/" + object : object;
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
+std::string with_detail(const std::string& msg) { return with_hdf5_detail(msg); }
+std::string normalize(const std::string& object) { return absolute_object_path(object); }
 
 // The IEEE half type, as h5py writes numpy float16.
 Hid half_type() {
@@ -224,14 +215,6 @@ Hid open_dataset(hid_t file, const std::string& path, const std::string& obj, bo
   return Hid(H5Dopen2(file, obj.c_str(), H5P_DEFAULT), H5Dclose);
 }
 
-std::vector<int64_t> dataspace_dims(hid_t space) {
-  const int rank = H5Sget_simple_extent_ndims(space);
-  if (rank <= 0) return {};
-  std::vector<hsize_t> dims(static_cast<size_t>(rank));
-  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  return std::vector<int64_t>(dims.begin(), dims.end());
-}
-
 std::string dims_str(const std::vector<int64_t>& dims) { return Shape(dims).str(); }
 }  // namespace
 
@@ -400,13 +383,7 @@ Hid open_object(hid_t file, const std::string& path, const std::string& obj, boo
 void write_attr(hid_t file, const std::string& path, const std::string& obj, bool exists,
                 const std::string& key, hid_t ftype, hid_t mtype, const void* value) {
   Hid o = open_object(file, path, obj, exists);
-  const htri_t present = H5Aexists(o.get(), key.c_str());
-  if (present > 0 && H5Adelete(o.get(), key.c_str()) < 0)
-    fail(with_detail(path + ": " + obj + ": cannot replace attribute " + key));
-  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
-  Hid a(H5Acreate2(o.get(), key.c_str(), ftype, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  if (!a.valid() || H5Awrite(a.get(), mtype, value) < 0)
-    fail(with_detail(path + ": " + obj + ": cannot write attribute " + key));
+  write_scalar_attribute(o.get(), path + ": " + obj, key, ftype, mtype, value);
 }
 
 // An open attribute holding exactly one element, with its stored type.

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/error.h"
+
 namespace tessera::io {
 
 Hid vlen_string_type() {
@@ -55,6 +57,35 @@ std::string hdf5_detail(int max) {
   std::string out;
   for (size_t i = 0; i < parts.size() && static_cast<int>(i) < max; ++i) out += (i ? "; " : "") + parts[i];
   return out;
+}
+
+std::string with_hdf5_detail(const std::string& msg, int max) {
+  const std::string d = hdf5_detail(max);
+  return d.empty() ? msg : msg + " (HDF5: " + d + ")";
+}
+
+std::string absolute_object_path(const std::string& object) {
+  std::string s = object.empty() || object[0] != '/' ? "/" + object : object;
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+std::vector<int64_t> dataspace_dims(hid_t space) {
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank <= 0) return {};
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
+void write_scalar_attribute(hid_t obj, const std::string& where, const std::string& key, hid_t file_type,
+                            hid_t memory_type, const void* value) {
+  if (H5Aexists(obj, key.c_str()) > 0 && H5Adelete(obj, key.c_str()) < 0)
+    fail(with_hdf5_detail(where + ": cannot replace attribute " + key, 3));
+  Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+  Hid a(H5Acreate2(obj, key.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!a.valid() || H5Awrite(a.get(), memory_type, value) < 0)
+    fail(with_hdf5_detail(where + ": cannot write attribute " + key, 3));
 }
 
 // The superblock's fields up to its end-of-file address (HDF5 file format spec, "Superblock"):

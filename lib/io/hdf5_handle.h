@@ -1,10 +1,13 @@
 // What every HDF5 user in lib/io shares: Hid (one HDF5 identifier, released by RAII), turning off
-// HDF5's own error printing, and reading HDF5's error stack into our messages.
+// HDF5's own error printing, reading HDF5's error stack into our messages, object paths, dataspace
+// extents and scalar attributes.
 #pragma once
 #include <hdf5.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace tessera::io {
 
@@ -52,6 +55,22 @@ void silence_hdf5();
 // HDF5's messages on the current error stack, innermost (most specific) first, at most `max`
 // distinct ones joined by "; " ("" if none); the stack is cleared.
 std::string hdf5_detail(int max = 1);
+
+// `msg` followed by " (HDF5: ...)" with up to `max` of HDF5's messages, or `msg` alone when HDF5
+// said nothing; the stack is cleared.
+std::string with_hdf5_detail(const std::string& msg, int max = 1);
+
+// "/a/b" for "a/b", "/a/b/" or "/a/b"; "/" stays "/".
+std::string absolute_object_path(const std::string& object);
+
+// The extent of a simple dataspace, outermost first ({} for a scalar or null one).
+std::vector<int64_t> dataspace_dims(hid_t space);
+
+// Writes a scalar attribute `key` of stored type file_type on obj from `value` (memory_type),
+// replacing one of that name. Throws tessera::Error "<where>: cannot replace|write attribute <key>"
+// with HDF5's detail.
+void write_scalar_attribute(hid_t obj, const std::string& where, const std::string& key, hid_t file_type,
+                            hid_t memory_type, const void* value);
 
 // What is wrong with the superblock at the start of an HDF5 file, before HDF5 reads it ("" when
 // nothing is seen, or the superblock is elsewhere): an end-of-file address inside the superblock

@@ -21,7 +21,7 @@ struct PipelinePlacement {
 };
 
 // Activation checkpointing (--activation-checkpointing none|full|selective,
-// --checkpoint-every-k-blocks k): blocks k-1, 2k-1, ... of the whole model (every block for k = 1)
+// --recompute-every-k-blocks k): blocks k-1, 2k-1, ... of the whole model (every block for k = 1)
 // recompute in backward what their forward did not keep (nn::Recompute: full keeps only the
 // block's input, selective all but the attention core's output and statistics).
 struct ActivationCheckpointing {

@@ -17,12 +17,10 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
       dp_(mesh.shape().dp),
       ep_(mesh.shape().ep),
       tp_(mesh.shape().tp),
-      share_rank_(mesh.coord(comm::Axis::ep) * mesh.tp_grid().batch_parts() + mesh.tp_grid().batch_part()),
-      shares_(ep_ * mesh.tp_grid().batch_parts()),
+      share_rank_(mesh.batch_share()),
+      shares_(mesh.batch_shares()),
       micro_batches_(config.micro_batches(mesh.shape().dp * shares_)),
-      data_(mesh.data_group()),
-      ep_group_(mesh.group(comm::Axis::ep)),
-      grid_batch_(mesh.grid_rows()),
+      mesh_(mesh),
       train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
   // An evaluation batch is a global batch, cut into this rank's rows as a training batch is.
@@ -103,9 +101,7 @@ Workload::Evaluation GptWorkload::evaluate() {
       loss += model_.forward(rows_.data());
     }
   }
-  if (data_.size() > 1) loss = data_.all_reduce_sum(loss);
-  if (ep_ > 1) loss = ep_group_.all_reduce_sum(loss);
-  if (grid_batch_.size() > 1) loss = grid_batch_.all_reduce_sum(loss);
+  loss = mesh_.sum_batch_shares(loss, false);  // the pipeline's runner summed over its stages
   return {loss / static_cast<double>(micro_batches * dp_), std::nullopt};
 }
 

@@ -57,9 +57,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   // The ranks splitting each micro-batch's sequences (ep x the tp grid's rows) and this one's share.
   int share_rank_, shares_;
   int64_t micro_batches_;  // per step on each dp x shares rank
-  comm::Communicator& data_;  // dp x sp
-  comm::Communicator& ep_group_;
-  comm::Communicator& grid_batch_;
+  comm::ProcessMesh& mesh_;  // its groups sum evaluation (ProcessMesh::sum_batch_shares)
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]

@@ -131,8 +131,7 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       tp_(mesh.group(comm::Axis::tp)),
       pp_(mesh.group(comm::Axis::pp)),
       ep_(mesh.group(comm::Axis::ep)),
-      grid_batch_(mesh.grid_rows()),
-      batch_ranks_(dp_.size() * ep_.size() * grid_batch_.size()),
+      batch_ranks_(mesh.batch_ranks()),
       grad_sync_(config.zero_stage < 3 ? std::make_unique<parallel::GradSync>(
                                              work.params(), data_, config.zero_stage,
                                              static_cast<int64_t>(config.bucket_mb * (1 << 20)))
@@ -144,16 +143,10 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       matmul_inputs_(precision_.precision() == optim::Precision::bf16 ? ops::MatmulInputs::bf16
                                                                       : ops::MatmulInputs::f32),
       scaler_(precision_.precision() == optim::Precision::fp16 ? config.loss_scaler : unit_loss_scale()),
-      faults_(FaultHooks::from_environment()) {
+      faults_(test_hooks()) {
   config.validate(batch_ranks_);
-  if (mesh.shape().tp_mode != comm::TpMode::d1) {
-    // A grid's partial gradients (parallel/tensor_grid.h): the stream's rows, a branch's rows
-    // (the grid's rows and layers), and the copies of weight blocks (2.5d: the layers; 3d: the
-    // token table's copies along the columns).
-    using G = comm::ProcessMesh::GridGroup;
-    optimizer_.set_partial_groups(&grid_batch_, &mesh.grid_group(G::batch),
-                                  &mesh.grid_group(mesh.tp_grid().cube ? G::row : G::depth));
-  }
+  if (const auto grid = mesh.partial_gradient_groups())
+    optimizer_.set_partial_groups(grid.stream_rows, grid.branch_rows, grid.block_copies);
 }
 
 float Trainer::train_step(int64_t step) {
@@ -197,10 +190,7 @@ float Trainer::train_step(int64_t step) {
       precision_.round_gradients(optimizer_.held_gradients(held_begin), optimizer_.norm_share_is_held_sum());
   // Each rank's loss is its share of its micro-batches' mean (all of it without sp); on a
   // pipeline only the last stage's ranks hold it.
-  loss = data_.all_reduce_sum(loss);
-  if (ep_.size() > 1) loss = ep_.all_reduce_sum(loss);
-  if (grid_batch_.size() > 1) loss = grid_batch_.all_reduce_sum(loss);
-  if (pp_.size() > 1) loss = pp_.all_reduce_sum(loss);
+  loss = mesh_.sum_batch_shares(loss, true);
   return static_cast<float>(loss / static_cast<double>(n_micro * dp_.size()));
 }
 
@@ -309,8 +299,8 @@ TrainResult Trainer::run() {
   kernels::OpProfile op_profile;
   work_.start(first_step);
   for (int64_t step = first_step; step <= config_.steps; ++step) {
-    if (step == faults_.kill_step && world_.rank() == faults_.kill_rank) std::raise(SIGKILL);
-    if (step == faults_.signal_step && world_.rank() == faults_.signal_rank) std::raise(faults_.signal);
+    if (step == faults_.kill.at && world_.rank() == faults_.kill.rank) std::raise(SIGKILL);
+    if (step == faults_.signal.at && world_.rank() == faults_.signal.rank) std::raise(faults_.signal_number);
     reset_peak_memory(device);
     const int64_t allocations_before = memory_stats(device).allocations;
     const auto [comm_bytes_before, comm_ms_before] = comm_totals();

@@ -16,7 +16,7 @@
 #include "optim/zero_optimizer.h"
 #include "parallel/grad_sync.h"
 #include "train/checkpointing.h"
-#include "train/fault_hooks.h"
+#include "core/test_hooks.h"
 #include "train/folder_lock.h"
 #include "train/metrics.h"
 #include "train/progress.h"
@@ -79,15 +79,14 @@ class Trainer {
   comm::Communicator& tp_;
   comm::Communicator& pp_;    // pipeline stages: the loss and the gradient norm are summed over it
   comm::Communicator& ep_;    // expert parallelism: its ranks see different tokens (like dp)
-  comm::Communicator& grid_batch_;  // the tp grid's ranks holding different sequences (ProcessMesh::grid_rows)
-  int batch_ranks_;                 // dp x ep x grid_batch_: the ranks splitting a step's batch
+  int batch_ranks_;                 // ProcessMesh::batch_ranks: the ranks splitting a step's batch
   std::unique_ptr<parallel::GradSync> grad_sync_;  // zero 0-2; under zero 3 the model reduces
   optim::ZeroOptimizer optimizer_;
   optim::LrSchedule schedule_;
   optim::MixedPrecision precision_;
   ops::MatmulInputsScope matmul_inputs_;  // bf16: the GEMMs multiply in bf16 while this trainer lives
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
-  FaultHooks faults_;
+  TestHooks faults_;  // the fault tests' (core/test_hooks.h)
   FolderLock folder_lock_;  // --checkpoint-dir belongs to this run while it runs
   bool grads_zero_ = false;  // the last update zeroed the gradients as it read them
   // bf16: the held gradients' sum of squares from their rounding, for the step's norm (reset when

@@ -208,24 +208,24 @@ TEST_F(BadInputCifar10, SynthImages) {
   expect_failure(data_prep("synth-images --output " + shell_quote(bad)), 2, {"seed"}, bad);
 }
 
-// --force replaces an existing output only once the new one is complete: a run that fails (here on
+// --overwrite replaces an existing output only once the new one is complete: a run that fails (here on
 // a truncated batch, after the output was opened) leaves the old file as it was, and no temporary.
 TEST_F(BadInputCifar10, ForcedRunThatFailsKeepsTheOldOutput) {
   std::ofstream(out(), std::ios::binary) << "the previous output";
   fs::resize_file(batch("data_batch_3.bin"), tessera::io::kCifar10FileBytes - 1000);
   const CommandResult r = run_command(shell_quote(kDataPrep) + " cifar10 --input " + shell_quote(cifar_.string()) +
-                                      " --output " + shell_quote(out()) + " --force");
+                                      " --output " + shell_quote(out()) + " --overwrite");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("data_batch_3.bin is truncated"), std::string::npos) << r.err;
   EXPECT_EQ(contents(out()), "the previous output");
   EXPECT_TRUE(temporaries(out()).empty());
 }
 
-// The output is never one of the files the command reads, even with --force.
+// The output is never one of the files the command reads, even with --overwrite.
 TEST_F(BadInputCifar10, OutputThatIsAnInputFile) {
   const std::string test_batch = batch("test_batch.bin");
   const CommandResult r = run_command(shell_quote(kDataPrep) + " cifar10 --input " + shell_quote(cifar_.string()) +
-                                      " --output " + shell_quote(test_batch) + " --force");
+                                      " --output " + shell_quote(test_batch) + " --overwrite");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("cannot write " + test_batch + ": it is the input " + test_batch), std::string::npos) << r.err;
   EXPECT_EQ(static_cast<int64_t>(fs::file_size(test_batch)), tessera::io::kCifar10FileBytes);

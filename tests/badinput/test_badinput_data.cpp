@@ -173,35 +173,35 @@ TEST_F(BadInputData, OutputDirectoryDoesNotExist) {
 }
 
 // data_prep never writes over its input: not through the same path, another path to the same file,
-// nor with --force. The input is left as it was.
+// nor with --overwrite. The input is left as it was.
 TEST_F(BadInputData, OutputThatIsTheInput) {
   const std::string in = file("in.txt");
   std::ofstream(in) << "some text of reasonable length for a split\n";
   const std::string before = contents(in);
   fs::create_symlink(in, file("link.txt"));
   for (const std::string& args : {"--input " + shell_quote(in) + " --output " + shell_quote(in),
-                                  "--input " + shell_quote(file("link.txt")) + " --output " + shell_quote(in) + " --force",
-                                  "--input " + shell_quote(in) + " --output " + shell_quote(file("./in.txt")) + " --force"}) {
+                                  "--input " + shell_quote(file("link.txt")) + " --output " + shell_quote(in) + " --overwrite",
+                                  "--input " + shell_quote(in) + " --output " + shell_quote(file("./in.txt")) + " --overwrite"}) {
     SCOPED_TRACE(args);
     const CommandResult r = data_prep("text " + args);
     expect_failure(r, "it is the input", 1);
-    EXPECT_NE(r.err.find("data_prep never writes over its input, even with --force"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("data_prep never writes over its input, even with --overwrite"), std::string::npos) << r.err;
     EXPECT_EQ(contents(in), before) << "the input was changed";
     EXPECT_TRUE(temporaries(in).empty());
   }
 }
 
-// An existing output is replaced only with --force; without it, it is left as it was.
+// An existing output is replaced only with --overwrite; without it, it is left as it was.
 TEST_F(BadInputData, ExistingOutputNeedsForce) {
   const std::string out = file("out.h5");
   ASSERT_EQ(data_prep("synth --vocab 8 --tokens 100 --seed 1 --output " + shell_quote(out)).exit_code, 0);
   const std::string first = contents(out);
   const CommandResult r = data_prep("synth --vocab 8 --tokens 200 --seed 2 --output " + shell_quote(out));
-  expect_failure(r, "cannot write " + out + ": it exists (give --force to replace it", 1);
-  EXPECT_EQ(contents(out), first) << "the output was written over without --force";
+  expect_failure(r, "cannot write " + out + ": it exists (give --overwrite to replace it", 1);
+  EXPECT_EQ(contents(out), first) << "the output was written over without --overwrite";
   EXPECT_TRUE(temporaries(out).empty());
 
-  const CommandResult forced = data_prep("synth --vocab 8 --tokens 200 --seed 2 --output " + shell_quote(out) + " --force");
+  const CommandResult forced = data_prep("synth --vocab 8 --tokens 200 --seed 2 --output " + shell_quote(out) + " --overwrite");
   ASSERT_EQ(forced.exit_code, 0) << forced.err;
   EXPECT_EQ(tessera::io::TokenDataset::open(out, "train").size(), 200);
   EXPECT_TRUE(temporaries(out).empty());

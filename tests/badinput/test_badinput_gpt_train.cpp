@@ -322,8 +322,8 @@ TEST_F(GptTrainBadOption, OptionsThatContradictEachOther) {
                  "--loss-scale is fp16's loss scaling: it takes --precision fp16 (bf16 trains unscaled)");
   expect_refused("--offload-dir " + shell_quote(dir_.string()), 1,
                  "is for --offload nvme's scratch files: it takes --offload nvme, not --offload none");
-  expect_refused("--checkpoint-every-k-blocks 2", 1,
-                 "--checkpoint-every-k-blocks 2 needs --activation-checkpointing full or selective");
+  expect_refused("--recompute-every-k-blocks 2", 1,
+                 "--recompute-every-k-blocks 2 needs --activation-checkpointing full or selective");
   expect_refused("--pp-schedule zb", 1, "--pp-schedule zb needs --pp > 1");
   expect_refused("--sp-mode ring", 1, "--sp-mode ring needs --sp > 1");
   expect_refused("--resume " + shell_quote(dir_.string()), 1,

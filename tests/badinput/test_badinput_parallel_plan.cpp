@@ -31,7 +31,7 @@ void expect_usage_error(const std::string& args, std::initializer_list<std::stri
 }  // namespace
 
 TEST(BadInputParallelPlan, GoodRunsPrintTimelineBubbleAndPeaks) {
-  const CommandResult r = plan("schedule --pp 4 --micro 8 --schedule 1f1b");
+  const CommandResult r = plan("schedule --pp 4 --micro-batches 8 --pp-schedule 1f1b");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   for (const char* want :
@@ -41,13 +41,13 @@ TEST(BadInputParallelPlan, GoodRunsPrintTimelineBubbleAndPeaks) {
         "peak live activations per stage: 4 3 2 1"})
     EXPECT_NE(r.out.find(want), std::string::npos) << "'" << want << "' not in:\n" << r.out;
 
-  const CommandResult zb = plan("schedule --pp 4 --micro 8 --schedule zb");
+  const CommandResult zb = plan("schedule --pp 4 --micro-batches 8 --pp-schedule zb");
   ASSERT_EQ(zb.exit_code, 0) << zb.err;
   for (const char* want : {"bubble fraction: 0.1111", "peak live activations per stage: 4 4 4 4",
                            "peak activations awaiting backward (input gradient) per stage: 4 3 2 1"})
     EXPECT_NE(zb.out.find(want), std::string::npos) << "'" << want << "' not in:\n" << zb.out;
 
-  const CommandResult v = plan("schedule --pp 2 --micro 4 --schedule interleaved --virtual-stages 2");
+  const CommandResult v = plan("schedule --pp 2 --micro-batches 4 --pp-schedule interleaved --virtual-stages 2");
   ASSERT_EQ(v.exit_code, 0) << v.err;
   EXPECT_NE(v.out.find("F0:1"), std::string::npos) << v.out;
   EXPECT_EQ(plan("--help").exit_code, 0);
@@ -56,18 +56,18 @@ TEST(BadInputParallelPlan, GoodRunsPrintTimelineBubbleAndPeaks) {
 TEST(BadInputParallelPlan, BadOptions) {
   expect_usage_error("", {"missing command"});
   expect_usage_error("plan --pp 4", {"unknown command 'plan'"});
-  expect_usage_error("schedule --pp 4", {"'--micro' is required"});
-  expect_usage_error("schedule --pp 4 --micro 8 --schedule pipedream",
+  expect_usage_error("schedule --pp 4", {"'--micro-batches' is required"});
+  expect_usage_error("schedule --pp 4 --micro-batches 8 --pp-schedule pipedream",
                      {"unknown pipeline schedule 'pipedream'", "gpipe|1f1b|interleaved|zb"});
-  expect_usage_error("schedule --pp 0 --micro 8", {"stages must be at least 1 (got 0)"});
-  expect_usage_error("schedule --pp 4 --micro eight", {"'eight'", "--micro"});
-  expect_usage_error("schedule --pp 4 --micro 8 --virtual-stages 2", {"'1f1b' runs one chunk per stage"});
-  expect_usage_error("schedule --pp 4 --micro 6 --schedule interleaved --virtual-stages 2",
+  expect_usage_error("schedule --pp 0 --micro-batches 8", {"stages must be at least 1 (got 0)"});
+  expect_usage_error("schedule --pp 4 --micro-batches eight", {"'eight'", "--micro"});
+  expect_usage_error("schedule --pp 4 --micro-batches 8 --virtual-stages 2", {"'1f1b' runs one chunk per stage"});
+  expect_usage_error("schedule --pp 4 --micro-batches 6 --pp-schedule interleaved --virtual-stages 2",
                      {"multiple of the stages (6 micro-batches, 4 stages)"});
-  expect_usage_error("schedule --pp 4096 --micro 4096", {"too large"});
+  expect_usage_error("schedule --pp 4096 --micro-batches 4096", {"too large"});
 }
 
 // An option given twice is refused (a config file already refused it), naming both values.
 TEST(BadInputParallelPlan, OptionGivenTwice) {
-  expect_usage_error("schedule --pp 2 --micro 4 --pp 4", {"--pp is given more than once on the command line (2, then 4)"});
+  expect_usage_error("schedule --pp 2 --micro-batches 4 --pp 4", {"--pp is given more than once on the command line (2, then 4)"});
 }

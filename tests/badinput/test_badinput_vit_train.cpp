@@ -47,62 +47,62 @@ class VitTrainBadInput : public ::testing::Test {
 };
 
 TEST_F(VitTrainBadInput, MissingDataSet) {
-  expect_refused(1, "--data " + shell_quote((dir_ / "none.h5").string()), "none.h5");
+  expect_refused(1, "--input " + shell_quote((dir_ / "none.h5").string()), "none.h5");
 }
 
 TEST_F(VitTrainBadInput, TokenDataSetInsteadOfImages) {
-  expect_refused(1, "--data " + shell_quote(tokens_), "/train/images");
+  expect_refused(1, "--input " + shell_quote(tokens_), "/train/images");
 }
 
 TEST_F(VitTrainBadInput, PatchThatDoesNotDivideTheImage) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --patch 3", "patch");
+  expect_refused(1, "--input " + shell_quote(images_) + " --patch 3", "patch");
 }
 
 TEST_F(VitTrainBadInput, SequenceParallelismThatDoesNotSplitTheTokens) {
   // 8 x 8 images in 4 x 4 patches: 4 patches + the class token = 5 tokens.
-  expect_refused(2, "--data " + shell_quote(images_) + " --sp 2",
+  expect_refused(2, "--input " + shell_quote(images_) + " --sp 2",
                  "vit: --sp 2 does not divide the 5 tokens of an image (4 patches + the class token");
 }
 
 TEST_F(VitTrainBadInput, SplitGatherSequenceParallelismIsRefused) {
-  expect_refused(2, "--data " + shell_quote(images_) + " --tp 2 --sp-mode split_gather",
+  expect_refused(2, "--input " + shell_quote(images_) + " --tp 2 --sp-mode split_gather",
                  "--sp-mode split_gather is not supported for ViT");
 }
 
 TEST_F(VitTrainBadInput, CheckpointEveryMoreBlocksThanTheModelHas) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --activation-checkpointing full --checkpoint-every-k-blocks 2",
-                 "--checkpoint-every-k-blocks 2 must be in [1, --layers 1]");
+  expect_refused(1, "--input " + shell_quote(images_) + " --activation-checkpointing full --recompute-every-k-blocks 2",
+                 "--recompute-every-k-blocks 2 must be in [1, --layers 1]");
 }
 
 TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {
-  expect_refused(4, "--data " + shell_quote(images_) + " --tp 4", "--heads 2 is not divisible by --tp 4");
+  expect_refused(4, "--input " + shell_quote(images_) + " --tp 4", "--heads 2 is not divisible by --tp 4");
 }
 
 TEST_F(VitTrainBadInput, HiddenNotSplittingOverA3dGrid) {
   shape_ = "--layers 1";
-  expect_refused(8, "--data " + shell_quote(images_) + " --tp 8 --tp-mode 3d --hidden 34 --heads 2",
+  expect_refused(8, "--input " + shell_quote(images_) + " --tp 8 --tp-mode 3d --hidden 34 --heads 2",
                  "--tp-mode 3d --tp 8: --heads 2 must divide by the grid's side 2 and --hidden 34 by 4");
 }
 
 TEST_F(VitTrainBadInput, UnknownPooling) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --pool max", "pool");
+  expect_refused(1, "--input " + shell_quote(images_) + " --pool max", "pool");
 }
 
 TEST_F(VitTrainBadInput, NegativeEpochs) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --epochs -1", "--epochs");
+  expect_refused(1, "--input " + shell_quote(images_) + " --epochs -1", "--epochs");
 }
 
 TEST_F(VitTrainBadInput, CudaDeviceIsRefusedClearly) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --device cuda", "cuda");
+  expect_refused(1, "--input " + shell_quote(images_) + " --device cuda", "cuda");
 }
 
 TEST_F(VitTrainBadInput, ExpertParallelismIsRefused) {
-  expect_refused(2, "--data " + shell_quote(images_) + " --ep 2", "vit_train: --ep needs mixture-of-experts layers");
+  expect_refused(2, "--input " + shell_quote(images_) + " --ep 2", "vit_train: --ep needs mixture-of-experts layers");
 }
 
 // A pipeline needs a block per (virtual) stage: one block does not split over two stages.
 TEST_F(VitTrainBadInput, PipelineStagesWithoutBlocks) {
-  expect_refused(2, "--data " + shell_quote(images_) + " --pp 2", "cannot be split over 2 pipeline");
+  expect_refused(2, "--input " + shell_quote(images_) + " --pp 2", "cannot be split over 2 pipeline");
 }
 
 // A data set whose test images differ in shape from its train images (the model, built for the
@@ -124,43 +124,43 @@ TEST_F(VitTrainBadInput, TestImagesOfAnotherShapeThanTrainImages) {
     f.set_attr("/", "num_classes", int64_t{2});
     f.set_attr("/", "class_names", std::string("a\nb"));
   }
-  expect_refused(1, "--data " + shell_quote(path) + " --eval-every 1",
+  expect_refused(1, "--input " + shell_quote(path) + " --eval-every 1",
                  path + ": test images are 4x4x3 but train images are 8x8x3 (H x W x C)");
-  expect_refused(2, "--data " + shell_quote(path) + " --eval-every 1", "test images are 4x4x3 but train images are 8x8x3");
+  expect_refused(2, "--input " + shell_quote(path) + " --eval-every 1", "test images are 4x4x3 but train images are 8x8x3");
 }
 
 // Options that set the same thing: the run's length, when to evaluate.
 TEST_F(VitTrainBadInput, EpochsWithSteps) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --epochs 2",
+  expect_refused(1, "--input " + shell_quote(images_) + " --epochs 2",
                  "--epochs 2 and --steps 1 both set the run's length: give one");
-  expect_refused(2, "--data " + shell_quote(images_) + " --eval-every-epochs 1 --eval-every 1",
+  expect_refused(2, "--input " + shell_quote(images_) + " --eval-every-epochs 1 --eval-every 1",
                  "--eval-every-epochs 1 and --eval-every 1 both set when to evaluate: give one");
 }
 
 // vit_train evaluates the whole test set: an --eval-batches would be silently ignored.
 TEST_F(VitTrainBadInput, EvalBatchesThatWouldBeIgnored) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --eval-batches 4",
+  expect_refused(1, "--input " + shell_quote(images_) + " --eval-batches 4",
                  "vit_train evaluates the whole test set: --eval-batches is gpt_train's and moe_train's");
 }
 
 // A crop from an image padded by its own side or more can be all padding.
 TEST_F(VitTrainBadInput, CropPaddingAsLargeAsTheImage) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --crop-pad 8", "--crop-pad 8 must be less than the image side 8");
+  expect_refused(1, "--input " + shell_quote(images_) + " --crop-pad 8", "--crop-pad 8 must be less than the image side 8");
 }
 
 TEST_F(VitTrainBadInput, NegativeOrNonFiniteValues) {
-  expect_refused(1, "--data " + shell_quote(images_) + " --benchmark-loader -1",
+  expect_refused(1, "--input " + shell_quote(images_) + " --benchmark-loader -1",
                  "--benchmark-loader must be >= 0 (0: train), got -1");
-  expect_refused(2, "--data " + shell_quote(images_) + " --label-smoothing nan",
+  expect_refused(2, "--input " + shell_quote(images_) + " --label-smoothing nan",
                  "--label-smoothing nan: expected a finite number");
-  expect_refused(1, "--data " + shell_quote(images_) + " --eval-every-epochs -1",
+  expect_refused(1, "--input " + shell_quote(images_) + " --eval-every-epochs -1",
                  "--eval-every-epochs must be >= 0 (0: use --eval-every), got -1");
 }
 
 TEST_F(VitTrainBadInput, MetricsOverTheDataSet) {
   const auto size = fs::file_size(images_);
-  expect_refused(1, "--data " + shell_quote(images_) + " --metrics " + shell_quote(images_),
-                 "--metrics " + images_ + " is the file --data " + images_ + " reads");
+  expect_refused(1, "--input " + shell_quote(images_) + " --metrics " + shell_quote(images_),
+                 "--metrics " + images_ + " is the file --input " + images_ + " reads");
   EXPECT_EQ(fs::file_size(images_), size);
 }
 

@@ -64,7 +64,7 @@ python3 "$src/tests/tools/compare_losses.py" "$tmp/ref.jsonl" "$tmp/resumed.all.
 # the 16 patch tokens evenly, with no class token).
 "$build/apps/data_prep" synth-images --classes 5 --train 200 --test 40 --size 16 --seed 3 --output "$tmp/images.h5" >/dev/null
 app=vit_train ref=vit
-common=(--data "$tmp/images.h5" --device "$device" --layers 2 --hidden 32 --heads 4 --patch 4 --mlp-ratio 2 --pool mean --global-batch 8
+common=(--input "$tmp/images.h5" --device "$device" --layers 2 --hidden 32 --heads 4 --patch 4 --mlp-ratio 2 --pool mean --global-batch 8
         --lr 3e-3 --warmup 2 --seed 11 --threads 1 --bucket-mb 0.01 --steps 10)
 run vit 1 --micro-batch 8
 case_ vit-dp2-zero2 2 --micro-batch 4 --zero 2

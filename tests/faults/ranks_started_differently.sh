@@ -42,11 +42,11 @@ printf 'lr = 0.002\n' >"$tmp/b/cfg.ini"
 expect_refused "config files differ" "--lr: 0.001 on rank 0, 0.002 on rank 1" \
   -np 1 -wdir "$tmp/a" "${gpt[@]}" --input "$tmp/a/d.h5" --steps 2 --config cfg.ini : \
   -np 1 -wdir "$tmp/b" "${gpt[@]}" --input "$tmp/a/d.h5" --steps 2 --config cfg.ini
-# vit_train compares its --data the same way.
+# vit_train compares its --input the same way.
 "$build/apps/data_prep" synth-images --train 16 --test 8 --size 8 --classes 2 --seed 1 --output "$tmp/a/i.h5" >/dev/null || exit 1
 "$build/apps/data_prep" synth-images --train 16 --test 8 --size 8 --classes 2 --seed 2 --output "$tmp/b/i.h5" >/dev/null || exit 1
-vit=("$build/apps/vit_train" --data i.h5 --layers 1 --hidden 16 --heads 2 --patch 4 --global-batch 4 --steps 2 --threads 1)
-expect_refused "vit_train: different data under one path" "the file of --data: " \
+vit=("$build/apps/vit_train" --input i.h5 --layers 1 --hidden 16 --heads 2 --patch 4 --global-batch 4 --steps 2 --threads 1)
+expect_refused "vit_train: different data under one path" "the file of --input: " \
   -np 1 -wdir "$tmp/a" "${vit[@]}" : -np 1 -wdir "$tmp/b" "${vit[@]}"
 
 # Started alike (the same `a : b` form): it trains.

@@ -1,9 +1,11 @@
 // libFuzzer target: arbitrary bytes as a --config .ini file, parsed by tessera::cli::parse with an
-// option set like gpt_train's. Only Boost.Program_options / tessera usage errors may come out.
+// option set like gpt_train's (in help sections, with a renamed option). Only Boost.Program_options
+// / tessera usage errors may come out.
 #include <cstdint>
 #include <exception>
 #include <string>
 #include <typeinfo>
+#include <vector>
 
 #include "apps/common/cli.h"
 #include "core/error.h"
@@ -22,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t seed = 0;
   float beta1 = 0, grad_clip = 0;
   double lr = 0, bucket_mb = 0;
-  po::options_description opts("options");
-  opts.add_options()
+  tessera::cli::OptionSections sections;
+  sections.section(tessera::cli::kTraining).add_options()
       ("input", po::value(&input)->required(), "data set")
       ("val-input", po::value<std::string>(), "validation data set")
       ("layers", po::value(&layers)->default_value(4), "blocks")
@@ -40,13 +42,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ("device", po::value(&device)->default_value("cpu"), "device")
       ("resume", po::value(&resume)->default_value("none"), "resume")
       ("metrics", po::value(&metrics), "metrics file")
-      ("verbose", po::bool_switch(), "a switch");
+      ("verbose", po::bool_switch(), "a switch")
+      ("recompute-every-k-blocks", po::value<int64_t>()->default_value(1), "renamed from checkpoint-every-k-blocks");
+  const std::vector<tessera::cli::RenamedOption> renamed = {{"checkpoint-every-k-blocks", "recompute-every-k-blocks"}};
 
   std::string a0 = "fuzz_config_file", a1 = "--config", a2 = path;
   char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
   po::variables_map vm;
   try {
-    tessera::cli::parse(3, argv, opts, vm, "usage: fuzz_config_file");
+    tessera::cli::parse(3, argv, sections, vm, {"fuzz_config_file", "usage: fuzz_config_file", ""}, renamed);
     if (vm.count("val-input")) (void)vm["val-input"].as<std::string>();
     (void)vm["verbose"].as<bool>();
   } catch (const po::error&) {

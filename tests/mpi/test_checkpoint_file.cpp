@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/test_hooks.h"
 #include "io/checkpoint_file.h"
 #include "io/hdf5_file.h"
 
@@ -481,7 +482,7 @@ TEST_F(CheckpointFile, FullDiskThrowsEverywhereRemovesTmpAndKeepsOldFiles) {
   // tmpfs; tests/unit/test_io_checkpoint_crash.cpp also meets a real kernel error, EFBIG.)
   const std::string old_path = file("step_10.h5"), path = file("step_20.h5");
   write_checkpoint(old_path, kShapes);
-  setenv("TESSERA_CKPT_DISK_LIMIT_BYTES", "262144", 1);
+  tessera::test_hooks().checkpoint_disk_limit_bytes = 262144;  // TESSERA_CKPT_DISK_LIMIT_BYTES
   const int64_t n = 1 << 20;  // 4 MiB of floats
   {
     CheckpointWriter w(path, MPI_COMM_WORLD);
@@ -504,7 +505,7 @@ TEST_F(CheckpointFile, FullDiskThrowsEverywhereRemovesTmpAndKeepsOldFiles) {
     expect_error([&] { w.commit(); }, {"earlier write error"});
     expect_error([&] { w.create("/x", Shape{1}); }, {"earlier write error"});
   }
-  unsetenv("TESSERA_CKPT_DISK_LIMIT_BYTES");
+  tessera::test_hooks().checkpoint_disk_limit_bytes = -1;
   EXPECT_FALSE(fs::exists(path));
   EXPECT_FALSE(fs::exists(path + ".tmp"));
   CheckpointReader r(old_path, MPI_COMM_NULL);
@@ -519,7 +520,7 @@ TEST_F(CheckpointFile, FullDiskAtCommitIsCaughtBeforeTheMetadataIsWritten) {
   // Room for the data but not for the metadata reservation that commit() makes.
   const std::string path = file("step_40.h5");
   const int64_t n = 64 * 1024;  // 256 KiB of floats
-  setenv("TESSERA_CKPT_DISK_LIMIT_BYTES", std::to_string(4 * n + 16 * 1024).c_str(), 1);
+  tessera::test_hooks().checkpoint_disk_limit_bytes = 4 * n + 16 * 1024;
   {
     CheckpointWriter w(path, MPI_COMM_WORLD);
     w.create("/params/w", Shape{n});
@@ -529,6 +530,6 @@ TEST_F(CheckpointFile, FullDiskAtCommitIsCaughtBeforeTheMetadataIsWritten) {
     expect_error([&] { w.commit(); }, {"no space left on device", "the metadata"});
     EXPECT_FALSE(fs::exists(path + ".tmp"));
   }
-  unsetenv("TESSERA_CKPT_DISK_LIMIT_BYTES");
+  tessera::test_hooks().checkpoint_disk_limit_bytes = -1;
   EXPECT_FALSE(fs::exists(path));
 }

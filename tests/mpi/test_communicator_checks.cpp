@@ -106,9 +106,10 @@ TEST(CollectiveCheckText, MismatchNamesBothSides) {
 }
 
 TEST(CollectiveCheckText, FaultSpecParsing) {
-  EXPECT_EQ(parse_fault_spec("X", "2:7"), (std::pair<int, int64_t>{2, 7}));
+  const RankAt parsed = parse_rank_at("X", "2:7", "collective");
+  EXPECT_EQ(std::make_pair(parsed.rank, parsed.at), (std::pair<int, int64_t>{2, 7}));
   for (const char* bad : {"", "2", ":3", "2:", "a:1", "1:0", "-1:2", "1:2x"}) {
-    const std::string text = error_of([&] { parse_fault_spec("TESSERA_FAULT_SKIP_COLLECTIVE", bad); });
+    const std::string text = error_of([&] { parse_rank_at("TESSERA_FAULT_SKIP_COLLECTIVE", bad, "collective"); });
     EXPECT_TRUE(contains(text, "TESSERA_FAULT_SKIP_COLLECTIVE=\"")) << text;
     EXPECT_TRUE(contains(text, "<world rank>:<n>")) << text;
   }
@@ -244,17 +245,16 @@ TEST(CollectiveCheck, MismatchHookChangesOnlyTheFingerprint) {
   world.set_check_collectives(true);
   world.set_timeout(60);
   world.set_context("step 2, micro-batch 1");
-  FaultHooks& hooks = fault_hooks();
-  const FaultHooks saved = hooks;
-  hooks.mismatch_rank = 1;
-  hooks.mismatch_n = hooks.seen + 2;  // the second collective from here
+  TestHooks& hooks = test_hooks();
+  const TestHooks saved = hooks;
+  hooks.mismatch_collective = {1, collectives_counted() + 2};  // the second collective from here
   Tensor t = f32(8);
   world.all_reduce_sum(t);  // first: untouched
   const std::string text = error_of([&] { world.all_reduce_sum(t); });
   EXPECT_EQ(text, "collective mismatch in group world at step 2, micro-batch 1: rank 0 calls "
                   "all_reduce_sum f32 x 8, rank 1 calls all_reduce_sum f32 x 9");
   // Without the check the hook has no effect on the collective itself.
-  hooks.mismatch_n = hooks.seen + 1;
+  hooks.mismatch_collective.at = collectives_counted() + 1;
   world.set_check_collectives(false);
   for (int i = 0; i < 8; ++i) t.data<float>()[i] = 1.0f;
   world.all_reduce_sum(t);

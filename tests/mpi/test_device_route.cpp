@@ -1,6 +1,6 @@
 // ranks: 2 3
 // DeviceRoute's collective decision (comm/device_route.h): the host route by default, a bad or
-// differing TESSERA_CUDA_COMM refused on every rank alike (also where only one rank has it wrong),
+// differing --comm-backend refused on every rank alike (also where only one rank has it wrong),
 // the decision made once. (The NCCL route itself needs a GPU per rank; the host route's copies run
 // in the staged mpi and parity tests and, on a GPU, in tests/cuda/multi_rank_parity.sh.)
 #include <gtest/gtest.h>
@@ -22,17 +22,12 @@ int world_rank() {
   return r;
 }
 
-// TESSERA_CUDA_COMM set (or unset: nullptr) for a scope.
-class RouteSetting {
- public:
-  explicit RouteSetting(const char* value) {
-    if (value)
-      setenv("TESSERA_CUDA_COMM", value, 1);
-    else
-      unsetenv("TESSERA_CUDA_COMM");
-  }
-  ~RouteSetting() { unsetenv("TESSERA_CUDA_COMM"); }
-};
+// A route asked for `backend` (nullptr: left at its default).
+DeviceRoute route_asking(const char* backend) {
+  DeviceRoute route;
+  if (backend) route.set_backend(backend);
+  return route;
+}
 
 // The world's all-gather, as the Communicator lends it.
 NcclCommunicator* route_of(DeviceRoute& route) {
@@ -54,49 +49,43 @@ std::string refusal(DeviceRoute& route) {
 }  // namespace
 
 TEST(DeviceRoute, HostIsTheDefaultAndIsDecidedOnce) {
-  const RouteSetting unset(nullptr);
-  DeviceRoute route;
+  DeviceRoute route = route_asking(nullptr);
   EXPECT_EQ(route_of(route), nullptr);
   // Decided: a later call makes no exchange (rank 0 alone asks again; it would hang otherwise).
   if (world_rank() == 0) {
     EXPECT_EQ(route_of(route), nullptr);
   }
-  const RouteSetting host("host");
-  DeviceRoute explicit_host;
+  DeviceRoute explicit_host = route_asking("host");
   EXPECT_EQ(route_of(explicit_host), nullptr);
 }
 
 TEST(DeviceRoute, SettingsThatDifferBetweenRanksAreRefusedEverywhere) {
-  const RouteSetting differs(world_rank() == 1 ? "nccl" : "host");
-  DeviceRoute route;
+  DeviceRoute route = route_asking(world_rank() == 1 ? "nccl" : "host");
   const std::string message = refusal(route);
-  EXPECT_NE(message.find("group world: TESSERA_CUDA_COMM differs between its ranks (rank 0: host, rank 1: nccl)"),
+  EXPECT_NE(message.find("group world: --comm-backend differs between its ranks (rank 0: host, rank 1: nccl)"),
             std::string::npos)
       << message;
 }
 
 TEST(DeviceRoute, AnUnknownSettingIsRefusedOnEveryRank) {
   {
-    const RouteSetting bad("infiniband");
-    DeviceRoute route;
+    DeviceRoute route = route_asking("infiniband");
     const std::string message = refusal(route);
-    EXPECT_NE(message.find("group world: TESSERA_CUDA_COMM=infiniband on its rank 0: expected host or nccl"),
+    EXPECT_NE(message.find("group world: --comm-backend infiniband on its rank 0: expected host or nccl"),
               std::string::npos)
         << message;
   }
   // Wrong on one rank only: the others, whose setting is fine, throw the same error.
-  const RouteSetting one_bad(world_rank() == 1 ? "infiniband" : nullptr);
-  DeviceRoute route;
+  DeviceRoute route = route_asking(world_rank() == 1 ? "infiniband" : nullptr);
   const std::string message = refusal(route);
-  EXPECT_NE(message.find("TESSERA_CUDA_COMM=infiniband on its rank 1: expected host or nccl"), std::string::npos)
+  EXPECT_NE(message.find("--comm-backend infiniband on its rank 1: expected host or nccl"), std::string::npos)
       << message;
 }
 
 #ifndef TESSERA_HAVE_NCCL
 TEST(DeviceRoute, NcclInABuildWithoutItIsRefusedEverywhere) {
-  const RouteSetting nccl("nccl");
-  DeviceRoute route;
-  EXPECT_NE(refusal(route).find("group world: TESSERA_CUDA_COMM=nccl, but this build has no NCCL"),
+  DeviceRoute route = route_asking("nccl");
+  EXPECT_NE(refusal(route).find("group world: --comm-backend nccl, but this build has no NCCL"),
             std::string::npos);
 }
 #endif

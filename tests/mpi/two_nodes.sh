@@ -33,19 +33,25 @@ ip -n "$ns_a" addr add "$addr_a/24" dev "tv${id}a" && ip -n "$ns_b" addr add "$a
 for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
 ip -n "$ns_a" link set "tv${id}a" up && ip -n "$ns_b" link set "tv${id}b" up || exit 1
 
+# What a node has of its own, set up in its mount namespace: a fresh /dev/shm and a TMPDIR in $tmp
+# (Open MPI's shared-memory segments and session folders, named by host and job), so that a killed
+# node leaves nothing behind and no other test's "node-a" or "node-b" is seen.
+mkdir -p "$tmp/tmp-node-a" "$tmp/tmp-node-b"
+shm='mount -t tmpfs -o size=512m,mode=1777 shm /dev/shm'
 # The rsh agent: `agent HOST COMMAND...` runs COMMAND in HOST's namespace under its hostname.
 cat >"$tmp/agent.sh" <<AGENT
 #!/bin/sh
 host=\$1; shift
 case \$host in $addr_a) ns=$ns_a name=node-a ;; $addr_b) ns=$ns_b name=node-b ;; *) echo "unknown host \$host" >&2; exit 1 ;; esac
-exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$name && exec \$*"
+exec ip netns exec "\$ns" unshare --uts --mount /bin/sh -c "hostname \$name && $shm && export TMPDIR=$tmp/tmp-\$name && exec \$*"
 AGENT
 chmod +x "$tmp/agent.sh"
 printf '%s slots=2\n%s slots=2\n' "$addr_a" "$addr_b" >"$tmp/hosts"
 # two_nodes LIMIT COMMAND...: mpirun on node-a, two ranks a node, killed after LIMIT seconds.
 two_nodes() {
   local limit=$1; shift
-  timeout -k 10 "$limit" ip netns exec "$ns_a" unshare --uts /bin/sh -c 'hostname node-a && exec "$@"' sh \
+  timeout -k 10 "$limit" ip netns exec "$ns_a" unshare --uts --mount /bin/sh -c \
+    'hostname node-a && mount -t tmpfs -o size=512m,mode=1777 shm /dev/shm && export TMPDIR="$0" && exec "$@"' "$tmp/tmp-node-a" \
     mpirun --hostfile "$tmp/hosts" -np 4 --mca plm_rsh_agent "$tmp/agent.sh" --mca oob_tcp_if_include "$net/24" \
     --mca btl_tcp_if_include "$net/24" --mca btl tcp,self "$@"
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Activation checkpointing changes memory, nothing else. gpt_train with --activation-checkpointing
-# full and selective, every block and every 2nd (--checkpoint-every-k-blocks 1, 2), on one rank,
+# full and selective, every block and every 2nd (--recompute-every-k-blocks 1, 2), on one rank,
 # at tp 2, at dp 2 with ZeRO-3 and at pp 2 (1f1b), and moe_train at ep 2: the 10-step losses, the
 # step-1 gradients and the state after 10 steps equal the same layout's plain run to a relative
 # 1e-6 (recomputation on the CPU is bit-identical: the differences are 0). The activation memory
@@ -39,7 +39,7 @@ memory_run plain 1
 memory_run tp2 2 --tp 2
 global_batch=4 memory_run pp2 2 --pp 2 --micro-batch 1
 for mode in full selective; do
-  for k in 1 2; do memory_run $mode-k$k 1 --activation-checkpointing $mode --checkpoint-every-k-blocks $k; done
+  for k in 1 2; do memory_run $mode-k$k 1 --activation-checkpointing $mode --recompute-every-k-blocks $k; done
   memory_run tp2-$mode 2 --tp 2 --activation-checkpointing $mode
   global_batch=4 memory_run pp2-$mode 2 --pp 2 --micro-batch 1 --activation-checkpointing $mode
 done
@@ -62,5 +62,5 @@ refused "with --pp-schedule zb: not supported" mpirun -np 2 "$build/apps/gpt_tra
   --pp 2 --micro-batch 2 --pp-schedule zb --activation-checkpointing full
 refused "expected none, full or selective" "$build/apps/gpt_train" --input "$data" --activation-checkpointing some
 refused "must be in [1, --layers 4]" "$build/apps/gpt_train" --input "$data" --layers 4 --steps 1 \
-  --activation-checkpointing full --checkpoint-every-k-blocks 5
-refused "must be >= 1" "$build/apps/gpt_train" --input "$data" --checkpoint-every-k-blocks 0
+  --activation-checkpointing full --recompute-every-k-blocks 5
+refused "must be >= 1" "$build/apps/gpt_train" --input "$data" --recompute-every-k-blocks 0

@@ -111,7 +111,7 @@ refused "--placement-chunk-mb must be > 0" 1 --placement-chunk-mb 0
 common=("${placement_common[@]}")
 "$build/apps/data_prep" synth-images --classes 3 --train 24 --test 8 --size 8 --seed 1 --output "$tmp/images.h5" >/dev/null
 echo -n "vit_train --placement auto: "
-if "$build/apps/vit_train" --data "$tmp/images.h5" --layers 1 --hidden 16 --heads 2 --global-batch 4 --steps 1 \
+if "$build/apps/vit_train" --input "$tmp/images.h5" --layers 1 --hidden 16 --heads 2 --global-batch 4 --steps 1 \
      --placement auto --device-memory-limit 1G >"$tmp/vit.log" 2>&1; then
   echo "error: accepted"; exit 1
 fi

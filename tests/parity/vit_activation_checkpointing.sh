@@ -8,7 +8,7 @@
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-app=vit_train data_option=--data
+app=vit_train data_option=--input
 common=(--layers 4 --hidden 32 --heads 4 --patch 4 --mlp-ratio 2 --pool mean --global-batch 8 --lr 3e-3 --warmup 2
         --seed 11 --threads 1 --bucket-mb 0.01)
 source "$src/tests/tools/layout_parity.sh"
@@ -26,13 +26,13 @@ checkpointed_like_plain sp2-ring 2 "$data" --sp 2 --sp-mode ring
 "$build/apps/data_prep" synth-images --classes 5 --train 16 --test 4 --size 32 --seed 3 --output "$tmp/big.h5" >/dev/null
 memory_run() {  # NAME RANKS options...
   local name=$1 ranks=$2; shift 2
-  mpirun -np "$ranks" "$build/apps/vit_train" --data "$tmp/big.h5" --layers 4 --hidden 32 --heads 4 --patch 2 \
+  mpirun -np "$ranks" "$build/apps/vit_train" --input "$tmp/big.h5" --layers 4 --hidden 32 --heads 4 --patch 2 \
     --mlp-ratio 2 --pool mean --global-batch 4 --steps 2 --threads 1 --metrics "$tmp/mem-$name.jsonl" "$@" >/dev/null
 }
 memory_run plain 1
 memory_run tp2 2 --tp 2
 for mode in full selective; do
-  for k in 1 2; do memory_run $mode-k$k 1 --activation-checkpointing $mode --checkpoint-every-k-blocks $k; done
+  for k in 1 2; do memory_run $mode-k$k 1 --activation-checkpointing $mode --recompute-every-k-blocks $k; done
   memory_run tp2-$mode 2 --tp 2 --activation-checkpointing $mode
 done
 # (run, plain run, checkpointed blocks, mode, token rows, tp): hidden 32, 4 heads, MLP width 64.

@@ -11,7 +11,7 @@
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-app=vit_train data_option=--data
+app=vit_train data_option=--input
 # The key part of the QKV bias has an exactly zero gradient (softmax ignores a shift shared by a
 # query's scores); AdamW turns its rounding noise into steps of up to lr (3e-3) x 1e-2 here.
 state_atol=5e-5

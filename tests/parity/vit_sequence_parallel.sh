@@ -9,7 +9,7 @@
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-app=vit_train data_option=--data
+app=vit_train data_option=--input
 # The key part of the QKV bias has an exactly zero gradient (tests/parity/vit_parallel.sh says why).
 state_atol=5e-5
 common=(--layers 2 --hidden 32 --heads 4 --patch 4 --mlp-ratio 2 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11

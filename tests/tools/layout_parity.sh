@@ -66,7 +66,7 @@ checkpointed_like_plain() {
   parity_train "$name" "$ranks" "$data" "$@"
   for mode in full selective; do
     for k in 1 2; do
-      parity_train "$name-$mode-k$k" "$ranks" "$data" "$@" --activation-checkpointing $mode --checkpoint-every-k-blocks $k
+      parity_train "$name-$mode-k$k" "$ranks" "$data" "$@" --activation-checkpointing $mode --recompute-every-k-blocks $k
       same_as_plain "$name-$mode-k$k" "$name"
     done
   done

@@ -24,7 +24,7 @@ rm "$tmp/ck/step_6.h5"
   fail "gpt_train --resume auto failed"
 grep -q '"resume"' "$tmp/b.jsonl" || fail "b.jsonl has no resume line"
 "$build/apps/data_prep" synth-images --classes 4 --train 64 --test 32 --size 8 --seed 4 --output "$tmp/img.h5" >/dev/null
-"$build/apps/vit_train" --data "$tmp/img.h5" --layers 1 --hidden 16 --heads 2 --patch 4 --global-batch 8 --steps 4 \
+"$build/apps/vit_train" --input "$tmp/img.h5" --layers 1 --hidden 16 --heads 2 --patch 4 --global-batch 8 --steps 4 \
   --eval-every 2 --threads 1 --quiet --metrics "$tmp/v.jsonl" >"$tmp/log" 2>&1 || fail "vit_train failed"
 grep -q '"eval_acc"' "$tmp/v.jsonl" || fail "v.jsonl has no eval_acc"
 

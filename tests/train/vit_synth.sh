@@ -7,7 +7,7 @@ build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 "$build/apps/data_prep" synth-images --classes 10 --train 1000 --test 200 --size 16 --seed 4 --output "$tmp/d.h5" >/dev/null
-mpirun -np 2 "$build/apps/vit_train" --config "$src/inputs/vit_tiny.ini" --data "$tmp/d.h5" --steps 60 \
+mpirun -np 2 "$build/apps/vit_train" --config "$src/inputs/vit_tiny.ini" --input "$tmp/d.h5" --steps 60 \
   --eval-every 30 --metrics "$tmp/m.jsonl" >/dev/null
 /usr/bin/python3 - "$tmp/m.jsonl" <<'PY'
 import json, sys

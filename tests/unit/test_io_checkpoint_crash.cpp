@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/test_hooks.h"
 #include "io/checkpoint_file.h"
 
 namespace fs = std::filesystem;
@@ -97,7 +98,7 @@ TEST_F(CheckpointCrash, KilledBeforeRenameLeavesOnlyAnUnloadableTmp) {
   }
   // The hook: SIGKILL after everything is written, flushed and fsynced, just before the rename.
   const int status = in_child([&] {
-    setenv("TESSERA_CKPT_CRASH_BEFORE_RENAME", "1", 1);
+    tessera::test_hooks().crash_before_checkpoint_rename = true;  // TESSERA_CKPT_CRASH_BEFORE_RENAME (the child's)
     CheckpointWriter w(step2, MPI_COMM_NULL);
     write_step(w, 2, 8);
     w.commit();

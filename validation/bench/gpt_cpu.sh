@@ -194,7 +194,7 @@ for spec in "${configs[@]}"; do
   data=$OUT_DIR/data/v$V.h5
   if (( run_tessera )) && [[ ! -s $data ]]; then
     echo "+ data_prep synth --vocab $V"
-    "$build/apps/data_prep" synth --vocab "$V" --tokens 2000000 --seed 1 --output "$data.tmp" --force > "$work/data_prep_v$V.log" 2>&1 \
+    "$build/apps/data_prep" synth --vocab "$V" --tokens 2000000 --seed 1 --output "$data.tmp" --overwrite > "$work/data_prep_v$V.log" 2>&1 \
       || { cat "$work/data_prep_v$V.log"; echo "error: data_prep failed" >&2; exit 1; }
     mv "$data.tmp" "$data"
   fi

@@ -265,7 +265,7 @@ leak=$(echo "$ldd_out" | grep -E 'libmpi|libhdf5|libopenblas|libboost_program|li
 stage=smoke
 log=$OUT/smoke.log; : >"$log"
 work=$build/gpu-check; mkdir -p "$work"
-run_logged "$log" 30 "$build/apps/data_prep" synth --vocab 256 --tokens 20000 --seed 1 --output "$work/tiny.h5" --force ||
+run_logged "$log" 30 "$build/apps/data_prep" synth --vocab 256 --tokens 20000 --seed 1 --output "$work/tiny.h5" --overwrite ||
   { tail -20 "$log"; die "data_prep synth failed (smoke.log)"; }
 tiny=(--input "$work/tiny.h5" --layers 2 --hidden 64 --heads 2 --seq-len 32 --global-batch 4 --steps 3 --log-every 1)
 if ! run_logged "$log" "$(stage_budget 40 120)" "$build/apps/gpt_train" "${tiny[@]}" --threads 2; then
@@ -309,7 +309,7 @@ if [ $no_gpu = 0 ]; then
 else  # the same path on the CPU, a model small enough for seconds
   vocab=50257 shape=(--layers 2 --hidden 128 --heads 4 --seq-len 128) device=cpu
 fi
-run_logged "$log" 60 "$build/apps/data_prep" synth --vocab "$vocab" --tokens 1000000 --seed 1 --output "$work/synth.h5" --force ||
+run_logged "$log" 60 "$build/apps/data_prep" synth --vocab "$vocab" --tokens 1000000 --seed 1 --output "$work/synth.h5" --overwrite ||
   { tail -20 "$log"; die "data_prep synth --vocab $vocab failed (bench.log)"; }
 # bench_run PRECISION METRICS: one gpt_train run; its status
 bench_run() {

@@ -22,10 +22,10 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$data" ] || "$root/validation/cifar10/prepare.sh" --build "$build" >/dev/null
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-loader=$("$build/apps/vit_train" --config "$config" --data "$data" --threads "$threads" --benchmark-loader 40 2>&1 |
+loader=$("$build/apps/vit_train" --config "$config" --input "$data" --threads "$threads" --benchmark-loader 40 2>&1 |
          sed -n 's/.*loader: \([0-9.e+]*\) images\/s.*/\1/p')
 [ -n "$loader" ] || { echo "error: vit_train --benchmark-loader printed no rate" >&2; exit 1; }
-"$build/apps/vit_train" --config "$config" --data "$data" --threads "$threads" --epochs 0 --steps 12 --eval-every-epochs 0 --eval-every 0 \
+"$build/apps/vit_train" --config "$config" --input "$data" --threads "$threads" --epochs 0 --steps 12 --eval-every-epochs 0 --eval-every 0 \
   --metrics "$tmp/m.jsonl" >/dev/null 2>&1
 /usr/bin/python3 - "$tmp/m.jsonl" "$loader" "$config" <<'PY'
 import json, statistics, sys

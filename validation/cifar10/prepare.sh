@@ -18,7 +18,7 @@ while [ $# -gt 0 ]; do
 done
 [ -d "$data" ] || { echo "error: $data not found (pass --data PATH/cifar-10-batches-bin)" >&2; exit 1; }
 mkdir -p "$out"
-"$build/apps/data_prep" cifar10 --input "$data" --output "$out/cifar10.h5" --force
+"$build/apps/data_prep" cifar10 --input "$data" --output "$out/cifar10.h5" --overwrite
 # A dataset's values, one line: h5dump's subset ($2: start, $3: count) without its framing.
 values() {
   h5dump -d "$1" -s "$2" -c "$3" -y -o "$out/values.txt" "$out/cifar10.h5" > /dev/null

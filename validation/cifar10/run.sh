@@ -52,7 +52,7 @@ for c in "${cases[@]}"; do
   IFS=: read -r name ranks opts <<< "$c"
   echo "== $name ($ranks ranks: ${opts:-no options})"
   # shellcheck disable=SC2086
-  mpirun -np "$ranks" "$build/apps/vit_train" --config "$config" --data "$data" "${extra[@]}" $opts \
+  mpirun -np "$ranks" "$build/apps/vit_train" --config "$config" --input "$data" "${extra[@]}" $opts \
     --metrics "$out/$name.jsonl" --overwrite 2>&1 | grep -E "eval_loss|done|error" || true
   [ -f "$out/$name.jsonl" ] || { echo "error: $name wrote no metrics" >&2; exit 1; }
   names+=("$name")

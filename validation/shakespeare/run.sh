@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$data" ] || { echo "error: $data not found (pass --data PATH/tinyshakespeare.txt)" >&2; exit 1; }
 mkdir -p "$out"
-"$build/apps/data_prep" text --input "$data" --output "$out/shakespeare.h5" --val-fraction 0.1 --force
+"$build/apps/data_prep" text --input "$data" --output "$out/shakespeare.h5" --val-fraction 0.1 --overwrite
 "$build/apps/gpt_train" --config "$root/inputs/gpt_small.ini" --input "$out/shakespeare.h5" \
   --steps "$steps" --warmup 100 --eval-every 100 --metrics "$out/metrics.jsonl" --overwrite  # a new curve replaces the last
 python3 - "$out/metrics.jsonl" > "$out/eval_curve.txt" <<'PY'

@@ -53,7 +53,7 @@ Gpt::Modules Gpt::register_modules(const GptConfig& config, const nn::MoeConfig&
   TESSERA_CHECK(config.moe_every == 0 || config.moe_blocks() > 0, "--moe-every ", config.moe_every,
                 " is more than --layers ", config.layers, ": no block would have experts");
   const ActivationCheckpointing& ckpt = layout.checkpointing;
-  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--checkpoint-every-k-blocks ",
+  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--recompute-every-k-blocks ",
                 ckpt.every, " must be in [1, --layers ", config.layers, "]");
   const int64_t c = config.hidden;
   Modules m;
@@ -167,15 +167,11 @@ std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const ModelChunk& c)
   auto a = std::make_unique<Activations>();
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device_); };
   if (c.embedding) a->inputs = act({batch_, local_seq_}, DType::i32);
-  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({rows_, features_}));
-  for (int64_t i = 0; i < c.blocks(); ++i) {
-    const nn::TransformerBlock& blk = blocks_[c.block_base + static_cast<size_t>(i)];
-    const auto shared = recomputed_.find(recomputed_kind(blk));
-    a->saved.push_back(blk.allocate(batch_, local_seq_, device_,
-                                    shared == recomputed_.end() ? nn::TransformerBlock::Saved{} : shared->second));
-  }
-  a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
-  a->dres = act({rows_, features_});
+  allocate_block_activations(*a, c, blocks_, batch_, local_seq_, rows_, features_, device_,
+                             [this](const nn::TransformerBlock& blk) {
+                               const auto shared = recomputed_.find(recomputed_kind(blk));
+                               return shared == recomputed_.end() ? nn::TransformerBlock::Saved{} : shared->second;
+                             });
   return a;
 }
 
@@ -212,14 +208,10 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
     activation_rounding_.round(a.residual[0]);
     if (!keep_embedding) units_->release(embed_unit_);
   }
-  for (int64_t j = 0; j < c.blocks(); ++j) {
+  aux += forward_blocks(stage_blocks(), c, a, activation_rounding_, [&](int64_t j) {
     const size_t b = c.block_base + static_cast<size_t>(j);
-    units_->gather(block_unit(b), false);
-    aux += blocks_[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], scratch_);
-    activation_rounding_.round(a.residual[j + 1]);
-    units_->release(block_unit(b));
     if (training && blocks_[b].is_moe()) record_moe_stats(c.first_block + j, a.saved[j].moe.stats);
-  }
+  });
   if (!training) aux = 0.0f;  // evaluation reports the language-model loss alone
   if (!c.head) return aux;
   units_->gather(ln_f_unit_, training);
@@ -261,19 +253,7 @@ Gpt::MoeStepStats Gpt::take_moe_stats() {
 void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights) {
   const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
-  for (int64_t j = c.blocks(); j-- > 0;) {
-    const size_t b = c.block_base + static_cast<size_t>(j);
-    if (defer_weights) {  // the parameters' values only (ZeRO-3): their gradients wait for W
-      units_->gather(block_unit(b), false);
-      blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_, &a.block_weight_grads[j]);
-      units_->release(block_unit(b));
-      continue;
-    }
-    units_->gather(block_unit(b), true);
-    blocks_[b].recompute(a.residual[j], a.saved[j], scratch_);  // activation checkpointing
-    blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_, nullptr, a.grad_scale);
-    units_->grads_done(block_unit(b), sync);
-  }
+  backward_blocks(stage_blocks(), c, a, sync, defer_weights, a.grad_scale);
   if (!c.embedding) return;
   if (defer_weights) {
     a.embedding_weight_grads.embedding(embed_, a.dres, a.inputs, first_position_, scratch_.region);
@@ -287,12 +267,7 @@ void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
 void Gpt::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync) {
   const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
-  for (int64_t j = c.blocks(); j-- > 0;) {
-    const size_t b = c.block_base + static_cast<size_t>(j);
-    units_->gather(block_unit(b), true);
-    a.block_weight_grads[j].run();
-    units_->grads_done(block_unit(b), sync);
-  }
+  backward_block_weights(stage_blocks(), c, a, sync);
   if (c.embedding) {
     units_->gather(embed_unit_, true);
     a.embedding_weight_grads.run();

@@ -9,6 +9,7 @@
 
 #include "nn/embedding.h"
 #include "nn/layer_norm.h"
+#include "models/block_loops.h"
 #include "models/model_chunks.h"
 #include "models/model_layout.h"
 #include "nn/lm_head.h"
@@ -119,13 +120,9 @@ class Gpt {
 
  private:
   // One micro-batch's activations in one chunk.
-  struct Activations {
-    Tensor inputs;                 // [B, T] int32 on the device (the embedding's chunk)
-    std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [rows, C] each
-    std::vector<nn::TransformerBlock::Saved> saved;
-    Tensor dres;
+  struct Activations : BlockActivations {  // residual rows: [rows, C]
+    Tensor inputs;         // [B, T] int32 on the device (the embedding's chunk)
     float grad_scale = 0;  // of the forward: the MoE layers' auxiliary loss gradient
-    std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
     nn::WeightGrads embedding_weight_grads;
   };
   Activations& slot(int chunk, int micro) { return slots_.at(chunk, micro); }
@@ -133,7 +130,7 @@ class Gpt {
   std::unique_ptr<Activations> allocate_activations(const ModelChunk& c) const;
   void load_batch(Activations& a, const int32_t* rows);
   // Units: the embedding (first stage), each block, the final norm (last stage).
-  size_t block_unit(int64_t local_block) const { return block_unit_base_ + local_block; }
+  StageBlocks stage_blocks() { return {blocks_, *units_, block_unit_base_, scratch_}; }
 
   // The modules of this rank's chunks, their parameters registered (not allocated) in `store`,
   // and the tied token table in `mirror` on a last stage that is not the first. MoE blocks point

@@ -58,7 +58,7 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   config.validate(layout.tensor->size());
   TESSERA_CHECK(!layout.tensor->splits_rows(), "vit: --sp-mode split_gather is not supported for ViT (use --sp)");
   const ActivationCheckpointing& ckpt = layout.checkpointing;
-  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--checkpoint-every-k-blocks ",
+  TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--recompute-every-k-blocks ",
                 ckpt.every, " must be in [1, --layers ", config.layers, "]");
   TESSERA_CHECK(micro_batch >= 1, "vit: the micro-batch must be at least 1, got ", micro_batch);
   chunks_ = model_chunks(config.layers, layout.pipeline);
@@ -168,15 +168,11 @@ std::unique_ptr<Vit::Activations> Vit::allocate_activations(int chunk) const {
   auto a = std::make_unique<Activations>();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device_); };
   if (c.embedding) a->patches = act({batch_, local_patches(), config_.patch_features()});
-  for (int64_t i = 0; i <= c.blocks(); ++i) a->residual.push_back(act({batch_ * local_tokens_, features_}));
-  for (int64_t i = 0; i < c.blocks(); ++i) {
-    const nn::TransformerBlock& blk = blocks_[c.block_base + static_cast<size_t>(i)];
-    const auto shared = recomputed_.find(blk.recompute());
-    a->saved.push_back(blk.allocate(batch_, local_tokens_, device_,
-                                    shared == recomputed_.end() ? nn::TransformerBlock::Saved{} : shared->second));
-  }
-  a->block_weight_grads.resize(static_cast<size_t>(c.blocks()));
-  a->dres = act({batch_ * local_tokens_, features_});
+  allocate_block_activations(*a, c, blocks_, batch_, local_tokens_, batch_ * local_tokens_, features_, device_,
+                             [this](const nn::TransformerBlock& blk) {
+                               const auto shared = recomputed_.find(blk.recompute());
+                               return shared == recomputed_.end() ? nn::TransformerBlock::Saved{} : shared->second;
+                             });
   return a;
 }
 
@@ -218,13 +214,7 @@ Vit::Eval Vit::forward_chunk(int chunk, int micro, const float* images, const in
   Activations& a = slots_.at(chunk, micro);
   if (c.head) load_labels(labels);
   if (c.embedding) embed(a, images, training && c.head);
-  for (int64_t j = 0; j < c.blocks(); ++j) {
-    const size_t b = c.block_base + static_cast<size_t>(j);
-    units_->gather(block_unit(b), false);
-    blocks_[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], scratch_);
-    activation_rounding_.round(a.residual[j + 1]);
-    units_->release(block_unit(b));
-  }
+  forward_blocks(stage_blocks(), c, a, activation_rounding_);
   return c.head ? head_forward(a, training, grad_scale, sync) : Eval{};
 }
 
@@ -304,31 +294,14 @@ void Vit::count_correct(Eval& e) {
 void Vit::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool defer_weights) {
   const ModelChunk& c = chunks_[static_cast<size_t>(chunk)];
   Activations& a = slots_.at(chunk, micro);
-  for (int64_t j = c.blocks(); j-- > 0;) {
-    const size_t b = c.block_base + static_cast<size_t>(j);
-    if (defer_weights) {  // the parameters' values only (ZeRO-3): their gradients wait for W
-      units_->gather(block_unit(b), false);
-      blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_, &a.block_weight_grads[j]);
-      units_->release(block_unit(b));
-      continue;
-    }
-    units_->gather(block_unit(b), true);
-    blocks_[b].recompute(a.residual[j], a.saved[j], scratch_);  // activation checkpointing
-    blocks_[b].backward(a.dres, a.residual[j], a.saved[j], scratch_);
-    units_->grads_done(block_unit(b), sync);
-  }
+  backward_blocks(stage_blocks(), c, a, sync, defer_weights, 0.0f);
   if (c.embedding && !defer_weights) embed_backward(a, c.head, sync);
 }
 
 void Vit::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync) {
   const ModelChunk& c = chunks_[static_cast<size_t>(chunk)];
   Activations& a = slots_.at(chunk, micro);
-  for (int64_t j = c.blocks(); j-- > 0;) {
-    const size_t b = c.block_base + static_cast<size_t>(j);
-    units_->gather(block_unit(b), true);
-    a.block_weight_grads[j].run();
-    units_->grads_done(block_unit(b), sync);
-  }
+  backward_block_weights(stage_blocks(), c, a, sync);
   if (c.embedding) embed_backward(a, false, sync);
 }
 

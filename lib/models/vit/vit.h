@@ -23,6 +23,7 @@
 
 #include "kernels/ops.h"
 #include "models/model_layout.h"
+#include "models/block_loops.h"
 #include "models/model_chunks.h"
 #include "nn/layer_norm.h"
 #include "nn/linear.h"
@@ -121,12 +122,10 @@ class Vit {
 
  private:
   // One micro-batch's activations in one chunk.
-  struct Activations {
-    Tensor patches;                // [B, P, p*p*C] (the embedding's chunk)
-    std::vector<Tensor> residual;  // the chunk's block inputs, then its output: [B x Tl, C] each
-    std::vector<nn::TransformerBlock::Saved> saved;
-    std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
-    Tensor dres;  // on the embedding's chunk it keeps dL/d(tokens) from a deferred B to its W
+  // Residual rows: [B x Tl, C]; on the embedding's chunk dres keeps dL/d(tokens) from a deferred
+  // B to its W.
+  struct Activations : BlockActivations {
+    Tensor patches;  // [B, P, p*p*C] (the embedding's chunk)
   };
   std::unique_ptr<Activations> allocate_activations(int chunk) const;
   void load_labels(const int32_t* labels);  // checks them first (before any collective)
@@ -148,7 +147,7 @@ class Vit {
   ops::TokenPool pooling() const { return config_.pool == "cls" ? ops::TokenPool::first : ops::TokenPool::mean; }
   // Units: the embedding (patch projection, class token, positions; first stage), each block, the
   // head (final norm and classifier; last stage).
-  size_t block_unit(size_t local_block) const { return block_unit_base_ + local_block; }
+  StageBlocks stage_blocks() { return {blocks_, *units_, block_unit_base_, scratch_}; }
 
   VitConfig config_;
   Device device_;
