@@ -10,16 +10,10 @@
 #      not requeued.
 # usage: tests/slurm/gpu_job.sh BUILD SRC   (as root; needs what tests/slurm/two_nodes.sh needs)
 set -euo pipefail
-if [ -z "${TESSERA_SLURM_TEST_INNER:-}" ]; then   # a bound on the whole test (the inner run cleans up on SIGTERM)
-  set +e
-  TESSERA_SLURM_TEST_INNER=1 timeout -k 15 "${TESSERA_SLURM_TEST_TIMEOUT:-180}" bash "$0" "$@"
-  rc=$?
-  [ $rc -eq 124 ] && echo "error: the GPU job script test ran over ${TESSERA_SLURM_TEST_TIMEOUT:-180} s" >&2
-  exit $rc
-fi
+source "$(dirname "$0")/lib/slurm_common.sh"
+bound_test_run "GPU job script test" 180 "$0" "$@"
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
 t_start=$(date +%s)
-fail() { echo "error: $*" >&2; exit 1; }
 for f in jobscripts/gpt_train_gpu.sbatch jobscripts/lib/gpu_rank.sh jobscripts/lib/train_job.sh; do
   bash -n "$src/$f" || fail "$f does not parse (bash -n)"
 done
@@ -27,15 +21,7 @@ source "$src/tests/slurm/lib/two_node_cluster.sh"
 check_cluster_needs
 for exe in apps/gpt_train apps/data_prep; do [ -x "$build/$exe" ] || fail "no $build/$exe: build first"; done
 
-tmp=$(mktemp -d /tmp/tessera-slurmgpu.XXXXXX)
-cleanup() {
-  trap - EXIT INT TERM
-  cleanup_cluster
-  [ -n "${TESSERA_KEEP_TMP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-die() { cluster_logs; fail "$*"; }
+make_cluster_tmp tessera-slurmgpu
 
 GPUS_PER_NODE=2 start_cluster
 echo "two nodes with 2 fake GPUs each up in $(( $(date +%s) - t_start )) s"

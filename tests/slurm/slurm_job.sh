@@ -18,28 +18,13 @@
 # Everything runs under `timeout`; the daemons and any job processes are stopped on exit.
 # usage: tests/slurm/slurm_job.sh BUILD SRC   (as root; needs: slurmctld slurmd slurm-client munge libpmix-dev)
 set -euo pipefail
-# a bound on the whole test: the inner run cleans up on SIGTERM; -k kills it 15 s later if it does not
-if [ -z "${TESSERA_SLURM_TEST_INNER:-}" ]; then
-  set +e
-  TESSERA_SLURM_TEST_INNER=1 timeout -k 15 "${TESSERA_SLURM_TEST_TIMEOUT:-170}" bash "$0" "$@"
-  rc=$?
-  [ $rc -eq 124 ] && echo "error: the Slurm test ran over ${TESSERA_SLURM_TEST_TIMEOUT:-170} s" >&2
-  exit $rc
-fi
+source "$(dirname "$0")/lib/slurm_common.sh"
+bound_test_run "Slurm test" 170 "$0" "$@"
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
 t_start=$(date +%s)
 
-fail() { echo "error: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || fail "the Slurm test starts slurmd, which must run as root"
-missing=()
-for c in munged slurmctld slurmd sbatch sinfo scontrol scancel squeue python3; do
-  command -v "$c" >/dev/null || missing+=("$c")
-done
-plugdir=$(dirname "$(ls /usr/lib/*/slurm-wlm/mpi_pmix.so /usr/lib/slurm/mpi_pmix.so 2>/dev/null | head -1)" 2>/dev/null || true)
-[ -n "$plugdir" ] && [ -f "$plugdir/mpi_pmix.so" ] || missing+=("mpi_pmix.so (slurm-wlm-basic-plugins)")
-grep -q 'libpmix\.so ' <<<"$(ldconfig -p)" || missing+=("libpmix.so (libpmix-dev)")
-[ ${#missing[@]} -eq 0 ] ||
-  fail "missing for the Slurm test: ${missing[*]} (install with: jobscripts/install_deps.sh test)"
+check_slurm_needs "Slurm test"
 [ -x "$build/apps/gpt_train" ] && [ -x "$build/apps/data_prep" ] || fail "no gpt_train/data_prep in $build/apps"
 
 tmp=$(mktemp -d /tmp/tessera-slurm.XXXXXX)
@@ -78,16 +63,9 @@ logs() {
 die() { logs; fail "$*"; }
 
 # --- munge: own key, socket and state, in $tmp ---------------------------------------------------
-mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/runs" "$tmp/tmpfs"
-chmod 700 "$tmp/munge"
-dd if=/dev/urandom of="$tmp/munge/munge.key" bs=1024 count=1 status=none
-chmod 400 "$tmp/munge/munge.key"
-sock=$tmp/munge/munge.socket
-setsid munged --foreground --force --socket="$sock" --key-file="$tmp/munge/munge.key" \
-  --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/munged.seed" \
-  --log-file="$tmp/munged.log" >>"$tmp/munged.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+mkdir -p "$tmp/state" "$tmp/spool" "$tmp/runs" "$tmp/tmpfs"
+start_munged
+pids+=("$munged_pid")
 [ -S "$sock" ] || die "munged did not start (no socket $sock)"
 
 # --- slurm.conf: free loopback ports, everything under $tmp --------------------------------------
@@ -112,44 +90,14 @@ for p in random.sample(range(10000, low), 200):
 print(*ports)')
 [ -n "$port_d" ] || die "no two free ports below the ephemeral range"
 
-# job ids (and so PMIx's /tmp-style names) differ between concurrent runs of this test
-first_job_id=$(( 1000 + RANDOM % 60000 ))
-cat > "$conf" <<EOF
+write_slurm_conf "$conf" <<EOF
 ClusterName=tessera
 SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
 SlurmctldPort=$port_ctld
 SlurmdPort=$port_d
-AuthType=auth/munge
-AuthInfo=socket=$sock
-CredType=cred/munge
-StateSaveLocation=$tmp/state
 SlurmdSpoolDir=$tmp/spool
-SlurmctldPidFile=$tmp/slurmctld.pid
 SlurmdPidFile=$tmp/slurmd.pid
-SlurmctldLogFile=$tmp/slurmctld.log
 SlurmdLogFile=$tmp/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PluginDir=$plugdir
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=pmix
-SlurmdParameters=config_overrides
-ReturnToService=2
-SchedulerType=sched/builtin
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MailProg=/bin/true
-MinJobAge=600
-FirstJobId=$first_job_id
-TmpFS=$tmp/tmpfs
-KillWait=5
-InactiveLimit=0
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=4 RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -177,12 +125,6 @@ unset DATA LAUNCHER CONFIG
 cd "$tmp"
 job_field() {  # job_field JOBID Key -> the value of Key= in `scontrol show job`
   timeout 10 scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1
-}
-steps_of() {  # the logged training steps of a metrics file, one a line
-  python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    if "loss" in d: print(d["step"])' "$1"
 }
 sbatch_args=(--parsable --ntasks=2 --nodes=1 --cpus-per-task=1 --time=5)
 # Submits a job and waits until it has ended (sbatch --wait polls at growing intervals, up to

@@ -14,31 +14,17 @@
 # usage: tests/slurm/two_nodes.sh BUILD SRC   (as root; needs what the single-node Slurm test needs,
 #        plus iproute2 and util-linux's unshare/nsenter)
 set -euo pipefail
-if [ -z "${TESSERA_SLURM_TEST_INNER:-}" ]; then   # a bound on the whole test (the inner run cleans up on SIGTERM)
-  set +e
-  TESSERA_SLURM_TEST_INNER=1 timeout -k 15 "${TESSERA_SLURM_TEST_TIMEOUT:-240}" bash "$0" "$@"
-  rc=$?
-  [ $rc -eq 124 ] && echo "error: the two-node Slurm test ran over ${TESSERA_SLURM_TEST_TIMEOUT:-240} s" >&2
-  exit $rc
-fi
+source "$(dirname "$0")/lib/slurm_common.sh"
+bound_test_run "two-node Slurm test" 240 "$0" "$@"
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
 t_start=$(date +%s)
-fail() { echo "error: $*" >&2; exit 1; }
 source "$src/tests/slurm/lib/two_node_cluster.sh"
 check_cluster_needs
 for exe in apps/gpt_train apps/data_prep tests/test_node_local_rank; do
   [ -x "$build/$exe" ] || fail "no $build/$exe: build first"
 done
 
-tmp=$(mktemp -d /tmp/tessera-slurm2.XXXXXX)
-cleanup() {
-  trap - EXIT INT TERM
-  cleanup_cluster
-  [ -n "${TESSERA_KEEP_TMP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-die() { cluster_logs; fail "$*"; }
+make_cluster_tmp tessera-slurm2
 
 start_cluster
 echo "two nodes up in $(( $(date +%s) - t_start )) s: node-a $addr_a (slurmctld, slurmd), node-b $addr_b (slurmd)"

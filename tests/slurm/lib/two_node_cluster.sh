@@ -6,8 +6,9 @@
 # reached from both namespaces) with its own key. Clients run on node-a: `on_node a sbatch ...`.
 # Optional: GPUS_PER_NODE=N before start_cluster declares N fake GPUs a node (gres/gpu over character
 # devices in $tmp/dev, so Slurm allocates them and sets CUDA_VISIBLE_DEVICES; nothing uses a device).
-# The caller sets `build`, `src`, `tmp` (an empty folder), defines fail, and calls start_cluster;
-# cleanup_cluster (on EXIT) kills every process in both namespaces and deletes them.
+# The caller sources tests/slurm/lib/slurm_common.sh first (fail, munged, the shared slurm.conf),
+# sets `build` and `src`, calls make_cluster_tmp (tmp, and the traps that clean up on exit) and
+# start_cluster; cleanup_cluster kills every process in both namespaces and deletes them.
 
 # on_node a|b COMMAND...: COMMAND inside that node's network namespace, under its hostname, in a
 # mount namespace where it finds what a node has of its own: $tmp/hosts as /etc/hosts (both names
@@ -39,6 +40,22 @@ cleanup_cluster() {
   return 0
 }
 
+# make_cluster_tmp NAME: tmp, an empty folder /tmp/NAME.XXXXXX, and the traps that on exit stop
+# the cluster and delete tmp (kept, and its path printed, when TESSERA_KEEP_TMP is set).
+make_cluster_tmp() {
+  tmp=$(mktemp -d "/tmp/$1.XXXXXX")
+  trap cleanup_cluster_tmp EXIT
+  trap 'exit 130' INT TERM
+}
+cleanup_cluster_tmp() {
+  trap - EXIT INT TERM
+  cleanup_cluster
+  [ -n "${TESSERA_KEEP_TMP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"
+}
+
+# die MESSAGE: the cluster's logs, then fail
+die() { cluster_logs; fail "$*"; }
+
 cluster_logs() {
   for f in "$tmp"/slurmctld.log "$tmp"/slurmd.node-a.log "$tmp"/slurmd.node-b.log "$tmp"/*.out; do
     [ -f "$f" ] && { echo "----- $f (last 30 lines)"; tail -30 "$f"; }
@@ -49,15 +66,7 @@ cluster_logs() {
 # What the cluster needs; fails naming everything missing.
 check_cluster_needs() {
   [ "$(id -u)" -eq 0 ] || fail "the two-node Slurm test makes network namespaces and starts slurmd: it must run as root"
-  local missing=() c
-  for c in ip unshare nsenter munged slurmctld slurmd sbatch sinfo scontrol scancel squeue python3; do
-    command -v "$c" >/dev/null || missing+=("$c")
-  done
-  plugdir=$(dirname "$(ls /usr/lib/*/slurm-wlm/mpi_pmix.so /usr/lib/slurm/mpi_pmix.so 2>/dev/null | head -1)" 2>/dev/null || true)
-  [ -n "$plugdir" ] && [ -f "$plugdir/mpi_pmix.so" ] || missing+=("mpi_pmix.so (slurm-wlm-basic-plugins)")
-  grep -q 'libpmix\.so ' <<<"$(ldconfig -p)" || missing+=("libpmix.so (libpmix-dev)")
-  [ ${#missing[@]} -eq 0 ] ||
-    fail "missing for the two-node Slurm test: ${missing[*]} (install with: jobscripts/install_deps.sh test)"
+  check_slurm_needs "two-node Slurm test" ip unshare nsenter
   ip netns list >/dev/null 2>&1 || fail "'ip netns' does not work here (iproute2 without network namespace support?)"
 }
 
@@ -75,16 +84,8 @@ start_cluster() {
     "$tmp/tmpfs-node-a" "$tmp/tmpfs-node-b"
   on_node a true && on_node b true ||
     fail "cannot start a process on the nodes (nsenter into the namespace, unshare --uts --mount, bind mounts, a tmpfs on /dev/shm)"
-  chmod 700 "$tmp/munge"
-  dd if=/dev/urandom of="$tmp/munge/munge.key" bs=1024 count=1 status=none
-  chmod 400 "$tmp/munge/munge.key"
-  sock=$tmp/munge/munge.socket
-  setsid munged --foreground --force --socket="$sock" --key-file="$tmp/munge/munge.key" \
-    --pid-file="$tmp/munge/munged.pid" --seed-file="$tmp/munge/munged.seed" \
-    --log-file="$tmp/munged.log" >>"$tmp/munged.log" 2>&1 &
-  munged_pid=$!; disown "$munged_pid"
-  local _
-  for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+  start_munged
+  disown "$munged_pid"
   [ -S "$sock" ] || fail "munged did not start (no socket $sock)"
 
   local gres_node="" gres_conf=""
@@ -99,40 +100,12 @@ start_cluster() {
   fi
   conf=$tmp/slurm.conf
   # Each daemon binds in its own namespace: the standard ports are free there.
-  cat > "$conf" <<EOF
+  write_slurm_conf "$conf" <<EOF
 ClusterName=tessera2
 SlurmctldHost=node-a($addr_a)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$sock
-CredType=cred/munge
-StateSaveLocation=$tmp/state
 SlurmdSpoolDir=$tmp/spool/%n
-SlurmctldPidFile=$tmp/slurmctld.pid
 SlurmdPidFile=$tmp/slurmd.%n.pid
-SlurmctldLogFile=$tmp/slurmctld.log
 SlurmdLogFile=$tmp/slurmd.%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PluginDir=$plugdir
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=pmix
-SlurmdParameters=config_overrides
-ReturnToService=2
-SchedulerType=sched/builtin
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MailProg=/bin/true
-MinJobAge=600
-FirstJobId=$(( 1000 + RANDOM % 60000 ))
-TmpFS=$tmp/tmpfs
-KillWait=5
-InactiveLimit=0
 SlurmdTimeout=10
 MessageTimeout=5
 $gres_conf
@@ -144,7 +117,7 @@ EOF
   on_node a setsid slurmctld -D -i -f "$conf" >>"$tmp/slurmctld.log" 2>&1 &
   on_node a setsid slurmd -D -N node-a -f "$conf" >>"$tmp/slurmd.node-a.log" 2>&1 &
   on_node b setsid slurmd -D -N node-b -f "$conf" >>"$tmp/slurmd.node-b.log" 2>&1 &
-  local state=
+  local state= _
   for _ in $(seq 60); do
     state=$(on_node a timeout 5 sinfo -h -o %T -n node-a,node-b 2>/dev/null | sort -u | tr '\n' ' ')
     [ "$state" = "idle " ] && break
@@ -167,12 +140,4 @@ wait_job_end() {
     sleep 0.25
   done
   echo "$st"
-}
-
-# steps_of FILE: the logged training steps of a metrics file, one a line
-steps_of() {
-  python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    d = json.loads(l)
-    if "loss" in d: print(d["step"])' "$1"
 }
