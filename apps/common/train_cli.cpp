@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "io/file_identity.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 #include "memory/scratch_file.h"
 #include "optim/mixed_precision.h"
 #include "parallel/pipeline_verifier.h"
@@ -116,7 +117,10 @@ void TrainOptions::finish(int world_size, const po::variables_map& vm) {
   } else if (const char* slurm = std::getenv("SLURM_CPUS_PER_TASK"); slurm && !std::getenv("OMP_NUM_THREADS")) {
     if (const int cpus = std::atoi(slurm); cpus > 0) omp_set_num_threads(cpus);
   }
-  if (device() == Device::cpu) kernels::cpu::gemm_library_name();  // throws on a bad TESSERA_CPU_GEMM
+  if (device() == Device::cpu) {
+    kernels::cpu::gemm_library_name();  // throws on a bad TESSERA_CPU_GEMM
+    kernels::cpu::kernel_isa();         // throws on a bad TESSERA_CPU_ISA
+  }
   mesh.tp_mode = comm::parse_tp_mode(tp_mode);  // throws naming the choices
   mesh = mesh.resolved(world_size);             // also checks --tp against the mode
   TESSERA_CHECK(!split_gather() || (mesh.tp > 1 && mesh.sp == 1), "--sp-mode split_gather splits the",
@@ -243,8 +247,11 @@ Device TrainOptions::device() const { return parse_device(device_name); }
 
 std::string TrainOptions::gemm_note() const {
   if (device() != Device::cpu) return {};
-  if (train.precision == "bf16") return std::string(" (GEMMs: bf16 inputs, ") + kernels::cpu::gemm_bf16_path() + ")";
-  return std::string(" (GEMMs: ") + kernels::cpu::gemm_library_name() + ")";
+  // the copy of tessera's own kernels (kernels/cpu/isa.h); "native" in a -DTESSERA_NATIVE=ON build
+  const char* copy = kernels::cpu::isa_copies() ? kernels::cpu::isa_name(kernels::cpu::kernel_isa()) : "native";
+  const std::string isa = std::string(", kernels: ") + copy + ")";
+  if (train.precision == "bf16") return std::string(" (GEMMs: bf16 inputs, ") + kernels::cpu::gemm_bf16_path() + isa;
+  return std::string(" (GEMMs: ") + kernels::cpu::gemm_library_name() + isa;
 }
 
 models::ActivationCheckpointing TrainOptions::checkpointing() const {

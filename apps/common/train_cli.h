@@ -53,7 +53,9 @@ struct TrainOptions {
   int split_model(int64_t heads, int64_t hidden) const;
   models::ActivationCheckpointing checkpointing() const;  // throws on an unknown mode
   Device device() const;
-  std::string gemm_note() const;  // on the CPU: " (GEMMs: oneDNN)", " (GEMMs: BLAS)", or bf16's path; else empty
+  // on the CPU: " (GEMMs: oneDNN, kernels: avx512)": the GEMMs' library (or bf16's path) and the
+  // instruction set of tessera's own kernels (kernels/cpu/isa.h); else empty
+  std::string gemm_note() const;
 };
 
 // The first collective of a training app, right after parsing: every rank was started with the

@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "kernels/cpu/adamw_paths.h"
-#include "kernels/cpu/bf16_bits.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -68,10 +68,13 @@ bool adamw_path_supported(AdamWPath path) {
   return compiled && cpu_has(path);
 }
 
+// Never wider than the other kernels' copy (isa.h), so TESSERA_CPU_ISA=base runs baseline code only
+// (a TESSERA_NATIVE build has one copy of those: no limit).
 AdamWPath adamw_best_path() {
-  static const AdamWPath best = adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
-                                : adamw_path_supported(AdamWPath::avx2) ? AdamWPath::avx2
-                                                                        : AdamWPath::scalar;
+  const Isa isa = isa_copies() ? kernel_isa() : Isa::avx512;
+  static const AdamWPath best = isa == Isa::avx512 && adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
+                                : isa != Isa::base && adamw_path_supported(AdamWPath::avx2)  ? AdamWPath::avx2
+                                                                                             : AdamWPath::scalar;
   return best;
 }
 
@@ -101,11 +104,9 @@ void adamw_spans_on_path(AdamWPath path, float* param, const float* grad, float*
     // The chunk was just read, so zeroing it costs a write to the cache, not a pass over memory
     // (the buffer is the caller's mutable gradient; the kernels read it through const).
     if (args.zero_grad) std::fill_n(const_cast<float*>(grad) + first, n, 0.0f);
-    // Likewise the updated values' bf16 bits, read back from the cache.
-    if (param_bits) {
-#pragma omp simd
-      for (int64_t j = first; j < first + n; ++j) param_bits[j] = bf16_from_f32(param[j]);
-    }
+    // Likewise the updated values' bf16 bits, read back from the cache (cast.cpp's copy for this
+    // CPU, isa.h: one chunk of it, on this thread).
+    if (param_bits) f32_to_bf16(param_bits + first, param + first, n);
   }
 }
 

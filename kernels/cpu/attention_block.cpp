@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_math.h"
 
 namespace tessera::kernels::cpu {
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
 
 namespace {
 
@@ -372,5 +374,22 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
     }
   }
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(attention_block_forward)
+TESSERA_ISA_DECLARE(attention_block_backward)
+
+void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const AttentionBlockShape& shape, bool merge) {
+  TESSERA_ISA_CALL(attention_block_forward, out, lse, q, k, v, shape, merge);
+}
+
+void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const AttentionBlockShape& shape) {
+  TESSERA_ISA_CALL(attention_block_backward, dq, dk, dv, dout, q, k, v, out, lse, shape);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

@@ -9,8 +9,11 @@
 
 #include "kernels/cpu/bf16_bits.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 
 namespace tessera::kernels::cpu {
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
+
 namespace {
 
 constexpr int64_t kChunk = 1 << 14;  // elements per parallel work item
@@ -131,5 +134,35 @@ void round_f16_inplace(float* x, uint16_t* bits, int64_t n) {
     }
   });
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(f32_to_bf16)
+TESSERA_ISA_DECLARE(bf16_to_f32)
+TESSERA_ISA_DECLARE(f32_to_f16)
+TESSERA_ISA_DECLARE(f16_to_f32)
+TESSERA_ISA_DECLARE(round_bf16_inplace)
+TESSERA_ISA_DECLARE(round_f16_inplace)
+
+void f32_to_bf16(uint16_t* out, const float* inp, int64_t n) {
+  TESSERA_ISA_CALL(f32_to_bf16, out, inp, n);
+}
+void bf16_to_f32(float* out, const uint16_t* inp, int64_t n) {
+  TESSERA_ISA_CALL(bf16_to_f32, out, inp, n);
+}
+void f32_to_f16(uint16_t* out, const float* inp, int64_t n) {
+  TESSERA_ISA_CALL(f32_to_f16, out, inp, n);
+}
+void f16_to_f32(float* out, const uint16_t* inp, int64_t n) {
+  TESSERA_ISA_CALL(f16_to_f32, out, inp, n);
+}
+void round_bf16_inplace(float* x, uint16_t* bits, int64_t n) {
+  TESSERA_ISA_CALL(round_bf16_inplace, x, bits, n);
+}
+void round_f16_inplace(float* x, uint16_t* bits, int64_t n) {
+  TESSERA_ISA_CALL(round_f16_inplace, x, bits, n);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

@@ -6,9 +6,12 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_math.h"
 
 namespace tessera::kernels::cpu {
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
+
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
 }
@@ -63,5 +66,21 @@ void classifier_xent_backward(float* dlogits, const float* logits, const int32_t
     for (int64_t j = 0; j < classes; ++j) dx[j] = (simd_exp(x[j] - row_lse) - (j == y ? hit : uniform)) * scale;
   }
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(classifier_xent_forward)
+TESSERA_ISA_DECLARE(classifier_xent_backward)
+
+void classifier_xent_forward(float* losses, float* lse, const float* logits, const int32_t* labels, int64_t rows,
+                             int64_t classes, float smoothing) {
+  TESSERA_ISA_CALL(classifier_xent_forward, losses, lse, logits, labels, rows, classes, smoothing);
+}
+void classifier_xent_backward(float* dlogits, const float* logits, const int32_t* labels, const float* lse,
+                              int64_t rows, int64_t classes, float smoothing, float scale) {
+  TESSERA_ISA_CALL(classifier_xent_backward, dlogits, logits, labels, lse, rows, classes, smoothing, scale);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

@@ -6,10 +6,11 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_math.h"
 
 namespace tessera::kernels::cpu {
-
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
@@ -93,5 +94,33 @@ void softmax_xent_partial(float* sums, const float* logits, const int32_t* targe
     sums[rows + r] = targets[r] >= 0 && target >= 0 && target < valid_vocab ? x[target] : 0.0f;
   }
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(softmax_xent_forward)
+TESSERA_ISA_DECLARE(softmax_xent_backward)
+TESSERA_ISA_DECLARE(softmax_xent_row_max)
+TESSERA_ISA_DECLARE(softmax_xent_partial)
+
+void softmax_xent_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t rows,
+                          int64_t padded_vocab, int64_t valid_vocab) {
+  TESSERA_ISA_CALL(softmax_xent_forward, losses, lse, logits, targets, rows, padded_vocab, valid_vocab);
+}
+void softmax_xent_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse, int64_t rows,
+                           int64_t padded_vocab, int64_t valid_vocab, float scale, int64_t vocab_start) {
+  TESSERA_ISA_CALL(softmax_xent_backward, dlogits, logits, targets, lse, rows, padded_vocab, valid_vocab, scale,
+                   vocab_start);
+}
+void softmax_xent_row_max(float* row_max, const float* logits, int64_t rows, int64_t padded_vocab,
+                          int64_t valid_vocab) {
+  TESSERA_ISA_CALL(softmax_xent_row_max, row_max, logits, rows, padded_vocab, valid_vocab);
+}
+void softmax_xent_partial(float* sums, const float* logits, const int32_t* targets, const float* max, int64_t rows,
+                          int64_t padded_vocab, int64_t valid_vocab, int64_t vocab_start, int64_t vocab) {
+  TESSERA_ISA_CALL(softmax_xent_partial, sums, logits, targets, max, rows, padded_vocab, valid_vocab, vocab_start,
+                   vocab);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

@@ -11,10 +11,11 @@
 
 #include "kernels/cpu/bf16_bits.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/simd_math.h"
 
 namespace tessera::kernels::cpu {
-
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
 
 namespace {
 // Below this many elements a loop runs on the calling thread (a parallel region costs microseconds).
@@ -154,5 +155,51 @@ double round_bf16_inplace_sum_squares(float* x, int64_t n) {
   }
   return acc;
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(add)
+TESSERA_ISA_DECLARE(add_inplace)
+TESSERA_ISA_DECLARE(scale_inplace)
+TESSERA_ISA_DECLARE(broadcast_rows)
+TESSERA_ISA_DECLARE(bias_backward)
+TESSERA_ISA_DECLARE(gelu_forward)
+TESSERA_ISA_DECLARE(bias_gelu_forward)
+TESSERA_ISA_DECLARE(gelu_backward)
+TESSERA_ISA_DECLARE(sum_squares)
+TESSERA_ISA_DECLARE(round_bf16_inplace_sum_squares)
+
+void add(float* out, const float* a, const float* b, int64_t n) {
+  TESSERA_ISA_CALL(add, out, a, b, n);
+}
+void add_inplace(float* acc, const float* x, int64_t n) {
+  TESSERA_ISA_CALL(add_inplace, acc, x, n);
+}
+void scale_inplace(float* x, float s, int64_t n) {
+  TESSERA_ISA_CALL(scale_inplace, x, s, n);
+}
+void broadcast_rows(float* out, const float* bias, int64_t rows, int64_t cols) {
+  TESSERA_ISA_CALL(broadcast_rows, out, bias, rows, cols);
+}
+void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) {
+  TESSERA_ISA_CALL(bias_backward, dbias, dout, rows, cols);
+}
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  TESSERA_ISA_CALL(gelu_forward, out, inp, n);
+}
+void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, int64_t cols) {
+  TESSERA_ISA_CALL(bias_gelu_forward, out, pre, bias, rows, cols);
+}
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  TESSERA_ISA_CALL(gelu_backward, dinp, inp, dout, n);
+}
+double sum_squares(const float* x, int64_t n) {
+  TESSERA_ISA_CALL(sum_squares, x, n);
+}
+double round_bf16_inplace_sum_squares(float* x, int64_t n) {
+  TESSERA_ISA_CALL(round_bf16_inplace_sum_squares, x, n);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

@@ -7,8 +7,11 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 
 namespace tessera::kernels::cpu {
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
+
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
 }
@@ -80,5 +83,21 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
     }
   }
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(embedding_forward)
+TESSERA_ISA_DECLARE(embedding_backward)
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const uint16_t* wte_bits, const float* wpe,
+                       int64_t batch, int64_t seq, int64_t vocab_rows, int64_t channels, int64_t vocab_start) {
+  TESSERA_ISA_CALL(embedding_forward, out, tokens, wte, wte_bits, wpe, batch, seq, vocab_rows, channels, vocab_start);
+}
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t batch, int64_t seq,
+                        int64_t vocab_rows, int64_t channels, int64_t vocab_start) {
+  TESSERA_ISA_CALL(embedding_backward, dwte, dwpe, dout, tokens, batch, seq, vocab_rows, channels, vocab_start);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

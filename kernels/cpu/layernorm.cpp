@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 
 namespace tessera::kernels::cpu {
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
 }  // namespace
@@ -177,5 +179,49 @@ void layernorm_split_backward(float* dinp, float* dweight, float* dbias, const f
                   return std::pair{sums[r] * inv_cols, sums[rows + r] * inv_cols};
                 });
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(layernorm_forward)
+TESSERA_ISA_DECLARE(layernorm_backward)
+TESSERA_ISA_DECLARE(layernorm_split_row_sums)
+TESSERA_ISA_DECLARE(layernorm_split_centered_squares)
+TESSERA_ISA_DECLARE(layernorm_split_forward)
+TESSERA_ISA_DECLARE(layernorm_split_backward_sums)
+TESSERA_ISA_DECLARE(layernorm_split_backward)
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t rows, int64_t cols, float eps) {
+  TESSERA_ISA_CALL(layernorm_forward, out, mean, rstd, inp, weight, bias, rows, cols, eps);
+}
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t rows, int64_t cols) {
+  TESSERA_ISA_CALL(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, rows, cols);
+}
+void layernorm_split_row_sums(float* sums, const float* inp, int64_t rows, int64_t cols) {
+  TESSERA_ISA_CALL(layernorm_split_row_sums, sums, inp, rows, cols);
+}
+void layernorm_split_centered_squares(float* sums, const float* inp, const float* row_sums, int64_t rows,
+                                      int64_t cols, int64_t total_cols) {
+  TESSERA_ISA_CALL(layernorm_split_centered_squares, sums, inp, row_sums, rows, cols, total_cols);
+}
+void layernorm_split_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                             const float* bias, const float* row_sums, const float* squares, int64_t rows,
+                             int64_t cols, int64_t total_cols, float eps) {
+  TESSERA_ISA_CALL(layernorm_split_forward, out, mean, rstd, inp, weight, bias, row_sums, squares, rows, cols,
+                   total_cols, eps);
+}
+void layernorm_split_backward_sums(float* sums, const float* dout, const float* inp, const float* weight,
+                                   const float* mean, const float* rstd, int64_t rows, int64_t cols) {
+  TESSERA_ISA_CALL(layernorm_split_backward_sums, sums, dout, inp, weight, mean, rstd, rows, cols);
+}
+void layernorm_split_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, const float* sums,
+                              int64_t rows, int64_t cols, int64_t total_cols) {
+  TESSERA_ISA_CALL(layernorm_split_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, sums, rows, cols,
+                   total_cols);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

@@ -1,11 +1,11 @@
 // simd_exp: an expf that the compiler can vectorise (an OpenMP `declare simd` function), used by
-// the softmax, attention and GELU kernels; callers declare it themselves (no private header).
+// the softmax, attention and GELU kernels through simd_math.h, in each of their per-ISA copies.
 #include "kernels/cpu/simd_math.h"
 
 #include <bit>
 #include <cstdint>
 
-namespace tessera::kernels::cpu {
+namespace tessera::kernels::cpu::TESSERA_ISA {  // compiled once per instruction set (isa.h)
 namespace {
 // A signed integer that orders like the float whose bits it is given (and back: the map is its own
 // inverse). Clamping through it takes integer min/max only: a float comparison, which may trap,
@@ -48,4 +48,4 @@ float simd_exp(float x) {
   return std::bit_cast<float>((std::bit_cast<int32_t>(y) & ~(zero_mask | nan_mask)) | (bits & nan_mask));
 }
 
-}  // namespace tessera::kernels::cpu
+}  // namespace tessera::kernels::cpu::TESSERA_ISA

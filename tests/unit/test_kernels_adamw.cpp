@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/adamw_paths.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/ops.h"
 
 using tessera::Tensor;
@@ -162,9 +163,12 @@ INSTANTIATE_TEST_SUITE_P(Paths, AdamWPathTest,
 TEST(AdamW, ChoosesTheWidestSupportedPath) {
   using tessera::kernels::cpu::adamw_path_supported;
   EXPECT_TRUE(adamw_path_supported(AdamWPath::scalar));
-  const AdamWPath want = adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
-                         : adamw_path_supported(AdamWPath::avx2) ? AdamWPath::avx2
-                                                                 : AdamWPath::scalar;
+  // no wider than the other kernels' copy (TESSERA_CPU_ISA) in a build with several (isa.h)
+  using tessera::kernels::cpu::Isa;
+  const Isa isa = tessera::kernels::cpu::isa_copies() ? tessera::kernels::cpu::kernel_isa() : Isa::avx512;
+  const AdamWPath want = isa == Isa::avx512 && adamw_path_supported(AdamWPath::avx512) ? AdamWPath::avx512
+                         : isa != Isa::base && adamw_path_supported(AdamWPath::avx2)  ? AdamWPath::avx2
+                                                                                      : AdamWPath::scalar;
   EXPECT_EQ(tessera::kernels::cpu::adamw_best_path(), want);
 #if defined(__x86_64__)
   // On x86 the build compiles both SIMD paths in; a CPU with the instructions must get them.

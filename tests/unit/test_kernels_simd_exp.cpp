@@ -1,18 +1,19 @@
 // Unit tests of simd_exp, the vectorisable expf behind softmax, attention and GELU (an internal
-// function of the CPU kernels, declared here as the kernels declare it): accuracy within 2 ulp
-// over the whole normal range, called both vectorised and scalar, and the special values.
+// function of the CPU kernels, declared here as the kernels declare it, in its base copy, isa.h):
+// accuracy within 2 ulp over the whole normal range, called both vectorised and scalar, and the
+// special values.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
-namespace tessera::kernels::cpu {
+namespace tessera::kernels::cpu::isa_base {
 #pragma omp declare simd notinbranch
 float simd_exp(float x);
-}  // namespace tessera::kernels::cpu
+}  // namespace tessera::kernels::cpu::isa_base
 
-using tessera::kernels::cpu::simd_exp;
+using tessera::kernels::cpu::isa_base::simd_exp;
 
 namespace {
 

@@ -112,13 +112,15 @@ describe_env() {  # the variables that matter, as the given environment sets the
 } | tee "$work/header.txt"
 
 # --- sgemm: a tiny C program on the BLAS that gpt_train links (OpenBLAS, OpenMP build) ---------
+# (The awk scripts below read all of ldd's output: one that exits early kills ldd with SIGPIPE,
+# which pipefail makes this script's exit.)
 blas_lib=""
 if (( run_tessera )); then
-  blas_lib=$(ldd "$build/apps/gpt_train" 2>/dev/null | awk '/libopenblas|libblas|libmkl_rt|libblis/ {print $3; exit}')
+  blas_lib=$(ldd "$build/apps/gpt_train" 2>/dev/null | awk '/libopenblas|libblas|libmkl_rt|libblis/ && !found {print $3; found = 1}')
 fi
 if [[ -z $blas_lib ]]; then
   blas_lib=/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0
-  [[ -e $blas_lib ]] || blas_lib=$(ldconfig -p | awk '/libopenblas.so.0/ {print $NF; exit}')
+  [[ -e $blas_lib ]] || blas_lib=$(ldconfig -p | awk '/libopenblas.so.0/ && !found {print $NF; found = 1}')
 fi
 cat > "$work/sgemm.c" <<'EOF'
 /* Best-of-5 time of a 2048^3 float32 sgemm: cblas_sgemm, or oneDNN's dnnl_sgemm with -DONEDNN. */
@@ -162,7 +164,7 @@ fi
 have_onednn=0
 dnnl_lib=""
 if (( run_tessera )); then
-  dnnl_lib=$(ldd "$build/apps/gpt_train" 2>/dev/null | awk '/libdnnl/ {print $3; exit}')
+  dnnl_lib=$(ldd "$build/apps/gpt_train" 2>/dev/null | awk '/libdnnl/ && !found {print $3; found = 1}')
 fi
 if [[ -n $dnnl_lib ]]; then
   if cc -O2 -DONEDNN -o "$work/sgemm_onednn" "$work/sgemm.c" "$dnnl_lib" 2>"$work/sgemm_onednn_cc.log"; then

@@ -3,7 +3,8 @@
 // GFLOP/s against a 2048^3 sgemm (and with bf16 inputs against a 2048^3 bf16 GEMM), and their linear forwards with the bias fused against unfused;
 // layer norm forward and backward in GB/s against a copy loop's bandwidth; causal attention
 // forward and backward in GFLOP/s (against the same sgemm rate, which attention, made of small
-// tiles and a softmax, can at best approach).
+// tiles and a softmax, can at best approach); GELU, bias, softmax cross-entropy and bf16 rounding
+// in GB/s against the copy.
 //
 // usage: bench_kernels_cpu [--reps N]     threads: OMP_NUM_THREADS
 // Each figure is the best of N runs (default 7) after one warm-up.
@@ -16,8 +17,10 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
 namespace {
@@ -180,6 +183,49 @@ int main(int argc, char** argv) {
                 100.0 * fwd / bandwidth);
     std::printf("backward %6lld x %-28lld %10.1f %7.0f%%\n", static_cast<long long>(n), static_cast<long long>(c), bwd,
                 100.0 * bwd / bandwidth);
+  }
+
+  // The other loops of a step (kernels/cpu/*.cpp through cpu_ops.h), on GPT-2 124M's shapes: 256
+  // token rows, the MLP's 3072 columns, the 50257-column logits; bytes read and written per element.
+  std::printf("\n%-44s %10s %8s\n", "elementwise (256 token rows)", "GB/s", "% copy");
+  {
+    const int64_t rows = 256, mlp = 4 * c, vocab = 50257, n = rows * mlp, logits_n = rows * vocab;
+    Tensor x = filled({n}, 2.0f), y = Tensor::zeros({n}), dy = filled({n}, 0.5f), bias = filled({mlp}, 0.1f);
+    Tensor logits = filled({logits_n}, 4.0f), dlogits = Tensor::zeros({logits_n});
+    Tensor losses = Tensor::zeros({rows}), lse = Tensor::zeros({rows});
+    std::vector<int32_t> targets(rows);
+    for (int64_t r = 0; r < rows; ++r) targets[r] = static_cast<int32_t>((r * 7919) % vocab);
+    std::vector<uint16_t> bits(static_cast<size_t>(logits_n));
+    float *px = x.data<float>(), *py = y.data<float>(), *pl = logits.data<float>(), *pd = dlogits.data<float>();
+    const float *pdy = dy.data<float>(), *pb = bias.data<float>();
+    const struct {
+      const char* name;
+      double bytes;
+      std::function<void()> run;
+    } loops[] = {
+        {"GELU forward 256 x 3072", 8.0 * n, [&] { kernels::cpu::gelu_forward(py, px, n); }},
+        {"bias + GELU forward 256 x 3072", 16.0 * n,
+         [&] { kernels::cpu::bias_gelu_forward(py, px, pb, rows, mlp); }},
+        {"GELU backward 256 x 3072", 12.0 * n, [&] { kernels::cpu::gelu_backward(py, px, pdy, n); }},
+        {"bias backward 256 x 3072", 4.0 * n, [&] { kernels::cpu::bias_backward(py, pdy, rows, mlp); }},
+        {"softmax xent forward 256 x 50257", 4.0 * logits_n,
+         [&] {
+           kernels::cpu::softmax_xent_forward(losses.data<float>(), lse.data<float>(), pl, targets.data(), rows, vocab,
+                                              vocab);
+         }},
+        {"softmax xent backward 256 x 50257", 8.0 * logits_n,
+         [&] {
+           kernels::cpu::softmax_xent_backward(pd, pl, targets.data(), lse.data<float>(), rows, vocab, vocab, 1.0f, 0);
+         }},
+        {"f32 to bf16 256 x 50257", 6.0 * logits_n,
+         [&] { kernels::cpu::f32_to_bf16(bits.data(), pl, logits_n); }},
+        {"round to bf16 in place 256 x 50257", 8.0 * logits_n,
+         [&] { kernels::cpu::round_bf16_inplace(pd, nullptr, logits_n); }},
+    };
+    for (const auto& l : loops) {
+      const double gbs = l.bytes / best_seconds(l.run) / 1e9;
+      std::printf("%-44s %10.1f %7.0f%%\n", l.name, gbs, 100.0 * gbs / bandwidth);
+    }
   }
 
   std::printf("\n%-44s %10s %8s\n", "causal attention (12 heads of 64)", "GFLOP/s", "% limit");
