@@ -1,6 +1,8 @@
 // The instruction set of the per-ISA kernels (isa.h): cpuid once, or TESSERA_CPU_ISA.
 #include "kernels/cpu/isa.h"
 
+#include <cpuid.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -36,6 +38,16 @@ const char* isa_name(Isa isa) {
   return "base";
 }
 
+#if defined(TESSERA_ISA_VARIANTS)
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+namespace {
+bool has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+#endif
+
 bool isa_supported(Isa isa) {
 #if defined(TESSERA_ISA_VARIANTS)
   switch (isa) {
@@ -43,7 +55,7 @@ bool isa_supported(Isa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && isa_supported(Isa::avx2);
     case Isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case Isa::base: break;
   }
 #endif
