@@ -13,6 +13,7 @@
 
 #include "core/allocator.h"
 #include "core/log.h"
+#include "core/test_hooks.h"
 #include "core/timer.h"
 #include "io/checkpoint_file.h"
 #include "io/hdf5_file.h"
@@ -139,8 +140,7 @@ Trainer::Trainer(Workload& work, const TrainConfig& config, comm::ProcessMesh& m
       optimizer_(work.params(), config.zero_stage, grad_sync_.get(), data_, config.adamw, &tp_, &pp_, &ep_),
       schedule_{config.lr, config.min_lr, config.warmup, config.steps},
       precision_(work.params(), optim::parse_precision(config.precision), work.tied_weights()),
-      scaler_(precision_.precision() == optim::Precision::fp16 ? config.loss_scaler : unit_loss_scale()),
-      faults_(test_hooks()) {
+      scaler_(precision_.precision() == optim::Precision::fp16 ? config.loss_scaler : unit_loss_scale()) {
   config.validate(batch_ranks_);
   if (const auto grid = mesh.partial_gradient_groups())
     optimizer_.set_partial_groups(grid.stream_rows, grid.branch_rows, grid.block_copies);
@@ -291,9 +291,10 @@ TrainResult Trainer::run() {
   const bool profile_ops = kernels::op_profile_enabled();
   kernels::OpProfile op_profile;
   work_.start(first_step);
+  const TestHooks& faults = test_hooks();  // the fault tests' injections
   for (int64_t step = first_step; step <= config_.steps; ++step) {
-    if (step == faults_.kill.at && world_.rank() == faults_.kill.rank) std::raise(SIGKILL);
-    if (step == faults_.signal.at && world_.rank() == faults_.signal.rank) std::raise(faults_.signal_number);
+    if (step == faults.kill.at && world_.rank() == faults.kill.rank) std::raise(SIGKILL);
+    if (step == faults.signal.at && world_.rank() == faults.signal.rank) std::raise(faults.signal_number);
     reset_peak_memory(device);
     const int64_t allocations_before = memory_stats(device).allocations;
     const auto [comm_bytes_before, comm_ms_before] = comm_totals();
@@ -302,7 +303,7 @@ TrainResult Trainer::run() {
     const double trace_start = trace ? trace->now() : 0.0;
     const float loss = train_step(step);
     if (step == 1 && !config_.dump_path.empty()) work_.dump_first_step(config_.dump_path);
-    if (step == faults_.nan_step) poison_gradient();
+    if (step == faults.nan_step) poison_gradient();
     const double loss_scale = scaler_.scale();  // this step's
     const double lr = schedule_.at(step);
     const double norm = update(step, loss, lr, result, progress);

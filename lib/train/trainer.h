@@ -16,7 +16,6 @@
 #include "optim/zero_optimizer.h"
 #include "parallel/grad_sync.h"
 #include "train/checkpointing.h"
-#include "core/test_hooks.h"
 #include "train/folder_lock.h"
 #include "train/metrics.h"
 #include "train/progress.h"
@@ -85,7 +84,6 @@ class Trainer {
   optim::LrSchedule schedule_;
   optim::MixedPrecision precision_;
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
-  TestHooks faults_;  // the fault tests' (core/test_hooks.h)
   FolderLock folder_lock_;  // --checkpoint-dir belongs to this run while it runs
   bool grads_zero_ = false;  // the last update zeroed the gradients as it read them
   // bf16: the held gradients' sum of squares from their rounding, for the step's norm (reset when
