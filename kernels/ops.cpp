@@ -350,6 +350,85 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
                    mean.data<float>(), rstd.data<float>(), rows, cols);
 }
 
+// ---- Llama family: CPU only until their CUDA twins have run on a GPU --------------------------------
+#define TESSERA_CPU_ONLY(device, fn, ...)                                                        \
+  do {                                                                                           \
+    TESSERA_CHECK((device) == Device::cpu, #fn ": no CUDA kernel yet (CPU tensors only)");       \
+    const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);      \
+    ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                    \
+  } while (0)
+
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
+  same_device("rmsnorm_forward", {&out, &rstd, &inp, &weight});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(out.numel() == inp.numel() && rstd.numel() == rows && weight.numel() == cols, "rmsnorm_forward",
+         "shapes do not fit");
+  TESSERA_CPU_ONLY(out.device(), rmsnorm_forward, out.data<float>(), rstd.data<float>(), inp.data<float>(),
+                   weight.data<float>(), rows, cols, eps);
+}
+
+void add_rmsnorm_forward(Tensor& sum, Tensor& out, Tensor& rstd, const Tensor& a, const Tensor& b,
+                         const Tensor& weight, float eps) {
+  expect(b.numel() == a.numel() && sum.numel() == a.numel(), "add_rmsnorm_forward", "shapes do not fit");
+  add(sum, a, b);
+  rmsnorm_forward(out, rstd, sum, weight, eps);
+}
+
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd) {
+  same_device("rmsnorm_backward", {&dinp, &dweight, &dout, &inp, &weight, &rstd});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(dinp.numel() == inp.numel() && dout.numel() == inp.numel() && dweight.numel() == cols &&
+             weight.numel() == cols && rstd.numel() == rows,
+         "rmsnorm_backward", "shapes do not fit");
+  TESSERA_CPU_ONLY(dinp.device(), rmsnorm_backward, dinp.data<float>(), dweight.data<float>(), dout.data<float>(),
+                   inp.data<float>(), weight.data<float>(), rstd.data<float>(), rows, cols);
+}
+
+namespace {
+void check_rope(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                const RopeShape& s) {
+  same_device(op, {&qkv, &q, &k, &v});
+  expect(s.head_dim > 0 && s.head_dim % 2 == 0, op, "the head size must be even");
+  expect(s.heads > 0 && s.kv_heads > 0 && s.group > 0, op, "heads, kv heads and group must be positive");
+  const int64_t n = s.batch * s.seq, d = s.head_dim;
+  expect(qkv.numel() == n * 3 * s.heads * d && q.numel() == n * s.heads * d && k.numel() == n * s.kv_heads * d &&
+             v.numel() == k.numel(),
+         op, "shapes do not fit");
+  expect(s.first_head / s.group >= s.first_kv_head &&
+             (s.first_head + s.heads - 1) / s.group - s.first_kv_head < s.kv_heads,
+         op, "a query head's kv head is not in k and v");
+}
+}  // namespace
+
+void rope_pack_forward(Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, const RopeShape& shape) {
+  check_rope("rope_pack_forward", qkv, q, k, v, shape);
+  TESSERA_CPU_ONLY(qkv.device(), rope_pack_forward, qkv.data<float>(), q.data<float>(), k.data<float>(),
+                   v.data<float>(), shape);
+}
+
+void rope_pack_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dqkv, const RopeShape& shape) {
+  check_rope("rope_pack_backward", dqkv, dq, dk, dv, shape);
+  TESSERA_CPU_ONLY(dq.device(), rope_pack_backward, dq.data<float>(), dk.data<float>(), dv.data<float>(),
+                   dqkv.data<float>(), shape);
+}
+
+void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up) {
+  same_device("swiglu_forward", {&out, &gate, &up});
+  expect(out.numel() == gate.numel() && up.numel() == gate.numel(), "swiglu_forward", "shapes do not fit");
+  TESSERA_CPU_ONLY(out.device(), swiglu_forward, out.data<float>(), gate.data<float>(), up.data<float>(),
+                   gate.numel());
+}
+
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up) {
+  same_device("swiglu_backward", {&dgate, &dup, &dout, &gate, &up});
+  expect(dgate.numel() == gate.numel() && dup.numel() == gate.numel() && dout.numel() == gate.numel() &&
+             up.numel() == gate.numel(),
+         "swiglu_backward", "shapes do not fit");
+  TESSERA_CPU_ONLY(dgate.device(), swiglu_backward, dgate.data<float>(), dup.data<float>(), dout.data<float>(),
+                   gate.data<float>(), up.data<float>(), gate.numel());
+}
+
 namespace {
 // The split-column layer norm has CPU kernels only: a CUDA tensor throws; every tensor is f32.
 void split_layernorm_checks(const char* op, std::initializer_list<const Tensor*> ts) {

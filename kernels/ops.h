@@ -133,6 +133,43 @@ void layernorm_split_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, cons
                               const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& sums,
                               int64_t total_cols);
 
+// ---- Llama family: RMSNorm, rotary positions, SwiGLU ------------------------------------------------
+// CPU kernels; their CUDA twins are not written yet (a CUDA tensor throws naming the op): no GPU has
+// run them.
+// out = inp * rstd * weight per row of [N, C], rstd[N] = 1 / sqrt(mean(inp^2) + eps) saved.
+void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
+// sum = a + b (the residual stream), then out = rmsnorm(sum); sum may alias a or b.
+void add_rmsnorm_forward(Tensor& sum, Tensor& out, Tensor& rstd, const Tensor& a, const Tensor& b,
+                         const Tensor& weight, float eps);
+// dinp, dweight: accumulate.
+void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd);
+
+// Rotary position embedding with Hugging Face Llama's "rotate half" pairing (element i of a head
+// with element i + D/2, angle position x theta^(-2i/D)), applied to q and k as they are packed into
+// the attention kernels' qkv [B, T, 3, H, D]. Grouped-query attention: query head h (global index
+// first_head + h) reads kv head (first_head + h) / group, which is head (that - first_kv_head) of
+// the k and v tensors; so each kv head is repeated for the `group` query heads sharing it.
+struct RopeShape {
+  int64_t batch = 0, seq = 0;  // seq: this rank's positions, the first at first_position
+  int64_t heads = 0;           // query heads in q and qkv (this rank's)
+  int64_t kv_heads = 0;        // heads in k and v
+  int64_t head_dim = 0;        // even
+  int64_t group = 1;           // query heads per kv head (the whole model's heads / kv heads)
+  int64_t first_head = 0, first_kv_head = 0, first_position = 0;
+  float theta = 10000.0f;
+};
+// q [B, T, H x D], k and v [B, T, K x D] -> qkv [B, T, 3, H, D] (overwritten).
+void rope_pack_forward(Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, const RopeShape& shape);
+// The transpose: dq, dk, dv overwritten from dqkv (a kv head's gradient sums over its query heads;
+// a kv head no query head here reads gets zero).
+void rope_pack_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dqkv, const RopeShape& shape);
+
+// out = silu(gate) * up (silu(g) = g sigmoid(g)); the backward overwrites dgate and dup (dgate may
+// alias dout).
+void swiglu_forward(Tensor& out, const Tensor& gate, const Tensor& up);
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
+
 // ---- causal self-attention ----------------------------------------------------------------------
 // qkv [B, T, 3, H, D] (the QKV projection's output, q then k then v, heads inside), out [B, T, H, D],
 // lse [B, H, T] (log-sum-exp of each query row's scaled scores, saved for backward). Computed in

@@ -72,6 +72,17 @@ void layernorm_split_backward(float* dinp, float* dweight, float* dbias, const f
                               const float* weight, const float* mean, const float* rstd, const float* sums,
                               int64_t rows, int64_t cols, int64_t total_cols);
 
+// Llama's layers (rmsnorm.cpp, rope.cpp, swiglu.cpp), as the ops of the same names.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t rows, int64_t cols,
+                     float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int64_t rows, int64_t cols);
+using ops::RopeShape;
+void rope_pack_forward(float* qkv, const float* q, const float* k, const float* v, const RopeShape& shape);
+void rope_pack_backward(float* dq, float* dk, float* dv, const float* dqkv, const RopeShape& shape);
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, int64_t n);
+
 void attention_forward(float* out, float* lse, const float* qkv, int64_t batch, int64_t seq,
                        int64_t heads, int64_t head_dim);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
