@@ -13,53 +13,75 @@ namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
-constexpr int64_t kSpan = 16;              // positions per anchor of the cos/sin table
+constexpr int64_t kStep = 16;                  // positions per step of the cos/sin table
+constexpr int64_t kAnchor = kStep * kStep;     // positions per anchor
 
-// cos and sin of position p x w_i (w_i = theta^(-2i/D)) for p = first + t, t < seq, i < D/2, as
-// float tables [seq, D/2], made in double in a way that depends on p alone (so a sequence shard's
-// table holds the one-rank table's rows bit for bit): with p = a + r, a = kSpan floor(p / kSpan),
-//   cos(p w) = cos(a w) cos(r w) - sin(a w) sin(r w),  sin(p w) = sin(a w) cos(r w) + cos(a w) sin(r w),
-// cos/sin(a w) by the library per anchor, cos/sin(r w) for r < kSpan by the recurrence of the same
-// identities from cos/sin(w) (double rounding error ~1e-15, far below float's). That is 2 / kSpan
-// library calls per entry instead of 2 (which made the table as costly as packing one sequence of
-// 12 heads); anchors are shared among threads when the table is large.
+// cos and sin of p w_i (w_i = theta^(-2i/D)) for positions p = first + t, t < seq, i < D/2, as float
+// tables [seq, D/2], made in double in a way that depends on p alone (so a sequence shard's table
+// holds the one-rank table's rows bit for bit). p = a + m + r with a a multiple of kAnchor, m of
+// kStep below kAnchor, r below kStep, and the angle-addition identities
+//   cos(x + y) = cos x cos y - sin x sin y,   sin(x + y) = sin x cos y + cos x sin y
+// from cos/sin(a w) (the library's, once per anchor), cos/sin(m w) and cos/sin(r w) (each by the
+// same identities' recurrence from cos/sin(kStep w) and cos/sin(w): double rounding error ~1e-15,
+// far below float's). Calling the library for every entry made the table cost as much as packing
+// one sequence of 12 heads; this way it calls it about 2 / kAnchor times per entry.
 void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, const RopeShape& s) {
   const int64_t half = s.head_dim / 2, first = s.first_position, seq = s.seq;
   cos_t.resize(static_cast<size_t>(seq * half));
   sin_t.resize(cos_t.size());
-  std::vector<double> w(static_cast<size_t>(half)), rc(static_cast<size_t>(kSpan * half)), rs(rc.size());
+  if (seq <= 0) return;
+  // rc, rs [kStep, half]: cos/sin(r w); mc, ms [kStep, half]: cos/sin(kStep m w).
+  const size_t steps = static_cast<size_t>(kStep * half);
+  std::vector<double> w(static_cast<size_t>(half)), rc(steps), rs(steps), mc(steps), ms(steps);
+  auto powers = [half](double* c, double* sn, int64_t i, double angle) {  // c[j], sn[j]: cos/sin(j angle)
+    const double c1 = std::cos(angle), s1 = std::sin(angle);
+    c[i] = 1.0;
+    sn[i] = 0.0;
+    for (int64_t j = 1; j < kStep; ++j) {
+      c[j * half + i] = c[(j - 1) * half + i] * c1 - sn[(j - 1) * half + i] * s1;
+      sn[j * half + i] = sn[(j - 1) * half + i] * c1 + c[(j - 1) * half + i] * s1;
+    }
+  };
   for (int64_t i = 0; i < half; ++i) {
     w[i] = std::pow(static_cast<double>(s.theta), -2.0 * static_cast<double>(i) / static_cast<double>(s.head_dim));
-    const double c1 = std::cos(w[i]), s1 = std::sin(w[i]);
-    rc[i] = 1.0;
-    rs[i] = 0.0;
-    for (int64_t r = 1; r < kSpan; ++r) {
-      rc[r * half + i] = rc[(r - 1) * half + i] * c1 - rs[(r - 1) * half + i] * s1;
-      rs[r * half + i] = rs[(r - 1) * half + i] * c1 + rc[(r - 1) * half + i] * s1;
-    }
+    powers(rc.data(), rs.data(), i, w[i]);
+    powers(mc.data(), ms.data(), i, static_cast<double>(kStep) * w[i]);
   }
-  if (seq <= 0) return;
-  const int64_t a0 = first / kSpan, a1 = (first + seq - 1) / kSpan;
-#pragma omp parallel if ((a1 - a0 + 1) * half * kSpan > kParallelMin)
+  // ac, as [anchors, half]: cos/sin(a w) for the anchors at or below the positions.
+  const int64_t a0 = first / kAnchor, anchors = (first + seq - 1) / kAnchor - a0 + 1;
+  std::vector<double> ac(static_cast<size_t>(anchors * half)), as(ac.size());
+  for (int64_t a = 0; a < anchors; ++a)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>((a0 + a) * kAnchor) * w[i];
+      ac[a * half + i] = std::cos(angle);
+      as[a * half + i] = std::sin(angle);
+    }
+  // Then each step of kStep positions: cos/sin((a + m) w), and from it every position's row.
+  const int64_t b0 = first / kStep, blocks = (first + seq - 1) / kStep - b0 + 1;
+#pragma omp parallel if (seq * half > kParallelMin)
   {
-    std::vector<double> ac(static_cast<size_t>(half)), as(ac.size());
+    std::vector<double> bc(static_cast<size_t>(half)), bs(bc.size());
 #pragma omp for schedule(static)
-    for (int64_t a = a0; a <= a1; ++a) {
+    for (int64_t b = b0; b < b0 + blocks; ++b) {
+      const double* c_a = ac.data() + ((b * kStep) / kAnchor - a0) * half;
+      const double* s_a = as.data() + ((b * kStep) / kAnchor - a0) * half;
+      const double* c_m = mc.data() + (b % kStep) * half;
+      const double* s_m = ms.data() + (b % kStep) * half;
+#pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(a * kSpan) * w[i];
-        ac[i] = std::cos(angle);
-        as[i] = std::sin(angle);
+        bc[i] = c_a[i] * c_m[i] - s_a[i] * s_m[i];
+        bs[i] = s_a[i] * c_m[i] + c_a[i] * s_m[i];
       }
-      const int64_t p_lo = std::max(first, a * kSpan), p_hi = std::min(first + seq, (a + 1) * kSpan);
+      const int64_t p_lo = std::max(first, b * kStep), p_hi = std::min(first + seq, (b + 1) * kStep);
       for (int64_t p = p_lo; p < p_hi; ++p) {
-        const double* oc = rc.data() + (p - a * kSpan) * half;
-        const double* os = rs.data() + (p - a * kSpan) * half;
+        const double* c_r = rc.data() + (p - b * kStep) * half;
+        const double* s_r = rs.data() + (p - b * kStep) * half;
         float* c = cos_t.data() + (p - first) * half;
         float* sn = sin_t.data() + (p - first) * half;
 #pragma omp simd
         for (int64_t i = 0; i < half; ++i) {
-          c[i] = static_cast<float>(ac[i] * oc[i] - as[i] * os[i]);
-          sn[i] = static_cast<float>(as[i] * oc[i] + ac[i] * os[i]);
+          c[i] = static_cast<float>(bc[i] * c_r[i] - bs[i] * s_r[i]);
+          sn[i] = static_cast<float>(bs[i] * c_r[i] + bc[i] * s_r[i]);
         }
       }
     }

@@ -210,7 +210,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"sp_shard", 2, 5, 8, 2, 16, 4, 0, 0, 37, 10000.0f},
         Case{"theta_500k", 1, 12, 4, 2, 32, 2, 0, 0, 3, 500000.0f},
         Case{"threads_gqa_theta_500k", 2, 64, 8, 2, 64, 4, 0, 0, 1000, 500000.0f},
-        Case{"threads_mha_far_positions", 3, 40, 4, 4, 64, 1, 0, 0, 8000, 10000.0f}),
+        Case{"threads_mha_far_positions", 3, 40, 4, 4, 64, 1, 0, 0, 8000, 10000.0f},
+        // a 128k context's last positions, across the table's anchor at 131072 = 512 x 256
+        Case{"long_context_positions", 1, 40, 2, 1, 128, 2, 0, 0, 131050, 500000.0f}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- the convention, by hand ----------------------------------------------------------------------
