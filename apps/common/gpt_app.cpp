@@ -83,6 +83,16 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     models::GptConfig mc;
     std::string input, val_input;
     int64_t seq_len = 64;
+    std::string arch = "gpt2";
+    bool tie_embeddings = false;
+    if (!moe)
+      opts.section(kModel).add_options()
+          ("arch", po::value(&arch)->default_value("gpt2")->value_name("gpt2|llama"), "model family: gpt2 (learned positions, LayerNorm, GELU MLP, tied head) or llama (RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, no biases, untied head)")
+          ("kv-heads", po::value(&mc.kv_heads)->default_value(0, "--heads")->value_name("K"), "llama: key/value heads of grouped-query attention (must divide --heads; 1: multi-query)")
+          ("ffn-hidden", po::value(&mc.ffn_hidden)->default_value(0, "8/3 x --hidden, rounded up to 256")->value_name("N"), "llama: hidden size of the SwiGLU MLP")
+          ("norm-eps", po::value(&mc.norm_eps)->default_value(1e-5f, "1e-5")->value_name("X"), "llama: RMSNorm epsilon")
+          ("rope-theta", po::value(&mc.rope_theta)->default_value(10000.0f, "10000")->value_name("X"), "llama: base of the rotary position angles")
+          ("tie-embeddings", po::bool_switch(&tie_embeddings), "llama: tie the LM head to the token embedding (gpt2's always is)");
     opts.section(kModel).add_options()
         ("layers", po::value(&mc.layers)->default_value(4)->value_name("N"), "transformer blocks")
         ("hidden", po::value(&mc.hidden)->default_value(128)->value_name("N"), "hidden size")
@@ -119,6 +129,12 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
             : "  mpirun -np 4 gpt_train --config inputs/gpt_tiny.ini --input data.h5 --tp 2 --zero 1 --steps 20 --metrics m.jsonl"};
     if (!parse(argc, argv, opts, vm, help, TrainOptions::renamed())) return 0;
     const std::string data_identity = check_ranks_started_alike(vm, {"input", "val-input"});
+    mc.arch = models::parse_arch(arch);
+    mc.tie_embeddings = !mc.llama() || tie_embeddings;
+    if (!mc.llama())
+      for (const char* llama_only : {"kv-heads", "ffn-hidden", "norm-eps", "rope-theta", "tie-embeddings"})
+        TESSERA_CHECK(!vm.count(llama_only) || vm[llama_only].defaulted(), "--", llama_only,
+                      " is an option of --arch llama (this run is --arch gpt2)");
     o.train.options = option_values(vm);
 
     // The layout is checked on every rank before any communication. A dry run plans for the
@@ -190,8 +206,10 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     if (!o.grid() && o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), input);
 
     if (mpi.world_rank() == 0)
-      log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", mc.layers, " layers, hidden ",
-                mc.hidden, ", ", mc.heads, " heads, vocab ", mc.vocab, ", seq ", seq_len, ", global batch ",
+      log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", models::arch_name(mc.arch), ", ",
+                mc.layers, " layers, hidden ", mc.hidden, ", ", mc.heads, " heads",
+                mc.llama() ? " (" + std::to_string(mc.kv()) + " kv), ffn " + std::to_string(mc.mlp_hidden()) : "",
+                ", vocab ", mc.vocab, ", seq ", seq_len, ", global batch ",
                 tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps, " steps on ", o.device_name, " with ",
                 omp_get_max_threads(), " threads", o.gemm_note(),
                 moe ? ", " + std::to_string(mc.moe.experts) + " experts (top-" + std::to_string(mc.moe.router.top_k) +

@@ -9,18 +9,30 @@ namespace tessera::nn {
 
 Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t max_seq,
                      int64_t channels, int64_t pad_to, float init_std, const TensorLayout& layout)
+    : Embedding(store, name + ".tokens.weight", name + ".positions.weight", vocab, max_seq, channels, pad_to, init_std,
+                layout) {}
+
+Embedding Embedding::head_table(ParamStore& store, const std::string& name, int64_t vocab, int64_t channels,
+                                int64_t pad_to, float init_std, const TensorLayout& layout) {
+  return Embedding(store, name + ".weight", "", vocab, 0, channels, pad_to, init_std, layout);
+}
+
+Embedding::Embedding(ParamStore& store, const std::string& table_name, const std::string& positions_name,
+                     int64_t vocab, int64_t max_seq, int64_t channels, int64_t pad_to, float init_std,
+                     const TensorLayout& layout)
     : store_(&store), layout_(&layout), vocab_(vocab) {
   const int64_t multiple = pad_to * layout.size();
   padded_vocab_ = (vocab + multiple - 1) / multiple * multiple;
   vocab_start_ = layout.rank() * local_rows();
   const Shard vocab_rows{0, vocab_start_, local_rows(), 1, layout.size()};
-  tokens_ = store.add(name + ".tokens.weight", {vocab, channels}, Init::Normal(init_std), true,
+  tokens_ = store.add(table_name, {vocab, channels}, Init::Normal(init_std), true,
                       layout.table_block(vocab_rows, channels));
-  positions_ = store.add(name + ".positions.weight", {max_seq, channels}, Init::Normal(init_std), true,
-                         layout.feature_split(1, channels, 1, false, (name + " features").c_str()));
+  if (max_seq > 0)
+    positions_ = store.add(positions_name, {max_seq, channels}, Init::Normal(init_std), true,
+                           layout.feature_split(1, channels, 1, false, (positions_name + " features").c_str()));
   if (layout.splits_features()) {  // the table's feature blocks are gathered around each use
     store.set_partial(tokens_, layout.table_partial());
-    store.set_partial(positions_, PartialGrad::rows);
+    if (positions_ >= 0) store.set_partial(positions_, PartialGrad::rows);
   } else {  // its lookup reads the bf16 copy, its tied head is a GEMM (not so the gathered blocks)
     store.set_rounded_on_read(tokens_);
   }
@@ -48,9 +60,9 @@ int64_t Embedding::valid_rows() const { return std::clamp<int64_t>(vocab_ - voca
 
 void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const {
   const int64_t seq = tokens.dim(1);
-  const Tensor positions = store_->value(positions_).rows(first_position, seq);
-  const bool grid = layout_->splits_features();
-  const bool adds_positions = layout_->rank() == 0 && !grid;  // the exit sums the ranks' outputs
+  const Tensor positions = positions_ >= 0 ? store_->value(positions_).rows(first_position, seq) : Tensor();
+  const bool grid = layout_->splits_features() && positions_ >= 0;
+  const bool adds_positions = layout_->rank() == 0 && !layout_->splits_features();  // the exit sums the ranks' outputs
   Tensor& whole = layout_->vocab_whole(out, region);
   // The lookup reads the table as the step's rounding leaves it (ParamStore::lookup_operand).
   const ops::Operand wte = layout_->splits_features() ? table(table_) : store_->lookup_operand(tokens_);
@@ -66,7 +78,7 @@ void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_positio
 void Embedding::backward(const Tensor& dout, const Tensor& tokens, int64_t first_position,
                          RegionWorkspace& region) const {
   const int64_t seq = tokens.dim(1);
-  Tensor dpositions = store_->grad(positions_).rows(first_position, seq);
+  Tensor dpositions = positions_ >= 0 ? store_->grad(positions_).rows(first_position, seq) : Tensor();
   const Tensor& whole_dout = layout_->vocab_exit_backward(dout, region.out);
   if (!layout_->splits_features()) {
     ops::embedding_backward(store_->grad(tokens_), dpositions, whole_dout, tokens, vocab_start_);
@@ -76,6 +88,7 @@ void Embedding::backward(const Tensor& dout, const Tensor& tokens, int64_t first
   Tensor no_positions;
   ops::embedding_backward(dtable, no_positions, whole_dout, tokens, vocab_start_);
   add_table_grad(dtable);
+  if (positions_ < 0) return;
   for (int64_t b = 0; b < tokens.dim(0); ++b) ops::add_inplace(dpositions, dout.rows(b * seq, seq));
 }
 

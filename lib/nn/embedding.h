@@ -18,8 +18,13 @@ namespace tessera::nn {
 class Embedding {
  public:
   Embedding() = default;
+  // max_seq 0: no position table (Llama's positions are rotary, inside attention).
   Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t max_seq, int64_t channels,
             int64_t pad_to, float init_std, const TensorLayout& layout = TensorLayout::single());
+  // An untied LM head's table (Llama's head.weight): the token table's vocab-parallel rows and
+  // padding, registered as `name`.weight; only table() and its gradient are used.
+  static Embedding head_table(ParamStore& store, const std::string& name, int64_t vocab, int64_t channels,
+                              int64_t pad_to, float init_std, const TensorLayout& layout = TensorLayout::single());
 
   // tokens [B, T] i32 at positions [first_position, first_position + T) -> out: the token rows
   // this rank holds ([B x T, C], or a share of them when the layout splits rows).
@@ -45,8 +50,11 @@ class Embedding {
   void add_table_grad(Tensor& whole_grad) const;
 
  private:
+  Embedding(ParamStore& store, const std::string& table_name, const std::string& positions_name, int64_t vocab,
+            int64_t max_seq, int64_t channels, int64_t pad_to, float init_std, const TensorLayout& layout);
+
   ParamStore* store_ = nullptr;
-  int tokens_ = -1, positions_ = -1;
+  int tokens_ = -1, positions_ = -1;  // positions_ -1: none
   const TensorLayout* layout_ = nullptr;
   int64_t vocab_ = 0, padded_vocab_ = 0, vocab_start_ = 0;
   mutable Tensor table_, table_grad_;  // grid layouts: the gathered rows and their gradient

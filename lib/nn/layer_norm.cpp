@@ -6,19 +6,25 @@
 namespace tessera::nn {
 
 LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channels, const TensorLayout& layout,
-                     float eps)
-    : store_(&store), eps_(eps), channels_(channels) {
+                     float eps, NormKind kind)
+    : store_(&store), eps_(eps), kind_(kind), channels_(channels) {
   if (layout.splits_features()) layout_ = &layout;
+  TESSERA_CHECK(!(layout_ && kind == NormKind::rms), "RMSNorm (--arch llama) under a 2d, 2.5d or 3d tensor layout",
+                " is not supported yet: use --tp-mode 1d");
   const Shard features = layout.feature_split(0, channels, 1, false, (name + " features").c_str());
   weight_ = store.add(name + ".weight", {channels}, Init::Ones(), false, features);
-  bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false, features);
+  if (kind == NormKind::layer) bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false, features);
   if (layout.splits_rows() || layout.splits_features()) {
     store.set_partial(weight_, PartialGrad::rows);
-    store.set_partial(bias_, PartialGrad::rows);
+    if (bias_ >= 0) store.set_partial(bias_, PartialGrad::rows);
   }
 }
 
 void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
+  if (kind_ == NormKind::rms) {
+    ops::rmsnorm_forward(y, rstd, x, store_->value(weight_), eps_);
+    return;
+  }
   if (!layout_) {
     ops::layernorm_forward(y, mean, rstd, x, store_->value(weight_), store_->value(bias_), eps_);
     return;
@@ -35,6 +41,10 @@ void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) 
 
 void LayerNorm::add_forward(Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                             const Tensor& b) const {
+  if (kind_ == NormKind::rms) {
+    ops::add_rmsnorm_forward(sum, y, rstd, a, b, store_->value(weight_), eps_);
+    return;
+  }
   if (layout_) {
     ops::add(sum, a, b);
     forward(y, mean, rstd, sum);
@@ -55,6 +65,16 @@ void LayerNorm::split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const
 
 void LayerNorm::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                          WeightGrads* defer) const {
+  if (kind_ == NormKind::rms) {
+    if (!defer) {
+      ops::rmsnorm_backward(dx, store_->grad(weight_), dy, x, store_->value(weight_), rstd);
+      return;
+    }
+    Tensor dweight = defer->discard_like(store_->value(weight_));
+    defer->layer_norm(*this, dy, x, mean, rstd);
+    ops::rmsnorm_backward(dx, dweight, dy, x, store_->value(weight_), rstd);
+    return;
+  }
   if (!defer) {
     if (layout_) {
       split_backward(dx, store_->grad(weight_), store_->grad(bias_), dy, x, mean, rstd);
@@ -73,6 +93,10 @@ void LayerNorm::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Te
 
 void LayerNorm::backward_weights(const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                                  Tensor& dx_discarded) const {
+  if (kind_ == NormKind::rms) {
+    ops::rmsnorm_backward(dx_discarded, store_->grad(weight_), dy, x, store_->value(weight_), rstd);
+    return;
+  }
   ops::layernorm_backward(dx_discarded, store_->grad(weight_), store_->grad(bias_), dy, x, store_->value(weight_),
                           mean, rstd);
 }

@@ -1,4 +1,5 @@
-// LayerNorm over the last dimension with learned weight and bias. Local: under a layout that
+// LayerNorm over the last dimension with learned weight and bias, or RMSNorm (NormKind::rms:
+// Llama's, no centring and no bias; mean is then left untouched). Local: under a layout that
 // splits token rows each rank normalises its rows, and its weight and bias gradients are partial
 // (PartialGrad::rows; summed over tp once per step). Under a grid layout (2D, 2.5D, 3D) each
 // rank holds a block of the features: the row statistics are all-reduced over the ranks holding
@@ -12,11 +13,13 @@
 
 namespace tessera::nn {
 
+enum class NormKind { layer, rms };
+
 class LayerNorm {
  public:
   LayerNorm() = default;
   LayerNorm(ParamStore& store, const std::string& name, int64_t channels,
-            const TensorLayout& layout = TensorLayout::single(), float eps = 1e-5f);
+            const TensorLayout& layout = TensorLayout::single(), float eps = 1e-5f, NormKind kind = NormKind::layer);
 
   // x [N, C] -> y [N, C]; saves mean [N] and rstd [N] for backward.
   void forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const;
@@ -36,8 +39,9 @@ class LayerNorm {
 
   ParamStore* store_ = nullptr;
   const TensorLayout* layout_ = nullptr;  // a layout splitting the features; null otherwise
-  int weight_ = -1, bias_ = -1;
+  int weight_ = -1, bias_ = -1;  // RMSNorm: no bias
   float eps_ = 1e-5f;
+  NormKind kind_ = NormKind::layer;
   int64_t channels_ = 0;  // all ranks' features
   mutable Tensor sums_;   // a split layer norm's backward row sums [2, N], kept between calls
 };

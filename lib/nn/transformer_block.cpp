@@ -9,16 +9,18 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, c
                                    const TensorLayout& layout, SequenceLayout& sequence, const ExpertLayout& experts)
     : config_(c),
       layout_(&layout),
-      ln1_(store, name + ".ln1", c.channels, layout),
-      ln2_(store, name + ".ln2", c.channels, layout) {
+      ln1_(store, name + ".ln1", c.channels, layout, c.norm_eps, c.norm),
+      ln2_(store, name + ".ln2", c.channels, layout, c.norm_eps, c.norm) {
   attn_ = SelfAttention(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, c.causal, layout,
-                        sequence);
+                        sequence, c.attention);
   if (c.moe) {
     TESSERA_CHECK(!layout.splits_rows(), "a mixture-of-experts block routes whole token rows: not under",
                   " --sp-mode split_gather");
     TESSERA_CHECK(!layout.splits_features(), "a mixture-of-experts block routes whole token rows: not under",
                   " --tp-mode 2d or 2.5d");
     moe_ = MoeFeedForward(store, name + ".moe", *c.moe, experts);
+  } else if (c.swiglu) {
+    swiglu_ = SwiGluMlp(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout);
   } else {
     mlp_ = Mlp(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout);
   }
@@ -61,6 +63,8 @@ TransformerBlock::Saved TransformerBlock::allocate_kept(int64_t batch, int64_t s
   s.ln2_rstd = act({rows});
   if (is_moe()) {
     s.moe = moe_.allocate(rows, device);
+  } else if (config_.swiglu) {
+    s.swiglu = swiglu_.allocate(batch * seq, device);
   } else {
     s.mlp = mlp_.allocate(batch * seq, device);
   }
@@ -71,18 +75,22 @@ TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int6
   const int64_t n = batch * seq, c = config_.channels, tp = layout_->size();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
   Scratch w{act({layout_->local_rows(n), layout_->local_features(c)}), act({batch, seq, c / tp}), act({batch, seq, 3 * c / tp}),
-            act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device), {}};
+            act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device), {}, {}, {}};
   if (is_moe()) w.moe = moe_.allocate_scratch(layout_->local_rows(n), device);
+  if (config_.swiglu) w.d_up = act({n, config_.mlp_hidden / tp});
+  w.projections = attn_.allocate_projections(batch, seq, device);
   return w;
 }
 
 float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) const {
   ln1_.forward(s.ln1, s.ln1_mean, s.ln1_rstd, x);
-  attn_.forward(y, s.ln1, s.attn, w.region);  // y as a temporary for the attention branch
+  attn_.forward(y, s.ln1, s.attn, w.region, w.projections);  // y as a temporary for the attention branch
   ln2_.add_forward(s.mid, s.ln2, s.ln2_mean, s.ln2_rstd, x, y);  // the residual, then its norm
   float aux = 0.0f;
   if (is_moe()) {
     aux = moe_.forward(y, s.ln2, s.moe, w.moe);
+  } else if (config_.swiglu) {
+    swiglu_.forward(y, s.ln2, s.swiglu, w.region);
   } else {
     mlp_.forward(y, s.ln2, s.mlp, w.region);
   }
@@ -112,12 +120,14 @@ void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, S
     TESSERA_CHECK(!defer, "a mixture-of-experts block's weight gradients cannot be deferred (zero-bubble) yet");
     TESSERA_CHECK(aux_loss_scale > 0.0f, "MoE block backward needs the auxiliary loss's scale");
     moe_.backward(w.d_c, dres, s.ln2, s.moe, w.moe, aux_loss_scale);
+  } else if (config_.swiglu) {
+    swiglu_.backward(w.d_c, dres, s.ln2, s.swiglu, w.d_hidden, w.d_up, w.region, defer);
   } else {
     mlp_.backward(w.d_c, dres, s.ln2, s.mlp, w.d_hidden, w.region, defer);
   }
   ln2_.backward(dres, w.d_c, s.mid, s.ln2_mean, s.ln2_rstd, defer);
   // Attention branch: dres now dL/dmid.
-  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region, defer);
+  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region, w.projections, defer);
   ln1_.backward(dres, w.d_c, x, s.ln1_mean, s.ln1_rstd, defer);
 }
 

@@ -1,5 +1,5 @@
-// TransformerBlock (pre-LN): x + attn(ln1(x)), then + mlp(ln2(.)). Written once; GPT, ViT and MoE
-// models share it: with BlockConfig::moe the feed-forward is a mixture of experts (nn/moe.h)
+// TransformerBlock (pre-LN): x + attn(ln1(x)), then + mlp(ln2(.)). Written once; GPT, ViT, Llama and
+// MoE models share it (Llama's: RMSNorm, rotary grouped-query attention, a SwiGLU MLP): with BlockConfig::moe the feed-forward is a mixture of experts (nn/moe.h)
 // whose experts live where the ExpertLayout says. Under a tensor-parallel layout the attention and the MLP are regions split over
 // the group (nn/tensor_layout.h: their edges communicate); layer norms and the residual stream
 // hold this rank's token rows: all of them (1D) or a share (rows split).
@@ -10,6 +10,7 @@
 #include "nn/layer_norm.h"
 #include "nn/mlp.h"
 #include "nn/moe.h"
+#include "nn/swiglu_mlp.h"
 
 namespace tessera::nn {
 
@@ -25,6 +26,10 @@ struct BlockConfig {
   int64_t channels = 0, heads = 0, mlp_hidden = 0;
   float init_std = 0.02f, proj_init_std = 0.02f;
   bool causal = true;  // attention to earlier positions only (GPT); false: to every position (ViT)
+  NormKind norm = NormKind::layer;
+  float norm_eps = 1e-5f;
+  AttentionOptions attention = {};  // Llama's attention when it has a rope_theta
+  bool swiglu = false;         // Llama's MLP (mlp_hidden: its hidden features)
   const MoeConfig* moe = nullptr;  // a mixture-of-experts feed-forward instead of the MLP
   Recompute recompute = Recompute::nothing;
 };
@@ -38,6 +43,7 @@ class TransformerBlock {
     Tensor mid;  // x + attn(...)
     Tensor ln2, ln2_mean, ln2_rstd;
     Mlp::Saved mlp;
+    SwiGluMlp::Saved swiglu;
     MoeFeedForward::Saved moe;  // MoE blocks: routing, expert activations and statistics
   };
   // Workspace shared by all blocks.
@@ -45,6 +51,8 @@ class TransformerBlock {
     Tensor d_c, d_att, d_qkv, d_hidden;
     RegionWorkspace region;
     MoeFeedForward::Scratch moe;  // allocated by MoE blocks
+    Tensor d_up;         // SwiGLU blocks: the up projection's gradient
+    Tensor projections;  // Llama attention: its q, k, v before packing (and their gradients)
   };
 
   TransformerBlock() = default;
@@ -90,6 +98,7 @@ class TransformerBlock {
   LayerNorm ln1_, ln2_;
   SelfAttention attn_;
   Mlp mlp_;
+  SwiGluMlp swiglu_;
   MoeFeedForward moe_;
 };
 

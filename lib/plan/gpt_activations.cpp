@@ -14,13 +14,17 @@ constexpr int64_t kBytes = 4;  // fp32 and int32
 
 struct Sizes {  // the shapes the layers see
   int64_t n, rows, c, ct, ht, mlp_t;
+  int64_t kvt;  // Llama: the features of this rank's k (or v) projection (its kv heads, or all when replicated)
+  bool llama;
   explicit Sizes(const GptActivationShape& s)
       : n(s.tokens()),
         rows(s.rows()),
         c(s.model.hidden),
         ct(s.model.hidden / s.tp),
         ht(s.model.heads / s.tp),
-        mlp_t(4 * s.model.hidden / s.tp) {}
+        mlp_t(s.model.mlp_hidden() / s.tp),
+        kvt(s.model.kv() % s.tp == 0 ? s.model.kv() / s.tp * (c / s.model.heads) : s.model.kv() * (c / s.model.heads)),
+        llama(s.model.llama()) {}
 };
 
 // Mixture of experts: the most rows this rank's experts can receive in one call (MoeFeedForward's
@@ -67,7 +71,8 @@ int64_t block_saved(const GptActivationShape& s, bool moe) {
   const Sizes z(s);
   const int64_t norms = 3 * z.rows * z.c + 4 * z.rows;  // ln1, mid, ln2 and the two norms' statistics
   const int64_t attention = 3 * z.n * z.ct + attention_core(s);
-  const int64_t feed_forward = moe ? moe_saved(s) : 2 * z.n * z.mlp_t;  // MLP: pre-activation and GELU
+  // MLP: pre-activation and GELU; SwiGLU: gate, up and their product.
+  const int64_t feed_forward = moe ? moe_saved(s) : (z.llama ? 3 : 2) * z.n * z.mlp_t;
   return norms + attention + feed_forward;
 }
 
@@ -100,8 +105,10 @@ int64_t deferred_weight_grad_bytes(const GptActivationShape& s, int64_t first_bl
   // Per block: the output gradients of QKV, the attention projection, the MLP's two layers
   // (copied), and per layer norm its output gradient, a discarded input gradient and two
   // parameter-sized discards; under split rows the gathered inputs of QKV and fc (copied).
-  const int64_t per_block = z.n * (3 * z.ct + z.c + z.mlp_t + z.c) + 2 * (2 * z.rows * z.c + 2 * z.c) +
-                            (s.split_rows ? 2 * z.n * z.c : 0);
+  // Llama: q, k, v and gate, up each record theirs (and, rows split, their inputs).
+  const int64_t projections = z.llama ? z.ct + 2 * z.kvt + 2 * z.mlp_t : 3 * z.ct + z.mlp_t;
+  const int64_t per_block = z.n * (projections + 2 * z.c) + 2 * (2 * z.rows * z.c + 2 * z.c) +
+                            (s.split_rows ? (z.llama ? 5 : 2) * z.n * z.c : 0);
   return kBytes * ((end_block - first_block) * per_block + (embedding ? z.rows * z.c : 0));
 }
 
@@ -122,6 +129,7 @@ int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>&
   const Sizes z(s);
   // TransformerBlock::Scratch: d_c, d_att, d_qkv, d_hidden, and the region's gathered rows.
   int64_t floats = z.rows * z.c + 4 * z.n * z.ct + z.n * z.mlp_t + (s.split_rows ? 2 * z.n * z.c : 0);
+  if (z.llama) floats += z.n * z.mlp_t + z.n * (z.ct + 2 * z.kvt);  // SwiGLU's d_up, the q/k/v projections
   if (std::any_of(blocks.begin(), blocks.end(), [&](int64_t i) { return s.model.is_moe_block(i); })) {
     const ExpertSizes e(s);  // MoeFeedForward::Scratch
     floats += z.rows * e.k * z.c + 2 * e.received * z.c + e.received * e.hidden + z.rows * e.k +

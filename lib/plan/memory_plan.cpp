@@ -155,8 +155,11 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   const nn::ParamStore& table_store = first_stage ? store : params.mirror;
   const int tokens_id = table_store.find("embed.tokens.weight");
   const int64_t table = tokens_id < 0 ? 0 : table_store.spec(tokens_id).local_shape.numel();
+  const int head_id = store.find("head.weight");  // an untied head's table (Llama)
+  const int64_t head_rows = head_id >= 0 ? store.spec(head_id).local_shape[0] : table / run.model.hidden;
+  const bool tied = run.model.tie_embeddings;
   add(m, "workspace", "backward scratch, batch, head's logits and loss rows",
-      workspace_bytes(shape, blocks, last_stage, table / run.model.hidden));
+      workspace_bytes(shape, blocks, last_stage, head_rows));
 
   // Buffers.
   if (zero == 1 || zero == 2) add(m, "buffers", "ZeRO: the updated shard, all-gathered", kBytes * shard.size());
@@ -169,7 +172,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   add(m, "buffers", "partial gradients packed for one all-reduce", kBytes * partial);
   int64_t tied_add = 0;  // transient: the mirror's gradient, added to the held part of the table
   if (mesh.pp > 1) {
-    if (first_stage || last_stage) add(m, "buffers", "tied token table's message buffer", kBytes * table);
+    if (tied && (first_stage || last_stage)) add(m, "buffers", "tied token table's message buffer", kBytes * table);
     if (last_stage && !first_stage)
       add(m, "buffers", "tied token table's mirror (values, gradients)", kBytes * 2 * params.mirror.numel());
     // A send's copy lives until the message has left, which depends on when the peer receives:
@@ -178,7 +181,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
     const int directions = (one_chunk && last_stage ? 0 : 1) + (one_chunk && first_stage ? 0 : 1);
     add(m, "buffers", "pipeline message copies (one per direction sent)",
         kBytes * directions * shape.rows() * run.model.hidden, true);
-    if (first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
+    if (tied && first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
   }
   if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
     const int64_t held = zero == 3 ? shard.size() : n;
@@ -192,7 +195,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
       if (zero != 3) add(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
       // Operands without a copy are rounded into buffers kept for the run: at most the logits'
       // gradient (rows x the table's rows) and an activation beside it.
-      const int64_t vocab_rows = last_stage ? table / run.model.hidden : 0;
+      const int64_t vocab_rows = last_stage ? head_rows : 0;
       add(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)",
           2 * shape.rows() * (vocab_rows + 4 * run.model.hidden));
     }

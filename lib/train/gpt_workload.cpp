@@ -105,10 +105,22 @@ Workload::Evaluation GptWorkload::evaluate() {
   return {loss / static_cast<double>(micro_batches * dp_), std::nullopt};
 }
 
+std::string GptWorkload::model_name() const {
+  const models::GptConfig& m = model_.config();
+  if (m.llama()) return m.moe_every > 0 ? "moe_llama" : "llama";
+  return m.moe_every > 0 ? "moe_gpt" : "gpt";
+}
+
 std::vector<std::pair<std::string, int64_t>> GptWorkload::model_config() const {
   const models::GptConfig& m = model_.config();
   std::vector<std::pair<std::string, int64_t>> c{
-      {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab}, {"max_seq", m.max_seq}};
+      {"layers", m.layers}, {"hidden", m.hidden}, {"heads", m.heads}, {"vocab", m.vocab}};
+  // gpt2's learned positions fix the longest sequence; Llama's rotary ones do not.
+  if (m.llama()) {
+    c.insert(c.end(), {{"kv_heads", m.kv()}, {"ffn_hidden", m.mlp_hidden()}, {"tie_embeddings", m.tie_embeddings}});
+  } else {
+    c.emplace_back("max_seq", m.max_seq);
+  }
   if (m.moe_every > 0) {
     c.insert(c.end(), {{"moe_every", m.moe_every}, {"experts", m.moe.experts}, {"expert_hidden", m.moe.hidden},
                        {"top_k", m.moe.router.top_k}});
@@ -122,6 +134,12 @@ void GptWorkload::dump_initial(const std::string& path) {
   f.set_attr("/", "layers", m.layers);
   f.set_attr("/", "hidden", m.hidden);
   f.set_attr("/", "heads", m.heads);
+  f.set_attr("/", "arch", std::string(models::arch_name(m.arch)));
+  f.set_attr("/", "kv_heads", m.kv());
+  f.set_attr("/", "ffn_hidden", m.mlp_hidden());
+  f.set_attr("/", "norm_eps", static_cast<double>(m.norm_eps));
+  f.set_attr("/", "rope_theta", static_cast<double>(m.rope_theta));
+  f.set_attr("/", "tie_embeddings", static_cast<int64_t>(m.tie_embeddings));
   f.set_attr("/", "seq_len", config_.seq_len);
   f.set_attr("/", "vocab_size", m.vocab);
   f.set_attr("/", "global_batch", config_.global_batch);

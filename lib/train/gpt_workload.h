@@ -35,7 +35,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   std::string unit() const override { return "tokens"; }
   int64_t units_per_sample() const override { return config_.seq_len; }
   double flops_per_sample() const override { return model_.flops_per_token() * static_cast<double>(config_.seq_len); }
-  std::string model_name() const override { return model_.config().moe_every > 0 ? "moe_gpt" : "gpt"; }
+  std::string model_name() const override;
   std::vector<StepMetric> step_metrics() override;
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
   PipelineRunner* pipeline() override { return runner_.get(); }

@@ -28,6 +28,7 @@ namespace {
 
 // Region edges' workspace: the one-rank layout of these tests uses none.
 tessera::nn::RegionWorkspace region;
+tessera::Tensor no_projections;  // the fused attention needs no projections workspace
 
 // Objectives are L = sum(out * R) (modules) or the model's mean cross-entropy, evaluated in fp32
 // and summed in double; derivatives by the five-point central stencil (gradcheck.h) with step h.
@@ -253,13 +254,13 @@ void attention_gradcheck(int64_t batch, int64_t seq, int64_t channels, int64_t h
   nn::SelfAttention::Saved saved = attn.allocate(batch, seq, Device::cpu);
   const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
   auto f = [&] {
-    attn.forward(y, x, saved, region);
+    attn.forward(y, x, saved, region, no_projections);
     return gc::dot(y, r);
   };
   f();
   Tensor dx = filled(x.shape(), 1e3f);  // overwritten
   Tensor dqkv = Tensor::empty({batch, seq, 3 * channels}), datt = Tensor::empty({batch, seq, channels});
-  attn.backward(dx, r, x, saved, dqkv, datt, region);
+  attn.backward(dx, r, x, saved, dqkv, datt, region, no_projections);
   const std::string tag = std::string(causal ? "" : "non-causal ") + "attention(T=" + std::to_string(seq) + ")";
   check(tag + ".dx", x.data<float>(), x.numel(), dx, f, kTol, max_checks);
   check_params(s, tag + ":", f, kTol, max_checks);
@@ -282,9 +283,9 @@ TEST(GradCheck, SelfAttentionIsCausal) {
   Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
   Tensor y2 = Tensor::empty({batch, seq, channels});
   auto saved = attn.allocate(batch, seq, Device::cpu);
-  attn.forward(y, x, saved, region);
+  attn.forward(y, x, saved, region, no_projections);
   for (int64_t c = 0; c < channels; ++c) x.data<float>()[(0 * seq + seq - 1) * channels + c] += 1.0f;  // last token
-  attn.forward(y2, x, saved, region);
+  attn.forward(y2, x, saved, region, no_projections);
   for (int64_t t = 0; t < seq; ++t)
     for (int64_t c = 0; c < channels; ++c) {
       const int64_t i = (0 * seq + t) * channels + c;
@@ -299,7 +300,7 @@ TEST(GradCheck, SelfAttentionIsCausal) {
     for (int64_t c = 0; c < channels; ++c) dy.data<float>()[(b * seq) * channels + c] = 1.0f;
   Tensor dx = Tensor::empty({batch, seq, channels}), dqkv = Tensor::empty({batch, seq, 3 * channels});
   Tensor datt = Tensor::empty({batch, seq, channels});
-  attn.backward(dx, dy, x, saved, dqkv, datt, region);
+  attn.backward(dx, dy, x, saved, dqkv, datt, region, no_projections);
   double first = 0;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < seq; ++t)
@@ -360,6 +361,142 @@ TEST(GradCheck, TransformerBlockResidualStream) {
   for (int64_t i = 0; i < no_identity.numel(); ++i) no_identity.data<float>()[i] -= r.data<float>()[i];
   expect_detected("block.dx without the residual identity path", x.data<float>(), x.numel(), no_identity, f, kTol);
   expect_detected("block.dx * 1.01", x.data<float>(), x.numel(), scaled(dres, 1.01f), f, kTol);
+}
+
+// ---- Llama's layers: RMSNorm, rotary grouped-query attention, SwiGLU, their block --------------------
+
+TEST(GradCheck, RmsNorm) {
+  nn::ParamStore s;
+  nn::LayerNorm norm(s, "norm", 8, nn::TensorLayout::single(), 1e-5f, nn::NormKind::rms);
+  ASSERT_EQ(s.size(), 1) << "RMSNorm has a weight and no bias";
+  s.allocate(Device::cpu, 1);
+  tessera::testing::randomize_params(s, 0.5f);
+  Tensor x = gc::normal({6, 8}, "x", 1.5f, 0.7f), y = Tensor::empty({6, 8});
+  Tensor mean = Tensor::empty({6}), rstd = Tensor::empty({6});
+  const Tensor r = gc::normal({6, 8}, "R", 1.0f);
+  auto f = [&] {
+    norm.forward(y, mean, rstd, x);
+    return gc::dot(y, r);
+  };
+  f();
+  const Tensor dx0 = gc::normal({6, 8}, "dx0", 1.0f), g0 = gc::normal({8}, "g0", 1.0f);
+  Tensor dx = dx0.clone();
+  s.flat_grads().copy_from(g0);
+  norm.backward(dx, r, x, mean, rstd);
+  for (int64_t i = 0; i < dx.numel(); ++i) dx.data<float>()[i] -= dx0.data<float>()[i];
+  for (int64_t i = 0; i < s.numel(); ++i) s.flat_grads().data<float>()[i] -= g0.data<float>()[i];
+  check("rmsnorm.dx (added to dx)", x.data<float>(), x.numel(), dx, f);
+  check_params(s, "rmsnorm:", f);
+  // y = x / rms(x) * weight.
+  f();
+  for (int64_t n = 0; n < 6; ++n) {
+    double sq = 0;
+    for (int64_t c = 0; c < 8; ++c) sq += double(x.data<float>()[n * 8 + c]) * x.data<float>()[n * 8 + c];
+    const double rs = 1.0 / std::sqrt(sq / 8 + 1e-5);
+    EXPECT_NEAR(rstd.data<float>()[n], rs, 1e-5 * rs);
+    for (int64_t c = 0; c < 8; ++c)
+      EXPECT_NEAR(y.data<float>()[n * 8 + c], x.data<float>()[n * 8 + c] * rs * s.value(0).data<float>()[c], 1e-5);
+  }
+}
+
+// Llama's attention: q, k, v projections without bias, rotary positions, kv_heads of the heads.
+void llama_attention_gradcheck(int64_t seq, int64_t heads, int64_t kv_heads, int64_t max_checks) {
+  const int64_t batch = 2, channels = 4 * heads;
+  nn::ParamStore s;
+  nn::SelfAttention attn(s, "attn", channels, heads, 0.3f, 0.3f, true, nn::TensorLayout::single(),
+                         nn::SequenceLayout::single(), nn::AttentionOptions{kv_heads, 10000.0f});
+  ASSERT_EQ(s.size(), 4) << "q, k, v and the output projection, no biases";
+  EXPECT_EQ(s.spec(1).global_shape, Shape({kv_heads * 4, channels}));
+  s.allocate(Device::cpu, 1);
+  tessera::testing::randomize_params(s, 0.4f);
+  Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
+  nn::SelfAttention::Saved saved = attn.allocate(batch, seq, Device::cpu);
+  Tensor projections = attn.allocate_projections(batch, seq, Device::cpu);
+  const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
+  auto f = [&] {
+    attn.forward(y, x, saved, region, projections);
+    return gc::dot(y, r);
+  };
+  f();
+  Tensor dx = filled(x.shape(), 1e3f);  // overwritten
+  Tensor dqkv = Tensor::empty({batch, seq, 3 * channels}), datt = Tensor::empty({batch, seq, channels});
+  attn.backward(dx, r, x, saved, dqkv, datt, region, projections);
+  const std::string tag = "llama attention(T=" + std::to_string(seq) + ", heads " + std::to_string(heads) +
+                          ", kv " + std::to_string(kv_heads) + ")";
+  check(tag + ".dx", x.data<float>(), x.numel(), dx, f, kTol, max_checks);
+  check_params(s, tag + ":", f, kTol, max_checks);
+}
+
+TEST(GradCheck, LlamaAttentionGroupedQuery) { llama_attention_gradcheck(5, 4, 2, 1 << 20); }
+TEST(GradCheck, LlamaAttentionMultiQuery) { llama_attention_gradcheck(5, 4, 1, 1 << 20); }
+TEST(GradCheck, LlamaAttentionMultiHead) { llama_attention_gradcheck(5, 2, 2, 1 << 20); }
+TEST(GradCheck, LlamaAttentionAcrossKeyTiles) { llama_attention_gradcheck(70, 2, 1, 160); }
+
+// Rotary positions make attention depend on relative positions only: the same q, k, v content
+// shifted by some positions gives the same scores (here: the output of a sequence whose rows all
+// hold one token is the same at every position, as with no positions at all).
+TEST(GradCheck, LlamaAttentionSeesRelativePositionsOnly) {
+  const int64_t seq = 6, channels = 8;
+  nn::ParamStore s;
+  nn::SelfAttention attn(s, "attn", channels, 2, 0.3f, 0.3f, true, nn::TensorLayout::single(),
+                         nn::SequenceLayout::single(), nn::AttentionOptions{1, 10000.0f});
+  s.allocate(Device::cpu, 1);
+  tessera::testing::randomize_params(s, 0.4f);
+  Tensor x = Tensor::empty({1, seq, channels}), y = Tensor::empty({1, seq, channels});
+  const Tensor token = gc::normal({channels}, "token", 1.0f);
+  for (int64_t t = 0; t < seq; ++t) x.rows(0, 1).reshape({seq, channels}).rows(t, 1).copy_from(token.reshape({1, channels}));
+  auto saved = attn.allocate(1, seq, Device::cpu);
+  Tensor projections = attn.allocate_projections(1, seq, Device::cpu);
+  attn.forward(y, x, saved, region, projections);
+  for (int64_t t = 1; t < seq; ++t)
+    for (int64_t c = 0; c < channels; ++c)
+      EXPECT_NEAR(y.data<float>()[t * channels + c], y.data<float>()[c], 1e-5) << "position " << t;
+}
+
+TEST(GradCheck, SwiGluMlp) {
+  const int64_t rows = 6, channels = 8, hidden = 24;
+  nn::ParamStore s;
+  nn::SwiGluMlp mlp(s, "mlp", channels, hidden, 0.3f, 0.3f);
+  ASSERT_EQ(s.size(), 3) << "gate, up and down, no biases";
+  s.allocate(Device::cpu, 1);
+  tessera::testing::randomize_params(s, 0.4f);
+  Tensor x = gc::normal({rows, channels}, "x", 1.0f), y = Tensor::empty({rows, channels});
+  auto saved = mlp.allocate(rows, Device::cpu);
+  const Tensor r = gc::normal({rows, channels}, "R", 1.0f);
+  auto f = [&] {
+    mlp.forward(y, x, saved, region);
+    return gc::dot(y, r);
+  };
+  f();
+  Tensor dx = filled(x.shape(), 1e3f), dgate = Tensor::empty({rows, hidden}), dup = Tensor::empty({rows, hidden});
+  mlp.backward(dx, r, x, saved, dgate, dup, region);
+  check("swiglu.dx", x.data<float>(), x.numel(), dx, f);
+  check_params(s, "swiglu:", f);
+}
+
+TEST(GradCheck, LlamaBlockResidualStream) {
+  const int64_t batch = 2, seq = 5, channels = 8;
+  nn::BlockConfig config{channels, 2, 24, 0.3f, 0.3f};
+  config.norm = nn::NormKind::rms;
+  config.attention = {1, 10000.0f};
+  config.swiglu = true;
+  nn::ParamStore s;
+  nn::TransformerBlock blk(s, "blocks.0", config);
+  s.allocate(Device::cpu, 1);
+  tessera::testing::randomize_params(s, 0.3f);
+  Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
+  auto saved = blk.allocate(batch, seq, Device::cpu);
+  auto scratch = blk.allocate_scratch(batch, seq, Device::cpu);
+  const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
+  auto f = [&] {
+    blk.forward(y, x, saved, scratch);
+    return gc::dot(y, r);
+  };
+  f();
+  Tensor dres = r.clone();
+  blk.backward(dres, x, saved, scratch);
+  check("llama block.dres (dL/dx on exit)", x.data<float>(), x.numel(), dres, f);
+  check_params(s, "llama block:", f);
 }
 
 // ---- the whole model ----------------------------------------------------------------------------------

@@ -12,11 +12,30 @@ namespace tessera::models {
 
 namespace {
 constexpr float kInitStd = 0.02f;
-// GPT-2's scaled initialisation of the projections into the residual stream.
+// GPT-2's scaled initialisation of the projections into the residual stream (Llama: not scaled).
 float proj_init_std(const GptConfig& config) {
+  if (config.llama()) return kInitStd;
   return kInitStd / std::sqrt(2.0f * static_cast<float>(config.layers));
 }
 }  // namespace
+
+const char* arch_name(Arch arch) { return arch == Arch::llama ? "llama" : "gpt2"; }
+
+Arch parse_arch(const std::string& name) {
+  if (name == "gpt2") return Arch::gpt2;
+  if (name == "llama") return Arch::llama;
+  fail("--arch ", name, ": expected gpt2 or llama");
+}
+
+int64_t GptConfig::llama_ffn_hidden(int64_t hidden) {
+  const int64_t third = 8 * hidden / 3;
+  return (third + 255) / 256 * 256;
+}
+
+int64_t GptConfig::mlp_hidden() const {
+  if (!llama()) return 4 * hidden;
+  return ffn_hidden > 0 ? ffn_hidden : llama_ffn_hidden(hidden);
+}
 
 void GptConfig::validate(int tp) const {
   TESSERA_CHECK(vocab >= 2, "vocabulary size must be at least 2, got ", vocab);
@@ -28,6 +47,22 @@ void GptConfig::validate(int tp) const {
   TESSERA_CHECK(pad_vocab_to >= 1, "vocabulary padding must be at least 1");
   TESSERA_CHECK(heads % tp == 0, "--heads ", heads, " is not divisible by --tp ", tp,
                 " (tensor parallelism splits the attention heads)");
+  if (!llama()) {
+    TESSERA_CHECK(kv_heads == 0 || kv_heads == heads, "--kv-heads is Llama's (--arch llama); gpt2 has as many",
+                  " kv heads as heads");
+    TESSERA_CHECK(ffn_hidden == 0, "--ffn-hidden is Llama's (--arch llama); gpt2's MLP is 4 x --hidden");
+    TESSERA_CHECK(tie_embeddings, "gpt2's head is tied to the token embedding (--tie-embeddings)");
+    return;
+  }
+  TESSERA_CHECK(kv_heads >= 0 && heads % kv() == 0, "--kv-heads ", kv_heads, " does not divide --heads ", heads);
+  TESSERA_CHECK((hidden / heads) % 2 == 0, "rotary positions need an even head size: --hidden ", hidden,
+                " / --heads ", heads, " is ", hidden / heads);
+  TESSERA_CHECK(kv() % tp == 0 || tp % kv() == 0, "--kv-heads ", kv(), " and --tp ", tp, ": tensor parallelism",
+                " splits the kv heads (--tp divides --kv-heads) or replicates them (--kv-heads divides --tp)");
+  TESSERA_CHECK(ffn_hidden >= 0, "--ffn-hidden must be >= 0 (0: Llama's default), got ", ffn_hidden);
+  TESSERA_CHECK(mlp_hidden() % tp == 0, "--ffn-hidden ", mlp_hidden(), " is not divisible by --tp ", tp);
+  TESSERA_CHECK(norm_eps > 0, "--norm-eps must be > 0, got ", norm_eps);
+  TESSERA_CHECK(rope_theta > 1, "--rope-theta must be > 1, got ", rope_theta);
 }
 
 int64_t GptConfig::moe_blocks() const {
@@ -58,23 +93,35 @@ Gpt::Modules Gpt::register_modules(const GptConfig& config, const nn::MoeConfig&
   const int64_t c = config.hidden;
   Modules m;
   const bool first_stage = chunks.front().embedding, last_stage = chunks.back().head;
-  if (first_stage || last_stage) {
+  const bool tied = config.tie_embeddings;
+  if (first_stage || (last_stage && tied)) {
     if (first_stage) m.unit_first_param.push_back(store.size());
-    m.embed = nn::Embedding(first_stage ? store : mirror, "embed", config.vocab, config.max_seq, c,
-                            config.pad_vocab_to, kInitStd, *layout.tensor);
+    m.embed = nn::Embedding(first_stage ? store : mirror, "embed", config.vocab, config.llama() ? 0 : config.max_seq,
+                            c, config.pad_vocab_to, kInitStd, *layout.tensor);
+  }
+  nn::BlockConfig block{c, config.heads, config.mlp_hidden(), kInitStd, proj_init_std(config)};
+  if (config.llama()) {
+    block.norm = nn::NormKind::rms;
+    block.norm_eps = config.norm_eps;
+    block.attention = {config.kv(), config.rope_theta};
+    block.swiglu = true;
   }
   for (const ModelChunk& ch : chunks)
     for (int64_t i = ch.first_block; i < ch.end_block; ++i) {
-      nn::BlockConfig b{c, config.heads, 4 * c, kInitStd, proj_init_std(config)};
+      nn::BlockConfig b = block;
       if (config.is_moe_block(i)) b.moe = &moe;
       b.recompute = ckpt.of_block(i);
       m.unit_first_param.push_back(store.size());
       m.blocks.emplace_back(store, "blocks." + std::to_string(i), b, *layout.tensor, *layout.sequence,
                             *layout.experts);
     }
-  if (last_stage) {
+  if (last_stage) {  // one unit: the final norm and an untied head's table
     m.unit_first_param.push_back(store.size());
-    m.ln_f = nn::LayerNorm(store, "ln_f", c, *layout.tensor);
+    m.ln_f = nn::LayerNorm(store, "ln_f", c, *layout.tensor, config.norm_eps,
+                           config.llama() ? nn::NormKind::rms : nn::NormKind::layer);
+    if (!tied)
+      m.head_table = nn::Embedding::head_table(store, "head", config.vocab, c, config.pad_vocab_to, kInitStd,
+                                               *layout.tensor);
   }
   return m;
 }
@@ -102,7 +149,8 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       token_share_(layout.experts->size() * layout.tensor->batch_parts()),
       activation_rounding_(layout.activations) {
   config.validate(layout.tensor->size());
-  TESSERA_CHECK(seq <= config.max_seq, "sequence ", seq, " longer than the model's ", config.max_seq);
+  TESSERA_CHECK(config.llama() || seq <= config.max_seq, "sequence ", seq, " longer than the model's ",
+                config.max_seq);
   TESSERA_CHECK(!(layout.tensor->splits_rows() && layout.sequence->size() > 1),
                 "--sp-mode split_gather splits the sequence inside the tp group: it takes no --sp");
   const PipelinePlacement& pipe = layout.pipeline;
@@ -114,6 +162,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   mirror_ = std::make_unique<nn::ParamStore>();
   Modules m = register_modules(config, moe_config_, layout, chunks_, store_, *mirror_);
   embed_ = std::move(m.embed);
+  head_table_ = std::move(m.head_table);
   blocks_ = std::move(m.blocks);
   ln_f_ = std::move(m.ln_f);
   block_unit_base_ = first_stage ? 1 : 0;
@@ -151,7 +200,8 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
     lnf_ = act({rows_, features_});
     lnf_mean_ = act({rows_});
     lnf_rstd_ = act({rows_});
-    head_ = nn::LmHead(embed_, mirror_ ? *mirror_ : store_, n, device);
+    head_ = config.tie_embeddings ? nn::LmHead(embed_, mirror_ ? *mirror_ : store_, n, device)
+                                  : nn::LmHead(head_table_, store_, n, device);
   }
   if (!pipe.pipelined()) {  // one micro-batch's activations, allocated now
     slot(0, 0);
@@ -159,8 +209,11 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   }
 }
 
+// An untied input table is a lookup, not a product: it is left out (a tied one is counted as the head).
 double Gpt::flops_per_token() const {
-  return 6.0 * static_cast<double>(model_numel_) + 6.0 * static_cast<double>(config_.layers * seq_ * config_.hidden);
+  const int64_t lookup_only = config_.tie_embeddings ? 0 : config_.vocab * config_.hidden;
+  return 6.0 * static_cast<double>(model_numel_ - lookup_only) +
+         6.0 * static_cast<double>(config_.layers * seq_ * config_.hidden);
 }
 
 std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const ModelChunk& c) const {

@@ -1,9 +1,12 @@
-// GPT-2 style language model: token + position embedding, pre-LN transformer blocks, final
-// LayerNorm, LM head tied to the token embedding, mean cross-entropy over all positions. Under a
+// Decoder-only language model, GPT-2 style (token + position embedding, pre-LN transformer blocks,
+// final LayerNorm, LM head tied to the token embedding) or Llama style (--arch llama: token
+// embedding, pre-RMSNorm blocks with rotary grouped-query attention and a SwiGLU MLP, no biases,
+// final RMSNorm, an untied head unless tie_embeddings); mean cross-entropy over all positions. Under a
 // tensor-parallel layout every layer splits as its own header describes (vocab-parallel
 // embedding and head, Megatron blocks); each rank's flat parameter buffers hold its slices.
 #pragma once
 #include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -20,8 +23,23 @@
 
 namespace tessera::models {
 
+enum class Arch { gpt2, llama };
+const char* arch_name(Arch arch);
+Arch parse_arch(const std::string& name);  // throws naming the choices
+
 struct GptConfig {
+  Arch arch = Arch::gpt2;
   int64_t vocab = 0, max_seq = 0, layers = 0, hidden = 0, heads = 0;
+  // Llama: kv heads (grouped-query attention; 0: as many as heads), the SwiGLU MLP's hidden
+  // features (0: llama_ffn_hidden), the norms' epsilon, the rotary base, a head tied to the table.
+  int64_t kv_heads = 0, ffn_hidden = 0;
+  float norm_eps = 1e-5f, rope_theta = 10000.0f;
+  bool tie_embeddings = true;  // gpt2 always; llama's default is an untied head
+  bool llama() const { return arch == Arch::llama; }
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t mlp_hidden() const;  // gpt2: 4 x hidden
+  // Llama's default: 8/3 of the hidden size rounded up to a multiple of 256.
+  static int64_t llama_ffn_hidden(int64_t hidden);
   int64_t pad_vocab_to = 64;  // LM-head rows are padded to this multiple (masked in the loss)
   // Mixture of experts: every moe_every-th block (blocks moe_every-1, 2 moe_every-1, ...) has a
   // mixture-of-experts feed-forward (moe.channels is the hidden size; moe.hidden its experts'
@@ -136,7 +154,7 @@ class Gpt {
   // and the tied token table in `mirror` on a last stage that is not the first. MoE blocks point
   // at `moe`, which must outlive them.
   struct Modules {
-    nn::Embedding embed;
+    nn::Embedding embed, head_table;
     std::vector<nn::TransformerBlock> blocks;
     nn::LayerNorm ln_f;
     std::vector<int> unit_first_param;
@@ -165,6 +183,7 @@ class Gpt {
   nn::ParamStore store_;
   std::unique_ptr<nn::ParamStore> mirror_;  // the tied token table on a last stage
   nn::Embedding embed_;                     // in store_ (first stage) or mirror_ (last stage)
+  nn::Embedding head_table_;                // an untied head's table (last stage)
   std::vector<nn::TransformerBlock> blocks_;
   nn::LayerNorm ln_f_;
   nn::LmHead head_;
