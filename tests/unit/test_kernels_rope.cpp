@@ -190,8 +190,8 @@ TEST_P(Rope, BackwardIsTheTransposeOfForward) {
   EXPECT_NEAR(lhs, rhs, 1e-5 * std::sqrt(static_cast<double>(y.numel()))) << "lhs " << lhs << ", rhs " << rhs;
 }
 
-// Theta 10000 (Llama 2) and 500000 (Llama 3); D from 2 up; above 1 << 14 elements the rows are
-// shared among threads.
+// Theta 10000 (Llama 2) and 500000 (Llama 3); D from 2 up; above 1 << 14 elements the rows (and
+// the table's positions) are shared among threads.
 INSTANTIATE_TEST_SUITE_P(
     Layouts, Rope,
     ::testing::Values(
@@ -212,7 +212,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"threads_gqa_theta_500k", 2, 64, 8, 2, 64, 4, 0, 0, 1000, 500000.0f},
         Case{"threads_mha_far_positions", 3, 40, 4, 4, 64, 1, 0, 0, 8000, 10000.0f},
         // a 128k context's last positions, across the table's anchor at 131072 = 512 x 256
-        Case{"long_context_positions", 1, 40, 2, 1, 128, 2, 0, 0, 131050, 500000.0f}),
+        Case{"long_context_positions", 1, 40, 2, 1, 128, 2, 0, 0, 131050, 500000.0f},
+        // a cos/sin table above 1 << 14 entries, made by several threads
+        Case{"threads_long_table", 1, 600, 2, 1, 64, 2, 0, 0, 70000, 500000.0f}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- the convention, by hand ----------------------------------------------------------------------
