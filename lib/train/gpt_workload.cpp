@@ -28,7 +28,9 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
   comm::Communicator& pp = mesh.group(comm::Axis::pp);
   comm::Communicator& data = mesh.data_group();
   if (pp.size() > 1) {
-    const bool first = model.has_embedding(0), last = model.has_head(model.chunks() - 1);
+    // An untied head (Llama's) has no mirror: the stages then share nothing (TiedWeights no-ops).
+    const bool first = model.has_embedding(0) && model.config().tie_embeddings;
+    const bool last = model.has_head(model.chunks() - 1);
     tied_ = std::make_unique<parallel::TiedWeights>(first ? &model.params() : nullptr, &model.units(), 0,
                                                     last ? model.tied_mirror() : nullptr, model.tied_param(), pp, data);
     runner_ = std::make_unique<PipelineRunner>(
