@@ -408,6 +408,9 @@ void check_rope(const char* op, const Tensor& qkv, const Tensor& q, const Tensor
   same_device(op, {&qkv, &q, &k, &v});
   expect(s.head_dim > 0 && s.head_dim % 2 == 0, op, "the head size must be even");
   expect(s.heads > 0 && s.kv_heads > 0 && s.group > 0, op, "heads, kv heads and group must be positive");
+  expect(s.batch >= 0 && s.seq >= 0 && s.first_head >= 0 && s.first_kv_head >= 0 && s.first_position >= 0, op,
+         "batch, seq, first head, first kv head and first position must not be negative");
+  expect(s.theta > 0.0f, op, "theta must be positive");
   const int64_t n = s.batch * s.seq, d = s.head_dim;
   expect(qkv.numel() == n * 3 * s.heads * d && q.numel() == n * s.heads * d && k.numel() == n * s.kv_heads * d &&
              v.numel() == k.numel(),
