@@ -1,5 +1,6 @@
 // ckpt_tool: looks into tessera checkpoints without MPI: `inspect` (attributes, and each tensor's
-// shape and L2 norm) and `verify` (every tensor against its checksum).
+// shape and L2 norm) and `verify` (every tensor against its checksum); converts Hugging Face model
+// folders to and from them (`import-hf`, `export-hf`: apps/common/hf_checkpoint.h).
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -10,8 +11,10 @@
 #include <vector>
 
 #include "apps/common/cli.h"
+#include "apps/common/hf_checkpoint.h"
 #include "core/error.h"
 #include "io/checkpoint_file.h"
+#include "io/safetensors_folder.h"
 
 namespace po = boost::program_options;
 using tessera::io::CheckpointReader;
@@ -19,7 +22,7 @@ using tessera::io::CheckpointReader;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: ckpt_tool <command> FILE\n"
+    "usage: ckpt_tool <command> ARGS\n"
     "\n"
     "Looks into a tessera checkpoint (HDF5, one file per step).\n"
     "\n"
@@ -28,11 +31,19 @@ constexpr const char* kUsage =
     "                 tensors: name, shape, L2 norm\n"
     "  verify FILE    reads every tensor and checks it against its checksum; prints\n"
     "                 \"ok: FILE (N tensors)\" and exits 0, or \"error: ...\" and exits 1\n"
+    "  import-hf DIR --output FILE.h5\n"
+    "                 a Hugging Face model folder (config.json, safetensors; gpt2, llama, mistral)\n"
+    "                 to a tessera checkpoint at step 0; prints the gpt_train options of the model\n"
+    "  export-hf FILE.h5 --output DIR [--dtype f32|bf16|f16] [--max-shard-size 2GB]\n"
+    "                 the reverse: config.json, generation_config.json, model.safetensors (or\n"
+    "                 shards and model.safetensors.index.json past the size)\n"
     "  --version      the version, commit, build options and devices of this build\n";
 
 constexpr const char* kExample =
     "  ckpt_tool inspect runs/ck/step_100.h5\n"
-    "  ckpt_tool verify runs/ck/step_100.h5";
+    "  ckpt_tool verify runs/ck/step_100.h5\n"
+    "  ckpt_tool import-hf models/tiny-llama --output tiny.h5\n"
+    "  ckpt_tool export-hf runs/ck/step_100.h5 --output models/mine --dtype bf16";
 
 // A mistake on the command line: cli::run_main reports po::error with exit code 2.
 [[noreturn]] void usage_error(const std::string& what) { throw po::error(what); }
@@ -127,12 +138,47 @@ int run_verify(const std::vector<std::string>& args) {
   return 0;
 }
 
+// import-hf / export-hf: SOURCE --output TARGET and, for export, --dtype and --max-shard-size.
+int run_hf(const std::string& command, const std::vector<std::string>& args) {
+  const bool import = command == "import-hf";
+  std::string source, output, dtype, shard_size;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "show this help")(
+      "source", po::value(&source)->value_name(import ? "DIR" : "FILE.h5"), import ? "the Hugging Face model folder" : "the checkpoint")(
+      "output", po::value(&output)->value_name(import ? "FILE.h5" : "DIR"), import ? "the checkpoint to write (must not exist)" : "the folder to write (must not exist or be empty)");
+  if (!import)
+    desc.add_options()("dtype", po::value(&dtype)->value_name("f32|bf16|f16"), "the tensors' dtype (default: the imported one, else f32)")(
+        "max-shard-size", po::value(&shard_size)->value_name("SIZE"), "shard the weights past this size (2GB, 500MB; default: one file)");
+  po::positional_options_description positional;
+  positional.add("source", 1);
+  po::variables_map vm;
+  const po::parsed_options parsed = po::command_line_parser(args).options(desc).positional(positional).run();
+  tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);
+  po::store(parsed, vm);
+  if (vm.count("help")) {
+    std::cout << kUsage << "\n" << desc << "\nExample:\n" << kExample << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  if (source.empty()) usage_error("ckpt_tool " + command + " needs " + (import ? "a model folder DIR" : "a checkpoint FILE"));
+  if (output.empty()) usage_error("ckpt_tool " + command + " needs --output");
+  if (import) {
+    const std::string flags = tessera::hf::import_hf(source, output);
+    std::cout << "wrote " << output << " (step 0); train from it with\n  gpt_train " << flags
+              << " --resume " << output << " --input DATA.h5 ...\n";
+  } else {
+    tessera::hf::export_hf(source, output, dtype, shard_size.empty() ? 0 : tessera::io::parse_byte_size(shard_size));
+    std::cout << "wrote " << output << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return tessera::cli::run_main([&] {
     std::vector<std::string> args(argv + 1, argv + argc);
-    if (args.empty()) usage_error("missing command (inspect or verify)");
+    if (args.empty()) usage_error("missing command (inspect, verify, import-hf or export-hf)");
     const std::string command = args[0];
     args.erase(args.begin());
     if (command == "--help" || command == "-h" || command == "help") {
@@ -145,8 +191,9 @@ int main(int argc, char** argv) {
     }
     if (command == "inspect") return run_inspect(args);
     if (command == "verify") return run_verify(args);
+    if (command == "import-hf" || command == "export-hf") return run_hf(command, args);
     if (!command.empty() && command[0] == '-')
-      usage_error("expected a command (inspect or verify) before the option '" + command + "'");
-    usage_error("unknown command '" + command + "' (expected inspect or verify)");
+      usage_error("expected a command (inspect, verify, import-hf or export-hf) before the option '" + command + "'");
+    usage_error("unknown command '" + command + "' (expected inspect, verify, import-hf or export-hf)");
   });
 }

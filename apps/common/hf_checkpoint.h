@@ -1,0 +1,20 @@
+// ckpt_tool's import-hf and export-hf: a Hugging Face model folder (config.json and safetensors)
+// to a tessera checkpoint at step 0, and a tessera checkpoint back to such a folder.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tessera::hf {
+
+// Writes `output` (refused if it exists): the parameters, zero AdamW moments, step 0, and the
+// model attributes gpt_train records, plus hf.* attributes (model_type, dtype, norm_eps,
+// rope_theta, max_position_embeddings, the config.json text) for export. Returns the gpt_train
+// options that build the model.
+std::string import_hf(const std::string& dir, const std::string& output);
+
+// Writes config.json, generation_config.json and the weights into `dir` (created; refused if it
+// exists and is not empty). dtype: "f32", "bf16", "f16", or "" (the imported dtype, else f32).
+// max_shard_bytes: 0 for one file.
+void export_hf(const std::string& checkpoint, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes);
+
+}  // namespace tessera::hf

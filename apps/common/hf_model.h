@@ -1,0 +1,49 @@
+// The correspondence between Hugging Face models (model_type gpt2, llama, mistral) and tessera's
+// GPT family: config.json <-> GptConfig, and each tensor's name, shape and orientation.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "models/gpt/gpt.h"
+
+namespace tessera::hf {
+
+// What a model folder's config.json says, in tessera's terms.
+struct HfModel {
+  std::string model_type;  // gpt2, llama, mistral
+  models::GptConfig config;
+  int64_t max_positions = 0;  // n_positions / max_position_embeddings
+};
+
+// Reads config.json's fields, refusing (naming the field, its value and `where`) a model_type or a
+// setting tessera's model does not compute (another activation, biases, rope_scaling...).
+HfModel model_from_config(const nlohmann::json& config, const std::string& where);
+
+// One parameter: tessera's name and shape, the Hugging Face name, and whether the Hugging Face
+// tensor is the transpose (gpt2's Conv1D weights, stored [in, out]).
+struct TensorPair {
+  std::string tessera, hf;
+  std::vector<int64_t> shape;  // tessera's
+  bool transposed = false;
+};
+// Every parameter of the model, in Hugging Face's order (embeddings, blocks, final norm, head).
+// prefix: gpt2's "transformer." (GPT2LMHeadModel) or "" (GPT2Model).
+std::vector<TensorPair> tensor_pairs(const HfModel& m, const std::string& gpt2_prefix = "transformer.");
+// Tensors a Hugging Face file may hold that are buffers, not parameters (ignored on import).
+bool is_known_buffer(const HfModel& m, const std::string& hf_name);
+
+// config.json and generation_config.json as transformers writes them for that model_type.
+nlohmann::json config_json(const HfModel& m, const std::string& torch_dtype);
+nlohmann::json generation_config_json(const nlohmann::json& config);
+
+// The tessera checkpoint's model name and model.<field> attributes, as gpt_train records them.
+std::string tessera_model_name(const HfModel& m);
+std::vector<std::pair<std::string, int64_t>> tessera_model_fields(const HfModel& m);
+// The gpt_train options that build this model (for --resume FILE).
+std::string gpt_train_flags(const HfModel& m);
+
+inline constexpr const char* kTransformersVersion = "4.40.2";  // written into the JSON files
+
+}  // namespace tessera::hf
