@@ -33,6 +33,12 @@ bool bool_field(const json& c, const std::string& key, bool fallback, const std:
   return c[key].get<bool>();
 }
 
+std::string string_field(const json& c, const std::string& key, const std::string& fallback, const std::string& where) {
+  if (!c.contains(key) || c[key].is_null()) return fallback;
+  if (!c[key].is_string()) fail(where, ": config field ", key, " = ", c[key].dump(), " is not a string");
+  return c[key].get<std::string>();
+}
+
 // A field tessera computes one way only: absent, null, or that value.
 void require(const json& c, const std::string& key, const json& value, const std::string& where, const std::string& why) {
   if (c.contains(key) && !c[key].is_null() && c[key] != value)
@@ -56,7 +62,7 @@ HfModel model_from_config(const json& c, const std::string& where) {
     m.max_positions = g.max_seq = int_field(c, "n_positions", where);
     if (c.contains("n_inner") && !c["n_inner"].is_null() && c["n_inner"] != json(4 * g.hidden))
       fail(where, ": config field n_inner = ", c["n_inner"].dump(), " is not supported (tessera's gpt2 MLP is 4 x n_embd)");
-    const std::string act = c.value("activation_function", std::string("gelu_new"));
+    const std::string act = string_field(c, "activation_function", "gelu_new", where);
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       fail(where, ": config field activation_function = ", act, " is not supported (tessera's gpt2 uses GELU's tanh form: gelu_new)");
     const double eps = number_field(c, "layer_norm_epsilon", where, 1e-5);
@@ -79,7 +85,7 @@ HfModel model_from_config(const json& c, const std::string& where) {
     g.norm_eps = static_cast<float>(number_field(c, "rms_norm_eps", where, 1e-6));
     g.rope_theta = static_cast<float>(number_field(c, "rope_theta", where, 10000.0));
     g.tie_embeddings = bool_field(c, "tie_word_embeddings", false, where);
-    const std::string act = c.value("hidden_act", std::string("silu"));
+    const std::string act = string_field(c, "hidden_act", "silu", where);
     if (act != "silu") fail(where, ": config field hidden_act = ", act, " is not supported (tessera's SwiGLU uses silu)");
     require(c, "rope_scaling", nullptr, where, "tessera's rotary positions are unscaled");
     require(c, "attention_bias", false, where, "tessera's llama attention has no biases");

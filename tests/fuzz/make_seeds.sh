@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Writes the fuzz seed corpora with the project's own tools (nothing binary is committed):
-# usage: tests/fuzz/make_seeds.sh BUILD_DIR SRC_DIR OUT_DIR  ->  OUT_DIR/{token_dataset,checkpoint,config}/
+# usage: tests/fuzz/make_seeds.sh BUILD_DIR SRC_DIR OUT_DIR  ->  OUT_DIR/{token_dataset,checkpoint,config,safetensors}/
 set -euo pipefail
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd); out=$3
-rm -rf "$out"; mkdir -p "$out"/{token_dataset,checkpoint,config}
+rm -rf "$out"; mkdir -p "$out"/{token_dataset,checkpoint,config,safetensors}
 out=$(cd "$out" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # The tools are sanitized too: leaks of MPI's singleton start-up are not what the seeds are about.
@@ -21,6 +21,12 @@ printf 'to be or not to be, that is the question\n' >"$tmp/text.txt"
   --global-batch 1 --steps 1 --warmup 0 --threads 1 --peak-tflops 1 --log-every 1 \
   --checkpoint-dir "$tmp/ck" >/dev/null
 cp "$tmp/ck/step_1.h5" "$out/checkpoint/step_1.h5"
+
+# safetensors: that checkpoint exported by ckpt_tool export-hf in f32, bf16 and f16.
+for dtype in f32 bf16 f16; do
+  "$build/apps/ckpt_tool" export-hf "$tmp/ck/step_1.h5" --output "$tmp/hf_$dtype" --dtype $dtype >/dev/null
+  cp "$tmp/hf_$dtype/model.safetensors" "$out/safetensors/$dtype.safetensors"
+done
 
 # Config files: the repository's examples and a few hand-written ones.
 cp "$src"/inputs/*.ini "$out/config/"

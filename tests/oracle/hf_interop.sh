@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# CTest `oracle.hf_interop`: Hugging Face's own packages as the oracle of ckpt_tool import-hf and
+# export-hf. Small random GPT-2, Llama (2 kv heads of 4) and Mistral models, saved by transformers
+# (sharded and unsharded, f32 and bf16), import into tessera; gpt_train's step-1 loss on a batch
+# equals transformers' (relative 1e-5) on one rank and under tp2 x pp2; export-hf writes a folder
+# that safetensors reads back as the original bytes, and that from_pretrained loads with the same
+# loss and greedy continuation; tessera re-imports its export bit for bit.
+# usage: hf_interop.sh <build_dir> <source_dir>   (environment: TESSERA_HF_VENV, default <build>/hf-venv)
+set -euo pipefail
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 <build_dir> <source_dir>" >&2
+  exit 2
+fi
+build=$1
+src=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
+for exe in data_prep gpt_train ckpt_tool; do
+  [[ -x $build/apps/$exe ]] || { echo "FAIL: $build/apps/$exe not found (build it first)" >&2; exit 1; }
+done
+py=$(TESSERA_HF_VENV=${TESSERA_HF_VENV:-$build/hf-venv} "$src/tests/tools/hf_venv.sh") ||
+  { echo "FAIL: the Hugging Face environment could not be made (above)" >&2; exit 1; }
+mpirun=${TESSERA_MPIEXEC:-mpirun}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-hf.XXXXXX")
+keep=1
+cleanup() { if [[ $keep -eq 0 ]]; then rm -rf "$tmp"; else echo "hf_interop: files kept in $tmp" >&2; fi; }
+trap cleanup EXIT
+
+run() {
+  echo "+ $*"
+  local rc=0
+  "$@" >"$tmp/log" 2>&1 || rc=$?
+  grep -v "Loading checkpoint shards" "$tmp/log" | grep -E "^(ok|FAIL|export|wrote|error)" || true
+  if [[ $rc -ne 0 ]]; then
+    cat "$tmp/log"
+    echo "FAIL: command exited with status $rc: $*" >&2
+    exit 1
+  fi
+}
+
+vocab=96
+seq=16
+run "$build/apps/data_prep" synth --vocab $vocab --tokens 20000 --seed 3 --output "$tmp/data.h5"
+train=(--input "$tmp/data.h5" --seq-len $seq --global-batch 4 --micro-batch 4 --steps 1 --warmup 0 --threads 1)
+llama_flags=(--arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --norm-eps 1e-5 --rope-theta 5000)
+gpt2_flags=(--arch gpt2 --layers 2 --hidden 32 --heads 4)
+
+# case NAME TYPE DTYPE SHARD TIED SEED FLAGS...: make, import, loss on one rank and tp2 x pp2, export,
+# check the export with transformers and safetensors, re-import it bit for bit.
+case_() {
+  local name=$1 type=$2 dtype=$3 shard=$4 tied=$5 seed=$6
+  shift 6
+  local d=$tmp/$name
+  echo "== $name: $type, $dtype, ${shard:-one file}${tied:+, tied head}"
+  run "$py" "$src/tests/oracle/hf_oracle.py" make --type "$type" --out "$d/hf" --vocab $vocab --seq $seq --dtype "$dtype" \
+      --seed "$seed" ${shard:+--shard "$shard"} $tied
+  if [[ -n $shard && ! -f $d/hf/model.safetensors.index.json ]]; then
+    echo "FAIL: $name: transformers did not shard the model (no index)" >&2
+    exit 1
+  fi
+  run "$build/apps/ckpt_tool" import-hf "$d/hf" --output "$d/imported.h5"
+  run "$build/apps/gpt_train" "$@" "${train[@]}" --resume "$d/imported.h5" --metrics "$d/one.jsonl" --dump "$d/dump.h5"
+  run "$mpirun" -np 4 "$build/apps/gpt_train" "$@" "${train[@]}" --resume "$d/imported.h5" --tp 2 --pp 2 \
+      --metrics "$d/tp2pp2.jsonl"
+  run "$py" "$src/tests/oracle/hf_oracle.py" loss --model "$d/hf" --dump "$d/dump.h5" --metrics "$d/one.jsonl" "$d/tp2pp2.jsonl"
+  run "$build/apps/ckpt_tool" export-hf "$d/imported.h5" --output "$d/exported" ${shard:+--max-shard-size "$shard"}
+  run "$py" "$src/tests/oracle/hf_oracle.py" export --orig "$d/hf" --exported "$d/exported" --dump "$d/dump.h5" --same-bytes
+  run "$build/apps/ckpt_tool" import-hf "$d/exported" --output "$d/reimported.h5"
+  run "$py" "$src/tests/tools/compare_checkpoints.py" "$d/imported.h5" "$d/reimported.h5" --rtol 0 --atol 0
+}
+
+case_ gpt2_f32 gpt2 f32 "" "" 1 "${gpt2_flags[@]}"
+case_ gpt2_bf16_sharded gpt2 bf16 20KB "" 2 "${gpt2_flags[@]}"
+case_ llama_f32_sharded llama f32 20KB "" 3 "${llama_flags[@]}"
+case_ llama_bf16_tied llama bf16 "" --tied 4 "${llama_flags[@]}" --tie-embeddings
+case_ mistral_f32 mistral f32 "" "" 5 "${llama_flags[@]}"
+
+# A tessera-trained checkpoint (not imported) exports in bf16, sharded, and loads in transformers.
+d=$tmp/trained
+echo "== trained: gpt_train llama -> export-hf --dtype bf16 --max-shard-size 10KB"
+run "$build/apps/gpt_train" "${llama_flags[@]}" --input "$tmp/data.h5" --seq-len $seq --global-batch 4 --micro-batch 4 \
+    --steps 2 --warmup 0 --threads 1 --checkpoint-dir "$d/ck"
+run "$build/apps/ckpt_tool" export-hf "$d/ck/step_2.h5" --output "$d/exported" --dtype bf16 --max-shard-size 10KB
+[[ -f $d/exported/model.safetensors.index.json ]] || { echo "FAIL: export-hf did not shard past 10KB" >&2; exit 1; }
+run "$build/apps/ckpt_tool" import-hf "$d/exported" --output "$d/reimported.h5"
+run "$build/apps/ckpt_tool" export-hf "$d/reimported.h5" --output "$d/exported2"
+run "$py" "$src/tests/oracle/hf_oracle.py" export --orig "$d/exported" --exported "$d/exported2" --dump "$tmp/llama_f32_sharded/dump.h5" --same-bytes
+
+keep=0
+echo "hf_interop: all cases agree"
