@@ -116,7 +116,7 @@ int64_t StTensor::numel() const {
 
 void st_decode(const uint8_t* bytes, int64_t n, StDtype dtype, float* out) {
   if (dtype == StDtype::f32) {
-    std::memcpy(out, bytes, static_cast<size_t>(n) * 4);
+    if (n > 0) std::memcpy(out, bytes, static_cast<size_t>(n) * 4);  // an empty tensor may have no buffer
     return;
   }
   for (int64_t i = 0; i < n; ++i) {

@@ -73,6 +73,7 @@ TEST_F(Safetensors, RoundTripsEveryDtype) {
     EXPECT_EQ(std::signbit(back[4]), true);
   }
   EXPECT_EQ(f.find("empty")->numel(), 0);
+  EXPECT_TRUE(f.read_f32(*f.find("empty")).empty());  // no buffer to copy into (the fuzzer's first find)
   EXPECT_EQ(f.find("missing"), nullptr);
   EXPECT_THROW(write_safetensors(path("a.safetensors"), ts, {}), tessera::Error);  // never overwritten
 }
