@@ -163,6 +163,8 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       if (mc.moe.hidden == 0) mc.moe.hidden = 4 * mc.hidden;
     } else {
       TESSERA_CHECK(o.mesh.ep == 1, "gpt_train: --ep ", o.mesh.ep, " needs mixture-of-experts layers: use moe_train");
+      TESSERA_CHECK(!mc.llama() || o.device() == Device::cpu, "gpt_train --arch llama --device cuda: the Llama",
+                    " layers (RMSNorm, rotary positions, SwiGLU) have no CUDA kernels yet; run on cpu");
     }
     TESSERA_CHECK(seq_len % o.mesh.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", o.mesh.sp,
                   " (sequence parallelism gives each rank an equal share of the positions)");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parity: gpt_train --arch llama (RMSNorm, rotary grouped-query attention, SwiGLU, untied head)
 # under every layout family reproduces its one-rank run (losses, evaluation, step-1 gradients,
-# state after 10 steps: tests/tools/layout_parity.sh): 4 heads and 2 kv heads (tp 2 splits them,
+# state after 10 steps: tests/tools/layout_parity.sh), memory options change nothing else (activation
+# checkpointing, offload): 4 heads and 2 kv heads (tp 2 splits them,
 # tp 4 replicates each over a pair of ranks), and 1 kv head (multi-query: replicated at tp 2); a
 # head tied to the embedding across a pipeline; a checkpoint saved under tp2 x pp2 resumes under
 # sp2 x dp2 and continues the same curve; bf16 stays within the documented tolerance of fp32;
@@ -29,6 +30,13 @@ for schedule in 1f1b zb; do parity_case "pp2-$schedule" 2 ref "$data" --pp 2 --m
 parity_case pp2-interleaved-v2 2 ref "$data" --pp 2 --micro-batch 2 --pp-schedule interleaved --virtual-stages 2
 parity_case tp2-pp2 4 ref "$data" --tp 2 --pp 2 --micro-batch 2
 resume_case "tp2 x pp2 step 5 -> sp2 x dp2" ref "$data" "$tmp/tp2-pp2/step_5.h5" 4 --sp 2 --sp-mode ring
+
+# Memory options change nothing else: activation checkpointing (full and selective, every block and
+# every 2nd) on one rank and at tp 2, optimizer states offloaded to the host.
+checkpointed_like_plain ckpt-one-rank 1 "$data" --micro-batch 8
+checkpointed_like_plain ckpt-tp2 2 "$data" --tp 2
+parity_train offload-cpu 1 "$data" --micro-batch 8 --offload cpu
+same_as_plain offload-cpu ref
 
 # A head tied to the token embedding: the last pipeline stage's mirror of the table.
 parity_reference tied "$data" --micro-batch 8 --tie-embeddings
