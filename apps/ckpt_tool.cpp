@@ -35,6 +35,7 @@ constexpr const char* kUsage =
     "                 a Hugging Face model folder (config.json, safetensors; gpt2, llama, mistral)\n"
     "                 to a tessera checkpoint at step 0; prints the gpt_train options of the model\n"
     "  export-hf FILE.h5 --output DIR [--dtype f32|bf16|f16] [--max-shard-size 2GB]\n"
+    "            [--norm-eps X] [--rope-theta X]   (llama: values gpt_train does not record)\n"
     "                 the reverse: config.json, generation_config.json, model.safetensors (or\n"
     "                 shards and model.safetensors.index.json past the size)\n"
     "  --version      the version, commit, build options and devices of this build\n";
@@ -142,13 +143,16 @@ int run_verify(const std::vector<std::string>& args) {
 int run_hf(const std::string& command, const std::vector<std::string>& args) {
   const bool import = command == "import-hf";
   std::string source, output, dtype, shard_size;
+  float norm_eps = 0, rope_theta = 0;
   po::options_description desc("options");
   desc.add_options()("help,h", "show this help")(
       "source", po::value(&source)->value_name(import ? "DIR" : "FILE.h5"), import ? "the Hugging Face model folder" : "the checkpoint")(
       "output", po::value(&output)->value_name(import ? "FILE.h5" : "DIR"), import ? "the checkpoint to write (must not exist)" : "the folder to write (must not exist or be empty)");
   if (!import)
     desc.add_options()("dtype", po::value(&dtype)->value_name("f32|bf16|f16"), "the tensors' dtype (default: the imported one, else f32)")(
-        "max-shard-size", po::value(&shard_size)->value_name("SIZE"), "shard the weights past this size (2GB, 500MB; default: one file)");
+        "max-shard-size", po::value(&shard_size)->value_name("SIZE"), "shard the weights past this size (2GB, 500MB; default: one file)")(
+        "norm-eps", po::value(&norm_eps)->value_name("X"), "llama: the RMSNorm epsilon it was trained with (a gpt_train checkpoint does not record it; default 1e-5)")(
+        "rope-theta", po::value(&rope_theta)->value_name("X"), "llama: the rotary base it was trained with (not recorded either; default 10000)");
   po::positional_options_description positional;
   positional.add("source", 1);
   po::variables_map vm;
@@ -167,7 +171,10 @@ int run_hf(const std::string& command, const std::vector<std::string>& args) {
     std::cout << "wrote " << output << " (step 0); train from it with\n  gpt_train " << flags
               << " --resume " << output << " --input DATA.h5 ...\n";
   } else {
-    tessera::hf::export_hf(source, output, dtype, shard_size.empty() ? 0 : tessera::io::parse_byte_size(shard_size));
+    TESSERA_CHECK(!vm.count("norm-eps") || norm_eps > 0, "--norm-eps must be > 0, got ", norm_eps);
+    TESSERA_CHECK(!vm.count("rope-theta") || rope_theta > 0, "--rope-theta must be > 0, got ", rope_theta);
+    tessera::hf::export_hf(source, output,
+                           {dtype, shard_size.empty() ? 0 : tessera::io::parse_byte_size(shard_size), norm_eps, rope_theta});
     std::cout << "wrote " << output << "\n";
   }
   return 0;

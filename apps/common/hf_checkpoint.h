@@ -14,7 +14,14 @@ std::string import_hf(const std::string& dir, const std::string& output);
 
 // Writes config.json, generation_config.json and the weights into `dir` (created; refused if it
 // exists and is not empty). dtype: "f32", "bf16", "f16", or "" (the imported dtype, else f32).
-// max_shard_bytes: 0 for one file.
-void export_hf(const std::string& checkpoint, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes);
+// max_shard_bytes: 0 for one file. norm_eps / rope_theta (llama; 0: not given): the values a
+// checkpoint gpt_train wrote does not record (else its hf.* values, else gpt_train's defaults);
+// refused where the checkpoint records another.
+struct ExportOptions {
+  std::string dtype;
+  uint64_t max_shard_bytes = 0;
+  float norm_eps = 0, rope_theta = 0;
+};
+void export_hf(const std::string& checkpoint, const std::string& dir, const ExportOptions& options);
 
 }  // namespace tessera::hf

@@ -17,7 +17,16 @@ using json = nlohmann::json;
 namespace {
 
 // The model the checkpoint holds, from its model.<field> attributes (and hf.* where it was imported).
-HfModel model_of(const io::CheckpointReader& r) {
+// A llama value the checkpoint records (hf.<key>), else the option, else gpt_train's default.
+float llama_value(const io::CheckpointReader& r, const std::string& key, float option, float fallback, const char* flag) {
+  if (!r.has_attr("hf." + key)) return option > 0 ? option : fallback;
+  const float recorded = static_cast<float>(r.attr_double("hf." + key));
+  if (option > 0 && option != recorded)
+    fail("checkpoint ", r.path(), " records ", key, " ", recorded, "; ", flag, " ", option, " contradicts it");
+  return recorded;
+}
+
+HfModel model_of(const io::CheckpointReader& r, const ExportOptions& o) {
   const std::string where = "checkpoint " + r.path();
   if (!r.has_attr("model")) fail(where, " records no model");
   const std::string model = r.attr_string("model");
@@ -45,9 +54,11 @@ HfModel model_of(const io::CheckpointReader& r) {
     g.tie_embeddings = field("tie_embeddings") != 0;
     m.max_positions = r.has_attr("hf.max_position_embeddings") ? r.attr_int("hf.max_position_embeddings") : 2048;
     g.max_seq = m.max_positions;
-    if (r.has_attr("hf.norm_eps")) g.norm_eps = static_cast<float>(r.attr_double("hf.norm_eps"));
-    if (r.has_attr("hf.rope_theta")) g.rope_theta = static_cast<float>(r.attr_double("hf.rope_theta"));
+    g.norm_eps = llama_value(r, "norm_eps", o.norm_eps, 1e-5f, "--norm-eps");
+    g.rope_theta = llama_value(r, "rope_theta", o.rope_theta, 10000.0f, "--rope-theta");
   }
+  if (!g.llama() && (o.norm_eps > 0 || o.rope_theta > 0))
+    fail("--norm-eps and --rope-theta are for llama checkpoints; ", r.path(), " holds a gpt2 model");
   return m;
 }
 
@@ -64,15 +75,15 @@ void write_json(const fs::path& path, const json& j) {
 
 }  // namespace
 
-void export_hf(const std::string& checkpoint, const std::string& dir, const std::string& dtype_name, uint64_t max_shard_bytes) {
+void export_hf(const std::string& checkpoint, const std::string& dir, const ExportOptions& options) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
     fail("--output ", dir, " exists and is not an empty folder: nothing is overwritten");
   const io::CheckpointReader r(checkpoint, MPI_COMM_NULL);
   r.verify();
-  const HfModel m = model_of(r);
+  const HfModel m = model_of(r, options);
   const io::StDtype dtype = io::parse_st_dtype(
-      !dtype_name.empty() ? dtype_name : r.has_attr("hf.dtype") ? r.attr_string("hf.dtype") : "f32", "--dtype");
+      !options.dtype.empty() ? options.dtype : r.has_attr("hf.dtype") ? r.attr_string("hf.dtype") : "f32", "--dtype");
   json config = config_json(m, torch_dtype(dtype));
   if (r.has_attr("hf.config")) {  // imported: its own config.json, with the dtype written now
     config = json::parse(r.attr_string("hf.config"));
@@ -80,9 +91,10 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const std:
     const HfModel same = model_from_config(config, checkpoint + "'s hf.config");
     if (tessera_model_fields(same) != tessera_model_fields(m))
       fail("checkpoint ", checkpoint, ": its hf.config disagrees with its model.* attributes");
-  } else if (m.config.llama()) {
+  } else if (m.config.llama() && (options.norm_eps <= 0 || options.rope_theta <= 0)) {
     std::cerr << "note: " << checkpoint << " does not record norm_eps or rope_theta; writing rms_norm_eps "
-              << m.config.norm_eps << " and rope_theta " << m.config.rope_theta << " (gpt_train's defaults)\n";
+              << m.config.norm_eps << " and rope_theta " << m.config.rope_theta
+              << " (--norm-eps and --rope-theta, else gpt_train's defaults)\n";
   }
   std::vector<io::StWriteTensor> tensors;
   for (const TensorPair& p : tensor_pairs(m)) {
@@ -104,7 +116,7 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const std:
     tensors.push_back({p.hf, dtype, hf_shape, io::st_encode(v.data(), shape.numel(), dtype)});
   }
   fs::create_directories(dir);
-  io::write_safetensors_folder(dir, tensors, max_shard_bytes, {{"format", "pt"}});
+  io::write_safetensors_folder(dir, tensors, options.max_shard_bytes, {{"format", "pt"}});
   write_json(fs::path(dir) / "config.json", config);
   write_json(fs::path(dir) / "generation_config.json", generation_config_json(config));
 }

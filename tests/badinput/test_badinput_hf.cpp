@@ -77,6 +77,8 @@ TEST_F(BadInputHf, GoodFolderImportsAndNothingIsOverwritten) {
   expect_error(tool("import-hf " + d + " --output " + file("m.h5")), {"--output", "exists"});
   expect_error(tool("export-hf " + file("m.h5") + " --output " + d), {d, "not an empty folder"});
   expect_error(tool("export-hf " + file("m.h5") + " --output " + file("out") + " --dtype f8"), {"dtype f8 is not supported"});
+  expect_error(tool("export-hf " + file("m.h5") + " --output " + file("out") + " --rope-theta 5"),
+               {"records rope_theta 10000; --rope-theta 5 contradicts it"});
   const CommandResult exported = tool("export-hf " + file("m.h5") + " --output " + file("out") + " --dtype f16");
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_TRUE(fs::exists(file("out/model.safetensors")) && fs::exists(file("out/generation_config.json")));

@@ -75,16 +75,20 @@ case_ llama_f32_sharded llama f32 20KB "" 3 "${llama_flags[@]}"
 case_ llama_bf16_tied llama bf16 "" --tied 4 "${llama_flags[@]}" --tie-embeddings
 case_ mistral_f32 mistral f32 "" "" 5 "${llama_flags[@]}"
 
-# A tessera-trained checkpoint (not imported) exports in bf16, sharded, and loads in transformers.
+# A checkpoint gpt_train trained (not imported) exports in bf16, sharded, with the rotary base and
+# norm epsilon it does not record given as flags; transformers computes tessera's loss on it.
 d=$tmp/trained
-echo "== trained: gpt_train llama -> export-hf --dtype bf16 --max-shard-size 10KB"
+echo "== trained: gpt_train llama -> export-hf --dtype bf16 --max-shard-size 10KB -> transformers"
 run "$build/apps/gpt_train" "${llama_flags[@]}" --input "$tmp/data.h5" --seq-len $seq --global-batch 4 --micro-batch 4 \
-    --steps 2 --warmup 0 --threads 1 --checkpoint-dir "$d/ck"
-run "$build/apps/ckpt_tool" export-hf "$d/ck/step_2.h5" --output "$d/exported" --dtype bf16 --max-shard-size 10KB
+    --steps 2 --warmup 0 --lr 1e-2 --threads 1 --checkpoint-dir "$d/ck"
+run "$build/apps/ckpt_tool" export-hf "$d/ck/step_2.h5" --output "$d/exported" --dtype bf16 --max-shard-size 10KB \
+    --norm-eps 1e-5 --rope-theta 5000
 [[ -f $d/exported/model.safetensors.index.json ]] || { echo "FAIL: export-hf did not shard past 10KB" >&2; exit 1; }
 run "$build/apps/ckpt_tool" import-hf "$d/exported" --output "$d/reimported.h5"
+run "$build/apps/gpt_train" "${llama_flags[@]}" "${train[@]}" --resume "$d/reimported.h5" --metrics "$d/one.jsonl" --dump "$d/dump.h5"
+run "$py" "$src/tests/oracle/hf_oracle.py" loss --model "$d/exported" --dump "$d/dump.h5" --metrics "$d/one.jsonl"
 run "$build/apps/ckpt_tool" export-hf "$d/reimported.h5" --output "$d/exported2"
-run "$py" "$src/tests/oracle/hf_oracle.py" export --orig "$d/exported" --exported "$d/exported2" --dump "$tmp/llama_f32_sharded/dump.h5" --same-bytes
+run "$py" "$src/tests/oracle/hf_oracle.py" export --orig "$d/exported" --exported "$d/exported2" --dump "$d/dump.h5" --same-bytes
 
 keep=0
 echo "hf_interop: all cases agree"
