@@ -2,6 +2,7 @@
 // missing, none unexpected, shapes), and writes a step-0 tessera checkpoint.
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <set>
 
 #include "apps/common/hf_checkpoint.h"
@@ -112,6 +113,9 @@ std::string import_hf(const std::string& dir, const std::string& output) {
     }
   }
   w.commit();
+  if (config.contains("sliding_window") && config["sliding_window"].is_number_integer())
+    std::cerr << "note: " << config_path.string() << " has sliding_window " << config["sliding_window"].dump()
+              << "; tessera attends to every earlier position, which is the same for a --seq-len up to it\n";
   return gpt_train_flags(m);
 }
 
