@@ -219,7 +219,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                 tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps, " steps on ", o.device_name, " with ",
                 omp_get_max_threads(), " threads", o.gemm_note(),
                 moe ? ", " + std::to_string(mc.moe.experts) + " experts (top-" + std::to_string(mc.moe.router.top_k) +
-                          ") every " + std::to_string(mc.moe_every) + " blocks"
+                          ") every " + std::to_string(mc.moe_every) + " blocks" +
+                          (mc.moe.shared_experts > 0 ? ", " + std::to_string(mc.moe.shared_experts) + " shared" : "") +
+                          ", gates " + nn::router_norm_name(mc.moe.router.norm)
                     : std::string());
     ParallelSetup parallel(o, mc.heads, mc.hidden / mc.heads);
     comm::ProcessMesh& mesh = parallel.mesh();
