@@ -15,7 +15,7 @@ if [ "$what" != build ]; then
   # the sanitizer and fuzz trees (tests/fuzz): clang, its libFuzzer/ASan runtimes, its OpenMP
   pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 fi
-[ "$what" = validation ] && pkgs+=(libblis-openmp-dev libtcmalloc-minimal4)
+[ "$what" = validation ] && pkgs+=(libblis-openmp-dev libtcmalloc-minimal4 python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -16,33 +16,52 @@
 namespace tessera::ops {
 namespace {
 
-// TESSERA_CUDA_ONLY(fn, ...): the CUDA kernel fn, timed on the device under its name (also for a
-// variant with no CPU namesake, such as a tensor-core kernel). TESSERA_DISPATCH(device, fn, ...):
-// the same call on the CPU or the CUDA namespace, by the device of the first tensor.
+// The dispatch, checked against the one list of kernels (kernels/op_list.h) at compile time, in
+// every build: TESSERA_DISPATCH(device, fn, ...) calls fn on the CPU or its CUDA twin by the device
+// of the first tensor, and fn must be declared cpu_and_cuda; TESSERA_CUDA_ONLY(fn, ...) calls the
+// CUDA kernel fn (a variant with no CPU namesake, such as a tensor-core kernel), declared with a
+// CUDA kernel; TESSERA_CPU_ONLY(device, fn, ...) calls the CPU kernel fn and throws for a CUDA
+// tensor, and fn must be declared cpu_only, so that an op given a CUDA twin in the list is also
+// given its dispatch. Each kernel is timed under its name (on the device for CUDA).
+// TESSERA_EXPECT_OP(fn, devices) is the same check where ops.cpp calls a kernel itself.
+#define TESSERA_EXPECT_OP(fn, devices)                                                               \
+  static_assert(::tessera::kernels::op_devices::fn == ::tessera::kernels::OpDevices::devices,          \
+                #fn ": kernels/op_list.h does not declare it " #devices)
+#define TESSERA_CPU_KERNEL(fn, ...)                                                                   \
+  do {                                                                                                \
+    const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);           \
+    ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                         \
+  } while (0)
 #ifdef TESSERA_HAVE_CUDA
+#define TESSERA_CUDA_KERNEL(fn, ...)                                                                  \
+  do {                                                                                                \
+    const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);        \
+    ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                        \
+  } while (0)
+#else
+#define TESSERA_CUDA_KERNEL(fn, ...) TESSERA_CHECK(false, #fn ": a cuda tensor in a build without CUDA")
+#endif
 #define TESSERA_CUDA_ONLY(fn, ...)                                                                    \
   do {                                                                                                \
-    const ::tessera::kernels::cuda::OpTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);       \
-    ::tessera::kernels::cuda::fn(__VA_ARGS__);                                                        \
+    static_assert(::tessera::kernels::on_cuda(::tessera::kernels::op_devices::fn),                    \
+                  #fn ": kernels/op_list.h declares no CUDA kernel of it");                           \
+    TESSERA_CUDA_KERNEL(fn, __VA_ARGS__);                                                             \
   } while (0)
 #define TESSERA_DISPATCH(device, fn, ...)                                                             \
   do {                                                                                                \
+    TESSERA_EXPECT_OP(fn, cpu_and_cuda);                                                              \
     if ((device) == Device::cuda) {                                                                   \
-      TESSERA_CUDA_ONLY(fn, __VA_ARGS__);                                                             \
+      TESSERA_CUDA_KERNEL(fn, __VA_ARGS__);                                                           \
     } else {                                                                                          \
-      const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);         \
-      ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                       \
+      TESSERA_CPU_KERNEL(fn, __VA_ARGS__);                                                            \
     }                                                                                                 \
   } while (0)
-#else
-#define TESSERA_CUDA_ONLY(fn, ...) TESSERA_CHECK(false, #fn ": a cuda tensor in a build without CUDA")
-#define TESSERA_DISPATCH(device, fn, ...)                                                        \
+#define TESSERA_CPU_ONLY(device, fn, ...)                                                        \
   do {                                                                                           \
-    TESSERA_CHECK((device) == Device::cpu, #fn ": a cuda tensor in a build without CUDA");       \
-    const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);      \
-    ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                    \
+    TESSERA_EXPECT_OP(fn, cpu_only);                                                             \
+    TESSERA_CHECK((device) == Device::cpu, #fn ": no CUDA kernel yet (CPU tensors only)");       \
+    TESSERA_CPU_KERNEL(fn, __VA_ARGS__);                                                         \
   } while (0)
-#endif
 
 int64_t last_dim(const Tensor& t) { return t.shape().rank() ? t.shape()[-1] : 1; }
 int64_t rows_of(const Tensor& t) { return last_dim(t) ? t.numel() / last_dim(t) : 0; }
@@ -119,6 +138,7 @@ HostBitsPool& host_bits_pool() {
 
 // The rounding is timed as a GEMM's ("gemm_operand_bf16"), as gemm_bf16 times its own.
 RoundedOperand::RoundedOperand(const Tensor& x, MatmulInputs inputs) : operand_(x) {
+  TESSERA_EXPECT_OP(f32_to_bf16, cpu_and_cuda);
   if (inputs != MatmulInputs::bf16 || !sharing_allowed() || !x.defined() || x.numel() == 0) return;
   TESSERA_CHECK(x.dtype() == DType::f32, "RoundedOperand: an f32 tensor expected, got ", dtype_name(x.dtype()));
   const int64_t n = x.numel();
@@ -249,6 +269,7 @@ void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) {
 }
 
 double sum_squares(const Tensor& x) {
+  TESSERA_EXPECT_OP(sum_squares, cpu_and_cuda);
 #ifdef TESSERA_HAVE_CUDA
   if (x.device() == Device::cuda) {
     const kernels::cuda::OpTimer timer(kernels::kernel_kind("sum_squares"), "sum_squares");
@@ -261,6 +282,7 @@ double sum_squares(const Tensor& x) {
 }
 
 double round_bf16_inplace_sum_squares(Tensor& values) {
+  TESSERA_EXPECT_OP(round_bf16_inplace_sum_squares, cpu_and_cuda);
   expect(values.dtype() == DType::f32, "round_bf16_inplace_sum_squares", "values must be f32");
 #ifdef TESSERA_HAVE_CUDA
   if (values.device() == Device::cuda) {
@@ -319,6 +341,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 
 void add_layernorm_forward(Tensor& sum, Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& a, const Tensor& b,
                            const Tensor& weight, const Tensor& bias, float eps) {
+  TESSERA_EXPECT_OP(add_layernorm_forward, cuda_only);  // the CPU runs add then layernorm_forward
   same_device("add_layernorm_forward", {&sum, &out, &mean, &rstd, &a, &b, &weight, &bias});
   const int64_t rows = rows_of(a), cols = last_dim(a);
   expect(b.numel() == a.numel() && sum.numel() == a.numel() && out.numel() == a.numel() && mean.numel() == rows &&
@@ -351,12 +374,6 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
 }
 
 // ---- Llama family: CPU only until their CUDA twins have run on a GPU --------------------------------
-#define TESSERA_CPU_ONLY(device, fn, ...)                                                        \
-  do {                                                                                           \
-    TESSERA_CHECK((device) == Device::cpu, #fn ": no CUDA kernel yet (CPU tensors only)");       \
-    const ::tessera::kernels::KernelTimer timer(::tessera::kernels::kernel_kind(#fn), #fn);      \
-    ::tessera::kernels::cpu::fn(__VA_ARGS__);                                                    \
-  } while (0)
 
 void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
   same_device("rmsnorm_forward", {&out, &rstd, &inp, &weight});
@@ -391,6 +408,9 @@ void check_rope(const char* op, const Tensor& qkv, const Tensor& q, const Tensor
   same_device(op, {&qkv, &q, &k, &v});
   expect(s.head_dim > 0 && s.head_dim % 2 == 0, op, "the head size must be even");
   expect(s.heads > 0 && s.kv_heads > 0 && s.group > 0, op, "heads, kv heads and group must be positive");
+  expect(s.batch >= 0 && s.seq >= 0 && s.first_head >= 0 && s.first_kv_head >= 0 && s.first_position >= 0, op,
+         "batch, seq, first head, first kv head and first position must not be negative");
+  expect(s.theta > 0.0f, op, "theta must be positive");
   const int64_t n = s.batch * s.seq, d = s.head_dim;
   expect(qkv.numel() == n * 3 * s.heads * d && q.numel() == n * s.heads * d && k.numel() == n * s.kv_heads * d &&
              v.numel() == k.numel(),
@@ -441,6 +461,7 @@ void split_layernorm_checks(const char* op, std::initializer_list<const Tensor*>
 }  // namespace
 
 void layernorm_split_row_sums(Tensor& sums, const Tensor& inp) {
+  TESSERA_EXPECT_OP(layernorm_split_row_sums, cpu_only);
   split_layernorm_checks("layernorm_split_row_sums", {&sums, &inp});
   const int64_t rows = rows_of(inp), cols = last_dim(inp);
   expect(sums.numel() == rows, "layernorm_split_row_sums", "shapes do not fit");
@@ -448,6 +469,7 @@ void layernorm_split_row_sums(Tensor& sums, const Tensor& inp) {
 }
 
 void layernorm_split_centered_squares(Tensor& sums, const Tensor& inp, const Tensor& row_sums, int64_t total_cols) {
+  TESSERA_EXPECT_OP(layernorm_split_centered_squares, cpu_only);
   split_layernorm_checks("layernorm_split_centered_squares", {&sums, &inp, &row_sums});
   const int64_t rows = rows_of(inp), cols = last_dim(inp);
   expect(sums.numel() == rows && row_sums.numel() == rows && total_cols > 0 && cols <= total_cols,
@@ -459,6 +481,7 @@ void layernorm_split_centered_squares(Tensor& sums, const Tensor& inp, const Ten
 void layernorm_split_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                              const Tensor& bias, const Tensor& row_sums, const Tensor& squares, int64_t total_cols,
                              float eps) {
+  TESSERA_EXPECT_OP(layernorm_split_forward, cpu_only);
   split_layernorm_checks("layernorm_split_forward", {&out, &mean, &rstd, &inp, &weight, &bias, &row_sums, &squares});
   const int64_t rows = rows_of(inp), cols = last_dim(inp);
   expect(out.numel() == inp.numel() && mean.numel() == rows && rstd.numel() == rows && weight.numel() == cols &&
@@ -472,6 +495,7 @@ void layernorm_split_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tens
 
 void layernorm_split_backward_sums(Tensor& sums, const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd) {
+  TESSERA_EXPECT_OP(layernorm_split_backward_sums, cpu_only);
   split_layernorm_checks("layernorm_split_backward_sums", {&sums, &dout, &inp, &weight, &mean, &rstd});
   const int64_t rows = rows_of(inp), cols = last_dim(inp);
   expect(sums.numel() == 2 * rows && dout.numel() == inp.numel() && weight.numel() == cols && mean.numel() == rows &&
@@ -485,6 +509,7 @@ void layernorm_split_backward_sums(Tensor& sums, const Tensor& dout, const Tenso
 void layernorm_split_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
                               const Tensor& weight, const Tensor& mean, const Tensor& rstd, const Tensor& sums,
                               int64_t total_cols) {
+  TESSERA_EXPECT_OP(layernorm_split_backward, cpu_only);
   split_layernorm_checks("layernorm_split_backward",
                          {&dinp, &dweight, &dbias, &dout, &inp, &weight, &mean, &rstd, &sums});
   const int64_t rows = rows_of(inp), cols = last_dim(inp);

@@ -1,4 +1,4 @@
-// A linear layer's forward on the CPU (cpu_ops.h, the twin of kernels/cuda/gemm_lt.cpp): the
+// A linear layer's forward on the CPU (cpu_ops.h, the twin of kernels/cuda/gemm_bias.cpp): the
 // bias added in the epilogue of oneDNN's matmul primitive where the GEMMs run on oneDNN (with pre,
 // the GELU follows in one pass over the output); else the unfused ops: the bias broadcast into the
 // output rows and the GEMM accumulated onto them, or (with pre) the GEMM, then bias + GELU in one

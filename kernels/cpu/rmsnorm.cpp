@@ -6,8 +6,10 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
 
 namespace tessera::kernels::cpu {
+namespace TESSERA_ISA {  // compiled once per instruction set (isa.h)
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which one thread does it all
 }  // namespace
@@ -71,5 +73,21 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     }
   }
 }
+
+}  // namespace TESSERA_ISA
+
+#if defined(TESSERA_ISA_DISPATCHER)
+TESSERA_ISA_DECLARE(rmsnorm_forward)
+TESSERA_ISA_DECLARE(rmsnorm_backward)
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t rows, int64_t cols,
+                     float eps) {
+  TESSERA_ISA_CALL(rmsnorm_forward, out, rstd, inp, weight, rows, cols, eps);
+}
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int64_t rows, int64_t cols) {
+  TESSERA_ISA_CALL(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, rows, cols);
+}
+#endif
 
 }  // namespace tessera::kernels::cpu

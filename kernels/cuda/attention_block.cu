@@ -1,12 +1,11 @@
 // CUDA twin of kernels/cpu/attention_block.cpp: a query block against a key/value block, causal (the
 // diagonal block) or not, forward merged into an earlier partial result on request, backward
 // recomputing P from the final lse and adding into dq, dk, dv. The 64 x 64 tiling of
-// attention_forward.cu / attention_backward.cu on strided rows; no atomics, deterministic.
+// attention.cu (the self-attention kernels) on strided rows; no atomics, deterministic.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 
-#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_common.cuh"
@@ -347,7 +346,7 @@ __global__ void __launch_bounds__(kThreads)
 int tiles_of(int64_t rows) { return static_cast<int>((rows + kTile - 1) / kTile); }
 
 // The checked sizes of a call; false when there is nothing to compute (no batch, head or query).
-bool block_dims(BlockDims& dims, const cpu::AttentionBlockShape& s, const char* op) {
+bool block_dims(BlockDims& dims, const AttentionBlockShape& s, const char* op) {
   TESSERA_CHECK(s.tk > 0 || s.batch * s.heads * s.tq == 0, op, ": an empty key/value block");
   TESSERA_CHECK(!s.causal || s.tq == s.tk, op, ": a causal (diagonal) block needs Tq == Tk, got ", s.tq, " and ",
                 s.tk);
@@ -384,7 +383,7 @@ void run_block_backward(float* dq, float* dk, float* dv, const float* dout, cons
 }  // namespace
 
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                             const cpu::AttentionBlockShape& shape, bool merge) {
+                             const AttentionBlockShape& shape, bool merge) {
   const int dp = padded_head_dim(shape.head_dim, "attention_block_forward");
   BlockDims dims;
   if (!block_dims(dims, shape, "attention_block_forward")) return;
@@ -396,7 +395,7 @@ void attention_block_forward(float* out, float* lse, const float* q, const float
 
 void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse,
-                              const cpu::AttentionBlockShape& shape) {
+                              const AttentionBlockShape& shape) {
   const int dp = padded_head_dim(shape.head_dim, "attention_block_backward");
   BlockDims dims;
   if (!block_dims(dims, shape, "attention_block_backward")) return;

@@ -53,7 +53,7 @@ __device__ __forceinline__ Heads heads_of(const float* qkv, const float* o, int 
 }
 
 // delta[b, h, t] = sum_d dout[b, t, h, d] out[b, t, h, d] over rows = B T H rows of [B, T, H, D]
-// (the backward's row term; attention_backward.cu), queued on op_stream().
+// (the backward's row term; attention.cu), queued on op_stream().
 void compute_delta(float* delta, const float* dout, const float* out, int64_t rows, const Dims& dims);
 
 // smem[r * (DP + 1) + d] = rows [first, first + kTile) of a head, zero past seq or head_dim.

@@ -1,8 +1,11 @@
-// CUDA elementwise ops of kernels/cuda/cuda_ops.h: add, add_inplace, scale_inplace, broadcast_rows,
-// gelu (tanh) forward/backward, bias + gelu forward and the f32 <-> bf16/f16 casts. Grid-stride
-// loops.
+// CUDA elementwise ops of kernels/cuda/cuda_ops.h, the twins of kernels/cpu/elementwise.cpp: add,
+// add_inplace, scale_inplace, broadcast_rows, gelu (tanh) forward/backward, bias + gelu forward
+// (grid-stride loops, queued), and the reductions bias_backward (column sums, accumulated) and
+// sum_squares (in double, returned to the host; also of values as they are rounded to bf16 in
+// place). Deterministic (no atomics); the sums of squares wait for their result, the rest is queued.
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
+
+#include "kernels/cuda/column_sums.cuh"
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device_common.cuh"
@@ -74,101 +77,109 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
   }
 }
 
-__global__ void f32_to_bf16_kernel(uint16_t* out, const float* inp, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += global_stride())
-    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(inp[i]));
-}
-
-__global__ void bf16_to_f32_kernel(float* out, const uint16_t* inp, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += global_stride())
-    out[i] = __bfloat162float(__ushort_as_bfloat16(inp[i]));
-}
-
-__global__ void f32_to_f16_kernel(uint16_t* out, const float* inp, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += global_stride()) out[i] = __half_as_ushort(__float2half_rn(inp[i]));
-}
-
-__global__ void f16_to_f32_kernel(float* out, const uint16_t* inp, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += global_stride()) out[i] = __half2float(__ushort_as_half(inp[i]));
-}
-
-// x rounded in place through the low precision; bits (may be null) keeps the low-precision bits.
-__global__ void round_bf16_inplace_kernel(float* x, uint16_t* bits, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += global_stride()) {
-    const __nv_bfloat16 low = __float2bfloat16_rn(x[i]);
-    if (bits) bits[i] = __bfloat16_as_ushort(low);
-    x[i] = __bfloat162float(low);
-  }
-}
-
-__global__ void round_f16_inplace_kernel(float* x, uint16_t* bits, int64_t n) {
-  for (int64_t i = global_thread(); i < n; i += global_stride()) {
-    const __half low = __float2half_rn(x[i]);
-    if (bits) bits[i] = __half_as_ushort(low);
-    x[i] = __half2float(low);
-  }
-}
-
-// Queues a grid-stride kernel over n elements.
-template <typename... Params, typename... Args>
-void run_elementwise(const char* op, void (*kernel)(Params...), int64_t n, Args... args) {
-  if (n <= 0) return;
-  launch(op, kernel, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, args...);
-  finish(op);
-}
 
 }  // namespace
 
 void add(float* out, const float* a, const float* b, int64_t n) {
-  run_elementwise("add", add_kernel, n, out, a, b, n);
+  run_grid_stride("add", add_kernel, n, out, a, b, n);
 }
 
 void add_inplace(float* acc, const float* x, int64_t n) {
-  run_elementwise("add_inplace", add_inplace_kernel, n, acc, x, n);
+  run_grid_stride("add_inplace", add_inplace_kernel, n, acc, x, n);
 }
 
 void scale_inplace(float* x, float s, int64_t n) {
-  run_elementwise("scale_inplace", scale_kernel, n, x, s, n);
+  run_grid_stride("scale_inplace", scale_kernel, n, x, s, n);
 }
 
 void broadcast_rows(float* out, const float* bias, int64_t rows, int64_t cols) {
-  run_elementwise("broadcast_rows", broadcast_rows_kernel, rows * cols, out, bias, rows * cols, cols);
+  run_grid_stride("broadcast_rows", broadcast_rows_kernel, rows * cols, out, bias, rows * cols, cols);
 }
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
-  run_elementwise("gelu_forward", gelu_forward_kernel, n, out, inp, n);
+  run_grid_stride("gelu_forward", gelu_forward_kernel, n, out, inp, n);
 }
 
 void bias_gelu_forward(float* out, float* pre, const float* bias, int64_t rows, int64_t cols) {
-  run_elementwise("bias_gelu_forward", bias_gelu_forward_kernel, rows * cols, out, pre, bias, rows * cols, cols);
+  run_grid_stride("bias_gelu_forward", bias_gelu_forward_kernel, rows * cols, out, pre, bias, rows * cols, cols);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  run_elementwise("gelu_backward", gelu_backward_kernel, n, dinp, inp, dout, n);
+  run_grid_stride("gelu_backward", gelu_backward_kernel, n, dinp, inp, dout, n);
 }
 
-void f32_to_bf16(uint16_t* out, const float* inp, int64_t n) {
-  run_elementwise("f32_to_bf16", f32_to_bf16_kernel, n, out, inp, n);
+// ---- reductions ----
+
+namespace {
+
+constexpr int kMaxPartials = 1024;  // blocks of the first sum_squares pass
+
+struct MatrixAt {
+  const float* m;
+  int64_t cols;
+  __device__ float operator()(int64_t r, int64_t c) const { return m[r * cols + c]; }
+};
+
+// partial[block] = sum of x[i]^2 over the block's grid-stride share, in double; with kRound each
+// x[i] is first rounded to bf16 in place (nearest even) and the rounded value squared (without,
+// x is not written).
+template <bool kRound>
+__global__ void sum_squares_partials(double* partial, float* x, int64_t n) {
+  double acc = 0.0;
+  for (int64_t i = global_thread(); i < n; i += global_stride()) {
+    float v = x[i];
+    if constexpr (kRound) {
+      v = __bfloat162float(__float2bfloat16_rn(v));
+      x[i] = v;
+    }
+    acc += static_cast<double>(v) * v;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-void bf16_to_f32(float* out, const uint16_t* inp, int64_t n) {
-  run_elementwise("bf16_to_f32", bf16_to_f32_kernel, n, out, inp, n);
+// *total = sum of partial[0, count), one block of kMaxPartials threads.
+__global__ void sum_partials(double* total, const double* partial, int count) {
+  const double v = static_cast<int>(threadIdx.x) < count ? partial[threadIdx.x] : 0.0;
+  const double sum = block_sum(v);
+  if (threadIdx.x == 0) *total = sum;
 }
 
-void f32_to_f16(uint16_t* out, const float* inp, int64_t n) {
-  run_elementwise("f32_to_f16", f32_to_f16_kernel, n, out, inp, n);
+}  // namespace
+
+void bias_backward(float* dbias, const float* dout, int64_t rows, int64_t cols) {
+  accumulate_column_sums("bias_backward", dbias, MatrixAt{dout, cols}, rows, cols);
+  finish("bias_backward");
 }
 
-void f16_to_f32(float* out, const uint16_t* inp, int64_t n) {
-  run_elementwise("f16_to_f32", f16_to_f32_kernel, n, out, inp, n);
+namespace {
+
+// The sum of squares to the host: partial sums per block, then one block adds them in order.
+template <bool kRound>
+double sum_of_squares(const char* op, float* x, int64_t n) {
+  if (n <= 0) return 0.0;
+  const unsigned blocks = grid_for(n, kThreads * 8) < kMaxPartials ? grid_for(n, kThreads * 8) : kMaxPartials;
+  Scratch scratch((blocks + 1) * sizeof(double));
+  double* partial = scratch.as<double>();
+  double* total = partial + blocks;
+  launch(op, sum_squares_partials<kRound>, dim3(blocks), dim3(kThreads), 0, partial, x, n);
+  launch(op, sum_partials, dim3(1), dim3(kMaxPartials), 0, total, static_cast<const double*>(partial),
+         static_cast<int>(blocks));
+  double result = 0.0;
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(&result, total, sizeof(double), cudaMemcpyDeviceToHost, op_stream()));
+  finish(op);
+  wait_for_ops(op);  // the host reads the result
+  return result;
 }
 
-void round_bf16_inplace(float* x, uint16_t* bits, int64_t n) {
-  run_elementwise("round_bf16_inplace", round_bf16_inplace_kernel, n, x, bits, n);
+}  // namespace
+
+double sum_squares(const float* x, int64_t n) {
+  return sum_of_squares<false>("sum_squares", const_cast<float*>(x), n);  // not written
 }
 
-void round_f16_inplace(float* x, uint16_t* bits, int64_t n) {
-  run_elementwise("round_f16_inplace", round_f16_inplace_kernel, n, x, bits, n);
+double round_bf16_inplace_sum_squares(float* x, int64_t n) {
+  return sum_of_squares<true>("round_bf16_sum_squares", x, n);
 }
 
 }  // namespace tessera::kernels::cuda

@@ -1,6 +1,6 @@
-// CUDA GEMM of kernels/cuda/cuda_ops.h through cuBLAS, row-major as column-major C^T = op(B)^T op(A)^T;
-// fp32 math without TF32, or (gemm_bf16) bf16 inputs on the tensor cores with fp32 accumulation.
-// One lazily created handle per device, bound to op_stream().
+// CUDA GEMM of kernels/cuda/cuda_ops.h through cuBLAS (the twin of kernels/cpu/gemm.cpp), row-major
+// as column-major C^T = op(B)^T op(A)^T; fp32 math without TF32. One lazily created handle per
+// device, bound to op_stream(), shared with gemm_bf16.cpp (cublas_gemm.h).
 #include <cublas_v2.h>
 
 #include <climits>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cuda/bf16_operand.h"
 #include "kernels/cuda/cublas_check.h"
+#include "kernels/cuda/cublas_gemm.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -35,6 +35,10 @@ class CublasHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
+}  // namespace
+
+namespace cublas_gemm {
+
 // The current device's handle, bound to op_stream(). The handles are a per-process cache of
 // device resources (created on first use, destroyed at exit), not state that changes results.
 cublasHandle_t handle_for_current_device() {
@@ -55,15 +59,15 @@ int as_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-cublasOperation_t op_of(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
 // With k = 0 the product is empty: c = beta * c (beta = 0 overwrites, NaN included).
 void scale_only(float beta, float* c, int64_t count) {
   if (beta == 0.0f) TESSERA_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(count) * sizeof(float), op_stream()));
   else if (beta != 1.0f) scale_inplace(c, beta, count);
 }
 
-}  // namespace
+}  // namespace cublas_gemm
+
+using namespace cublas_gemm;
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, const float* b,
           float beta, float* c) {
@@ -93,38 +97,6 @@ void gemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t 
   TESSERA_CUBLAS_CHECK(cublasSgemmStridedBatched(handle_for_current_device(), op_of(trans_b), op_of(trans_a), ni, mi,
                                                  ki, &alpha, b, ldb, k * n, a, lda, m * k, &beta, c, ni, m * n, bi));
   finish("gemm_batched");
-}
-
-namespace {
-
-void gemm_bf16_on(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {
-  if (batch <= 0 || m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    scale_only(beta, c, batch * m * n);
-    finish("gemm_bf16");
-    return;
-  }
-  const int mi = as_int(m, "m"), ni = as_int(n, "n"), ki = as_int(k, "k"), bi = as_int(batch, "batch");
-  const int lda = trans_a ? mi : ki, ldb = trans_b ? ki : ni;
-  const Bf16Operand a16(a, a_bits, batch * m * k), b16(b, b_bits, batch * k * n);
-  TESSERA_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_for_current_device(), op_of(trans_b), op_of(trans_a), ni, mi,
-                                                  ki, &alpha, b16.bits(), CUDA_R_16BF, ldb, k * n, a16.bits(),
-                                                  CUDA_R_16BF, lda, m * k, &beta, c, CUDA_R_32F, ni, m * n, bi,
-                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  finish("gemm_bf16");
-}
-
-}  // namespace
-
-void gemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-               const uint16_t* a_bits, const float* b, const uint16_t* b_bits, float beta, float* c) {
-  gemm_bf16_on(1, trans_a, trans_b, m, n, k, alpha, a, a_bits, b, b_bits, beta, c);
-}
-
-void gemm_batched_bf16(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                       const float* a, const float* b, float beta, float* c) {
-  gemm_bf16_on(batch, trans_a, trans_b, m, n, k, alpha, a, nullptr, b, nullptr, beta, c);
 }
 
 }  // namespace tessera::kernels::cuda

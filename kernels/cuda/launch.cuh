@@ -1,5 +1,6 @@
 // Kernel launch plumbing for the .cu files: launch() enqueues a kernel on op_stream() with the
-// launch checked under the op's name; dynamic_smem<T>() is the block's dynamic shared memory.
+// launch checked under the op's name; run_grid_stride() a grid-stride kernel over n elements;
+// dynamic_smem<T>() is the block's dynamic shared memory.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,6 +26,15 @@ void launch(const char* op, void (*kernel)(Params...), dim3 grid, dim3 block, si
                                             static_cast<int>(smem)));
   kernel<<<grid, block, smem, op_stream()>>>(args...);
   check_cuda(cudaGetLastError(), op, __FILE__, __LINE__);
+}
+
+// Queues a grid-stride kernel over n elements, 256 threads a block (elementwise.cu, cast.cu).
+template <typename... Params, typename... Args>
+void run_grid_stride(const char* op, void (*kernel)(Params...), int64_t n, Args... args) {
+  constexpr int kThreads = 256;
+  if (n <= 0) return;
+  launch(op, kernel, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, args...);
+  finish(op);
 }
 
 }  // namespace tessera::kernels::cuda

@@ -1,0 +1,47 @@
+// What the one list of raw kernels (kernels/op_list.h) turns into: the types its parameters
+// share, each op's devices as a constant (op_devices::gemm == OpDevices::cpu_and_cuda) that the
+// dispatch in kernels/ops.cpp checks at compile time, and the macros with which kernels/cpu/cpu_ops.h
+// and kernels/cuda/cuda_ops.h declare the ops of their device.
+#pragma once
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace tessera::kernels {
+
+// Which devices have a kernel of an op: the third field of each TESSERA_OP in op_list.h.
+enum class OpDevices { cpu_and_cuda, cpu_only, cuda_only };
+
+constexpr bool on_cpu(OpDevices d) { return d != OpDevices::cuda_only; }
+constexpr bool on_cuda(OpDevices d) { return d != OpDevices::cpu_only; }
+
+// Attention of a query block against a key/value block (attention_block_forward/backward), heads
+// inside each row: query row t of batch b at q + (b * tq + t) * q_stride, its head h at
+// + h * head_dim; k, v (and dk, dv) rows likewise with kv_stride; dq with q_stride; out, dout
+// [B, Tq, H, D] dense; lse [B, H, Tq]. Semantics (causal, merge, accumulation) as
+// ops::attention_block_forward/backward.
+struct AttentionBlockShape {
+  int64_t batch, tq, tk, heads, head_dim, q_stride, kv_stride;
+  bool causal;
+};
+using ops::AdamWArgs;
+using ops::AdamWSpan;
+using ops::RopeShape;
+
+// op_devices::<name>: the devices op_list.h declares for the op <name>.
+namespace op_devices {
+#define TESSERA_OP(file, name, devices, ret, params) inline constexpr OpDevices name = OpDevices::devices;
+#include "kernels/op_list.h"
+#undef TESSERA_OP
+}  // namespace op_devices
+
+}  // namespace tessera::kernels
+
+// TESSERA_OP_ON_CPU_<devices>(declaration) keeps the declaration for an op with a CPU kernel and
+// drops it otherwise; TESSERA_OP_ON_CUDA_<devices> likewise for CUDA.
+#define TESSERA_OP_ON_CPU_cpu_and_cuda(...) __VA_ARGS__
+#define TESSERA_OP_ON_CPU_cpu_only(...) __VA_ARGS__
+#define TESSERA_OP_ON_CPU_cuda_only(...)
+#define TESSERA_OP_ON_CUDA_cpu_and_cuda(...) __VA_ARGS__
+#define TESSERA_OP_ON_CUDA_cpu_only(...)
+#define TESSERA_OP_ON_CUDA_cuda_only(...) __VA_ARGS__
