@@ -61,6 +61,7 @@ void MoeRouter::forward(const Tensor& x, Saved& s) const {
   float* gate = s.gate.data<float>();
   int32_t* counts = s.counts.data<int32_t>();
   std::fill_n(counts, count_width(), 0);
+  const bool renormalise = renormalises();
   for (int64_t t = 0; t < n; ++t) {
     float* row = p + t * e_count;
     // Choices from the logits themselves: strict > keeps the lower index on a tie.
@@ -79,7 +80,6 @@ void MoeRouter::forward(const Tensor& x, Saved& s) const {
       row[e] = static_cast<float>(std::exp(static_cast<double>(row[e]) - max) / sum);
     expert[t * k] = static_cast<int32_t>(first);
     ++counts[first];
-    const bool renormalise = renormalises();
     if (k == 1) {
       gate[t] = renormalise ? 1.0f : row[first];
     } else {

@@ -45,8 +45,9 @@ planned_like_measured tp2-dp2-zero1 gpt_train 4 2 --tp 2 --zero 1
 planned_like_measured pp2-full gpt_train 2 1 --pp 2 --micro-batch 1 --activation-checkpointing full
 planned_like_measured dp2-zero3-selective gpt_train 2 2 --zero 3 --activation-checkpointing selective
 planned_like_measured moe-ep2 moe_train 2 1 --ep 2 --experts 4
-planned_like_measured moe-llama-shared-ep2 moe_train 2 1 --ep 2 --experts 4 --arch llama --kv-heads 2 --ffn-hidden 64 \
-  --shared-experts 1
+# llama MoE: SwiGLU experts and a shared expert at ep 2; to the byte
+tol=0 planned_like_measured moe-llama-shared-ep2 moe_train 2 1 --ep 2 --experts 4 --arch llama --kv-heads 2 \
+  --ffn-hidden 64 --shared-experts 1
 planned_like_measured dp2-zero2-bf16 gpt_train 2 2 --zero 2 --precision bf16
 # Llama: grouped-query attention (2 kv heads for 4 query heads), SwiGLU, untied head; to the byte
 tol=0 planned_like_measured llama-gqa gpt_train 1 1 --arch llama --kv-heads 2 --ffn-hidden 80

@@ -1,6 +1,7 @@
 // MoeRouter (nn/moe_router.h): top-k choices and ties, gates, capacity and the order of dropping
 // (also decided over several ranks' counts), the aux and z losses on hand-computed cases, and the
-// backward of gates and losses against central finite differences.
+// backward of gates and losses against central finite differences, under each --router-norm
+// (softmax_topk's gates equal the softmax over the chosen logits).
 #include <gtest/gtest.h>
 
 #include <algorithm>
