@@ -9,6 +9,9 @@ dir=${1:-${TESSERA_HF_VENV:-$PWD/hf-venv}}
 pin=tokenizers==0.19.1
 py=$dir/bin/python
 die() { echo "error: tokenizers_venv.sh: $*" >&2; exit 1; }
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"  # tests that run side by side make the environment once
+flock 9
 if ! "$py" -c "import tokenizers; assert tokenizers.__version__ == '${pin#*==}'" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages "$dir" >&2 ||
     die "cannot create the virtual environment $dir (Debian's python3-venv: jobscripts/install_deps.sh test)"
