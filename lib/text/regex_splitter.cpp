@@ -52,8 +52,12 @@ std::vector<std::string_view> RegexSplitter::split(std::string_view text) const 
     const int rc = pcre2_match(code, subject, text.size(), at, options, match.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21)
-        fail("text is not valid UTF-8 at byte ", pcre2_get_startchar(match.get()), ": ", pcre2_message(rc));
+      if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21) {
+        std::string why = pcre2_message(rc);  // "UTF-8 error: <why>"
+        const size_t colon = why.find(": ");
+        if (colon != std::string::npos) why.erase(0, colon + 2);
+        fail("text is not valid UTF-8 at byte ", pcre2_get_startchar(match.get()), " (", why, ")");
+      }
       fail("pre-tokenizer regex '", pattern_, "' failed at byte ", at, ": ", pcre2_message(rc));
     }
     options = PCRE2_NO_UTF_CHECK;
