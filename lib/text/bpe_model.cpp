@@ -21,7 +21,8 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
     : vocab_(std::move(vocab)), ignore_merges_(ignore_merges), name_(name) {
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab_) {
-    if (id < 0) fail(name_, ": model.vocab gives '", token, "' the negative id ", id);
+    if (id < 0 || id > kMaxTokenId)
+      fail(name_, ": model.vocab gives '", token, "' the id ", id, " (ids must be in [0, ", kMaxTokenId, "])");
     max_id = std::max(max_id, id);
   }
   tokens_.assign(static_cast<size_t>(max_id) + 1, std::string());

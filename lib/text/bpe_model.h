@@ -11,6 +11,10 @@
 
 namespace tessera::text {
 
+// The largest token id accepted (2^24 - 1; real vocabularies stop near 2^18): an id is a slot in
+// a table, so a file's id must not decide how much memory is taken.
+constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+
 class BpeModel {
  public:
   // `name` (the tokenizer file) is used in errors: a merge whose parts or result are not in the

@@ -250,7 +250,8 @@ class HfByteLevelBpe final : public Tokenizer {
       const json& t = list[i];
       AddedToken a{t.at("content").get<std::string>(), t.at("id").get<int32_t>()};
       if (a.content.empty()) fail(name_, ": added_tokens[", i, "] has empty content");
-      if (a.id < 0) fail(name_, ": added_tokens[", i, "] has the negative id ", a.id);
+      if (a.id < 0 || a.id > kMaxTokenId)
+        fail(name_, ": added_tokens[", i, "] has the id ", a.id, " (ids must be in [0, ", kMaxTokenId, "])");
       for (const char* key : {"lstrip", "rstrip", "single_word"})
         if (t.value(key, false))
           fail(name_, ": added_tokens[", i, "] ('", a.content, "') sets ", key, ", which is not supported");

@@ -135,6 +135,9 @@ TEST(ByteLevelBpe, UnsupportedConfigurationsAreRefusedByName) {
             std::string::npos);
   EXPECT_NE(refusal(bpe_json(R"(["a b c"])")).find("not two tokens"), std::string::npos);
   EXPECT_NE(refusal("{\"model\": ").find("t.json: not valid JSON"), std::string::npos);
+  std::string huge_id = bpe_json("[]");
+  huge_id.replace(huge_id.find("\"Ġa\": 7"), 8, "\"Ġa\": 1073741824");
+  EXPECT_NE(refusal(huge_id).find("the id 1073741824"), std::string::npos) << refusal(huge_id);
   std::string metaspace = bpe_json("[]");
   metaspace.replace(metaspace.find("\"ByteLevel\""), 11, "\"Metaspace\"");
   EXPECT_NE(refusal(metaspace).find("pre_tokenizer.type is 'Metaspace'"), std::string::npos);
