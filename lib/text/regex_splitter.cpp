@@ -18,6 +18,10 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(buffer);
 }
 
+// The steps one match may take: tokenizers' regexes take tens; a pattern that backtracks
+// catastrophically is stopped with an error instead of hanging data_prep.
+constexpr uint32_t kMatchLimit = 10'000'000;
+
 size_t utf8_length(unsigned char lead) {
   if (lead < 0x80) return 1;
   if ((lead >> 5) == 0x6) return 2;
@@ -44,12 +48,16 @@ std::vector<std::string_view> RegexSplitter::split(std::string_view text) const 
   auto* code = static_cast<pcre2_code*>(code_);
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
       pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
+  std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> context(
+      pcre2_match_context_create(nullptr), &pcre2_match_context_free);
+  if (!match || !context) fail("out of memory for the pre-tokenizer regex '", pattern_, "'");
+  pcre2_set_match_limit(context.get(), kMatchLimit);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::vector<std::string_view> pieces;
   size_t at = 0, gap = 0;  // the next search start; the start of the text not yet in a piece
   uint32_t options = 0;    // the first call checks the whole text's UTF-8, later ones skip it
   while (at <= text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), at, options, match.get(), nullptr);
+    const int rc = pcre2_match(code, subject, text.size(), at, options, match.get(), context.get());
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       if (rc <= PCRE2_ERROR_UTF8_ERR1 && rc >= PCRE2_ERROR_UTF8_ERR21) {
@@ -58,6 +66,9 @@ std::vector<std::string_view> RegexSplitter::split(std::string_view text) const 
         if (colon != std::string::npos) why.erase(0, colon + 2);
         fail("text is not valid UTF-8 at byte ", pcre2_get_startchar(match.get()), " (", why, ")");
       }
+      if (rc == PCRE2_ERROR_MATCHLIMIT)
+        fail("pre-tokenizer regex '", pattern_, "' takes more than ", kMatchLimit, " steps to match at byte ", at,
+             " (catastrophic backtracking?)");
       fail("pre-tokenizer regex '", pattern_, "' failed at byte ", at, ": ", pcre2_message(rc));
     }
     options = PCRE2_NO_UTF_CHECK;

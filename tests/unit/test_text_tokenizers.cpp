@@ -86,6 +86,11 @@ TEST(RegexSplitter, InvalidUtf8AndBadPatternsAreNamed) {
             std::string::npos);
 }
 
+TEST(RegexSplitter, CatastrophicBacktrackingStopsWithAnError) {
+  const tessera::text::RegexSplitter split(R"((\w|\w\w)+$)");
+  EXPECT_NE(error_of([&] { split.split(std::string(60, 'a') + "!"); }).find("steps to match"), std::string::npos);
+}
+
 TEST(ByteLevelBpe, MergesApplyLowestRankFirst) {
   const auto bc_first = make_tokenizer("hf-byte-level-bpe", bpe_json(R"(["b c", "a b", "Ġ a"])"), "t.json");
   EXPECT_EQ(bc_first->encode("abc"), (Ids{0, 5}));  // a + bc: "b c" outranks "a b"
