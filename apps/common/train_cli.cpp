@@ -51,7 +51,9 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
       ("tp-depth", po::value(&mesh.tp_depth)->default_value(1)->value_name("D"), "--tp-mode 2.5d: the grid layers d (the batch splits over d x q, the weights are the same on every layer)")
       ("pp", po::value(&mesh.pp)->default_value(1)->value_name("N"), "pipeline stages")
       ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b")->value_name("gpipe|1f1b|interleaved|zb"), "pipeline schedule (with --pp > 1): gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
-      ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1)->value_name("V"), "model chunks per pipeline stage (interleaved schedule)")
+      ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1)->value_name("V"), "model chunks per pipeline stage (interleaved schedule)");
+  // moe_train refuses sequence parallelism for now (its experts route whole rows): parsed to refuse.
+  (moe ? sections.foreign() : layout).add_options()
       ("sp", po::value(&mesh.sp)->default_value(1)->value_name("N"), "sequence-parallel ranks (must divide the sequence)")
       ("sp-mode", po::value(&sp_mode)->default_value("all_to_all")->value_name(gpt ? "all_to_all|ring|split_gather" : "all_to_all|ring"), gpt ? "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)" : "sequence parallelism with --sp > 1: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)");
   (moe ? layout : sections.foreign()).add_options()

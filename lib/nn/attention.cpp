@@ -30,8 +30,6 @@ SelfAttention::SelfAttention(ParamStore& store, const std::string& name, int64_t
   if (!options.llama()) {
     qkv_ = Linear(store, name + ".qkv", channels, 3 * channels, {true, init_std, Split::columns, 3}, layout);
     proj_ = Linear(store, name + ".proj", channels, channels, proj, layout);
-    kv_heads_ = heads_;
-    first_kv_head_ = layout.rank() * heads_;
     return;
   }
   // Llama: the kv heads split over tp like the query heads where tp divides them; replicated

@@ -66,6 +66,7 @@ class SelfAttention {
   Linear qkv_, proj_;
   Linear q_, k_, v_;  // Llama's projections (qkv_ unused)
   AttentionOptions options_;
+  // Llama's grouped-query attention:
   int64_t kv_heads_ = 0;       // in k and v on this rank: its share, or all of them (replicated over tp)
   int64_t first_kv_head_ = 0;  // the global index of the first of them
   int64_t group_ = 1;          // query heads per kv head

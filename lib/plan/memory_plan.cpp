@@ -164,8 +164,10 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   // Buffers.
   if (zero == 1 || zero == 2) add(m, "buffers", "ZeRO: the updated shard, all-gathered", kBytes * shard.size());
   const int64_t held_begin = zero >= 2 ? shard.begin : 0, held_end = zero >= 2 ? shard.end : n;
-  int64_t partial = 0;  // gradients summed over tp (split rows) or ep once reduced, packed
-  if (run.split_gather)
+  // gradients summed over tp (split rows; Llama's k and v where the kv heads are replicated over
+  // tp) or ep once reduced, packed
+  int64_t partial = 0;
+  if (run.split_gather || mesh.tp > 1)
     partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return s.partial != nn::PartialGrad::complete; });
   if (mesh.ep > 1)
     partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return !s.expert; });

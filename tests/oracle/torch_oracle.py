@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-# The PyTorch oracle: rebuilds tessera's GPT in float64 from a `gpt_train --dump` file and checks
-# step 1 (loss, logits, every gradient) and the loss of every AdamW step against tessera's output;
-# when the dump also holds /final/<name> (the parameters after the last step) it checks those too.
+# The PyTorch oracle: rebuilds tessera's GPT (the dump's `arch`: gpt2, or llama) in float64 from a
+# `gpt_train --dump` file and checks step 1 (loss, logits, every gradient) and the loss of every
+# AdamW step against tessera's output; when the dump also holds /final/<name> (the parameters after
+# the last step) it checks those too. Both models are written here from their definitions, not
+# from tessera's code.
 #
 # usage: torch_oracle.py --dump dump.h5 --metrics m.jsonl [--tol 1e-4]
 # Exit status: 0 when everything agrees, 1 on any mismatch (each one named), 2 on bad input.
@@ -18,8 +20,8 @@ import torch.nn.functional as F
 DTYPE = torch.float64
 
 
-def param_shapes(cfg):
-    """Logical parameter names and shapes, [out, in] for weights, in tessera's naming."""
+def gpt2_param_shapes(cfg):
+    """GPT-2's logical parameter names and shapes, [out, in] for weights, in tessera's naming."""
     V, C, T, L = cfg["vocab_size"], cfg["hidden"], cfg["seq_len"], cfg["layers"]
     shapes = {"embed.tokens.weight": (V, C), "embed.positions.weight": (T, C)}
     for i in range(L):
@@ -36,7 +38,7 @@ def param_shapes(cfg):
     return shapes
 
 
-def forward(p, cfg, tokens):
+def gpt2_forward(p, cfg, tokens):
     """Logits [B, T, V] of the GPT-2 style model for int64 tokens [B, T]."""
     B, T = tokens.shape
     C, H, L = cfg["hidden"], cfg["heads"], cfg["layers"]
@@ -60,6 +62,105 @@ def forward(p, cfg, tokens):
         x = x + h @ p[b + "mlp.proj.weight"].t() + p[b + "mlp.proj.bias"]
     x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps)
     return x @ p["embed.tokens.weight"].t()
+
+
+def llama_param_shapes(cfg):
+    """Llama's logical parameter names and shapes: no biases, no position table, k and v with
+    kv_heads heads, an untied head unless tie_embeddings."""
+    V, C, L = cfg["vocab_size"], cfg["hidden"], cfg["layers"]
+    KD = cfg["kv_heads"] * (C // cfg["heads"])
+    Fh = cfg["ffn_hidden"]
+    shapes = {"embed.tokens.weight": (V, C)}
+    for i in range(L):
+        b = f"blocks.{i}."
+        shapes.update({
+            b + "ln1.weight": (C,),
+            b + "attn.q.weight": (C, C), b + "attn.k.weight": (KD, C), b + "attn.v.weight": (KD, C),
+            b + "attn.proj.weight": (C, C),
+            b + "ln2.weight": (C,),
+            b + "mlp.gate.weight": (Fh, C), b + "mlp.up.weight": (Fh, C), b + "mlp.down.weight": (C, Fh),
+        })
+    shapes["ln_f.weight"] = (C,)
+    if not cfg["tie_embeddings"]:
+        shapes["head.weight"] = (V, C)
+    return shapes
+
+
+def rms_norm(x, weight, eps):
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def rotary(x, theta):
+    """Rotary positions on [B, heads, T, D], pairing element i with i + D/2 ("rotate half"):
+    the pair turns by position * theta^(-2i/D)."""
+    T, D = x.shape[-2], x.shape[-1]
+    half = D // 2
+    inv_freq = theta ** (-2.0 * torch.arange(half, dtype=DTYPE) / D)
+    angle = torch.arange(T, dtype=DTYPE)[:, None] * inv_freq[None, :]  # [T, D/2]
+    cos, sin = angle.cos(), angle.sin()
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+
+def llama_forward(p, cfg, tokens):
+    """Logits [B, T, V] of the Llama model for int64 tokens [B, T]."""
+    B, T = tokens.shape
+    C, H, K, L = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["layers"]
+    D = C // H
+    eps, theta = cfg["norm_eps"], cfg["rope_theta"]
+    x = p["embed.tokens.weight"][tokens]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for i in range(L):
+        b = f"blocks.{i}."
+        h = rms_norm(x, p[b + "ln1.weight"], eps)
+        q = (h @ p[b + "attn.q.weight"].t()).reshape(B, T, H, D).transpose(1, 2)
+        k = (h @ p[b + "attn.k.weight"].t()).reshape(B, T, K, D).transpose(1, 2)
+        v = (h @ p[b + "attn.v.weight"].t()).reshape(B, T, K, D).transpose(1, 2)
+        q, k = rotary(q, theta), rotary(k, theta)
+        # grouped-query attention: query head j reads kv head j // (H / K)
+        k = k.repeat_interleave(H // K, dim=1)
+        v = v.repeat_interleave(H // K, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p[b + "attn.proj.weight"].t()
+        h = rms_norm(x, p[b + "ln2.weight"], eps)
+        h = F.silu(h @ p[b + "mlp.gate.weight"].t()) * (h @ p[b + "mlp.up.weight"].t())
+        x = x + h @ p[b + "mlp.down.weight"].t()
+    x = rms_norm(x, p["ln_f.weight"], eps)
+    head = p["embed.tokens.weight"] if cfg["tie_embeddings"] else p["head.weight"]
+    return x @ head.t()
+
+
+MODELS = {"gpt2": (gpt2_param_shapes, gpt2_forward), "llama": (llama_param_shapes, llama_forward)}
+
+
+def read_config(attrs):
+    """The model's configuration from the dump's root attributes; a dump without `arch` (written
+    before Llama) is gpt2. Raises ValueError naming what is missing or inconsistent."""
+    def attr(k, kind):
+        if k not in attrs:
+            raise ValueError(f"the dump's root has no attribute '{k}'")
+        return kind(np.asarray(attrs[k]).ravel()[0])
+    cfg = {k: attr(k, int) for k in
+           ("layers", "hidden", "heads", "seq_len", "vocab_size", "global_batch", "steps")}
+    arch = attrs.get("arch", "gpt2")
+    if isinstance(arch, np.ndarray):
+        arch = arch.ravel()[0]
+    if isinstance(arch, bytes):
+        arch = arch.decode()
+    if arch not in MODELS:
+        raise ValueError(f"the dump's arch is '{arch}'; the oracle knows {sorted(MODELS)}")
+    cfg["arch"] = arch
+    if arch == "llama":
+        cfg.update({k: attr(k, int) for k in ("kv_heads", "ffn_hidden", "tie_embeddings")})
+        cfg.update({k: attr(k, float) for k in ("norm_eps", "rope_theta")})
+        C, H, K = cfg["hidden"], cfg["heads"], cfg["kv_heads"]
+        if H < 1 or C % H or (C // H) % 2 or K < 1 or H % K or cfg["ffn_hidden"] < 1:
+            raise ValueError(f"inconsistent llama shape: hidden {C}, heads {H}, kv_heads {K}, "
+                             f"ffn_hidden {cfg['ffn_hidden']}")
+    return cfg
 
 
 def loss_of(logits, targets):
@@ -121,10 +222,14 @@ def main():
 
     with h5py.File(args.dump, "r") as f:
         a = f.attrs
-        cfg = {k: int(np.asarray(a[k]).ravel()[0]) for k in
-               ("layers", "hidden", "heads", "seq_len", "vocab_size", "global_batch", "steps")}
+        try:
+            cfg = read_config(a)
+        except ValueError as e:
+            print(f"torch_oracle: {args.dump}: {e}")
+            return 2
         opt = {k: float(np.asarray(a[k]).ravel()[0]) for k in
                ("beta1", "beta2", "eps", "weight_decay", "grad_clip")}
+        param_shapes, forward = MODELS[cfg["arch"]]
         shapes = param_shapes(cfg)
         params, grads_ref = {}, {}
         bad = []
@@ -171,7 +276,12 @@ def main():
         return 1
 
     metrics = read_metrics(args.metrics)
-    print(f"torch_oracle: L={cfg['layers']} C={cfg['hidden']} H={cfg['heads']} T={cfg['seq_len']} "
+    llama = ""
+    if cfg["arch"] == "llama":
+        llama = (f" K={cfg['kv_heads']} F={cfg['ffn_hidden']} eps={cfg['norm_eps']:g} "
+                 f"theta={cfg['rope_theta']:g} {'tied' if cfg['tie_embeddings'] else 'untied'} head")
+    print(f"torch_oracle: {cfg['arch']} L={cfg['layers']} C={cfg['hidden']} H={cfg['heads']}{llama} "
+          f"T={cfg['seq_len']} "
           f"V={cfg['vocab_size']} B={cfg['global_batch']} steps={cfg['steps']}; "
           f"AdamW betas=({opt['beta1']}, {opt['beta2']}) eps={opt['eps']} "
           f"wd={opt['weight_decay']} clip={opt['grad_clip']}; tolerance {args.tol:.0e} "
@@ -222,6 +332,7 @@ def main():
 
     # ---- AdamW steps, loss per step against the metrics --------------------------------------
     names = list(shapes)
+    # tessera decays the matrices (linear weights, embedding and head tables), not norms or biases
     decay = [p[n] for n in names if p[n].dim() == 2]
     no_decay = [p[n] for n in names if p[n].dim() != 2]
     optim = torch.optim.AdamW(

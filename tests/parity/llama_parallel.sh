@@ -76,3 +76,9 @@ ck="$tmp/ref/step_10.h5"
 refused "kv_heads: 2 in the checkpoint, 1 here" 1 --resume "$ck" "${base[@]}" --ffn-hidden 64 --kv-heads 1
 refused "ffn_hidden: 64 in the checkpoint, 128 here" 1 --resume "$ck" "${base[@]}" --kv-heads 2 --ffn-hidden 128
 refused "holds a llama model, not gpt" 1 --resume "$ck" --layers 4 --hidden 32 --heads 4 --seq-len 16
+
+# Rotary positions hold no table: a checkpoint resumes at another --seq-len (gpt2's is refused).
+mpirun -np 1 "$build/apps/gpt_train" --input "$data" "${common[@]/#16/32}" --steps 12 --resume "$ck" \
+  --metrics "$tmp/longer.jsonl" >"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "error: resuming at --seq-len 32 failed"; exit 1; }
+grep -q '"step":12' "$tmp/longer.jsonl" || { echo "error: the resumed run at --seq-len 32 did not reach step 12"; exit 1; }
+echo "resumed at --seq-len 32 from a checkpoint trained at 16: 2 more steps"

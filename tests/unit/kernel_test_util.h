@@ -1,13 +1,17 @@
 // Shared by the kernel tests: Philox-filled tensors, a scoped OpenMP thread count (kernels are
 // run on 1 and 3 threads so that a race shows even though CTest pins one), cutting positions out
-// of a sequence, and a max-relative comparison.
+// of a sequence, a max-relative comparison, and expecting an error that names the problem.
 #pragma once
 #include <omp.h>
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 
@@ -64,6 +68,17 @@ inline double max_rel_error(const Tensor& got, const Tensor& want, int64_t col0 
       den = std::max(den, std::fabs(x));
     }
   return den > 0 ? num / den : num;
+}
+
+// call() throws a tessera::Error whose message contains `expected`.
+template <typename F>
+void expect_error(F&& call, const std::string& expected) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one containing: " << expected;
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
+  }
 }
 
 }  // namespace tessera::testing

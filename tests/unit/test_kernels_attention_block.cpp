@@ -18,6 +18,7 @@
 
 using tessera::Shape;
 using tessera::Tensor;
+using tessera::testing::expect_error;
 namespace ops = tessera::ops;
 namespace gc = tessera::testing;
 
@@ -259,15 +260,6 @@ TEST(BlockAttentionGrad, NonCausalDenseQueriesAndPackedKeysMatchFiniteDifference
 
 // ---- bad shapes ----------------------------------------------------------------------------------
 
-template <typename F>
-void expect_error(F&& call, const std::string& expected) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one containing: " << expected;
-  } catch (const tessera::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
-}
 
 TEST(BlockAttentionOps, RefusesShapesThatDoNotFit) {
   const Tensor q = random_tensor({1, 4, 8}, 11), kv = random_tensor({1, 6, 16}, 12);

@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 
 using tessera::Tensor;
+using tessera::testing::expect_error;
 using tessera::testing::rel_error;
 using Threads = tessera::testing::ScopedThreads;
 
@@ -152,15 +153,6 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RmsNorm,
                            return std::to_string(info.param.rows) + "x" + std::to_string(info.param.cols);
                          });
 
-template <typename F>
-void expect_error(F&& call, const std::string& expected) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one containing: " << expected;
-  } catch (const tessera::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
-}
 
 TEST(RmsNormShapes, RefusesShapesThatDoNotFit) {
   const Tensor x = random_tensor({4, 6}, 15), w = random_tensor({6}, 16), w5 = random_tensor({5}, 17);

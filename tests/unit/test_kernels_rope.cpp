@@ -17,6 +17,7 @@
 #include "kernels/ops.h"
 
 using tessera::Tensor;
+using tessera::testing::expect_error;
 using tessera::ops::RopeShape;
 using tessera::testing::rel_error;
 using Threads = tessera::testing::ScopedThreads;
@@ -330,15 +331,6 @@ TEST(RopeParity, ShardsReproduceOneRankBitForBit) {
 
 // ---- bad input --------------------------------------------------------------------------------------
 
-template <typename F>
-void expect_error(F&& call, const std::string& expected) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one containing: " << expected;
-  } catch (const tessera::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
-}
 
 TEST(RopeShapes, RefusesBadShapesNamingTheOp) {
   RopeShape s;

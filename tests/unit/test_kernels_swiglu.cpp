@@ -13,6 +13,7 @@
 #include "kernels/ops.h"
 
 using tessera::Tensor;
+using tessera::testing::expect_error;
 using Threads = tessera::testing::ScopedThreads;
 
 namespace {
@@ -100,15 +101,6 @@ TEST_P(SwiGlu, BackwardMatchesDoubleReference) {
 INSTANTIATE_TEST_SUITE_P(Sizes, SwiGlu, ::testing::Values(int64_t{7}, int64_t{1001}, int64_t{70001}),
                          [](const auto& info) { return std::to_string(info.param) + "_elements"; });
 
-template <typename F>
-void expect_error(F&& call, const std::string& expected) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one containing: " << expected;
-  } catch (const tessera::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << "message: " << e.what();
-  }
-}
 
 TEST(SwiGluShapes, RefusesShapesThatDoNotFit) {
   const Tensor g = random_tensor({4, 6}, 5), u = random_tensor({4, 5}, 6);
