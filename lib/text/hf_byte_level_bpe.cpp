@@ -116,6 +116,16 @@ class HfByteLevelBpe final : public Tokenizer {
     return *it;
   }
 
+  // A token id from the file: an integer in [0, kMaxTokenId] (a float or a huge number is refused
+  // before any conversion), `what` naming where it was.
+  int32_t token_id(const json& v, const std::string& what) const {
+    if (!v.is_number_integer()) fail(name_, ": ", what, " is ", v.dump(), ", not an integer id");
+    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{kMaxTokenId}
+                                                 : v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxTokenId;
+    if (!in_range) fail(name_, ": ", what, " has the id ", v.dump(), " (ids must be in [0, ", kMaxTokenId, "])");
+    return static_cast<int32_t>(v.get<int64_t>());
+  }
+
   // A token string back to the bytes its characters stand for; a character that stands for no
   // byte leaves the token as it is written (as Hugging Face's ByteLevel decoder does).
   static std::string bytes_of(const std::string& token) {
@@ -159,7 +169,7 @@ class HfByteLevelBpe final : public Tokenizer {
     std::unordered_map<std::string, int32_t> vocab;
     const json& v = field(model, "vocab");
     if (!v.is_object()) fail(name_, ": model.vocab is not an object of token: id");
-    for (const auto& [token, id] : v.items()) vocab.emplace(token, id.get<int32_t>());
+    for (const auto& [token, id] : v.items()) vocab.emplace(token, token_id(id, "model.vocab['" + token + "']"));
     std::vector<std::pair<std::string, std::string>> merges;
     const json& m = field(model, "merges");
     if (!m.is_array()) fail(name_, ": model.merges is not an array");
@@ -248,10 +258,9 @@ class HfByteLevelBpe final : public Tokenizer {
     added_.reserve(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       const json& t = list[i];
-      AddedToken a{t.at("content").get<std::string>(), t.at("id").get<int32_t>()};
-      if (a.content.empty()) fail(name_, ": added_tokens[", i, "] has empty content");
-      if (a.id < 0 || a.id > kMaxTokenId)
-        fail(name_, ": added_tokens[", i, "] has the id ", a.id, " (ids must be in [0, ", kMaxTokenId, "])");
+      const std::string where = "added_tokens[" + std::to_string(i) + "]";
+      AddedToken a{t.at("content").get<std::string>(), token_id(t.at("id"), where)};
+      if (a.content.empty()) fail(name_, ": ", where, " has empty content");
       for (const char* key : {"lstrip", "rstrip", "single_word"})
         if (t.value(key, false))
           fail(name_, ": added_tokens[", i, "] ('", a.content, "') sets ", key, ", which is not supported");

@@ -1,6 +1,7 @@
 // Unit tests of lib/text on hand-made tokenizers whose ids are worked out by hand: the byte-to-
 // unicode table, the PCRE2 pre-tokenizer split, BPE merge ranks, ignore_merges, added tokens, both
-// merge forms, the refusals of what is not supported, and the tokenizer stored in a data set.
+// merge forms, the refusals of what is not supported (a float id: what fuzz_tokenizer_json found, UB
+// in the conversion), and the tokenizer stored in a data set.
 // (The real tokenizers are checked against their own libraries by tests/tokenizers/.)
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -143,6 +144,9 @@ TEST(ByteLevelBpe, UnsupportedConfigurationsAreRefusedByName) {
   std::string huge_id = bpe_json("[]");
   huge_id.replace(huge_id.find("\"Ġa\": 7"), 8, "\"Ġa\": 1073741824");
   EXPECT_NE(refusal(huge_id).find("the id 1073741824"), std::string::npos) << refusal(huge_id);
+  std::string float_id = bpe_json("[]");
+  float_id.replace(float_id.find("\"Ġa\": 7"), 8, "\"Ġa\": 4.6e113");
+  EXPECT_NE(refusal(float_id).find("not an integer id"), std::string::npos) << refusal(float_id);
   std::string metaspace = bpe_json("[]");
   metaspace.replace(metaspace.find("\"ByteLevel\""), 11, "\"Metaspace\"");
   EXPECT_NE(refusal(metaspace).find("pre_tokenizer.type is 'Metaspace'"), std::string::npos);
