@@ -1,5 +1,5 @@
 // Reads tokenizer.json's fields (model BPE: vocab, merges as "a b" or ["a", "b"], ignore_merges;
-// pre_tokenizer ByteLevel or Sequence of Split + ByteLevel; decoder ByteLevel; added_tokens) and
+// normalizer none or NFC; pre_tokenizer ByteLevel or Sequence of Split + ByteLevel; decoder ByteLevel; added_tokens) and
 // encodes and decodes with them.
 #include "text/hf_byte_level_bpe.h"
 
@@ -13,6 +13,7 @@
 #include "text/bpe_model.h"
 #include "text/byte_unicode.h"
 #include "text/regex_splitter.h"
+#include "text/unicode_nfc.h"
 
 namespace tessera::text {
 namespace {
@@ -46,15 +47,15 @@ class HfByteLevelBpe final : public Tokenizer {
 
   std::vector<int32_t> encode(const std::string& text) const override {
     std::vector<int32_t> ids;
-    std::unordered_map<std::string_view, std::vector<int32_t>> cache;  // pieces repeat: encode each once
-    size_t start = 0;
-    auto encode_plain = [&](std::string_view segment) {
-      if (segment.empty()) return;
-      std::string prefixed;
+    std::unordered_map<std::string, std::vector<int32_t>> cache;  // pieces repeat: encode each once
+    auto encode_plain = [&](std::string_view raw) {
+      if (raw.empty()) return;
+      std::string segment = nfc_ ? nfc(raw) : std::string(raw);
       if (add_prefix_space_ && segment.front() != ' ') {
+        std::string prefixed;
         prefixed.assign(1, ' ');
         prefixed.append(segment);
-        segment = prefixed;
+        segment.swap(prefixed);
       }
       std::vector<std::string_view> pieces{segment};
       for (const auto& splitter : splitters_) {
@@ -64,18 +65,12 @@ class HfByteLevelBpe final : public Tokenizer {
         pieces.swap(next);
       }
       for (std::string_view p : pieces) {
-        auto it = prefixed.empty() ? cache.find(p) : cache.end();
-        if (it == cache.end()) {
-          std::vector<int32_t> word = bpe_->encode_word(p);
-          if (!prefixed.empty()) {
-            ids.insert(ids.end(), word.begin(), word.end());
-            continue;
-          }
-          it = cache.emplace(p, std::move(word)).first;
-        }
+        auto it = cache.find(std::string(p));
+        if (it == cache.end()) it = cache.emplace(std::string(p), bpe_->encode_word(p)).first;
         ids.insert(ids.end(), it->second.begin(), it->second.end());
       }
     };
+    size_t start = 0;
     for (size_t i = 0; i < text.size();) {
       const AddedToken* match = added_at(text, i);
       if (match == nullptr) {
@@ -191,9 +186,14 @@ class HfByteLevelBpe final : public Tokenizer {
   }
 
   void read_normalizer(const json& n) {
-    if (!n.is_null())
-      fail(name_, ": normalizer '", n.value("type", std::string("?")),
-           "' is not supported (byte-level BPE without a normalizer only)");
+    if (n.is_null()) return;
+    const std::string type = n.value("type", std::string("?"));
+    if (type != "NFC")
+      fail(name_, ": normalizer '", type, "' is not supported (none, or NFC as Qwen 2 has)");
+    if (!have_nfc())
+      fail(name_, ": normalizer NFC needs Unicode normalisation, which this build lacks (libutf8proc was not found",
+           " when it was configured; on Debian: apt-get install libutf8proc-dev, then configure and build again)");
+    nfc_ = true;
   }
 
   void read_byte_level(const json& p, const std::string& where) {
@@ -278,7 +278,7 @@ class HfByteLevelBpe final : public Tokenizer {
   std::string name_;
   std::unique_ptr<BpeModel> bpe_;
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;  // applied in order, each to every piece
-  bool add_prefix_space_ = false, have_byte_level_ = false;
+  bool add_prefix_space_ = false, have_byte_level_ = false, nfc_ = false;
   std::vector<AddedToken> added_;
   std::unordered_map<int32_t, std::string> added_by_id_;
   std::map<unsigned char, std::vector<const AddedToken*>> added_by_first_;

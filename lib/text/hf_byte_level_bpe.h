@@ -1,8 +1,8 @@
-// A Hugging Face tokenizer.json of byte-level BPE (GPT-2, Llama 3, Qwen style without a normalizer)
-// as a Tokenizer: added tokens are cut out first, the rest is pre-tokenized (Split regexes and/or
-// ByteLevel's own GPT-2 regex, through PCRE2) and each piece BPE-encoded. What the file configures
-// beyond that (a normalizer, another model type or pre-tokenizer, dropout, ...) is refused, named.
-// No post-processor runs: no BOS/EOS is added (add_special_tokens=False in Hugging Face's terms).
+// A Hugging Face tokenizer.json of byte-level BPE (GPT-2, Llama 3, Qwen 2 style) as a Tokenizer:
+// added tokens are cut out first, the rest normalised (NFC, when the file asks), pre-tokenized
+// (Split regexes and/or ByteLevel's own GPT-2 regex, through PCRE2) and each piece BPE-encoded.
+// What the file configures beyond that (another normalizer, model type or pre-tokenizer, dropout,
+// ...) is refused, named. No post-processor runs: no BOS/EOS is added (add_special_tokens=False).
 #pragma once
 #include <memory>
 #include <string>

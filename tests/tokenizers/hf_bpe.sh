@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CTest `oracle`: data_prep's byte-level BPE (a Hugging Face tokenizer.json) against the `tokenizers`
-# package from PyPI, GPT-2-style and Llama-3-style, trained on the text given (hf_bpe_oracle.py).
+# package from PyPI, GPT-2, Llama-3 and Qwen-2 (NFC) styles, trained on the text given (hf_bpe_oracle.py).
 # usage: hf_bpe.sh <build_dir> <source_dir> --text PATH/tinyshakespeare.txt
 #   the environment: ${TESSERA_HF_VENV:-<build_dir>/hf-venv}, made by tests/tools/tokenizers_venv.sh
 set -euo pipefail
@@ -16,7 +16,7 @@ py=$("$src/tests/tools/tokenizers_venv.sh" "${TESSERA_HF_VENV:-$build/hf-venv}")
 "$py" -c "import h5py" 2>/dev/null || { echo "FAIL: $py cannot import h5py (Debian: python3-h5py)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for style in gpt2 llama3; do
+for style in gpt2 llama3 qwen2; do
   "$py" "$src/tests/tokenizers/hf_bpe_oracle.py" --data-prep "$build/apps/data_prep" --text "$text" --style $style \
     --work "$work/$style"
 done

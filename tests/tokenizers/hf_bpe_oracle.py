@@ -1,23 +1,27 @@
 #!/usr/bin/env python3
 """tokenizer.json oracle: trains a byte-level BPE on a text with Hugging Face's `tokenizers`
-(GPT-2-style or Llama-3-style pre-tokenizer), then checks that `data_prep text --tokenizer` gives
+(GPT-2-style, Llama-3-style or Qwen-2-style: its regex and the NFC normalizer), then checks that `data_prep text --tokenizer` gives
 the package's ids (encode(text, add_special_tokens=False)) on the whole text, on non-ASCII text, on
 whitespace runs and around special tokens, that the merges' ["a", "b"] form reads as the "a b" form,
-and that `data_prep decode` gives the text back byte for byte.
+and that `data_prep decode` gives the text back byte for byte (Qwen 2 style: the text in NFC).
 
-usage: hf_bpe_oracle.py --data-prep PATH --text FILE --style gpt2|llama3 --work DIR
+usage: hf_bpe_oracle.py --data-prep PATH --text FILE --style gpt2|llama3|qwen2 --work DIR
 """
 import argparse
 import os
 import subprocess
 import sys
+import unicodedata
 
 import h5py
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPECIALS = {"gpt2": ["<|endoftext|>"], "llama3": ["<|begin_of_text|>", "<|end_of_text|>"]}
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+SPECIALS = {"gpt2": ["<|endoftext|>"], "llama3": ["<|begin_of_text|>", "<|end_of_text|>"],
+            "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}
 
 # Text the corpus does not hold: letters, marks and digits of other scripts, 4-byte characters,
 # Unicode spaces, and whitespace runs of every kind.
@@ -41,9 +45,12 @@ def train(text_path, style, vocab_size):
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
-        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok = Tokenizer(models.BPE(ignore_merges=style == "llama3"))
+        if style == "qwen2":
+            tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(LLAMA3_REGEX if style == "llama3" else QWEN2_REGEX), behavior="isolated",
+                                 invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS[style], show_progress=False,
@@ -70,7 +77,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-prep", required=True)
     ap.add_argument("--text", required=True)
-    ap.add_argument("--style", required=True, choices=["gpt2", "llama3"])
+    ap.add_argument("--style", required=True, choices=["gpt2", "llama3", "qwen2"])
     ap.add_argument("--work", required=True)
     ap.add_argument("--vocab", type=int, default=1000)
     args = ap.parse_args()
@@ -100,14 +107,15 @@ def main():
                   f" data_prep {got[max(0, i - 3):i + 5]} package {want[max(0, i - 3):i + 5]}"
                   f" tokens {[tok.id_to_token(t) for t in want[max(0, i - 3):i + 5]]}")
             failures += 1
+        back = (unicodedata.normalize("NFC", text) if args.style == "qwen2" else text).encode("utf-8")
         decoded = subprocess.run([args.data_prep, "decode", "--input", os.path.join(args.work, "case.h5")],
                                  check=True, stdout=subprocess.PIPE).stdout
-        if decoded != text.encode("utf-8"):
-            i = first_difference(decoded, text.encode("utf-8"))
+        if decoded != back:
+            i = first_difference(decoded, back)
             print(f"FAIL {args.style} {name}: decode(encode(text)) differs from the text at byte {i}:"
-                  f" {decoded[max(0, i - 10):i + 10]!r} vs {text.encode('utf-8')[max(0, i - 10):i + 10]!r}")
+                  f" {decoded[max(0, i - 10):i + 10]!r} vs {back[max(0, i - 10):i + 10]!r}")
             failures += 1
-        if got == want and decoded == text.encode("utf-8"):
+        if got == want and decoded == back:
             print(f"ok {args.style} {name}: {len(want)} ids equal the package's; decode gives the text back")
 
     # The merges in the ["a", "b"] form (tokenizers >= 0.20 writes it) read as the "a b" form.
