@@ -191,8 +191,9 @@ class HfByteLevelBpe final : public Tokenizer {
     if (type != "NFC")
       fail(name_, ": normalizer '", type, "' is not supported (none, or NFC as Qwen 2 has)");
     if (!have_nfc())
-      fail(name_, ": normalizer NFC needs Unicode normalisation, which this build lacks (libutf8proc was not found",
-           " when it was configured; on Debian: apt-get install libutf8proc-dev, then configure and build again)");
+      fail(name_, ": normalizer NFC needs Unicode normalisation, which this build lacks (libutf8proc was not found,",
+           " or TESSERA_UTF8PROC was OFF, when it was configured; on Debian: apt-get install libutf8proc-dev, then",
+           " configure and build again)");
     nfc_ = true;
   }
 

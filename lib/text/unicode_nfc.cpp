@@ -32,8 +32,8 @@ std::string nfc(std::string_view text) {
 bool have_nfc() { return false; }
 
 std::string nfc(std::string_view) {
-  fail("this build has no Unicode normalisation (libutf8proc was not found when it was configured; on Debian:",
-       " apt-get install libutf8proc-dev, then configure and build again)");
+  fail("this build has no Unicode normalisation (libutf8proc was not found, or TESSERA_UTF8PROC was OFF, when it",
+       " was configured; on Debian: apt-get install libutf8proc-dev, then configure and build again)");
 }
 
 #endif
