@@ -1,6 +1,6 @@
 // Reads tokenizer.json's fields (model BPE: vocab, merges as "a b" or ["a", "b"], ignore_merges;
-// normalizer none or NFC; pre_tokenizer ByteLevel or Sequence of Split + ByteLevel; decoder ByteLevel; added_tokens) and
-// encodes and decodes with them.
+// normalizer none or NFC; pre_tokenizer ByteLevel or Sequence of Split + ByteLevel; decoder
+// ByteLevel; added_tokens) and encodes and decodes with them.
 #include "text/hf_byte_level_bpe.h"
 
 #include <nlohmann/json.hpp>

@@ -80,8 +80,9 @@ bool have_sentencepiece() { return true; }
 #else
 
 std::unique_ptr<Tokenizer> make_sentencepiece(const std::string&, const std::string& name) {
-  fail(name, ": this build has no SentencePiece support (libsentencepiece was not found, or TESSERA_SENTENCEPIECE was OFF,",
-       " when it was configured; on Debian: apt-get install libsentencepiece-dev, then configure and build again)");
+  fail(name, ": this build has no SentencePiece support (libsentencepiece was not found, or TESSERA_SENTENCEPIECE",
+       " was OFF, when it was configured; on Debian: apt-get install libsentencepiece-dev, then configure and build",
+       " again)");
 }
 
 bool have_sentencepiece() { return false; }

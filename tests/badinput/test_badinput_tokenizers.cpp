@@ -120,7 +120,8 @@ TEST_F(BadInputTokenizers, NotJson) {
 
 TEST_F(BadInputTokenizers, TextThatIsNotUtf8) {
   const std::string out = file("out.h5");
-  const CommandResult r = text(file("in.txt", "good text \xc3\x28 then bad"), file("t.json", small_tokenizer_json()), out);
+  const CommandResult r =
+      text(file("in.txt", "good text \xc3\x28 then bad"), file("t.json", small_tokenizer_json()), out);
   expect_failure(r, "not valid UTF-8 at byte 10", 1, out);
   EXPECT_NE(r.err.find("in.txt"), std::string::npos) << r.err;
 }
