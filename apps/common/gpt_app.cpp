@@ -85,14 +85,14 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     int64_t seq_len = 64;
     std::string arch = "gpt2";
     bool tie_embeddings = false;
-    if (!moe)
-      opts.section(kModel).add_options()
-          ("arch", po::value(&arch)->default_value("gpt2")->value_name("gpt2|llama"), "model family: gpt2 (learned positions, LayerNorm, GELU MLP, tied head) or llama (RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, no biases, untied head)")
-          ("kv-heads", po::value(&mc.kv_heads)->default_value(0, "--heads")->value_name("K"), "llama: key/value heads of grouped-query attention (must divide --heads; 1: multi-query)")
-          ("ffn-hidden", po::value(&mc.ffn_hidden)->default_value(0, "8/3 x --hidden, rounded up to 256")->value_name("N"), "llama: hidden size of the SwiGLU MLP")
-          ("norm-eps", po::value(&mc.norm_eps)->default_value(1e-5f, "1e-5")->value_name("X"), "llama: RMSNorm epsilon")
-          ("rope-theta", po::value(&mc.rope_theta)->default_value(10000.0f, "10000")->value_name("X"), "llama: base of the rotary position angles")
-          ("tie-embeddings", po::bool_switch(&tie_embeddings), "llama: tie the LM head to the token embedding (gpt2's always is)");
+    std::string router_norm = "auto";
+    opts.section(kModel).add_options()
+        ("arch", po::value(&arch)->default_value("gpt2")->value_name("gpt2|llama"), "model family: gpt2 (learned positions, LayerNorm, GELU MLP, tied head) or llama (RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, no biases, untied head)")
+        ("kv-heads", po::value(&mc.kv_heads)->default_value(0, "--heads")->value_name("K"), "llama: key/value heads of grouped-query attention (must divide --heads; 1: multi-query)")
+        ("ffn-hidden", po::value(&mc.ffn_hidden)->default_value(0, "8/3 x --hidden, rounded up to 256")->value_name("N"), "llama: hidden size of the SwiGLU MLP (moe_train: the dense blocks', and the experts' default)")
+        ("norm-eps", po::value(&mc.norm_eps)->default_value(1e-5f, "1e-5")->value_name("X"), "llama: RMSNorm epsilon")
+        ("rope-theta", po::value(&mc.rope_theta)->default_value(10000.0f, "10000")->value_name("X"), "llama: base of the rotary position angles")
+        ("tie-embeddings", po::bool_switch(&tie_embeddings), "llama: tie the LM head to the token embedding (gpt2's always is)");
     opts.section(kModel).add_options()
         ("layers", po::value(&mc.layers)->default_value(4)->value_name("N"), "transformer blocks")
         ("hidden", po::value(&mc.hidden)->default_value(128)->value_name("N"), "hidden size")
@@ -104,7 +104,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       opts.section(kModel).add_options()
           ("experts", po::value(&mc.moe.experts)->default_value(8)->value_name("N"), "experts per MoE layer (a multiple of --ep)")
           ("moe-every", po::value(&mc.moe_every)->default_value(2)->value_name("N"), "every N-th block has a mixture-of-experts feed-forward (blocks N-1, 2N-1, ...)")
-          ("expert-hidden", po::value(&mc.moe.hidden)->default_value(0)->value_name("N"), "hidden size of each expert's MLP (0: 4 x --hidden)")
+          ("expert-hidden", po::value(&mc.moe.hidden)->default_value(0)->value_name("N"), "hidden size of each expert's MLP (0: gpt2 4 x --hidden, llama the dense blocks' --ffn-hidden)")
+          ("shared-experts", po::value(&mc.moe.shared_experts)->default_value(0)->value_name("N"), "always-on experts beside the routed ones (DeepSeekMoE): a dense MLP of N x --expert-hidden added to each MoE layer's output")
+          ("router-norm", po::value(&router_norm)->default_value("auto")->value_name("auto|softmax|softmax_topk"), "gate weights: softmax (the chosen experts' probabilities), softmax_topk (renormalised over the chosen, i.e. a softmax over the top-k logits: GShard, Mixtral) or auto (top-1 softmax, top-2 softmax_topk)")
           ("top-k", po::value(&r.top_k)->default_value(2)->value_name("1|2"), "experts per token: 1 (Switch) or 2 (GShard)")
           ("capacity-factor", po::value(&r.capacity_factor)->default_value(1.25f, "1.25")->value_name("X"), "expert capacity = factor x tokens x top-k / experts over the ep group; tokens past it are dropped (0: no drop)")
           ("aux-loss-coef", po::value(&r.aux_loss_coef)->default_value(0.01f, "0.01")->value_name("X"), "weight of the load-balancing loss")
@@ -146,7 +148,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                         {"--resume", o.train.resume == "none" || o.train.resume == "auto" ? "" : o.train.resume}},
                        {{"--metrics", o.train.metrics_path}, {"--trace", o.train.trace_path}, {"--dump", o.train.dump_path}});
     if (moe) {
-      const nn::RouterOptions& r = mc.moe.router;
+      nn::RouterOptions& r = mc.moe.router;
       TESSERA_CHECK(mc.moe.experts >= 1, "--experts must be >= 1, got ", mc.moe.experts);
       TESSERA_CHECK(mc.moe_every >= 1, "--moe-every must be >= 1 (every N-th block has experts), got ", mc.moe_every);
       TESSERA_CHECK(mc.moe.hidden >= 0, "--expert-hidden must be >= 0 (0: 4 x --hidden), got ", mc.moe.hidden);
@@ -160,7 +162,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                     " split the experts' backward yet; use 1f1b, gpipe or interleaved");
       TESSERA_CHECK(o.device() == Device::cpu, "moe_train --device cuda: the mixture-of-experts layers have no CUDA",
                     " kernels yet; run on cpu");
-      if (mc.moe.hidden == 0) mc.moe.hidden = 4 * mc.hidden;
+      TESSERA_CHECK(mc.moe.shared_experts >= 0, "--shared-experts must be >= 0, got ", mc.moe.shared_experts);
+      r.norm = nn::parse_router_norm(router_norm);
+      if (mc.moe.hidden == 0) mc.moe.hidden = mc.llama() ? mc.mlp_hidden() : 4 * mc.hidden;
     } else {
       TESSERA_CHECK(o.mesh.ep == 1, "gpt_train: --ep ", o.mesh.ep, " needs mixture-of-experts layers: use moe_train");
       TESSERA_CHECK(!mc.llama() || o.device() == Device::cpu, "gpt_train --arch llama --device cuda: the Llama",
@@ -215,7 +219,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                 tc.global_batch, " (micro ", tc.micro_batch, "), ", tc.steps, " steps on ", o.device_name, " with ",
                 omp_get_max_threads(), " threads", o.gemm_note(),
                 moe ? ", " + std::to_string(mc.moe.experts) + " experts (top-" + std::to_string(mc.moe.router.top_k) +
-                          ") every " + std::to_string(mc.moe_every) + " blocks"
+                          ") every " + std::to_string(mc.moe_every) + " blocks" +
+                          (mc.moe.shared_experts > 0 ? ", " + std::to_string(mc.moe.shared_experts) + " shared" : "") +
+                          ", gates " + nn::router_norm_name(mc.moe.router.norm)
                     : std::string());
     ParallelSetup parallel(o, mc.heads, mc.hidden / mc.heads);
     comm::ProcessMesh& mesh = parallel.mesh();

@@ -28,12 +28,24 @@ MoeFeedForward::MoeFeedForward(ParamStore& store, const std::string& name, const
   router_ = MoeRouter(store, name + ".router", config.channels, config.experts, config.router);
   const int64_t e = config.experts, c = config.channels, h = config.hidden;
   const std::string experts = name + ".experts";
-  fc_weight_ = store.add(experts + ".fc.weight", {e, h, c}, Init::Normal(config.init_std), true, shard);
-  fc_bias_ = store.add(experts + ".fc.bias", {e, h}, Init::Zeros(), false, shard);
-  proj_weight_ = store.add(experts + ".proj.weight", {e, c, h}, Init::Normal(config.proj_init_std), true, shard);
-  proj_bias_ = store.add(experts + ".proj.bias", {e, c}, Init::Zeros(), false, shard);
+  if (config.swiglu) {  // Mixtral's w1, w3, w2
+    fc_weight_ = store.add(experts + ".gate.weight", {e, h, c}, Init::Normal(config.init_std), true, shard);
+    up_weight_ = store.add(experts + ".up.weight", {e, h, c}, Init::Normal(config.init_std), true, shard);
+    proj_weight_ = store.add(experts + ".down.weight", {e, c, h}, Init::Normal(config.proj_init_std), true, shard);
+  } else {
+    fc_weight_ = store.add(experts + ".fc.weight", {e, h, c}, Init::Normal(config.init_std), true, shard);
+    fc_bias_ = store.add(experts + ".fc.bias", {e, h}, Init::Zeros(), false, shard);
+    proj_weight_ = store.add(experts + ".proj.weight", {e, c, h}, Init::Normal(config.proj_init_std), true, shard);
+    proj_bias_ = store.add(experts + ".proj.bias", {e, c}, Init::Zeros(), false, shard);
+  }
   for (int id : expert_param_ids()) store.set_expert(id);
-  for (int id : {fc_weight_, proj_weight_}) store.set_rounded_on_read(id);  // read only by the experts' GEMMs
+  for (int id : {fc_weight_, proj_weight_, up_weight_})  // read only by the experts' GEMMs
+    if (id >= 0) store.set_rounded_on_read(id);
+}
+
+std::vector<int> MoeFeedForward::expert_param_ids() const {
+  if (config_.swiglu) return {fc_weight_, up_weight_, proj_weight_};
+  return {fc_weight_, fc_bias_, proj_weight_, proj_bias_};
 }
 
 int64_t MoeFeedForward::max_received(int64_t rows) const {
@@ -51,6 +63,7 @@ MoeFeedForward::Saved MoeFeedForward::allocate(int64_t rows, Device device) cons
   s.slot = Tensor::empty({rows, k}, DType::i32);
   s.expert_in = Tensor::empty({r, c});
   s.fc = Tensor::empty({r, h});
+  if (config_.swiglu) s.up = Tensor::empty({r, h});
   s.gelu = Tensor::empty({r, h});
   s.returned = Tensor::empty({rows * k, c});
   return s;
@@ -64,6 +77,7 @@ MoeFeedForward::Scratch MoeFeedForward::allocate_scratch(int64_t rows, Device de
   w.rows_a = Tensor::empty({r, c});
   w.rows_b = Tensor::empty({r, c});
   w.dhidden = Tensor::empty({r, h});
+  if (config_.swiglu) w.dup = Tensor::empty({r, h});
   w.dgate = Tensor::empty({rows, k});
   w.dlogits = Tensor::empty({rows, config_.experts});
   const int64_t staging = layout_->staging_rows(rows * k, r);
@@ -71,7 +85,7 @@ MoeFeedForward::Scratch MoeFeedForward::allocate_scratch(int64_t rows, Device de
   return w;
 }
 
-float MoeFeedForward::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) const {
+float MoeFeedForward::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w, bool accumulate) const {
   const int64_t n = s.slot.dim(0), k = router_.top_k(), c = config_.channels, e_count = config_.experts;
   TESSERA_CHECK(y.numel() == n * c, "MoE layer: output ", y.shape().str(), " is not ", n, " rows of ", c);
   router_.forward(x, s.router);
@@ -117,7 +131,7 @@ float MoeFeedForward::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) 
   float* ys = y.data<float>();
   const float* back = s.returned.data<float>();
   const float* gate = s.router.gate.data<float>();
-  std::fill_n(ys, n * c, 0.0f);
+  if (!accumulate) std::fill_n(ys, n * c, 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < k; ++j) {
       const int32_t row = slot[t * k + j];
@@ -138,15 +152,17 @@ float MoeFeedForward::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) 
   return static_cast<float>(config_.router.aux_loss_coef * losses.aux + config_.router.z_loss_coef * losses.z);
 }
 
-// out [R, C]: each local expert's MLP on its rows of s.expert_in (saving fc and gelu).
+// out [R, C]: each local expert's MLP on its rows of s.expert_in (saving fc, up and gelu).
 void MoeFeedForward::run_experts(Tensor& out, const Saved& s, int64_t received) const {
   const int64_t c = config_.channels, h = config_.hidden;
   const ExpertTraffic& traffic = s.plan.traffic;
   const ops::MatmulInputs inputs = store_->matmul_inputs();
   const ops::Operand w1 = store_->operand(fc_weight_);
-  const Tensor& b1 = store_->value(fc_bias_);
   const ops::Operand w2 = store_->operand(proj_weight_);
-  const Tensor& b2 = store_->value(proj_bias_);
+  const bool swiglu = config_.swiglu;
+  const ops::Operand w3 = swiglu ? store_->operand(up_weight_) : ops::Operand(Tensor{});
+  const Tensor b1 = swiglu ? Tensor{} : store_->value(fc_bias_);
+  const Tensor b2 = swiglu ? Tensor{} : store_->value(proj_bias_);
   int64_t first = 0;
   for (int64_t l = 0; l < local_experts_; ++l) {
     const int64_t rows = traffic.expert_rows(layout_->rank(), l);
@@ -154,9 +170,16 @@ void MoeFeedForward::run_experts(Tensor& out, const Saved& s, int64_t received) 
     const Tensor in = s.expert_in.rows(first, rows);
     Tensor pre = s.fc.rows(first, rows), act = s.gelu.rows(first, rows), o = out.rows(first, rows);
     ops::matmul(in, false, w1.slice(l * h * c, {h, c}), true, pre, 1.0f, 0.0f, inputs);
-    ops::bias_gelu_forward(act, pre, b1.slice(l * h, {h}));
-    ops::broadcast_rows(o, b2.slice(l * c, {c}));
-    ops::matmul(act, false, w2.slice(l * c * h, {c, h}), true, o, 1.0f, 1.0f, inputs);
+    if (swiglu) {
+      Tensor up = s.up.rows(first, rows);
+      ops::matmul(in, false, w3.slice(l * h * c, {h, c}), true, up, 1.0f, 0.0f, inputs);
+      ops::swiglu_forward(act, pre, up);
+      ops::matmul(act, false, w2.slice(l * c * h, {c, h}), true, o, 1.0f, 0.0f, inputs);
+    } else {
+      ops::bias_gelu_forward(act, pre, b1.slice(l * h, {h}));
+      ops::broadcast_rows(o, b2.slice(l * c, {c}));
+      ops::matmul(act, false, w2.slice(l * c * h, {c, h}), true, o, 1.0f, 1.0f, inputs);
+    }
     first += rows;
   }
   TESSERA_CHECK(first == received, "MoE layer: experts took ", first, " of ", received, " received rows");
@@ -167,12 +190,16 @@ void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved&
   const int64_t c = config_.channels, h = config_.hidden;
   const ExpertTraffic& traffic = s.plan.traffic;
   const ops::MatmulInputs inputs = store_->matmul_inputs();
+  const bool swiglu = config_.swiglu;
   const ops::Operand w1 = store_->operand(fc_weight_);
   const ops::Operand w2 = store_->operand(proj_weight_);
+  const ops::Operand w3 = swiglu ? store_->operand(up_weight_) : ops::Operand(Tensor{});
   Tensor& dw1 = store_->grad(fc_weight_);
-  Tensor& db1 = store_->grad(fc_bias_);
   Tensor& dw2 = store_->grad(proj_weight_);
-  Tensor& db2 = store_->grad(proj_bias_);
+  Tensor no_grad;
+  Tensor& dw3 = swiglu ? store_->grad(up_weight_) : no_grad;
+  Tensor& db1 = swiglu ? no_grad : store_->grad(fc_bias_);
+  Tensor& db2 = swiglu ? no_grad : store_->grad(proj_bias_);
   int64_t first = 0;
   for (int64_t l = 0; l < local_experts_; ++l) {
     const int64_t rows = traffic.expert_rows(layout_->rank(), l);
@@ -180,25 +207,40 @@ void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved&
     const Tensor d_o = dout.rows(first, rows), act = s.gelu.rows(first, rows), pre = s.fc.rows(first, rows),
                  in = s.expert_in.rows(first, rows);
     Tensor dh = w.dhidden.rows(first, rows), d_in = dinput.rows(first, rows);
-    Tensor dw2_l = dw2.slice(l * c * h, {c, h}), db2_l = db2.slice(l * c, {c});
-    Tensor dw1_l = dw1.slice(l * h * c, {h, c}), db1_l = db1.slice(l * h, {h});
+    Tensor dw2_l = dw2.slice(l * c * h, {c, h}), dw1_l = dw1.slice(l * h * c, {h, c});
     {
       const ops::RoundedOperand rounded_d_o(d_o, inputs);  // read by both products: rounded once under bf16
       ops::matmul(rounded_d_o, true, act, false, dw2_l, 1.0f, 1.0f, inputs);
-      ops::bias_backward(db2_l, d_o);
+      if (!swiglu) {
+        Tensor db2_l = db2.slice(l * c, {c});
+        ops::bias_backward(db2_l, d_o);
+      }
       ops::matmul(rounded_d_o, false, w2.slice(l * c * h, {c, h}), false, dh, 1.0f, 0.0f, inputs);
     }
-    ops::gelu_backward(dh, pre, dh);
-    const ops::RoundedOperand rounded_dh(dh, inputs);
-    ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
-    ops::bias_backward(db1_l, dh);
-    ops::matmul(rounded_dh, false, w1.slice(l * h * c, {h, c}), false, d_in, 1.0f, 0.0f, inputs);
+    if (swiglu) {
+      // dh: d(hidden), then d(gate); du: d(up). d_in = dgate W1 + dup W3.
+      Tensor du = w.dup.rows(first, rows);
+      ops::swiglu_backward(dh, du, dh, pre, s.up.rows(first, rows));
+      const ops::RoundedOperand rounded_dh(dh, inputs), rounded_du(du, inputs);
+      ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
+      Tensor dw3_l = dw3.slice(l * h * c, {h, c});
+      ops::matmul(rounded_du, true, in, false, dw3_l, 1.0f, 1.0f, inputs);
+      ops::matmul(rounded_dh, false, w1.slice(l * h * c, {h, c}), false, d_in, 1.0f, 0.0f, inputs);
+      ops::matmul(rounded_du, false, w3.slice(l * h * c, {h, c}), false, d_in, 1.0f, 1.0f, inputs);
+    } else {
+      ops::gelu_backward(dh, pre, dh);
+      const ops::RoundedOperand rounded_dh(dh, inputs);
+      ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
+      Tensor db1_l = db1.slice(l * h, {h});
+      ops::bias_backward(db1_l, dh);
+      ops::matmul(rounded_dh, false, w1.slice(l * h * c, {h, c}), false, d_in, 1.0f, 0.0f, inputs);
+    }
     first += rows;
   }
 }
 
 void MoeFeedForward::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s, Scratch& w,
-                              float loss_scale) const {
+                              float loss_scale, bool accumulate) const {
   const int64_t n = s.slot.dim(0), k = router_.top_k(), c = config_.channels;
   TESSERA_CHECK(dy.numel() == n * c && dx.numel() == n * c, "MoE layer backward: dy ", dy.shape().str(), " and dx ",
                 dx.shape().str(), " are not ", n, " rows of ", c);
@@ -233,7 +275,7 @@ void MoeFeedForward::backward(Tensor& dx, const Tensor& dy, const Tensor& x, con
   layout_->combine(d_in, to_send, traffic, w.staging);  // to_send now: d(expert input) per assignment
 
   float* dxs = dx.data<float>();
-  std::fill_n(dxs, n * c, 0.0f);
+  if (!accumulate) std::fill_n(dxs, n * c, 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < k; ++j) {
       const int32_t row = slot[t * k + j];

@@ -1,12 +1,16 @@
 // MoeFeedForward: a mixture-of-experts feed-forward layer, the drop-in for a block's Mlp. A router
 // (nn/moe_router.h) sends each token row to its top-k of E experts; each expert is an MLP
-// C -> H -> C with GELU (tanh); the output is sum over the token's kept choices of
-// gate * expert(x). A token dropped by every choice gets 0 (the block's residual carries it).
+// C -> H -> C, GELU (tanh) with biases (gpt2), or SwiGLU without biases (MoeConfig::swiglu, Llama /
+// Mixtral: down(silu(gate(x)) * up(x)), Mixtral's w1 = gate, w3 = up, w2 = down); the output is sum
+// over the token's kept choices of gate * expert(x), added to y or overwriting it. A token dropped
+// by every choice gets 0 (the block's residual carries it).
 //
 // Parameters, stacked over experts in the Linear layout (weight [out, in]):
 //   name.router.weight        [E, C]      replicated
-//   name.experts.fc.weight    [E, H, C]   name.experts.fc.bias    [E, H]
-//   name.experts.proj.weight  [E, C, H]   name.experts.proj.bias  [E, C]
+//   GELU experts:   name.experts.fc.weight    [E, H, C]   name.experts.fc.bias    [E, H]
+//                   name.experts.proj.weight  [E, C, H]   name.experts.proj.bias  [E, C]
+//   SwiGLU experts: name.experts.gate.weight  [E, H, C]   name.experts.up.weight  [E, H, C]
+//                   name.experts.down.weight  [E, C, H]
 // The expert tensors are split along dim 0 over the expert-parallel ranks (this rank's E / ep
 // experts; Shard{0, first local expert, E / ep, parts = ep}), so a checkpoint holds every expert
 // under its global index and loads at any ep.
@@ -35,7 +39,12 @@ namespace tessera::nn {
 struct MoeConfig {
   int64_t channels = 0, hidden = 0, experts = 0;
   RouterOptions router;
-  float init_std = 0.02f, proj_init_std = 0.02f;  // expert fc and proj weights (biases start at 0)
+  float init_std = 0.02f, proj_init_std = 0.02f;  // expert fc (gate, up) and proj (down) weights (biases start at 0)
+  bool swiglu = false;                             // SwiGLU experts (Llama) instead of GELU MLPs
+  // Always-on experts beside the routed ones (DeepSeekMoE): the block adds a dense MLP of
+  // shared_experts x hidden features (one MLP, equal to that many experts summed) to the layer's
+  // output (nn/transformer_block.h). The layer itself does not use it.
+  int64_t shared_experts = 0;
 };
 
 // What one call routed, over the whole ep group (the same on every rank), and this rank's loss.
@@ -58,8 +67,9 @@ class MoeFeedForward {
     Tensor all_counts;  // [ep, k E + 1] i32: every rank's routing counts
     Tensor slot;        // [N, k] i32: the assignment's row in the packed rows (-1: dropped)
     Tensor expert_in;   // [R_max, C] rows this rank's experts received, by local expert
-    Tensor fc;          // [R_max, H] pre-activation
-    Tensor gelu;        // [R_max, H]
+    Tensor fc;          // [R_max, H] pre-activation (SwiGLU: the gate projection)
+    Tensor up;          // [R_max, H] SwiGLU: the up projection (undefined for GELU experts)
+    Tensor gelu;        // [R_max, H] the activation: down's (proj's) input
     Tensor returned;    // [N k, C] each kept assignment's expert output, back home, packed
     MoeStats stats;
   };
@@ -69,6 +79,7 @@ class MoeFeedForward {
     Tensor rows_a;   // [R_max, C] expert outputs; backward: their gradients
     Tensor rows_b;   // [R_max, C] backward: gradients of the expert inputs
     Tensor dhidden;  // [R_max, H]
+    Tensor dup;      // [R_max, H] SwiGLU: the up projection's gradient
     Tensor dgate;    // [N, k]
     Tensor dlogits;  // [N, E]
     Tensor staging;  // the layout's
@@ -86,15 +97,15 @@ class MoeFeedForward {
   Saved allocate(int64_t rows, Device device = Device::cpu) const;
   Scratch allocate_scratch(int64_t rows, Device device = Device::cpu) const;
 
-  // x, y [N, C] (N = the rows allocated), y overwritten. Returns this rank's share of the layer's
+  // x, y [N, C] (N = the rows allocated), y overwritten (with `accumulate`: added to). Returns this rank's share of the layer's
   // loss term, aux_loss_coef * aux + z_loss_coef * z, for the model to add to its loss;
   // saved.stats holds the rest. Collective over the ep group.
-  float forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch) const;
-  // dx [N, C] overwritten with dL/dx; parameter gradients accumulate. dy = dL/dy; loss_scale: the
+  float forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch, bool accumulate = false) const;
+  // dx [N, C] overwritten with dL/dx (with `accumulate`: dL/dx added to it); parameter gradients accumulate. dy = dL/dy; loss_scale: the
   // weight of the returned loss term in L (the model's grad_scale / tokens normalisation, as for
   // its main loss). Collective over the ep group.
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Scratch& scratch,
-                float loss_scale) const;
+                float loss_scale, bool accumulate = false) const;
 
   const MoeConfig& config() const { return config_; }
   int64_t local_experts() const { return local_experts_; }
@@ -102,7 +113,7 @@ class MoeFeedForward {
   const MoeRouter& router() const { return router_; }
   // The expert parameters' ids (their gradients are complete over the ep group after backward:
   // reduce them over the ranks with the same experts, not over ep).
-  std::vector<int> expert_param_ids() const { return {fc_weight_, fc_bias_, proj_weight_, proj_bias_}; }
+  std::vector<int> expert_param_ids() const;
   int router_param_id() const { return store_->find(router_name_); }
 
  private:
@@ -116,7 +127,9 @@ class MoeFeedForward {
   std::string router_name_;
   MoeRouter router_;
   int64_t local_experts_ = 0, first_expert_ = 0;
-  int fc_weight_ = -1, fc_bias_ = -1, proj_weight_ = -1, proj_bias_ = -1;
+  // GELU: fc, proj and their biases; SwiGLU: fc is gate, proj is down, up_weight_ the up
+  // projection, no biases (-1).
+  int fc_weight_ = -1, fc_bias_ = -1, proj_weight_ = -1, proj_bias_ = -1, up_weight_ = -1;
 };
 
 }  // namespace tessera::nn

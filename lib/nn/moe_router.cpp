@@ -7,6 +7,22 @@
 
 namespace tessera::nn {
 
+const char* router_norm_name(RouterNorm norm) {
+  switch (norm) {
+    case RouterNorm::softmax: return "softmax";
+    case RouterNorm::softmax_topk: return "softmax_topk";
+    case RouterNorm::auto_: break;
+  }
+  return "auto";
+}
+
+RouterNorm parse_router_norm(const std::string& name) {
+  for (RouterNorm norm : {RouterNorm::auto_, RouterNorm::softmax, RouterNorm::softmax_topk})
+    if (name == router_norm_name(norm)) return norm;
+  fail("--router-norm ", name, ": expected auto (top-1: softmax, top-2: softmax_topk), softmax (the chosen",
+       " probabilities) or softmax_topk (renormalised over the chosen experts, as Mixtral)");
+}
+
 MoeRouter::MoeRouter(ParamStore& store, const std::string& name, int64_t channels, int64_t experts,
                      const RouterOptions& options)
     : options_(options), experts_(experts) {
@@ -45,6 +61,7 @@ void MoeRouter::forward(const Tensor& x, Saved& s) const {
   float* gate = s.gate.data<float>();
   int32_t* counts = s.counts.data<int32_t>();
   std::fill_n(counts, count_width(), 0);
+  const bool renormalise = renormalises();
   for (int64_t t = 0; t < n; ++t) {
     float* row = p + t * e_count;
     // Choices from the logits themselves: strict > keeps the lower index on a tie.
@@ -64,13 +81,13 @@ void MoeRouter::forward(const Tensor& x, Saved& s) const {
     expert[t * k] = static_cast<int32_t>(first);
     ++counts[first];
     if (k == 1) {
-      gate[t] = row[first];
+      gate[t] = renormalise ? 1.0f : row[first];
     } else {
       expert[t * k + 1] = static_cast<int32_t>(second);
       ++counts[e_count + second];
-      const double p1 = row[first], p2 = row[second];
-      gate[t * k] = static_cast<float>(p1 / (p1 + p2));
-      gate[t * k + 1] = static_cast<float>(p2 / (p1 + p2));
+      const double p1 = row[first], p2 = row[second], sum12 = renormalise ? p1 + p2 : 1.0;
+      gate[t * k] = static_cast<float>(p1 / sum12);
+      gate[t * k + 1] = static_cast<float>(p2 / sum12);
     }
   }
   counts[k * e_count] = static_cast<int32_t>(n);
@@ -156,18 +173,20 @@ void MoeRouter::backward(Tensor& dx, Tensor& dlogits, const Tensor& dgate, const
   const float* gate = s.gate.data<float>();
   const float* dg = dgate.data<float>();
   float* dl = dlogits.data<float>();
+  const bool renormalise = renormalises();  // k = 1: the gate is 1, no gradient through it
   std::vector<double> dp(static_cast<size_t>(e_count));
   for (int64_t t = 0; t < n; ++t) {
     const float* pt = p + t * e_count;
     float* dlt = dl + t * e_count;
-    // Through the probabilities: the aux loss, and for k = 1 the gate (g = p[e1]).
+    // Through the probabilities: the aux loss, and gates that are probabilities (g_j = p[e_j]).
     std::copy(aux_dp.begin(), aux_dp.end(), dp.begin());
-    if (k == 1) dp[expert[t]] += dg[t];
+    if (!renormalise)
+      for (int64_t j = 0; j < k; ++j) dp[expert[t * k + j]] += dg[t * k + j];
     double p_dot_dp = 0.0;
     for (int64_t e = 0; e < e_count; ++e) p_dot_dp += pt[e] * dp[e];
     const double z_term = z_scale * lse[t];
     for (int64_t e = 0; e < e_count; ++e) dlt[e] = static_cast<float>(pt[e] * (dp[e] - p_dot_dp + z_term));
-    if (k == 2) {
+    if (renormalise && k == 2) {
       // g = softmax of the two chosen logits: dg1/dl1 = -dg1/dl2 = g1 g2, and the same for g2.
       const double g12 = static_cast<double>(gate[t * 2]) * gate[t * 2 + 1];
       const double d = g12 * (static_cast<double>(dg[t * 2]) - dg[t * 2 + 1]);

@@ -3,10 +3,16 @@
 // (k = 1 or 2; on equal logits the lower expert index wins), gate weights, expert capacity with
 // dropping, and the two auxiliary losses with their gradients.
 //
-//   gates      k = 1: g = p[e1] (Switch: the probability itself, not renormalised).
-//              k = 2: g_j = p[e_j] / (p[e1] + p[e2]) (GShard: renormalised over the two, which
-//              is a softmax over the two chosen logits), computed before any dropping: a token
-//              whose second choice is dropped keeps g_1 < 1 on its first.
+//   gates      RouterNorm::auto_ (the default): k = 1 as softmax, k = 2 as softmax_topk.
+//              RouterNorm::softmax: g_j = p[e_j], the probabilities themselves, not renormalised
+//              (Switch for k = 1; DeepSeekMoE and Qwen-MoE for k = 2).
+//              RouterNorm::softmax_topk: g_j = p[e_j] / sum_i p[e_i], the chosen probabilities
+//              renormalised to sum to 1 (GShard, Mixtral). This equals a softmax over the k chosen
+//              logits alone (the full softmax's denominator cancels), so the gates pass no
+//              gradient to the other logits; for k = 1 the gate is 1 and the router learns from the
+//              auxiliary losses only.
+//              Gates are computed before any dropping: a token whose second choice is dropped
+//              keeps g_1 < 1 on its first.
 //   capacity   per expert, over the tokens N of the whole expert-parallel group:
 //              ceil(capacity_factor * N * k / E); capacity_factor 0 = no limit. Assignments
 //              (token, choice) are taken first choices first, then second choices, each in global
@@ -29,12 +35,18 @@
 
 namespace tessera::nn {
 
+// How the chosen experts' gate weights come from the probabilities (see the top of this file).
+enum class RouterNorm { auto_, softmax, softmax_topk };
+const char* router_norm_name(RouterNorm norm);   // auto, softmax, softmax_topk
+RouterNorm parse_router_norm(const std::string& name);  // throws naming the choices
+
 struct RouterOptions {
   int top_k = 1;                 // 1 or 2
   float capacity_factor = 0.0f;  // 0: no token is dropped
   float aux_loss_coef = 0.01f;
   float z_loss_coef = 0.001f;
   float init_std = 0.02f;  // the router weight's
+  RouterNorm norm = RouterNorm::auto_;
 };
 
 // What the whole expert-parallel group routed in one call. Every rank computes the same plan from
@@ -76,6 +88,10 @@ class MoeRouter {
   int64_t experts() const { return experts_; }
   int top_k() const { return options_.top_k; }
   const RouterOptions& options() const { return options_; }
+  // Whether the gates are the chosen probabilities renormalised (softmax over the top-k logits).
+  bool renormalises() const {
+    return options_.norm == RouterNorm::softmax_topk || (options_.norm == RouterNorm::auto_ && options_.top_k == 2);
+  }
   int64_t count_width() const { return options_.top_k * experts_ + 1; }  // Saved::counts' length
   // Per-expert capacity for `tokens` token rows over the group (0: no limit).
   int64_t capacity(int64_t tokens) const;

@@ -19,6 +19,19 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, c
     TESSERA_CHECK(!layout.splits_features(), "a mixture-of-experts block routes whole token rows: not under",
                   " --tp-mode 2d or 2.5d");
     moe_ = MoeFeedForward(store, name + ".moe", *c.moe, experts);
+    if (c.moe->shared_experts > 0) {
+      const int64_t shared = c.moe->shared_experts * c.moe->hidden;
+      TESSERA_CHECK(shared % layout.size() == 0, "--shared-experts ", c.moe->shared_experts, " x --expert-hidden ",
+                    c.moe->hidden, " = ", shared, " is not divisible by --tp ", layout.size(),
+                    " (tensor parallelism splits the shared experts' hidden features)");
+      if (c.moe->swiglu) {
+        shared_swiglu_ = SwiGluMlp(store, name + ".moe.shared", c.channels, shared, c.moe->init_std,
+                                   c.moe->proj_init_std, layout);
+      } else {
+        shared_mlp_ = Mlp(store, name + ".moe.shared", c.channels, shared, c.moe->init_std, c.moe->proj_init_std,
+                          layout);
+      }
+    }
   } else if (c.swiglu) {
     swiglu_ = SwiGluMlp(store, name + ".mlp", c.channels, c.mlp_hidden, c.init_std, c.proj_init_std, layout);
   } else {
@@ -63,6 +76,8 @@ TransformerBlock::Saved TransformerBlock::allocate_kept(int64_t batch, int64_t s
   s.ln2_rstd = act({rows});
   if (is_moe()) {
     s.moe = moe_.allocate(rows, device);
+    if (has_shared_experts() && config_.moe->swiglu) s.shared_swiglu = shared_swiglu_.allocate(batch * seq, device);
+    if (has_shared_experts() && !config_.moe->swiglu) s.shared_mlp = shared_mlp_.allocate(batch * seq, device);
   } else if (config_.swiglu) {
     s.swiglu = swiglu_.allocate(batch * seq, device);
   } else {
@@ -75,8 +90,13 @@ TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int6
   const int64_t n = batch * seq, c = config_.channels, tp = layout_->size();
   auto act = [&](Shape s) { return Tensor::empty(std::move(s), DType::f32, device); };
   Scratch w{act({layout_->local_rows(n), layout_->local_features(c)}), act({batch, seq, c / tp}), act({batch, seq, 3 * c / tp}),
-            act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device), {}, {}, {}};
+            act({n, config_.mlp_hidden / tp}), layout_->workspace(n, c, device), {}, {}, {}, {}, {}};
   if (is_moe()) w.moe = moe_.allocate_scratch(layout_->local_rows(n), device);
+  if (has_shared_experts()) {
+    const int64_t shared = config_.moe->shared_experts * config_.moe->hidden / tp;
+    w.shared_dhidden = act({n, shared});
+    if (config_.moe->swiglu) w.shared_dup = act({n, shared});
+  }
   if (config_.swiglu) w.d_up = act({n, config_.mlp_hidden / tp});
   w.projections = attn_.allocate_projections(batch, seq, device);
   return w;
@@ -88,7 +108,10 @@ float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w
   ln2_.add_forward(s.mid, s.ln2, s.ln2_mean, s.ln2_rstd, x, y);  // the residual, then its norm
   float aux = 0.0f;
   if (is_moe()) {
-    aux = moe_.forward(y, s.ln2, s.moe, w.moe);
+    // Shared experts first, into y; the routed experts' output is added to it.
+    if (has_shared_experts() && config_.moe->swiglu) shared_swiglu_.forward(y, s.ln2, s.shared_swiglu, w.region);
+    if (has_shared_experts() && !config_.moe->swiglu) shared_mlp_.forward(y, s.ln2, s.shared_mlp, w.region);
+    aux = moe_.forward(y, s.ln2, s.moe, w.moe, /*accumulate=*/has_shared_experts());
   } else if (config_.swiglu) {
     swiglu_.forward(y, s.ln2, s.swiglu, w.region);
   } else {
@@ -119,7 +142,11 @@ void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, S
   if (is_moe()) {
     TESSERA_CHECK(!defer, "a mixture-of-experts block's weight gradients cannot be deferred (zero-bubble) yet");
     TESSERA_CHECK(aux_loss_scale > 0.0f, "MoE block backward needs the auxiliary loss's scale");
-    moe_.backward(w.d_c, dres, s.ln2, s.moe, w.moe, aux_loss_scale);
+    if (has_shared_experts() && config_.moe->swiglu)
+      shared_swiglu_.backward(w.d_c, dres, s.ln2, s.shared_swiglu, w.shared_dhidden, w.shared_dup, w.region);
+    if (has_shared_experts() && !config_.moe->swiglu)
+      shared_mlp_.backward(w.d_c, dres, s.ln2, s.shared_mlp, w.shared_dhidden, w.region);
+    moe_.backward(w.d_c, dres, s.ln2, s.moe, w.moe, aux_loss_scale, /*accumulate=*/has_shared_experts());
   } else if (config_.swiglu) {
     swiglu_.backward(w.d_c, dres, s.ln2, s.swiglu, w.d_hidden, w.d_up, w.region, defer);
   } else {

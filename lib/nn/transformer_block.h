@@ -1,6 +1,9 @@
 // TransformerBlock (pre-LN): x + attn(ln1(x)), then + mlp(ln2(.)). Written once; GPT, ViT, Llama and
-// MoE models share it (Llama's: RMSNorm, rotary grouped-query attention, a SwiGLU MLP): with BlockConfig::moe the feed-forward is a mixture of experts (nn/moe.h)
-// whose experts live where the ExpertLayout says. Under a tensor-parallel layout the attention and the MLP are regions split over
+// MoE models share it (Llama's: RMSNorm, rotary grouped-query attention, a SwiGLU MLP): with
+// BlockConfig::moe the feed-forward is a mixture of experts (nn/moe.h) whose experts live where the
+// ExpertLayout says, plus, with MoeConfig::shared_experts S, an always-on dense MLP of S x the
+// experts' hidden size (name.moe.shared: SwiGLU for Llama, GELU for gpt2), replicated over ep and
+// split over tp like the dense MLP. Under a tensor-parallel layout the attention and the MLP are regions split over
 // the group (nn/tensor_layout.h: their edges communicate); layer norms and the residual stream
 // hold this rank's token rows: all of them (1D) or a share (rows split).
 #pragma once
@@ -45,6 +48,8 @@ class TransformerBlock {
     Mlp::Saved mlp;
     SwiGluMlp::Saved swiglu;
     MoeFeedForward::Saved moe;  // MoE blocks: routing, expert activations and statistics
+    Mlp::Saved shared_mlp;         // MoE blocks' shared experts (gpt2)
+    SwiGluMlp::Saved shared_swiglu;  // MoE blocks' shared experts (llama)
   };
   // Workspace shared by all blocks.
   struct Scratch {
@@ -53,6 +58,7 @@ class TransformerBlock {
     MoeFeedForward::Scratch moe;  // allocated by MoE blocks
     Tensor d_up;         // SwiGLU blocks: the up projection's gradient
     Tensor projections;  // Llama attention: its q, k, v before packing (and their gradients)
+    Tensor shared_dhidden, shared_dup;  // MoE blocks' shared experts: [N, S H / tp] (dup: SwiGLU's)
   };
 
   TransformerBlock() = default;
@@ -61,6 +67,7 @@ class TransformerBlock {
                    SequenceLayout& sequence = SequenceLayout::single(),
                    const ExpertLayout& experts = ExpertLayout::single());
   bool is_moe() const { return config_.moe != nullptr; }
+  bool has_shared_experts() const { return is_moe() && config_.moe->shared_experts > 0; }
   Recompute recompute() const { return config_.recompute; }
   // Per micro-batch: what forward keeps for backward. The parts the block recomputes are views of
   // `recomputed` (made by allocate_recomputed, shared by every micro-batch and by the model's
@@ -100,6 +107,8 @@ class TransformerBlock {
   Mlp mlp_;
   SwiGluMlp swiglu_;
   MoeFeedForward moe_;
+  Mlp shared_mlp_;          // shared experts (gpt2)
+  SwiGluMlp shared_swiglu_;  // shared experts (llama)
 };
 
 }  // namespace tessera::nn

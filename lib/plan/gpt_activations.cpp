@@ -28,14 +28,17 @@ struct Sizes {  // the shapes the layers see
 };
 
 // Mixture of experts: the most rows this rank's experts can receive in one call (MoeFeedForward's
-// max_received) and the expert MLP's hidden size.
+// max_received), the expert MLP's hidden size, and the shared experts' hidden features on this rank.
 struct ExpertSizes {
-  int64_t k, experts, hidden, received;
+  int64_t k, experts, hidden, received, shared_t;
+  bool swiglu;
   explicit ExpertSizes(const GptActivationShape& s) {
     const models::GptConfig& m = s.model;
     k = m.moe.router.top_k;
     experts = m.moe.experts;
-    hidden = m.moe.hidden > 0 ? m.moe.hidden : 4 * m.hidden;
+    hidden = m.moe.hidden > 0 ? m.moe.hidden : m.llama() ? m.mlp_hidden() : 4 * m.hidden;
+    swiglu = m.llama();
+    shared_t = m.moe.shared_experts * hidden / s.tp;
     const int64_t every = s.ep * s.rows() * k;
     const float factor = m.moe.router.capacity_factor;
     if (factor == 0.0f) {
@@ -62,8 +65,9 @@ int64_t moe_saved(const GptActivationShape& s) {
   const int64_t counts = e.k * e.experts + 1;
   const int64_t router = z.rows * e.experts + z.rows + 3 * z.rows * e.k + counts;  // probs, lse, choices, counts
   return router + s.ep * counts + z.rows * e.k                                     // every rank's counts, slots
-         + e.received * (z.c + 2 * e.hidden)                                       // expert input, fc, GELU
-         + z.rows * e.k * z.c;                                                     // returned rows
+         + e.received * (z.c + (e.swiglu ? 3 : 2) * e.hidden)  // expert input, fc (gate, up), GELU (SwiGLU)
+         + z.rows * e.k * z.c                                   // returned rows
+         + (e.swiglu ? 3 : 2) * z.n * e.shared_t;               // the shared experts' MLP
 }
 
 // Everything a block's forward writes for backward (TransformerBlock::Saved).
@@ -132,8 +136,9 @@ int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>&
   if (z.llama) floats += z.n * z.mlp_t + z.n * (z.ct + 2 * z.kvt);  // SwiGLU's d_up, the q/k/v projections
   if (std::any_of(blocks.begin(), blocks.end(), [&](int64_t i) { return s.model.is_moe_block(i); })) {
     const ExpertSizes e(s);  // MoeFeedForward::Scratch
-    floats += z.rows * e.k * z.c + 2 * e.received * z.c + e.received * e.hidden + z.rows * e.k +
-              z.rows * e.experts + (s.ep > 1 ? e.received * z.c : 0);
+    floats += z.rows * e.k * z.c + 2 * e.received * z.c + (e.swiglu ? 2 : 1) * e.received * e.hidden +
+              z.rows * e.k + z.rows * e.experts + (s.ep > 1 ? e.received * z.c : 0) +
+              (e.swiglu ? 2 : 1) * z.n * e.shared_t;  // the shared experts' d_hidden (and d_up)
   }
   floats += 2 * z.n;  // the batch's inputs and targets on the host
   if (s.sp > 1) floats += (s.ring ? 12 : 6) * z.n * z.ct;  // ring: six key/value blocks; all_to_all: two

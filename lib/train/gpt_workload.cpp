@@ -125,7 +125,12 @@ std::vector<std::pair<std::string, int64_t>> GptWorkload::model_config() const {
   }
   if (m.moe_every > 0) {
     c.insert(c.end(), {{"moe_every", m.moe_every}, {"experts", m.moe.experts}, {"expert_hidden", m.moe.hidden},
-                       {"top_k", m.moe.router.top_k}});
+                       {"top_k", m.moe.router.top_k}, {"shared_experts", m.moe.shared_experts}});
+    // --router-norm as what it computes: whether the gates are renormalised over the chosen experts.
+    const nn::RouterOptions& r = m.moe.router;
+    const bool renormalised =
+        r.norm == nn::RouterNorm::softmax_topk || (r.norm == nn::RouterNorm::auto_ && r.top_k == 2);
+    c.emplace_back("gates_renormalised", renormalised ? 1 : 0);
   }
   return c;
 }

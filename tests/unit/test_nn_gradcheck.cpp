@@ -499,6 +499,68 @@ TEST(GradCheck, LlamaBlockResidualStream) {
   check_params(s, "llama block:", f);
 }
 
+// A mixture-of-experts block with shared experts (nn/transformer_block.h), Llama's (SwiGLU experts
+// and shared MLP) and gpt2's (GELU): two experts, both chosen (top-2, softmax over the two logits)
+// and no load-balancing term, so the block is smooth in every input; the z loss is in L. Every
+// parameter, the shared experts' included, and dL/dx; a gradient without the shared experts'
+// share of dx is caught.
+void moe_block_gradcheck(bool llama) {
+  const int64_t batch = 2, seq = 3, channels = 8;
+  nn::MoeConfig moe;
+  moe.channels = channels;
+  moe.hidden = 6;
+  moe.experts = 2;
+  moe.router = {2, 0.0f, 0.0f, 0.05f, 0.3f, nn::RouterNorm::softmax_topk};
+  moe.init_std = moe.proj_init_std = 0.3f;
+  moe.swiglu = llama;
+  moe.shared_experts = 2;
+  nn::BlockConfig config{channels, 2, 24, 0.3f, 0.3f};
+  if (llama) {
+    config.norm = nn::NormKind::rms;
+    config.attention = {1, 10000.0f};
+    config.swiglu = true;
+  }
+  config.moe = &moe;
+  nn::ParamStore s;
+  nn::TransformerBlock blk(s, "blocks.0", config);
+  const std::string shared_in = llama ? "blocks.0.moe.shared.gate.weight" : "blocks.0.moe.shared.fc.weight";
+  ASSERT_GE(s.find(shared_in), 0) << shared_in;
+  EXPECT_EQ(s.spec(s.find(shared_in)).global_shape, (Shape{2 * 6, channels})) << "shared experts x expert hidden";
+  EXPECT_FALSE(s.spec(s.find(shared_in)).expert) << "shared experts are replicated over ep";
+  EXPECT_TRUE(s.spec(s.find(llama ? "blocks.0.moe.experts.up.weight" : "blocks.0.moe.experts.fc.bias")).expert);
+  s.allocate(Device::cpu, 1);
+  tessera::testing::randomize_params(s, 0.3f);
+  Tensor x = gc::normal({batch, seq, channels}, "x", 1.0f), y = Tensor::empty({batch, seq, channels});
+  auto saved = blk.allocate(batch, seq, Device::cpu);
+  auto scratch = blk.allocate_scratch(batch, seq, Device::cpu);
+  const Tensor r = gc::normal({batch, seq, channels}, "R", 1.0f);
+  const float aux_scale = 0.8f;
+  auto f = [&] {
+    const float aux = blk.forward(y, x, saved, scratch);
+    return gc::dot(y, r) + static_cast<double>(aux_scale) * aux;
+  };
+  f();
+  Tensor dres = r.clone();
+  blk.backward(dres, x, saved, scratch, nullptr, aux_scale);
+  const std::string tag = llama ? "llama moe block" : "gpt2 moe block";
+  check(tag + ".dres (dL/dx on exit)", x.data<float>(), x.numel(), dres, f);
+  check_params(s, tag + ":", f);
+
+  // The same block's dx with the shared experts' weights zeroed differs from dres: the shared
+  // experts' share of dx, put back by hand, is what the check above needed.
+  const Tensor values = s.flat_values().clone();
+  for (int id = 0; id < s.size(); ++id)
+    if (s.spec(id).name.find(".moe.shared.") != std::string::npos) s.value(id).zero();
+  f();
+  Tensor no_shared = r.clone();
+  blk.backward(no_shared, x, saved, scratch, nullptr, aux_scale);
+  s.flat_values().copy_from(values);
+  expect_detected(tag + ".dx without the shared experts", x.data<float>(), x.numel(), no_shared, f, kTol);
+}
+
+TEST(GradCheck, LlamaMoeBlockWithSharedExperts) { moe_block_gradcheck(true); }
+TEST(GradCheck, Gpt2MoeBlockWithSharedExperts) { moe_block_gradcheck(false); }
+
 // ---- the whole model ----------------------------------------------------------------------------------
 
 // Mean cross-entropy over the real vocabulary, from the logits of the last forward, in double.

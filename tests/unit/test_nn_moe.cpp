@@ -1,7 +1,8 @@
 // MoeFeedForward (nn/moe.h) on one rank: the forward against a plain loop over tokens and experts,
 // one expert against nn::Mlp, dropped tokens, the parameters' layout, and every gradient (x, the
 // router weight, the expert weights and biases) against central finite differences, for k = 1 and
-// 2 with and without capacity dropping, with checks that a gradient missing a term fails.
+// 2 with and without capacity dropping, with checks that a gradient missing a term fails; the same
+// for SwiGLU experts (Llama / Mixtral: gate, up, down), and one SwiGLU expert against nn::SwiGluMlp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "gradcheck.h"
 #include "nn/mlp.h"
 #include "nn/moe.h"
+#include "nn/swiglu_mlp.h"
 #include "param_randomize.h"
 
 using tessera::Device;
@@ -29,8 +31,9 @@ constexpr int64_t kTokens = 12, kChannels = 6, kHidden = 10, kExperts = 4;
 constexpr float kStep = 1.0f / 64;
 constexpr double kTol = 2e-4;
 
-nn::MoeConfig config(int k, float capacity_factor, int64_t experts = kExperts) {
+nn::MoeConfig config(int k, float capacity_factor, int64_t experts = kExperts, bool swiglu = false) {
   nn::MoeConfig c;
+  c.swiglu = swiglu;
   c.channels = kChannels;
   c.hidden = kHidden;
   c.experts = experts;
@@ -231,8 +234,9 @@ TEST(Moe, OneExpertIsTheMlp) {
 }
 
 // Every gradient against finite differences of L = sum(y R) + s loss.
-void moe_gradcheck(int k, float capacity_factor) {
-  Layer l(config(k, capacity_factor));
+void moe_gradcheck(int k, float capacity_factor, bool swiglu = false) {
+  SCOPED_TRACE(swiglu ? "SwiGLU experts" : "GELU experts");
+  Layer l(config(k, capacity_factor, kExperts, swiglu));
   ASSERT_GT(l.routing_margin(), l.safe_margin()) << "no draw of x routes far enough from a tie";
   if (capacity_factor > 0) {
     ASSERT_GT(l.saved.stats.dropped, 0);
@@ -273,15 +277,15 @@ void moe_gradcheck(int k, float capacity_factor) {
   EXPECT_GT(compare_fd("", l.x.data<float>(), l.x.numel(), off, f, false).rel_err, 10 * kTol) << "dx * 1.01";
   EXPECT_GT(compare_fd("", l.x.data<float>(), l.x.numel(), no_router, f, false).rel_err, 10 * kTol)
       << "dx without aux/z";
-  // An expert bias gradient with its largest element zeroed.
-  const int bias = l.store.find("moe.experts.fc.bias");
+  // An expert tensor's gradient with its largest element zeroed.
+  const int bias = l.store.find(swiglu ? "moe.experts.up.weight" : "moe.experts.fc.bias");
   Tensor db = grads.slice(l.store.spec(bias).offset, l.store.spec(bias).local_shape).clone();
   int64_t arg = 0;
   for (int64_t i = 0; i < db.numel(); ++i)
     if (std::fabs(db.data<float>()[i]) > std::fabs(db.data<float>()[arg])) arg = i;
   db.data<float>()[arg] = 0.0f;
   EXPECT_GT(compare_fd("", l.store.value(bias).data<float>(), db.numel(), db, f, false).rel_err, 10 * kTol)
-      << "fc.bias with its largest term dropped";
+      << l.store.spec(bias).name << " with its largest term dropped";
   EXPECT_EQ(l.reroutes, 0);
 }
 
@@ -289,6 +293,65 @@ TEST(MoeGradCheck, Top1NoDrop) { moe_gradcheck(1, 0.0f); }
 TEST(MoeGradCheck, Top2NoDrop) { moe_gradcheck(2, 0.0f); }
 TEST(MoeGradCheck, Top1WithDropping) { moe_gradcheck(1, 0.5f); }
 TEST(MoeGradCheck, Top2WithDropping) { moe_gradcheck(2, 0.75f); }
+TEST(MoeGradCheck, SwiGluTop1WithDropping) { moe_gradcheck(1, 0.5f, true); }
+TEST(MoeGradCheck, SwiGluTop2NoDrop) { moe_gradcheck(2, 0.0f, true); }
+TEST(MoeGradCheck, SwiGluTop2WithDropping) { moe_gradcheck(2, 0.75f, true); }
+
+// SwiGLU experts: Mixtral's w1 (gate), w3 (up), w2 (down) stacked over experts, no biases.
+TEST(Moe, SwiGluExpertsAreStackedWithoutBiases) {
+  nn::ParamStore store;
+  const nn::MoeFeedForward moe(store, "blocks.1.moe", config(2, 0.0f, kExperts, true));
+  EXPECT_EQ(store.size(), 4) << "router, gate, up, down";
+  struct Want {
+    const char* name;
+    Shape shape;
+  };
+  for (const Want& w : {Want{"blocks.1.moe.experts.gate.weight", {kExperts, kHidden, kChannels}},
+                        Want{"blocks.1.moe.experts.up.weight", {kExperts, kHidden, kChannels}},
+                        Want{"blocks.1.moe.experts.down.weight", {kExperts, kChannels, kHidden}}}) {
+    const int id = store.find(w.name);
+    ASSERT_GE(id, 0) << w.name;
+    EXPECT_EQ(store.spec(id).global_shape, w.shape) << w.name;
+    EXPECT_TRUE(store.spec(id).expert) << w.name;
+  }
+  EXPECT_EQ(moe.expert_param_ids().size(), 3u);
+}
+
+// One SwiGLU expert (p = 1, gate 1) is nn::SwiGluMlp with the same weights.
+TEST(Moe, OneSwiGluExpertIsTheSwiGluMlp) {
+  Layer l(config(1, 0.0f, 1, true));
+  nn::ParamStore ms;
+  nn::SwiGluMlp mlp(ms, "mlp", kChannels, kHidden, 0.02f, 0.02f);
+  ms.allocate(Device::cpu, 1);
+  for (const char* p : {"gate.weight", "up.weight", "down.weight"})
+    ms.value(ms.find(std::string("mlp.") + p)).copy_from(l.store.value(l.store.find(std::string("moe.experts.") + p)));
+  nn::SwiGluMlp::Saved saved = mlp.allocate(kTokens, Device::cpu);
+  nn::RegionWorkspace region;
+  Tensor y = Tensor::empty({kTokens, kChannels});
+  mlp.forward(y, l.x, saved, region);
+  l.objective();
+  EXPECT_LT(max_abs_diff(l.y, y), 1e-6);
+  double norm = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) norm += std::fabs(y.data<float>()[i]);
+  EXPECT_GT(norm, 1e-3) << "the expert's output is not trivially zero";
+}
+
+// With `accumulate` forward adds to y and backward adds to dx.
+TEST(Moe, AccumulateAddsToTheOutputAndInputGradient) {
+  Layer l(config(2, 0.75f, kExperts, true));
+  l.objective();
+  const Tensor y = l.y.clone();
+  Tensor y2 = gc::normal(y.shape(), "y0", 1.0f);
+  const Tensor y0 = y2.clone();
+  l.moe.forward(y2, l.x, l.saved, l.scratch, true);
+  const Tensor dx = l.backward(l.r, l.loss_scale);
+  Tensor dx2 = y0.clone();
+  l.moe.backward(dx2, l.r, l.x, l.saved, l.scratch, l.loss_scale, true);
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    EXPECT_NEAR(y2.data<float>()[i], y0.data<float>()[i] + y.data<float>()[i], 1e-5);
+    EXPECT_NEAR(dx2.data<float>()[i], y0.data<float>()[i] + dx.data<float>()[i], 1e-5);
+  }
+}
 
 // Parameter gradients accumulate over calls; dx is overwritten; a second call allocates nothing.
 TEST(Moe, BackwardAccumulatesAndAllocatesNothing) {

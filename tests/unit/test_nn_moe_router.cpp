@@ -1,6 +1,7 @@
 // MoeRouter (nn/moe_router.h): top-k choices and ties, gates, capacity and the order of dropping
 // (also decided over several ranks' counts), the aux and z losses on hand-computed cases, and the
-// backward of gates and losses against central finite differences.
+// backward of gates and losses against central finite differences, under each --router-norm
+// (softmax_topk's gates equal the softmax over the chosen logits).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,8 +34,8 @@ Tensor from_rows(const std::vector<std::vector<float>>& rows) {
 struct IdentityRouter {
   nn::ParamStore store;
   nn::MoeRouter router;
-  IdentityRouter(int64_t experts, int k, float capacity_factor) {
-    router = nn::MoeRouter(store, "router", experts, experts, {k, capacity_factor, 0.01f, 0.001f, 0.02f});
+  IdentityRouter(int64_t experts, int k, float capacity_factor, nn::RouterNorm norm = nn::RouterNorm::auto_) {
+    router = nn::MoeRouter(store, "router", experts, experts, {k, capacity_factor, 0.01f, 0.001f, 0.02f, norm});
     store.allocate(Device::cpu, 1);
     Tensor& w = store.value(0);
     w.zero();
@@ -235,8 +236,8 @@ struct RouterProblem {
   int64_t reroutes = 0;          // perturbed evaluations that chose differently
   float scale = 1.3f;
 
-  RouterProblem(int k, float aux_coef = 0.3f, float z_coef = 0.2f) {
-    router = nn::MoeRouter(store, "router", 6, 4, {k, 0.0f, aux_coef, z_coef, 0.02f});
+  RouterProblem(int k, float aux_coef = 0.3f, float z_coef = 0.2f, nn::RouterNorm norm = nn::RouterNorm::auto_) {
+    router = nn::MoeRouter(store, "router", 6, 4, {k, 0.0f, aux_coef, z_coef, 0.02f, norm});
     store.allocate(Device::cpu, 3);
     gc::fill_normal(store.value(0), "router.w", 0.7f);
     r = gc::normal({10, k}, "R", 1.0f);
@@ -294,8 +295,9 @@ gc::Comparison compare_fd(float* v, int64_t n, const Tensor& analytic, F&& f) {
   return gc::compare(gc::gather(analytic, idx), gc::numeric_grad(v, idx, kStep, f));
 }
 
-void router_gradcheck(int k) {
-  RouterProblem p(k);
+void router_gradcheck(int k, nn::RouterNorm norm = nn::RouterNorm::auto_) {
+  SCOPED_TRACE(std::string("--router-norm ") + nn::router_norm_name(norm) + ", top-" + std::to_string(k));
+  RouterProblem p(k, 0.3f, 0.2f, norm);
   ASSERT_GT(p.routing_margin(), p.safe_margin()) << "no draw of x routes far enough from a tie";
   auto f = [&] { return p.objective(); };
   Tensor dx;
@@ -327,6 +329,12 @@ void router_gradcheck(int k) {
   const gc::Comparison gx = compare_fd(p.x.data<float>(), p.x.numel(), dx_gates, f);
   gc::report("router.dx (gates only)", gx);
   EXPECT_LT(gx.rel_err, kTol);
+  if (k == 1 && p.router.renormalises()) {  // the gate is 1: nothing flows through it, as it should
+    double most = 0;
+    for (int64_t i = 0; i < dx_gates.numel(); ++i) most = std::max<double>(most, std::fabs(dx_gates.data<float>()[i]));
+    EXPECT_EQ(most, 0.0) << "a constant gate passed a gradient";
+    return;  // no gates' part to drop below
+  }
 
   // Sensitivity: with both parts in the objective, a gradient missing either fails.
   p.scale = scale;
@@ -337,6 +345,50 @@ void router_gradcheck(int k) {
 
 TEST(MoeRouter, GradientsOfGatesAndLossesTop1) { router_gradcheck(1); }
 TEST(MoeRouter, GradientsOfGatesAndLossesTop2) { router_gradcheck(2); }
+TEST(MoeRouter, GradientsUnderSoftmaxGatesTop1) { router_gradcheck(1, nn::RouterNorm::softmax); }
+TEST(MoeRouter, GradientsUnderSoftmaxGatesTop2) { router_gradcheck(2, nn::RouterNorm::softmax); }
+TEST(MoeRouter, GradientsUnderSoftmaxTopkGatesTop1) { router_gradcheck(1, nn::RouterNorm::softmax_topk); }
+TEST(MoeRouter, GradientsUnderSoftmaxTopkGatesTop2) { router_gradcheck(2, nn::RouterNorm::softmax_topk); }
+
+// --router-norm's gates: softmax gives the chosen probabilities; softmax_topk the chosen
+// probabilities renormalised, which is the softmax over the chosen logits alone; auto is softmax
+// at top-1 and softmax_topk at top-2. Names parse back; a bad name is refused naming the choices.
+TEST(MoeRouter, GateNormalisations) {
+  const Tensor x = from_rows({{2.0f, 0.5f, 1.0f, -1.0f}, {-0.5f, 0.25f, 1.5f, 0.0f}});  // identity router: logits = x
+  for (int k : {1, 2})
+    for (nn::RouterNorm norm : {nn::RouterNorm::auto_, nn::RouterNorm::softmax, nn::RouterNorm::softmax_topk}) {
+      SCOPED_TRACE(std::string(nn::router_norm_name(norm)) + ", top-" + std::to_string(k));
+      EXPECT_EQ(nn::parse_router_norm(nn::router_norm_name(norm)), norm);
+      IdentityRouter ir(4, k, 0.0f, norm);
+      nn::MoeRouter::Saved s = ir.router.allocate(2);
+      nn::RoutePlan plan;
+      route_one_rank(ir.router, x, s, plan);
+      const bool renormalised = norm == nn::RouterNorm::softmax_topk || (norm == nn::RouterNorm::auto_ && k == 2);
+      EXPECT_EQ(ir.router.renormalises(), renormalised);
+      for (int64_t t = 0; t < 2; ++t) {
+        const float* l = x.data<float>() + t * 4;
+        double all = 0, chosen = 0;
+        for (int e = 0; e < 4; ++e) all += std::exp(static_cast<double>(l[e]));
+        for (int j = 0; j < k; ++j) chosen += std::exp(static_cast<double>(l[s.expert.data<int32_t>()[t * k + j]]));
+        double sum = 0;
+        for (int j = 0; j < k; ++j) {
+          const double logit = l[s.expert.data<int32_t>()[t * k + j]], g = s.gate.data<float>()[t * k + j];
+          const double p = std::exp(logit) / all;  // the full softmax's probability
+          EXPECT_NEAR(g, renormalised ? std::exp(logit) / chosen : p, 1e-6);
+          sum += g;
+        }
+        if (renormalised) {
+          EXPECT_NEAR(sum, 1.0, 1e-6);
+        }
+      }
+    }
+  try {
+    nn::parse_router_norm("topk");
+    ADD_FAILURE() << "--router-norm topk accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("softmax_topk"), std::string::npos) << e.what();
+  }
+}
 
 // The aux loss's gradient alone (coefficient 1, no z, no gates), for k = 1 and 2; a gradient 5%
 // off fails.

@@ -74,9 +74,10 @@ int64_t GptConfig::moe_blocks() const {
 nn::MoeConfig Gpt::moe_block_config(const GptConfig& config) {
   nn::MoeConfig moe = config.moe;
   moe.channels = config.hidden;
-  if (moe.hidden == 0) moe.hidden = 4 * config.hidden;
+  if (moe.hidden == 0) moe.hidden = config.llama() ? config.mlp_hidden() : 4 * config.hidden;
   moe.init_std = kInitStd;
   moe.proj_init_std = proj_init_std(config);
+  moe.swiglu = config.llama();  // Mixtral's experts
   return moe;
 }
 
@@ -188,7 +189,10 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   scratch_ = blocks_.front().allocate_scratch(b, t, device);
   for (const nn::TransformerBlock& blk : blocks_)
     if (blk.is_moe()) {  // the experts' workspace, shared by the MoE blocks
-      scratch_.moe = blk.allocate_scratch(b, t, device).moe;
+      nn::TransformerBlock::Scratch moe_scratch = blk.allocate_scratch(b, t, device);
+      scratch_.moe = moe_scratch.moe;
+      scratch_.shared_dhidden = moe_scratch.shared_dhidden;
+      scratch_.shared_dup = moe_scratch.shared_dup;
       break;
     }
   for (const nn::TransformerBlock& blk : blocks_)  // checkpointed blocks' shared buffers
