@@ -1,4 +1,5 @@
-// data_prep: makes the trainers' HDF5 data sets: token sets `text` (byte-level tokens of a file) and
+// data_prep: makes the trainers' HDF5 data sets: token sets `text` (a file's tokens: bytes, or a
+// SentencePiece / Hugging Face tokenizer's, stored with them; `decode` turns them back into text) and
 // `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it); image
 // sets `cifar10` (the official binary files) and `synth-images` (learnable class patterns).
 #include <boost/program_options.hpp>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,9 @@
 #include "io/image_dataset.h"
 #include "io/markov_source.h"
 #include "io/synth_images.h"
+#include "io/token_dataset.h"
+#include "text/stored_tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -44,18 +49,21 @@ constexpr const char* kUsage =
     "/test, attributes num_classes, class_names).\n"
     "\n"
     "commands:\n"
-    "  text          byte-level tokens of a text file (vocab 256)\n"
+    "  text          tokens of a text file: bytes (vocab 256), or a tokenizer's (--tokenizer)\n"
+    "  decode        a token data set's ids back to text, with the tokenizer stored in it\n"
     "  synth         tokens sampled from a random sparse Markov chain, with its exact entropy rate\n"
     "  cifar10       the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin, batches.meta.txt)\n"
     "  synth-images  a small learnable image set: a coloured pattern per class plus noise\n"
     "\n"
     "Run `data_prep <command> --help` for the options of a command, `data_prep --version` for the build.\n";
 
-constexpr const char* kCommands = "text, synth, cifar10 or synth-images";
+constexpr const char* kCommands = "text, decode, synth, cifar10 or synth-images";
 
 constexpr const char* kExample =
     "  data_prep synth --vocab 64 --tokens 200000 --seed 1 --output data.h5\n"
     "  data_prep text --input book.txt --output book.h5 --val-fraction 0.1\n"
+    "  data_prep text --input book.txt --tokenizer tokenizer.json --output book.h5\n"
+    "  data_prep decode --input book.h5 --split val --start 0 --count 100\n"
     "  data_prep synth-images --classes 10 --train 2000 --test 400 --size 32 --seed 1 --output synth.h5";
 
 // A mistake on the command line: reported as "error: ..." with exit code 2.
@@ -142,10 +150,13 @@ bool parse(const std::vector<std::string>& args, const po::options_description& 
   po::options_description parsing;
   parsing.add(desc);
   po::options_description hidden;
-  tessera::cli::add_renamed(hidden, desc, kRenamed);
+  std::vector<tessera::cli::RenamedOption> renamed;  // those whose new name this command has
+  for (const tessera::cli::RenamedOption& r : kRenamed)
+    if (desc.find_nothrow(r.name, false) != nullptr) renamed.push_back(r);
+  tessera::cli::add_renamed(hidden, desc, renamed);
   parsing.add(hidden);
   po::parsed_options parsed = po::command_line_parser(args).options(parsing).run();
-  tessera::cli::apply_renames(parsed, kRenamed, tessera::cli::kOnCommandLine);
+  tessera::cli::apply_renames(parsed, renamed, tessera::cli::kOnCommandLine);
   tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);  // repeats, nan, negative seeds
   po::store(parsed, vm);
   if (vm.count("help")) {
@@ -156,58 +167,127 @@ bool parse(const std::vector<std::string>& args, const po::options_description& 
   return true;
 }
 
+// A whole file's bytes; `what` names it in errors ("input", "--tokenizer").
+std::string read_whole_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("cannot read ", what, " ", path, ": no such file");
+  if (fs::is_directory(path, ec)) fail("cannot read ", what, " ", path, ": it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read ", what, " ", path, ": permission denied or unreadable");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("cannot read ", what, " ", path, ": read error");
+  return bytes;
+}
+
 int run_text(const std::vector<std::string>& args) {
-  std::string input, output;
+  std::string input, output, tokenizer_path;
   double val_fraction = 0.1;
   bool overwrite = false;
   po::options_description desc("Options");
   desc.add_options()
       ("help,h", "show this help")
-      ("input", po::value(&input)->required()->value_name("FILE"), "text file to tokenise (bytes)")
+      ("input", po::value(&input)->required()->value_name("FILE"), "text file to tokenise")
       ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
+      ("tokenizer", po::value(&tokenizer_path)->value_name("PATH"),
+       "a SentencePiece *.model or a Hugging Face tokenizer.json (byte-level BPE); default: bytes")
       ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"),
-       "fraction of the file, taken from its end, that goes to /val")
+       "fraction of the tokens, taken from the end, that goes to /val")
       ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
   po::variables_map vm;
   if (!parse(args, desc,
-             "usage: data_prep text --input FILE --output FILE.h5 [--val-fraction F] [--overwrite]\n\n"
-             "Byte-level tokens (vocab 256, tokenizer \"bytes\"): the last F of the file goes to\n"
-             "/val/tokens, the rest to /train/tokens, stored as uint16.\n",
+             "usage: data_prep text --input FILE --output FILE.h5 [--tokenizer PATH] [--val-fraction F]\n"
+             "                      [--overwrite]\n\n"
+             "Tokens of FILE: the last F of them go to /val/tokens, the rest to /train/tokens (uint16\n"
+             "when the vocabulary fits, else int32). Without --tokenizer each byte is a token (vocab\n"
+             "256). With one, vocab_size is the tokenizer's and its file is stored in the data set\n"
+             "(/tokenizer_file, attributes tokenizer, tokenizer_file, tokenizer_checksum), so that\n"
+             "`data_prep decode` and later tools read the ids without it. SentencePiece encodes line\n"
+             "by line (as spm_encode does), the model's EOS id after each line; a tokenizer.json's\n"
+             "text must be UTF-8 and is encoded whole, with no BOS/EOS added.\n",
              vm))
     return 0;
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
 
-  std::error_code ec;
-  if (!fs::exists(input, ec)) fail("cannot read input ", input, ": no such file");
-  if (fs::is_directory(input, ec)) fail("cannot read input ", input, ": it is a directory");
-  std::ifstream in(input, std::ios::binary);
-  if (!in) fail("cannot read input ", input, ": permission denied or unreadable");
-  const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail("cannot read input ", input, ": read error");
-  if (bytes.empty()) fail("input ", input, " is empty: no tokens to write");
+  std::string kind = "bytes", tokenizer_bytes;
+  std::vector<std::string> inputs{input};
+  if (!tokenizer_path.empty()) {
+    kind = tessera::text::tokenizer_kind_of_path(tokenizer_path);
+    tokenizer_bytes = read_whole_file(tokenizer_path, "--tokenizer");
+    inputs.push_back(tokenizer_path);
+  }
+  const std::unique_ptr<tessera::text::Tokenizer> tokenizer =
+      tessera::text::make_tokenizer(kind, tokenizer_bytes, tokenizer_path);
+  const std::string text = read_whole_file(input, "input");
+  if (text.empty()) fail("input ", input, " is empty: no tokens to write");
+  std::vector<int32_t> tokens;
+  try {
+    tokens = tokenizer->encode(text);
+  } catch (const tessera::Error& e) {
+    fail("cannot tokenise input ", input, ": ", e.what());
+  }
+  const int64_t vocab = tokenizer->vocab_size();
 
-  const auto n = static_cast<int64_t>(bytes.size());
+  const auto n = static_cast<int64_t>(tokens.size());
   const auto n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
   const int64_t n_train = n - n_val;
-  if (val_fraction > 0 && (n_val < 2 || n_train < 2))
-    fail("input ", input, " has only ", n, " bytes: too few to split into train and val with --val-fraction ",
+  if (n < 2 || (val_fraction > 0 && (n_val < 2 || n_train < 2)))
+    fail("input ", input, " has only ", n, " tokens: too few to split into train and val with --val-fraction ",
          val_fraction, " (each split needs at least 2 tokens)");
 
-  AtomicOutput out(output, overwrite, {input});
+  AtomicOutput out(output, overwrite, inputs);
   {
     H5File f = H5File::create(out.tmp());
-    const std::vector<int32_t> tokens(bytes.begin(), bytes.end());
-    f.write("/train/tokens", token_tensor({tokens.begin(), tokens.begin() + n_train}, 256));
-    if (n_val > 0) f.write("/val/tokens", token_tensor({tokens.begin() + n_train, tokens.end()}, 256));
-    f.set_attr("/", "vocab_size", int64_t{256});
-    f.set_attr("/", "tokenizer", "bytes");
+    f.write("/train/tokens", token_tensor({tokens.begin(), tokens.begin() + n_train}, vocab));
+    if (n_val > 0) f.write("/val/tokens", token_tensor({tokens.begin() + n_train, tokens.end()}, vocab));
+    f.set_attr("/", "vocab_size", vocab);
+    tessera::text::store_tokenizer(f, kind, tokenizer_bytes, fs::path(tokenizer_path).filename().string());
     f.set_attr("/", "source", fs::path(input).filename().string());
     f.flush();
   }
   out.commit();
-  std::cout << "wrote " << output << ": " << n_train << " train and " << n_val
-            << " val tokens (bytes, vocab 256)\n";
+  std::cout << "wrote " << output << ": " << n_train << " train and " << n_val << " val tokens ("
+            << (tokenizer_path.empty() ? kind : kind + " " + tokenizer_path) << ", vocab " << vocab << ")\n";
+  return 0;
+}
+
+int run_decode(const std::vector<std::string>& args) {
+  std::string input, split = "train";
+  int64_t start = 0, count = -1;
+  po::options_description desc("Options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("input", po::value(&input)->required()->value_name("FILE.h5"), "token data set made by data_prep text")
+      ("split", po::value(&split)->default_value("train")->value_name("train|val"), "which split to decode")
+      ("start", po::value(&start)->default_value(0)->value_name("N"), "first token to decode")
+      ("count", po::value(&count)->value_name("M"), "tokens to decode (default: to the end of the split)");
+  po::variables_map vm;
+  if (!parse(args, desc,
+             "usage: data_prep decode --input FILE.h5 [--split train|val] [--start N] [--count M]\n\n"
+             "Writes tokens [N, N + M) of the split as text on standard output, decoded with the\n"
+             "tokenizer the data set carries (bytes, SentencePiece or a tokenizer.json's BPE).\n",
+             vm))
+    return 0;
+  if (split != "train" && split != "val") throw UsageError("--split must be train or val, got '" + split + "'");
+  if (start < 0) throw UsageError("--start must not be negative, got " + std::to_string(start));
+  if (vm.count("count") && count < 0) throw UsageError("--count must not be negative, got " + std::to_string(count));
+  const tessera::io::TokenDataset data = tessera::io::TokenDataset::open(input, split);
+  const std::unique_ptr<tessera::text::Tokenizer> tokenizer =
+      tessera::text::load_stored_tokenizer(H5File::open_read(input));
+  if (tokenizer->vocab_size() != data.vocab_size)
+    fail(input, ": vocab_size ", data.vocab_size, " differs from its stored tokenizer's ", tokenizer->vocab_size());
+  if (start > data.size())
+    throw UsageError("--start " + std::to_string(start) + " is past the end of " + data.dataset + " (" +
+                     std::to_string(data.size()) + " tokens)");
+  if (!vm.count("count")) count = data.size() - start;
+  if (count > data.size() - start)
+    throw UsageError("--start " + std::to_string(start) + " --count " + std::to_string(count) + " passes the end of " +
+                     data.dataset + " (" + std::to_string(data.size()) + " tokens)");
+  const std::vector<int32_t> ids(data.tokens.begin() + start, data.tokens.begin() + start + count);
+  const std::string text = tokenizer->decode(ids);
+  std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::cout.flush();
+  if (!std::cout) fail("cannot write the decoded text to standard output");
   return 0;
 }
 
@@ -377,6 +457,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "text") return run_text(args);
+    if (command == "decode") return run_decode(args);
     if (command == "synth") return run_synth(args);
     if (command == "cifar10") return run_cifar10(args);
     if (command == "synth-images") return run_synth_images(args);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Writes the fuzz seed corpora with the project's own tools (nothing binary is committed):
-# usage: tests/fuzz/make_seeds.sh BUILD_DIR SRC_DIR OUT_DIR  ->  OUT_DIR/{token_dataset,checkpoint,config,safetensors}/
+# usage: tests/fuzz/make_seeds.sh BUILD_DIR SRC_DIR OUT_DIR  ->  OUT_DIR/{token_dataset,checkpoint,config,safetensors,tokenizer_json}/
 set -euo pipefail
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd); out=$3
-rm -rf "$out"; mkdir -p "$out"/{token_dataset,checkpoint,config,safetensors}
+rm -rf "$out"; mkdir -p "$out"/{token_dataset,checkpoint,config,safetensors,tokenizer_json}
 out=$(cd "$out" && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 # The tools are sanitized too: leaks of MPI's singleton start-up are not what the seeds are about.
@@ -33,3 +33,11 @@ cp "$src"/inputs/*.ini "$out/config/"
 printf 'input = data.h5\nlayers = 2\nlr = 3e-4\nseed = 7\nbeta1 = 0.8\ndevice = cpu\nverbose = true\n' >"$out/config/plain.ini"
 printf '# comment\n[section]\nsteps = 10\n\ninput=x.h5\nresume = auto\nmetrics = m.jsonl\nval-input = v.h5\n' >"$out/config/section.ini"
 printf 'input = a.h5\ninput = b.h5\ngrad-clip = 0\nbucket-mb = 1.5\nzero = 3\ndp = 2\n' >"$out/config/repeat.ini"
+
+# tokenizer.json: small byte-level BPEs in the GPT-2 and Llama-3 forms (merges "a b" and ["a", "b"]).
+alphabet='"a": 0, "b": 1, "c": 2, "\u0120": 3, "ab": 4, "abc": 5'
+added='"added_tokens": [{"id": 6, "content": "<s>", "special": true}]'
+printf '{"model": {"type": "BPE", "vocab": {%s}, "merges": ["a b", "ab c"]}, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}, "decoder": {"type": "ByteLevel"}, %s}\n' \
+  "$alphabet" "$added" >"$out/tokenizer_json/gpt2_style.json"
+printf '{"model": {"type": "BPE", "ignore_merges": true, "vocab": {%s}, "merges": [["a", "b"], ["ab", "c"]]}, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\\\p{L}+|\\\\s+"}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]}, "decoder": {"type": "ByteLevel"}, %s}\n' \
+  "$alphabet" "$added" >"$out/tokenizer_json/llama3_style.json"

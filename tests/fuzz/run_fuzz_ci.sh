@@ -15,7 +15,7 @@ runs=${4:-}
 work="$build/fuzz"
 # target name -> seed folder
 declare -A seeds=([fuzz_token_dataset]=token_dataset [fuzz_checkpoint_reader]=checkpoint [fuzz_config_file]=config
-                   [fuzz_safetensors_reader]=safetensors)
+                   [fuzz_safetensors_reader]=safetensors [fuzz_tokenizer_json]=tokenizer_json)
 
 for t in "${!seeds[@]}"; do
   [ -x "$build/tests/fuzz/$t" ] || { echo "error: $build/tests/fuzz/$t not built (configure with CC=clang CXX=clang++ -DTESSERA_FUZZ=ON -DTESSERA_SANITIZE=ON and build target tessera_fuzz)" >&2; exit 1; }
@@ -32,7 +32,7 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1:allocator_may_r
 export LSAN_OPTIONS="suppressions=$src/tests/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 failed=()
-for t in fuzz_token_dataset fuzz_checkpoint_reader fuzz_config_file fuzz_safetensors_reader; do
+for t in fuzz_token_dataset fuzz_checkpoint_reader fuzz_config_file fuzz_safetensors_reader fuzz_tokenizer_json; do
   corpus="$work/corpus/$t"; art="$work/artifacts/$t"; log="$work/logs/$t.log"
   rm -rf "$corpus" "$art"; mkdir -p "$corpus" "$art" "$(dirname "$log")"
   start=$(date +%s)
