@@ -49,13 +49,12 @@ constexpr const char* kExample =
 // A mistake on the command line: cli::run_main reports po::error with exit code 2.
 [[noreturn]] void usage_error(const std::string& what) { throw po::error(what); }
 
-// The FILE argument of a command (and --help), parsed from what follows the command name.
-bool parse_file(const std::string& command, const std::vector<std::string>& args, std::string& file) {
-  po::options_description desc("options");
-  desc.add_options()("help,h", "show this help")("file", po::value(&file)->value_name("FILE"), "the checkpoint (.h5)");
+// What follows a command name, parsed with the command's options (desc) and one positional
+// argument into vm; false when --help was asked for (and printed).
+bool parse_command(const std::vector<std::string>& args, const po::options_description& desc,
+                   const char* positional_name, po::variables_map& vm) {
   po::positional_options_description positional;
-  positional.add("file", 1);
-  po::variables_map vm;
+  positional.add(positional_name, 1);
   const po::parsed_options parsed = po::command_line_parser(args).options(desc).positional(positional).run();
   tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);
   po::store(parsed, vm);
@@ -64,6 +63,15 @@ bool parse_file(const std::string& command, const std::vector<std::string>& args
     return false;
   }
   po::notify(vm);
+  return true;
+}
+
+// The FILE argument of a command (and --help).
+bool parse_file(const std::string& command, const std::vector<std::string>& args, std::string& file) {
+  po::options_description desc("options");
+  desc.add_options()("help,h", "show this help")("file", po::value(&file)->value_name("FILE"), "the checkpoint (.h5)");
+  po::variables_map vm;
+  if (!parse_command(args, desc, "file", vm)) return false;
   if (file.empty()) usage_error("ckpt_tool " + command + " needs a checkpoint FILE");
   return true;
 }
@@ -153,17 +161,8 @@ int run_hf(const std::string& command, const std::vector<std::string>& args) {
         "max-shard-size", po::value(&shard_size)->value_name("SIZE"), "shard the weights past this size (2GB, 500MB; default: one file)")(
         "norm-eps", po::value(&norm_eps)->value_name("X"), "llama: the RMSNorm epsilon it was trained with (a gpt_train checkpoint does not record it; default 1e-5)")(
         "rope-theta", po::value(&rope_theta)->value_name("X"), "llama: the rotary base it was trained with (not recorded either; default 10000)");
-  po::positional_options_description positional;
-  positional.add("source", 1);
   po::variables_map vm;
-  const po::parsed_options parsed = po::command_line_parser(args).options(desc).positional(positional).run();
-  tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);
-  po::store(parsed, vm);
-  if (vm.count("help")) {
-    std::cout << kUsage << "\n" << desc << "\nExample:\n" << kExample << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!parse_command(args, desc, "source", vm)) return 0;
   if (source.empty()) usage_error("ckpt_tool " + command + " needs " + (import ? "a model folder DIR" : "a checkpoint FILE"));
   if (output.empty()) usage_error("ckpt_tool " + command + " needs --output");
   if (import) {

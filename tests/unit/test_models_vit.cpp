@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "gradcheck.h"
+#include "kernel_test_util.h"
 #include "param_randomize.h"
 #include "models/vit/vit.h"
 
@@ -351,15 +352,7 @@ TEST(Vit, OverfitsATinyBatch) {
 
 // ---- what it refuses ---------------------------------------------------------------------------------
 
-template <typename F>
-void expect_error(F&& call, const std::string& expected) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one containing: " << expected;
-  } catch (const tessera::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-  }
-}
+using tessera::testing::expect_error;
 
 struct RowSplitLayout : nn::TensorLayout {
   bool splits_rows() const override { return true; }
