@@ -109,11 +109,33 @@ inline void rotate(float* y, const float* x, const float* c, const float* s, int
 
 int64_t kv_head_of(const RopeShape& s, int64_t h) { return (s.first_head + h) / s.group - s.first_kv_head; }
 
+// The table of the last call on this thread, made again only when its positions, head size or
+// base change: a step's layers, micro-batches and backward all read one table (nothing computed
+// or allocated per call).
+struct RopeTable {
+  int64_t first = -1, seq = -1, head_dim = -1;
+  float theta = 0;
+  std::vector<float> cos_t, sin_t;
+};
+const RopeTable& table_for(const RopeShape& s) {
+  thread_local RopeTable table;
+  if (table.first != s.first_position || table.seq != s.seq || table.head_dim != s.head_dim ||
+      table.theta != s.theta) {
+    rope_table(table.cos_t, table.sin_t, s);
+    table.first = s.first_position;
+    table.seq = s.seq;
+    table.head_dim = s.head_dim;
+    table.theta = s.theta;
+  }
+  return table;
+}
+
 }  // namespace
 
 void rope_pack_forward(float* qkv, const float* q, const float* k, const float* v, const RopeShape& s) {
-  std::vector<float> cos_t, sin_t;
-  rope_table(cos_t, sin_t, s);
+  const RopeTable& table = table_for(s);
+  const std::vector<float>& cos_t = table.cos_t;
+  const std::vector<float>& sin_t = table.sin_t;
   const int64_t D = s.head_dim, half = D / 2, H = s.heads, K = s.kv_heads, rows = s.batch * s.seq;
 #pragma omp parallel for schedule(static) if (rows * H * D > kParallelMin)
   for (int64_t n = 0; n < rows; ++n) {
@@ -134,8 +156,9 @@ void rope_pack_forward(float* qkv, const float* q, const float* k, const float* 
 }
 
 void rope_pack_backward(float* dq, float* dk, float* dv, const float* dqkv, const RopeShape& s) {
-  std::vector<float> cos_t, sin_t;
-  rope_table(cos_t, sin_t, s);
+  const RopeTable& table = table_for(s);
+  const std::vector<float>& cos_t = table.cos_t;
+  const std::vector<float>& sin_t = table.sin_t;
   const int64_t D = s.head_dim, half = D / 2, H = s.heads, K = s.kv_heads, rows = s.batch * s.seq;
 #pragma omp parallel for schedule(static) if (rows * H * D > kParallelMin)
   for (int64_t n = 0; n < rows; ++n) {
