@@ -4,7 +4,7 @@
 // dequantised product), and each bad input refused with exit 1 and one "error:" line naming the
 // problem, nothing written: an existing output (left as it was), a group size that does not divide
 // the input dimension, an odd int4 group, bits other than 8 or 4, an already quantised input, and
-// a trainer given a quantised checkpoint.
+// a trainer given a quantised checkpoint, and export-hf given one.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -213,4 +213,13 @@ TEST_F(Quantize, TrainerRefusesAQuantisedCheckpoint) {
     EXPECT_EQ(fs::file_size(q), size);
     EXPECT_FALSE(fs::exists(ck / "step_4.h5"));
   }
+}
+
+// export-hf of a quantised checkpoint: refused with the reason, no folder written.
+TEST_F(Quantize, ExportHfRefusesAQuantisedCheckpoint) {
+  const std::string q = file("for_export.h5"), out = file("hf_out");
+  ASSERT_EQ(quantize(source_, q, "--bits 8 --group-size 32").exit_code, 0);
+  expect_refused(tool("export-hf " + shell_quote(q) + " --output " + shell_quote(out)),
+                 {"is quantised for inference (int8, group size 32, f32 scales): export the f32 checkpoint"});
+  EXPECT_FALSE(fs::exists(out) && !fs::is_empty(out));
 }
