@@ -37,35 +37,49 @@ inline __m512 dequant4(const uint8_t* q, __mmask16 on, __m512i zero, __m512 scal
 // y[i * ldy + n + r] for i < MR, r < NR: activation rows x + i * w.cols times weight rows n + r.
 template <int Bits, int MR, int NR>
 void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64_t n) {
-  const int64_t groups = w.cols / w.group;
+  // Everything the loop reads, in locals: the row pointers and extents (no reloads through w).
+  const int64_t cols = w.cols, group = w.group, groups = cols / group;
+  const int64_t row_bytes = Bits == 8 ? cols : cols / 2;
+  const uint8_t* q[NR];
+  const float* scales[NR];
+  const uint8_t* zeros[NR];
+  for (int r = 0; r < NR; ++r) {
+    q[r] = w.q + (n + r) * row_bytes;
+    scales[r] = w.scales + (n + r) * groups;
+    zeros[r] = Bits == 4 ? w.zeros + (n + r) * groups : nullptr;
+  }
+  const float* xs[MR];
+  for (int i = 0; i < MR; ++i) xs[i] = x + i * cols;
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  // 16 columns from k (those in `on`) of every row, into the accumulators.
+  auto step = [&](int64_t k, __mmask16 on, const __m512* scale, const __m512i* zero) {
+    __m512 wv[NR];
+    for (int r = 0; r < NR; ++r) {
+      if constexpr (Bits == 8) {
+        wv[r] = dequant8(reinterpret_cast<const int8_t*>(q[r]) + k, on, scale[r]);
+      } else {  // k and the count in `on` are even: the group is
+        const auto bytes_on = static_cast<__mmask16>(on == 0xFFFF ? 0xFFu : (1u << (__builtin_popcount(on) / 2)) - 1u);
+        wv[r] = dequant4(q[r] + k / 2, bytes_on, zero[r], scale[r]);
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(on, xs[i] + k);
+      for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+    }
+  };
   for (int64_t g = 0; g < groups; ++g) {
     __m512 scale[NR];
     __m512i zero[NR];
     for (int r = 0; r < NR; ++r) {
-      scale[r] = _mm512_set1_ps(w.scales[(n + r) * groups + g]);
-      zero[r] = Bits == 4 ? _mm512_set1_epi32(w.zeros[(n + r) * groups + g]) : _mm512_setzero_si512();
+      scale[r] = _mm512_set1_ps(scales[r][g]);
+      zero[r] = Bits == 4 ? _mm512_set1_epi32(zeros[r][g]) : _mm512_setzero_si512();
     }
-    const int64_t end = (g + 1) * w.group;
-    for (int64_t k = g * w.group; k < end; k += 16) {
-      const int64_t len = end - k < 16 ? end - k : 16;
-      const auto on = static_cast<__mmask16>(len == 16 ? 0xFFFFu : (1u << len) - 1u);
-      __m512 wv[NR];
-      for (int r = 0; r < NR; ++r) {
-        if (Bits == 8) {
-          wv[r] = dequant8(reinterpret_cast<const int8_t*>(w.q) + (n + r) * w.cols + k, on, scale[r]);
-        } else {  // len is even: the group and k are
-          const auto bytes_on = static_cast<__mmask16>((1u << (len / 2)) - 1u);
-          wv[r] = dequant4(w.q + (n + r) * (w.cols / 2) + k / 2, bytes_on, zero[r], scale[r]);
-        }
-      }
-      for (int i = 0; i < MR; ++i) {
-        const __m512 xv = _mm512_maskz_loadu_ps(on, x + i * w.cols + k);
-        for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
-      }
-    }
+    const int64_t end = (g + 1) * group;
+    int64_t k = g * group;
+    for (; k + 16 <= end; k += 16) step(k, static_cast<__mmask16>(0xFFFFu), scale, zero);
+    if (k < end) step(k, static_cast<__mmask16>((1u << (end - k)) - 1u), scale, zero);
   }
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
