@@ -196,7 +196,8 @@ TEST_F(Quantize, AlreadyQuantisedInput) {
   EXPECT_FALSE(fs::exists(twice));
 }
 
-// gpt_train --resume FILE and --resume auto (a quantised step file in the run's folder): refused
+// gpt_train --resume FILE and --resume auto (a quantised step file in the run's folder), and
+// moe_train --resume FILE: refused
 // with the reason, nothing trained, the file left as it was.
 TEST_F(Quantize, TrainerRefusesAQuantisedCheckpoint) {
   const fs::path ck = dir_ / "qck";
@@ -213,6 +214,10 @@ TEST_F(Quantize, TrainerRefusesAQuantisedCheckpoint) {
     EXPECT_EQ(fs::file_size(q), size);
     EXPECT_FALSE(fs::exists(ck / "step_4.h5"));
   }
+  // moe_train (the same trainer's loading): refused before it looks at the model.
+  const CommandResult moe = run_command(kEnv + kApps + "moe_train --input " + shell_quote(data_) + " " + kModel +
+                                        " --steps 4 --resume " + shell_quote(q));
+  expect_refused(moe, {"is quantised for inference (int4, group size 32, f32 scales): use generate"});
 }
 
 // export-hf of a quantised checkpoint: refused with the reason, no folder written.
