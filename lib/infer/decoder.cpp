@@ -1,0 +1,241 @@
+// Decoder: the weights read from /params, and the forward of new tokens over the KV cache:
+// embeddings, per block norm -> q/k/v (rotary positions for Llama) -> cache -> attention per slot
+// and head -> projection, norm -> MLP, then the final norm and the head on the rows asked for.
+#include "infer/decoder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "core/error.h"
+#include "infer/model_spec.h"
+#include "kernels/ops.h"
+
+namespace tessera::infer {
+
+namespace {
+constexpr float kLayerNormEps = 1e-5f;  // gpt2's (hf_model.cpp refuses any other on import)
+}
+
+Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config) : config_(config) {
+  std::map<std::string, Tensor> params;
+  for (const auto& [name, shape] : parameter_shapes(config)) {
+    const std::string path = "/params/" + name;
+    TESSERA_CHECK(r.has(path), "checkpoint ", r.path(), " lacks tensor ", name, " (its model attributes need it)");
+    const Shape stored = r.shape(path);
+    TESSERA_CHECK(stored == shape, "checkpoint ", r.path(), ", tensor ", name, ": shape ", stored.str(),
+                  " where its model attributes give ", shape.str());
+    Tensor t = Tensor::empty(shape);
+    r.read_range(path, 0, shape.numel(), t.data<float>());
+    parameter_bytes_ += static_cast<int64_t>(t.nbytes());
+    params.emplace(name, t);
+  }
+  auto take = [&](const std::string& name) { return params.at(name); };
+  wte_ = take("embed.tokens.weight");
+  if (!config.llama()) wpe_ = take("embed.positions.weight");
+  for (int64_t i = 0; i < config.layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    Block k;
+    k.ln1_weight = take(b + "ln1.weight");
+    k.ln2_weight = take(b + "ln2.weight");
+    k.proj.weight = take(b + "attn.proj.weight");
+    if (!config.llama()) {
+      k.ln1_bias = take(b + "ln1.bias");
+      k.ln2_bias = take(b + "ln2.bias");
+      k.qkv = {take(b + "attn.qkv.weight"), take(b + "attn.qkv.bias")};
+      k.proj.bias = take(b + "attn.proj.bias");
+      k.fc = {take(b + "mlp.fc.weight"), take(b + "mlp.fc.bias")};
+      k.fc_proj = {take(b + "mlp.proj.weight"), take(b + "mlp.proj.bias")};
+    } else {
+      k.q.weight = take(b + "attn.q.weight");
+      k.k.weight = take(b + "attn.k.weight");
+      k.v.weight = take(b + "attn.v.weight");
+      k.gate.weight = take(b + "mlp.gate.weight");
+      k.up.weight = take(b + "mlp.up.weight");
+      k.down.weight = take(b + "mlp.down.weight");
+    }
+    blocks_.push_back(k);
+  }
+  ln_f_weight_ = take("ln_f.weight");
+  if (!config.llama()) ln_f_bias_ = take("ln_f.bias");
+  head_.weight = config.tie_embeddings ? wte_ : take("head.weight");
+}
+
+int64_t Decoder::position_limit() const {
+  return config_.llama() ? std::numeric_limits<int64_t>::max() : config_.max_seq;
+}
+
+KvCache Decoder::make_cache(int64_t slots, int64_t max_len) const {
+  return KvCache(config_.layers, slots, max_len, config_.kv(), head_dim());
+}
+
+Tensor Decoder::rows(Tensor& buffer, int64_t n, int64_t width, DType dtype) {
+  if (!buffer.defined() || buffer.numel() < n * width)
+    buffer = Tensor::empty({std::max<int64_t>(n * width, 1)}, dtype);
+  return buffer.slice(0, {n, width});
+}
+
+void Decoder::norm(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor& bias, int64_t n) {
+  Tensor rstd = rows(ws_.stats_a, n, 1).reshape({n});
+  if (config_.llama()) {
+    ops::rmsnorm_forward(out, rstd, in, weight, config_.norm_eps);
+  } else {
+    Tensor mean = rows(ws_.stats_b, n, 1).reshape({n});
+    ops::layernorm_forward(out, mean, rstd, in, weight, bias, kLayerNormEps);
+  }
+}
+
+Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
+  const int64_t C = config_.hidden, H = config_.heads, K = config_.kv(), D = head_dim(), V = config_.vocab;
+  // Where each chunk's rows start, its first position, and the rows that get logits.
+  std::vector<int64_t> first_row, start;
+  std::vector<bool> seen(static_cast<size_t>(cache.slots()), false);
+  int64_t n = 0, logit_rows = 0;
+  for (const SlotTokens& c : chunks) {
+    TESSERA_CHECK(c.slot >= 0 && c.slot < cache.slots(), "Decoder: slot ", c.slot, " outside the cache's ",
+                  cache.slots());
+    TESSERA_CHECK(!seen[static_cast<size_t>(c.slot)], "Decoder: slot ", c.slot, " given twice in one call");
+    seen[static_cast<size_t>(c.slot)] = true;
+    TESSERA_CHECK(c.count >= 1 && c.tokens, "Decoder: slot ", c.slot, " was given no tokens");
+    const int64_t p = cache.length(c.slot);
+    TESSERA_CHECK(p + c.count <= cache.max_len(), "sequence in slot ", c.slot, " would reach ", p + c.count,
+                  " positions, past the cache's ", cache.max_len(), " (--max-len)");
+    TESSERA_CHECK(p + c.count <= position_limit(), "sequence in slot ", c.slot, " would reach ", p + c.count,
+                  " positions, past the ", position_limit(), " the model's learned positions cover");
+    for (int64_t t = 0; t < c.count; ++t)
+      TESSERA_CHECK(c.tokens[t] >= 0 && c.tokens[t] < V, "token id ", c.tokens[t], " is outside the model's vocabulary [0, ",
+                    V, ")");
+    first_row.push_back(n);
+    start.push_back(p);
+    n += c.count;
+    logit_rows += c.all_logits ? c.count : 1;
+  }
+  TESSERA_CHECK(n > 0, "Decoder::forward: no tokens");
+
+  // Embeddings: each chunk's tokens, plus (gpt2) its positions' rows of the table.
+  Tensor tokens = rows(ws_.tokens, 1, n, DType::i32);
+  Tensor x = rows(ws_.x, n, C);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const SlotTokens& c = chunks[i];
+    std::memcpy(tokens.data<int32_t>() + first_row[i], c.tokens, static_cast<size_t>(c.count) * sizeof(int32_t));
+    Tensor ids = tokens.slice(first_row[i], {1, c.count});
+    Tensor out = x.slice(first_row[i] * C, {1, c.count, C});
+    const Tensor positions = wpe_.defined() ? wpe_.slice(start[i] * C, {c.count, C}) : Tensor();
+    ops::embedding_forward(out, ids, wte_, positions);
+  }
+
+  Tensor h = rows(ws_.h, n, C), branch = rows(ws_.branch, n, C), att = rows(ws_.att, n, C);
+  Tensor qkv = rows(ws_.qkv, n, 3 * H * D);
+  const int64_t F = config_.mlp_hidden();
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const Block& b = blocks_[static_cast<size_t>(l)];
+    norm(h, x, b.ln1_weight, b.ln1_bias, n);
+    if (!config_.llama()) {
+      linear(qkv, h, b.qkv);
+    } else {
+      Tensor q = rows(ws_.q, n, H * D), k = rows(ws_.k, n, K * D), v = rows(ws_.v, n, K * D);
+      linear(q, h, b.q);
+      linear(k, h, b.k);
+      linear(v, h, b.v);
+      for (size_t i = 0; i < chunks.size(); ++i) {  // each slot's rows at its own positions
+        const int64_t r0 = first_row[i], cnt = chunks[i].count;
+        Tensor packed = qkv.slice(r0 * 3 * H * D, {1, cnt, 3 * H * D});
+        ops::RopeShape s;
+        s.batch = 1;
+        s.seq = cnt;
+        s.heads = H;
+        s.kv_heads = K;
+        s.head_dim = D;
+        s.group = H / K;
+        s.first_position = start[i];
+        s.theta = config_.rope_theta;
+        ops::rope_pack_forward(packed, q.slice(r0 * H * D, {1, cnt, H * D}), k.slice(r0 * K * D, {1, cnt, K * D}),
+                               v.slice(r0 * K * D, {1, cnt, K * D}), s);
+      }
+    }
+    attention(l, chunks, first_row, start, cache, n);
+    linear(branch, att, b.proj);
+    ops::add_inplace(x, branch);
+    norm(h, x, b.ln2_weight, b.ln2_bias, n);
+    if (!config_.llama()) {
+      Tensor pre = rows(ws_.mlp_a, n, F), act = rows(ws_.mlp_b, n, F);
+      linear(act, h, b.fc, &pre);
+      linear(branch, act, b.fc_proj);
+    } else {
+      Tensor gate = rows(ws_.mlp_a, n, F), up = rows(ws_.mlp_b, n, F), act = rows(ws_.mlp_c, n, F);
+      linear(gate, h, b.gate);
+      linear(up, h, b.up);
+      ops::swiglu_forward(act, gate, up);
+      linear(branch, act, b.down);
+    }
+    ops::add_inplace(x, branch);
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) cache.set_length(chunks[i].slot, start[i] + chunks[i].count);
+
+  // The rows asked for, then the final norm and the head on them alone.
+  Tensor selected = rows(ws_.selected, logit_rows, C), selected_norm = rows(ws_.selected_norm, logit_rows, C);
+  int64_t at = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int64_t take = chunks[i].all_logits ? chunks[i].count : 1;
+    const int64_t from = first_row[i] + chunks[i].count - take;
+    std::memcpy(selected.data<float>() + at * C, x.data<float>() + from * C, static_cast<size_t>(take * C) * sizeof(float));
+    at += take;
+  }
+  norm(selected_norm, selected, ln_f_weight_, ln_f_bias_, logit_rows);
+  Tensor logits = rows(ws_.logits, logit_rows, V);
+  linear(logits, selected_norm, head_);
+  return logits;
+}
+
+// Causal attention of each chunk's queries over its slot's cache, after writing the chunk's keys
+// and values there. Query head h reads kv head h / (H / K). A single new token sees every cached
+// position (one block); a longer chunk sees the positions before it (a block, if any) merged with
+// its own diagonal block.
+void Decoder::attention(int64_t layer, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
+                        const std::vector<int64_t>& start, KvCache& cache, int64_t n) {
+  const int64_t H = config_.heads, K = config_.kv(), D = head_dim(), group = H / K, width = 3 * H * D;
+  const float* qkv = ws_.qkv.data<float>();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const int64_t slot = chunks[i].slot, p = start[i], cnt = chunks[i].count;
+    for (int64_t g = 0; g < K; ++g) {
+      Tensor block = cache.block(layer, slot, g, p, cnt);
+      float* dst = block.data<float>();
+      for (int64_t t = 0; t < cnt; ++t) {
+        const float* row = qkv + (first_row[i] + t) * width;
+        std::memcpy(dst + t * 2 * D, row + (H + g * group) * D, static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(dst + t * 2 * D + D, row + (2 * H + g * group) * D, static_cast<size_t>(D) * sizeof(float));
+      }
+    }
+  }
+  // Each head's queries gathered [H][n, D]; its outputs likewise, then scattered into att [n, H x D].
+  Tensor q_heads = rows(ws_.q_heads, H * n, D), out_heads = rows(ws_.out_heads, H * n, D);
+  Tensor lse = rows(ws_.lse, H, n);
+  float* qh = q_heads.data<float>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      std::memcpy(qh + (h * n + r) * D, qkv + r * width + h * D, static_cast<size_t>(D) * sizeof(float));
+  const int64_t items = static_cast<int64_t>(chunks.size()) * H;
+#pragma omp parallel for schedule(dynamic, 1) if (items > 1)
+  for (int64_t item = 0; item < items; ++item) {
+    const size_t i = static_cast<size_t>(item / H);
+    const int64_t h = item % H, g = h / group, slot = chunks[i].slot, p = start[i], cnt = chunks[i].count;
+    const int64_t at = h * n + first_row[i];
+    Tensor q = q_heads.slice(at * D, {1, cnt, D});
+    Tensor out = out_heads.slice(at * D, {1, cnt, D});
+    Tensor l = lse.slice(at, {1, 1, cnt});
+    if (cnt == 1) {
+      ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, 0, p + 1), 1, false, false);
+    } else {
+      if (p > 0) ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, 0, p), 1, false, false);
+      ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, p, cnt), 1, true, p > 0);
+    }
+  }
+  float* a = ws_.att.data<float>();
+  const float* oh = out_heads.data<float>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      std::memcpy(a + r * H * D + h * D, oh + (h * n + r) * D, static_cast<size_t>(D) * sizeof(float));
+}
+
+}  // namespace tessera::infer
