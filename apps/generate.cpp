@@ -1,4 +1,5 @@
-// generate: text from a trained checkpoint (gpt2 or llama), on one process: prompts from --prompt,
+// generate: text from a trained checkpoint (gpt2 or llama), on one process or over --tp ranks
+// (heads split, infer::HeadSplit): prompts from --prompt,
 // --prompts FILE.jsonl or standard input (--interactive), decoded with a KV cache per slot and
 // continuous batching, completions to --output FILE.jsonl (or streamed); or --score DATA.h5, the
 // model's perplexity over a token data set's evaluation windows (gpt_train's eval_loss).
@@ -15,6 +16,8 @@
 
 #include "apps/common/cli.h"
 #include "apps/common/train_cli.h"
+#include "comm/communicator.h"
+#include "comm/mpi_runtime.h"
 #include "core/error.h"
 #include "infer/completion_writer.h"
 #include "infer/decoder.h"
@@ -32,10 +35,13 @@ using namespace tessera;
 
 namespace {
 
+// Rank 0 speaks for the job: every rank computes the same tokens (infer::HeadSplit).
+bool g_speaks = true;
+
 // Reports go to standard error: standard output carries completions only.
 template <typename... Args>
 void report(const Args&... args) {
-  std::cerr << "generate: " << detail::concat(args...) << "\n";
+  if (g_speaks) std::cerr << "generate: " << detail::concat(args...) << "\n";
 }
 
 // The checkpoint's stored tokenizer; bytes when it records none (today's byte-level data).
@@ -49,7 +55,7 @@ std::unique_ptr<text::Tokenizer> tokenizer_of(const std::string& checkpoint, boo
 struct Options {
   std::string checkpoint, prompt, prompts, output, score, split;
   bool interactive = false, logprobs = false;
-  int64_t max_batch = 8, max_len = 0, seq_len = 0, global_batch = 8, eval_batches = 0;
+  int64_t max_batch = 8, max_len = 0, seq_len = 0, global_batch = 8, eval_batches = 0, tp = 1;
   infer::ModelOverrides model;
   infer::SamplingOptions sampling;
   infer::StopRules stop;
@@ -65,6 +71,7 @@ int run_score(const Options& o, infer::Decoder& decoder) {
   so.eval_batches = o.eval_batches;
   so.slots = o.max_batch;
   const infer::Score s = infer::score_windows(decoder, data, so);
+  if (!g_speaks) return 0;
   std::cout << "score: " << o.score << " (" << data.dataset << "), " << s.windows << " windows of " << so.seq_len
             << " tokens in " << s.batches << " batches of " << so.global_batch << "\n";
   std::printf("loss %.9g nats/token, perplexity %.6g", s.mean_loss, std::exp(s.mean_loss));
@@ -97,10 +104,10 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
   TESSERA_CHECK(max_len <= decoder.position_limit(), "--max-len ", max_len, " is longer than the ",
                 decoder.position_limit(), " positions the model learned");
   const int64_t slots = o.interactive || !o.prompt.empty() ? 1 : o.max_batch;
-  report("kv cache: ", infer::KvCache::bytes_for(decoder.config().layers, slots, max_len, decoder.config().kv(),
+  report("kv cache: ", infer::KvCache::bytes_for(decoder.config().layers, slots, max_len, decoder.local_kv_heads(),
                                                   decoder.head_dim()),
-         " bytes (", slots, " slots x ", max_len, " positions x ", decoder.config().layers, " layers x ",
-         decoder.config().kv(), " kv heads x ", decoder.head_dim(), " x 2 x 4 bytes)");
+         " bytes per rank (", slots, " slots x ", max_len, " positions x ", decoder.config().layers, " layers x ",
+         decoder.local_kv_heads(), " kv heads x ", decoder.head_dim(), " x 2 x 4 bytes)");
   infer::KvCache cache = decoder.make_cache(slots, max_len);
   const infer::Detokenize detokenize = [&](const std::vector<int32_t>& ids) {
     std::vector<int32_t> valid;  // a tokenizer smaller than the model's vocabulary: ids past it shown as nothing
@@ -111,7 +118,7 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
   infer::StopRules stop = o.stop;
   infer::Generator generator(decoder, cache, o.sampling, stop, detokenize);
 
-  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  const bool terminal = g_speaks && isatty(STDOUT_FILENO) != 0;
   if (o.interactive) {
     if (isatty(STDIN_FILENO)) std::cerr << "> " << std::flush;
     uint64_t index = 0;
@@ -152,7 +159,7 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
 
   const bool stream = !o.prompt.empty() && o.output.empty() && terminal;
   std::unique_ptr<infer::CompletionWriter> writer;
-  if (!o.output.empty() || o.prompt.empty())
+  if (g_speaks && (!o.output.empty() || o.prompt.empty()))
     writer = std::make_unique<infer::CompletionWriter>(o.output.empty() ? "-" : o.output, o.logprobs);
   Streamer streamer;
   generator.run(std::move(queue),
@@ -160,7 +167,7 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
                 [&](infer::Completion&& c) {
                   if (writer) writer->add(c, shown[c.index]);
                   else if (stream) streamer(c, detokenize), std::cout << "\n" << std::flush;
-                  else std::cout << c.text << "\n" << std::flush;
+                  else if (g_speaks) std::cout << c.text << "\n" << std::flush;
                 });
   if (writer) writer->close();
   const infer::GenerationStats& s = generator.stats();
@@ -174,7 +181,9 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
 }  // namespace
 
 int main(int argc, char** argv) {
-  return cli::run_main([&] {
+  comm::MpiRuntime mpi(&argc, &argv);
+  g_speaks = mpi.world_rank() == 0;
+  const int code = cli::run_main([&] {
     Options o;
     std::vector<std::string> stop_strings;
     std::vector<int32_t> stop_tokens;
@@ -201,6 +210,8 @@ int main(int argc, char** argv) {
         ("stop", po::value(&stop_strings)->multitoken()->value_name("TEXT..."), "end a completion where its text contains one of these strings (cut before it)")
         ("stop-token", po::value(&stop_tokens)->multitoken()->value_name("ID..."), "end a completion at one of these token ids (left out of its text)")
         ("seed", po::value(&o.sampling.seed)->default_value(1234)->value_name("N"), "sampling seed: a prompt's text depends only on it, the prompt's index and the options");
+    opts.section(cli::kLayout).add_options()
+        ("tp", po::value(&o.tp)->default_value(1)->value_name("N"), "tensor parallelism over the heads: N ranks (mpirun -np N) each hold 1/N of the heads, their KV cache and MLP features");
     opts.section("Batching").add_options()
         ("max-batch", po::value(&o.max_batch)->default_value(8)->value_name("N"), "sequences decoded at once (KV cache slots; --score: windows per forward)")
         ("max-len", po::value(&o.max_len)->default_value(0)->value_name("N"), "positions per slot, prompt and completion (0: gpt2's learned positions, llama's up to 2048)");
@@ -239,6 +250,12 @@ int main(int argc, char** argv) {
     }
     if (!o.prompts.empty()) infer::read_prompt_file(o.prompts);  // a bad file stops before the model loads
 
+    TESSERA_CHECK(o.tp >= 1 && o.tp == mpi.world_size(), "--tp ", o.tp, " on ", mpi.world_size(),
+                  " rank(s): generate runs --tp ranks (pipeline and data parallelism: not yet)");
+    TESSERA_CHECK(!o.interactive || o.tp == 1, "--interactive reads standard input on one rank: use it without --tp");
+    comm::Communicator world = comm::Communicator::world();
+    infer::HeadSplit split;
+    if (o.tp > 1) split.group = &world;
     const io::CheckpointReader reader(o.checkpoint, MPI_COMM_NULL);
     const models::GptConfig config = infer::model_config_of(reader, o.model);
     bool stored = false;
@@ -246,12 +263,15 @@ int main(int argc, char** argv) {
     for (const int32_t id : o.stop.stop_tokens)
       TESSERA_CHECK(id >= 0 && id < config.vocab, "--stop-token ", id, " is outside the model's vocabulary [0, ",
                     config.vocab, ")");
-    infer::Decoder decoder(reader, config);
+    infer::Decoder decoder(reader, config, split);
     report(o.checkpoint, ": ", models::arch_name(config.arch), ", ", config.layers, " layers, hidden ", config.hidden,
-           ", ", config.heads, " heads", config.llama() ? " (" + std::to_string(config.kv()) + " kv)" : "", ", vocab ",
+           ", ", config.heads, " heads", o.tp > 1 ? " (" + std::to_string(decoder.local_heads()) + " per rank)" : "",
+         config.llama() ? " (" + std::to_string(config.kv()) + " kv)" : "", ", vocab ",
            config.vocab, ", ", decoder.parameter_bytes(), " bytes of weights; tokenizer ", tokenizer->kind(),
            stored ? "" : " (none stored: bytes)");
     if (!o.score.empty()) return run_score(o, decoder);
     return run_generate(o, decoder, *tokenizer);
   });
+  if (code != 0 && mpi.world_size() > 1) comm::abort_job(code);
+  return code;
 }

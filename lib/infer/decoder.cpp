@@ -18,48 +18,107 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;  // gpt2's (hf_model.cpp refuses any other on import)
 }
 
-Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config) : config_(config) {
-  std::map<std::string, Tensor> params;
-  for (const auto& [name, shape] : parameter_shapes(config)) {
-    const std::string path = "/params/" + name;
-    TESSERA_CHECK(r.has(path), "checkpoint ", r.path(), " lacks tensor ", name, " (its model attributes need it)");
-    const Shape stored = r.shape(path);
-    TESSERA_CHECK(stored == shape, "checkpoint ", r.path(), ", tensor ", name, ": shape ", stored.str(),
-                  " where its model attributes give ", shape.str());
-    Tensor t = Tensor::empty(shape);
-    r.read_range(path, 0, shape.numel(), t.data<float>());
-    parameter_bytes_ += static_cast<int64_t>(t.nbytes());
-    params.emplace(name, t);
+namespace {
+
+// Reads checkpoint tensors whole or as this rank's slices.
+class ParamReader {
+ public:
+  ParamReader(const io::CheckpointReader& r, const models::GptConfig& c) : r_(r) {
+    for (const auto& [name, shape] : parameter_shapes(c)) {
+      const std::string path = "/params/" + name;
+      TESSERA_CHECK(r.has(path), "checkpoint ", r.path(), " lacks tensor ", name, " (its model attributes need it)");
+      const Shape stored = r.shape(path);
+      TESSERA_CHECK(stored == shape, "checkpoint ", r.path(), ", tensor ", name, ": shape ", stored.str(),
+                    " where its model attributes give ", shape.str());
+      shapes_.emplace(name, shape);
+    }
   }
-  auto take = [&](const std::string& name) { return params.at(name); };
-  wte_ = take("embed.tokens.weight");
-  if (!config.llama()) wpe_ = take("embed.positions.weight");
+  int64_t bytes() const { return bytes_; }
+  Tensor whole(const std::string& name) { return rows(name, {{0, shapes_.at(name)[0]}}); }
+  // The rows [first, first + count) of each range, one after the other ([rows, cols] or [rows]).
+  Tensor rows(const std::string& name, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+    const Shape& shape = shapes_.at(name);
+    const int64_t cols = shape.rank() > 1 ? shape[1] : 1;
+    std::vector<io::FlatRange> runs;
+    int64_t total = 0;
+    for (const auto& [first, count] : ranges) {
+      runs.push_back({first * cols, (first + count) * cols});
+      total += count;
+    }
+    return read(name, runs, shape.rank() > 1 ? Shape{total, cols} : Shape{total});
+  }
+  // Columns [first, first + count) of every row of a [rows, cols] tensor.
+  Tensor columns(const std::string& name, int64_t first, int64_t count) {
+    const Shape& shape = shapes_.at(name);
+    std::vector<io::FlatRange> runs;
+    for (int64_t i = 0; i < shape[0]; ++i) runs.push_back({i * shape[1] + first, i * shape[1] + first + count});
+    return read(name, runs, Shape{shape[0], count});
+  }
+
+ private:
+  Tensor read(const std::string& name, const std::vector<io::FlatRange>& runs, const Shape& shape) {
+    Tensor t = Tensor::empty(shape);
+    r_.read_runs("/params/" + name, runs, t.data<float>());
+    bytes_ += static_cast<int64_t>(t.nbytes());
+    return t;
+  }
+  const io::CheckpointReader& r_;
+  std::map<std::string, Shape> shapes_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
+
+Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split)
+    : config_(config), split_(split) {
+  const int64_t tp = split.size(), rank = split.rank(), C = config.hidden, D = head_dim();
+  const int64_t F = config.mlp_hidden();
+  TESSERA_CHECK(config.heads % tp == 0 && config.kv() % tp == 0 && F % tp == 0, "--tp ", tp, " must divide the ",
+                config.heads, " heads, the ", config.kv(), " kv heads and the ", F,
+                " MLP features of checkpoint ", r.path(), " (replicated kv heads: not yet)");
+  ParamReader p(r, config);
+  const int64_t q_rows = local_heads() * D, kv_rows = local_kv_heads() * D, f_rows = F / tp;
+  // This rank's slice of a row-split weight (its heads' or features' rows), of a column-split one,
+  // and the bias a row-split layer adds once (on rank 0) before the all-reduce.
+  auto own_rows = [&](const std::string& name, int64_t per_rank) { return p.rows(name, {{rank * per_rank, per_rank}}); };
+  auto own_columns = [&](const std::string& name, int64_t per_rank) { return p.columns(name, rank * per_rank, per_rank); };
+  auto reduced_bias = [&](const std::string& name) { return rank == 0 ? p.whole(name) : Tensor(); };
+  wte_ = p.whole("embed.tokens.weight");
+  if (!config.llama()) wpe_ = p.whole("embed.positions.weight");
   for (int64_t i = 0; i < config.layers; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     Block k;
-    k.ln1_weight = take(b + "ln1.weight");
-    k.ln2_weight = take(b + "ln2.weight");
-    k.proj.weight = take(b + "attn.proj.weight");
+    k.ln1_weight = p.whole(b + "ln1.weight");
+    k.ln2_weight = p.whole(b + "ln2.weight");
+    k.proj.weight = own_columns(b + "attn.proj.weight", q_rows);
     if (!config.llama()) {
-      k.ln1_bias = take(b + "ln1.bias");
-      k.ln2_bias = take(b + "ln2.bias");
-      k.qkv = {take(b + "attn.qkv.weight"), take(b + "attn.qkv.bias")};
-      k.proj.bias = take(b + "attn.proj.bias");
-      k.fc = {take(b + "mlp.fc.weight"), take(b + "mlp.fc.bias")};
-      k.fc_proj = {take(b + "mlp.proj.weight"), take(b + "mlp.proj.bias")};
+      k.ln1_bias = p.whole(b + "ln1.bias");
+      k.ln2_bias = p.whole(b + "ln2.bias");
+      // q, k and v rows of this rank's heads: [3, H, D] rows keep their order.
+      const std::vector<std::pair<int64_t, int64_t>> qkv{
+          {rank * q_rows, q_rows}, {C + rank * q_rows, q_rows}, {2 * C + rank * q_rows, q_rows}};
+      k.qkv = {p.rows(b + "attn.qkv.weight", qkv), p.rows(b + "attn.qkv.bias", qkv)};
+      k.proj.bias = reduced_bias(b + "attn.proj.bias");
+      k.fc = {own_rows(b + "mlp.fc.weight", f_rows), own_rows(b + "mlp.fc.bias", f_rows)};
+      k.fc_proj = {own_columns(b + "mlp.proj.weight", f_rows), reduced_bias(b + "mlp.proj.bias")};
     } else {
-      k.q.weight = take(b + "attn.q.weight");
-      k.k.weight = take(b + "attn.k.weight");
-      k.v.weight = take(b + "attn.v.weight");
-      k.gate.weight = take(b + "mlp.gate.weight");
-      k.up.weight = take(b + "mlp.up.weight");
-      k.down.weight = take(b + "mlp.down.weight");
+      k.q.weight = own_rows(b + "attn.q.weight", q_rows);
+      k.k.weight = own_rows(b + "attn.k.weight", kv_rows);
+      k.v.weight = own_rows(b + "attn.v.weight", kv_rows);
+      k.gate.weight = own_rows(b + "mlp.gate.weight", f_rows);
+      k.up.weight = own_rows(b + "mlp.up.weight", f_rows);
+      k.down.weight = own_columns(b + "mlp.down.weight", f_rows);
     }
     blocks_.push_back(k);
   }
-  ln_f_weight_ = take("ln_f.weight");
-  if (!config.llama()) ln_f_bias_ = take("ln_f.bias");
-  head_.weight = config.tie_embeddings ? wte_ : take("head.weight");
+  ln_f_weight_ = p.whole("ln_f.weight");
+  if (!config.llama()) ln_f_bias_ = p.whole("ln_f.bias");
+  head_.weight = config.tie_embeddings ? wte_ : p.whole("head.weight");
+  parameter_bytes_ = p.bytes();
+}
+
+void Decoder::reduce(Tensor& partial) {
+  if (split_.group && split_.size() > 1) split_.group->all_reduce_sum(partial);
 }
 
 int64_t Decoder::position_limit() const {
@@ -67,7 +126,7 @@ int64_t Decoder::position_limit() const {
 }
 
 KvCache Decoder::make_cache(int64_t slots, int64_t max_len) const {
-  return KvCache(config_.layers, slots, max_len, config_.kv(), head_dim());
+  return KvCache(config_.layers, slots, max_len, local_kv_heads(), head_dim());
 }
 
 Tensor Decoder::rows(Tensor& buffer, int64_t n, int64_t width, DType dtype) {
@@ -87,7 +146,7 @@ void Decoder::norm(Tensor& out, const Tensor& in, const Tensor& weight, const Te
 }
 
 Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
-  const int64_t C = config_.hidden, H = config_.heads, K = config_.kv(), D = head_dim(), V = config_.vocab;
+  const int64_t C = config_.hidden, H = local_heads(), K = local_kv_heads(), D = head_dim(), V = config_.vocab;
   // Where each chunk's rows start, its first position, and the rows that get logits.
   std::vector<int64_t> first_row, start;
   std::vector<bool> seen(static_cast<size_t>(cache.slots()), false);
@@ -125,9 +184,9 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
     ops::embedding_forward(out, ids, wte_, positions);
   }
 
-  Tensor h = rows(ws_.h, n, C), branch = rows(ws_.branch, n, C), att = rows(ws_.att, n, C);
+  Tensor h = rows(ws_.h, n, C), branch = rows(ws_.branch, n, C), att = rows(ws_.att, n, H * D);
   Tensor qkv = rows(ws_.qkv, n, 3 * H * D);
-  const int64_t F = config_.mlp_hidden();
+  const int64_t F = config_.mlp_hidden() / split_.size();
   for (int64_t l = 0; l < config_.layers; ++l) {
     const Block& b = blocks_[static_cast<size_t>(l)];
     norm(h, x, b.ln1_weight, b.ln1_bias, n);
@@ -148,6 +207,8 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
         s.kv_heads = K;
         s.head_dim = D;
         s.group = H / K;
+        s.first_head = split_.rank() * H;
+        s.first_kv_head = split_.rank() * K;
         s.first_position = start[i];
         s.theta = config_.rope_theta;
         ops::rope_pack_forward(packed, q.slice(r0 * H * D, {1, cnt, H * D}), k.slice(r0 * K * D, {1, cnt, K * D}),
@@ -156,6 +217,7 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
     }
     attention(l, chunks, first_row, start, cache, n);
     linear(branch, att, b.proj);
+    reduce(branch);
     ops::add_inplace(x, branch);
     norm(h, x, b.ln2_weight, b.ln2_bias, n);
     if (!config_.llama()) {
@@ -169,6 +231,7 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
       ops::swiglu_forward(act, gate, up);
       linear(branch, act, b.down);
     }
+    reduce(branch);
     ops::add_inplace(x, branch);
   }
   for (size_t i = 0; i < chunks.size(); ++i) cache.set_length(chunks[i].slot, start[i] + chunks[i].count);
@@ -194,7 +257,7 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
 // its own diagonal block.
 void Decoder::attention(int64_t layer, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
                         const std::vector<int64_t>& start, KvCache& cache, int64_t n) {
-  const int64_t H = config_.heads, K = config_.kv(), D = head_dim(), group = H / K, width = 3 * H * D;
+  const int64_t H = local_heads(), K = local_kv_heads(), D = head_dim(), group = H / K, width = 3 * H * D;
   const float* qkv = ws_.qkv.data<float>();
   for (size_t i = 0; i < chunks.size(); ++i) {
     const int64_t slot = chunks[i].slot, p = start[i], cnt = chunks[i].count;

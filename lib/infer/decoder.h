@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/tensor.h"
 #include "infer/kv_cache.h"
 #include "infer/linear.h"
@@ -23,17 +24,32 @@ struct SlotTokens {
   bool all_logits = false;  // logits for every new position, else for the last one only
 };
 
+// Tensor parallelism over the heads (Megatron's 1D): rank r of `group` holds query heads
+// [r H/tp, (r+1) H/tp) and their kv heads (tp must divide the kv heads), the matching rows of the
+// q/k/v (gpt2: qkv) and first MLP weights and columns of the output projections, and its slots'
+// cache for those kv heads alone. Each output projection's partial sums are all-reduced over the
+// group (forward: all-reduce(tp), twice per block); embeddings, norms and the head are whole on
+// every rank, so every rank has every logit and chooses the same tokens. No group: one rank.
+struct HeadSplit {
+  comm::Communicator* group = nullptr;
+  int rank() const { return group ? group->rank() : 0; }
+  int size() const { return group ? group->size() : 1; }
+};
+
 class Decoder {
  public:
-  // Reads every parameter the config implies from the checkpoint, refusing (naming the tensor and
-  // the file) a tensor missing or of another shape.
-  Decoder(const io::CheckpointReader& r, const models::GptConfig& config);
+  // Reads every parameter the config implies from the checkpoint (this rank's slices of them under
+  // a HeadSplit), refusing (naming the tensor and the file) a tensor missing or of another shape,
+  // and a split that does not divide the heads, kv heads and MLP features.
+  Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split = {});
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
   const models::GptConfig& config() const { return config_; }
   int64_t vocab() const { return config_.vocab; }
   int64_t head_dim() const { return config_.hidden / config_.heads; }
+  int64_t local_heads() const { return config_.heads / split_.size(); }
+  int64_t local_kv_heads() const { return config_.kv() / split_.size(); }
   int64_t parameter_bytes() const { return parameter_bytes_; }
   // The longest sequence the model can take: gpt2's learned positions; unbounded (rotary) for Llama.
   int64_t position_limit() const;
@@ -63,7 +79,10 @@ class Decoder {
   void attention(int64_t layer, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
                  const std::vector<int64_t>& start, KvCache& cache, int64_t n);
 
+  void reduce(Tensor& partial);  // all-reduce(tp) of an output projection's partial sums
+
   models::GptConfig config_;
+  HeadSplit split_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   LinearWeight head_;  // the token table (tied) or head.weight
   std::vector<Block> blocks_;
