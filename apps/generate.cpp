@@ -1,5 +1,5 @@
-// generate: text from a trained checkpoint (gpt2 or llama), on one process or over --tp ranks
-// (heads split, infer::HeadSplit): prompts from --prompt,
+// generate: text from a trained checkpoint (gpt2 or llama), on one process or over --tp x --pp
+// ranks (heads split, pipeline stages: infer::HeadSplit, StageSplit): prompts from --prompt,
 // --prompts FILE.jsonl or standard input (--interactive), decoded with a KV cache per slot and
 // continuous batching, completions to --output FILE.jsonl (or streamed); or --score DATA.h5, the
 // model's perplexity over a token data set's evaluation windows (gpt_train's eval_loss).
@@ -18,6 +18,7 @@
 #include "apps/common/train_cli.h"
 #include "comm/communicator.h"
 #include "comm/mpi_runtime.h"
+#include "comm/process_mesh.h"
 #include "core/error.h"
 #include "infer/completion_writer.h"
 #include "infer/decoder.h"
@@ -55,7 +56,7 @@ std::unique_ptr<text::Tokenizer> tokenizer_of(const std::string& checkpoint, boo
 struct Options {
   std::string checkpoint, prompt, prompts, output, score, split;
   bool interactive = false, logprobs = false;
-  int64_t max_batch = 8, max_len = 0, seq_len = 0, global_batch = 8, eval_batches = 0, tp = 1;
+  int64_t max_batch = 8, max_len = 0, seq_len = 0, global_batch = 8, eval_batches = 0, tp = 1, pp = 1;
   infer::ModelOverrides model;
   infer::SamplingOptions sampling;
   infer::StopRules stop;
@@ -104,9 +105,9 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
   TESSERA_CHECK(max_len <= decoder.position_limit(), "--max-len ", max_len, " is longer than the ",
                 decoder.position_limit(), " positions the model learned");
   const int64_t slots = o.interactive || !o.prompt.empty() ? 1 : o.max_batch;
-  report("kv cache: ", infer::KvCache::bytes_for(decoder.config().layers, slots, max_len, decoder.local_kv_heads(),
+  report("kv cache: ", infer::KvCache::bytes_for(decoder.local_layers(), slots, max_len, decoder.local_kv_heads(),
                                                   decoder.head_dim()),
-         " bytes per rank (", slots, " slots x ", max_len, " positions x ", decoder.config().layers, " layers x ",
+         " bytes per rank (", slots, " slots x ", max_len, " positions x ", decoder.local_layers(), " layers x ",
          decoder.local_kv_heads(), " kv heads x ", decoder.head_dim(), " x 2 x 4 bytes)");
   infer::KvCache cache = decoder.make_cache(slots, max_len);
   const infer::Detokenize detokenize = [&](const std::vector<int32_t>& ids) {
@@ -211,7 +212,8 @@ int main(int argc, char** argv) {
         ("stop-token", po::value(&stop_tokens)->multitoken()->value_name("ID..."), "end a completion at one of these token ids (left out of its text)")
         ("seed", po::value(&o.sampling.seed)->default_value(1234)->value_name("N"), "sampling seed: a prompt's text depends only on it, the prompt's index and the options");
     opts.section(cli::kLayout).add_options()
-        ("tp", po::value(&o.tp)->default_value(1)->value_name("N"), "tensor parallelism over the heads: N ranks (mpirun -np N) each hold 1/N of the heads, their KV cache and MLP features");
+        ("tp", po::value(&o.tp)->default_value(1)->value_name("N"), "tensor parallelism over the heads: N ranks (mpirun -np N) each hold 1/N of the heads, their KV cache and MLP features")
+        ("pp", po::value(&o.pp)->default_value(1)->value_name("N"), "pipeline stages: N ranks each hold a share of the blocks and their KV cache; a step's sequences flow through them as N micro-batches (world = tp x pp)");
     opts.section("Batching").add_options()
         ("max-batch", po::value(&o.max_batch)->default_value(8)->value_name("N"), "sequences decoded at once (KV cache slots; --score: windows per forward)")
         ("max-len", po::value(&o.max_len)->default_value(0)->value_name("N"), "positions per slot, prompt and completion (0: gpt2's learned positions, llama's up to 2048)");
@@ -250,12 +252,19 @@ int main(int argc, char** argv) {
     }
     if (!o.prompts.empty()) infer::read_prompt_file(o.prompts);  // a bad file stops before the model loads
 
-    TESSERA_CHECK(o.tp >= 1 && o.tp == mpi.world_size(), "--tp ", o.tp, " on ", mpi.world_size(),
-                  " rank(s): generate runs --tp ranks (pipeline and data parallelism: not yet)");
-    TESSERA_CHECK(!o.interactive || o.tp == 1, "--interactive reads standard input on one rank: use it without --tp");
-    comm::Communicator world = comm::Communicator::world();
+    TESSERA_CHECK(o.tp >= 1 && o.pp >= 1 && o.tp * o.pp == mpi.world_size(), "--tp ", o.tp, " x --pp ", o.pp,
+                  " on ", mpi.world_size(), " rank(s): generate runs tp x pp ranks (data parallelism: not yet)");
+    TESSERA_CHECK(!o.interactive || mpi.world_size() == 1,
+                  "--interactive reads standard input on one rank: use it without --tp or --pp");
+    comm::MeshShape shape;
+    shape.pp = o.pp;
+    shape.dp = 1;
+    shape.tp = o.tp;
+    comm::ProcessMesh mesh(shape.resolved(mpi.world_size()));
     infer::HeadSplit split;
-    if (o.tp > 1) split.group = &world;
+    if (o.tp > 1) split.group = &mesh.group(comm::Axis::tp);
+    infer::StageSplit stages;
+    if (o.pp > 1) stages.group = &mesh.group(comm::Axis::pp);
     const io::CheckpointReader reader(o.checkpoint, MPI_COMM_NULL);
     const models::GptConfig config = infer::model_config_of(reader, o.model);
     bool stored = false;
@@ -263,7 +272,7 @@ int main(int argc, char** argv) {
     for (const int32_t id : o.stop.stop_tokens)
       TESSERA_CHECK(id >= 0 && id < config.vocab, "--stop-token ", id, " is outside the model's vocabulary [0, ",
                     config.vocab, ")");
-    infer::Decoder decoder(reader, config, split);
+    infer::Decoder decoder(reader, config, split, stages);
     report(o.checkpoint, ": ", models::arch_name(config.arch), ", ", config.layers, " layers, hidden ", config.hidden,
            ", ", config.heads, " heads", o.tp > 1 ? " (" + std::to_string(decoder.local_heads()) + " per rank)" : "",
          config.llama() ? " (" + std::to_string(config.kv()) + " kv)" : "", ", vocab ",

@@ -69,13 +69,19 @@ class ParamReader {
 
 }  // namespace
 
-Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split)
-    : config_(config), split_(split) {
+Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split,
+                 const StageSplit& stages)
+    : config_(config), split_(split), stages_(stages) {
   const int64_t tp = split.size(), rank = split.rank(), C = config.hidden, D = head_dim();
   const int64_t F = config.mlp_hidden();
   TESSERA_CHECK(config.heads % tp == 0 && config.kv() % tp == 0 && F % tp == 0, "--tp ", tp, " must divide the ",
                 config.heads, " heads, the ", config.kv(), " kv heads and the ", F,
                 " MLP features of checkpoint ", r.path(), " (replicated kv heads: not yet)");
+  const int64_t pp = stages.size(), stage = stages.rank();
+  TESSERA_CHECK(config.layers >= pp, "--pp ", pp, " is more stages than the ", config.layers, " blocks of checkpoint ",
+                r.path());
+  const int64_t first_layer = stage * (config.layers / pp) + std::min(stage, config.layers % pp);
+  const int64_t layers = config.layers / pp + (stage < config.layers % pp ? 1 : 0);
   ParamReader p(r, config);
   const int64_t q_rows = local_heads() * D, kv_rows = local_kv_heads() * D, f_rows = F / tp;
   // This rank's slice of a row-split weight (its heads' or features' rows), of a column-split one,
@@ -83,9 +89,9 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
   auto own_rows = [&](const std::string& name, int64_t per_rank) { return p.rows(name, {{rank * per_rank, per_rank}}); };
   auto own_columns = [&](const std::string& name, int64_t per_rank) { return p.columns(name, rank * per_rank, per_rank); };
   auto reduced_bias = [&](const std::string& name) { return rank == 0 ? p.whole(name) : Tensor(); };
-  wte_ = p.whole("embed.tokens.weight");
-  if (!config.llama()) wpe_ = p.whole("embed.positions.weight");
-  for (int64_t i = 0; i < config.layers; ++i) {
+  if (first_stage() || (last_stage() && config.tie_embeddings)) wte_ = p.whole("embed.tokens.weight");
+  if (first_stage() && !config.llama()) wpe_ = p.whole("embed.positions.weight");
+  for (int64_t i = first_layer; i < first_layer + layers; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     Block k;
     k.ln1_weight = p.whole(b + "ln1.weight");
@@ -111,9 +117,11 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
     }
     blocks_.push_back(k);
   }
-  ln_f_weight_ = p.whole("ln_f.weight");
-  if (!config.llama()) ln_f_bias_ = p.whole("ln_f.bias");
-  head_.weight = config.tie_embeddings ? wte_ : p.whole("head.weight");
+  if (last_stage()) {
+    ln_f_weight_ = p.whole("ln_f.weight");
+    if (!config.llama()) ln_f_bias_ = p.whole("ln_f.bias");
+    head_.weight = config.tie_embeddings ? wte_ : p.whole("head.weight");
+  }
   parameter_bytes_ = p.bytes();
 }
 
@@ -122,11 +130,11 @@ void Decoder::reduce(Tensor& partial) {
 }
 
 int64_t Decoder::position_limit() const {
-  return config_.llama() ? std::numeric_limits<int64_t>::max() : config_.max_seq;
+  return config_.llama() ? std::numeric_limits<int64_t>::max() : config_.max_seq;  // every stage knows it
 }
 
 KvCache Decoder::make_cache(int64_t slots, int64_t max_len) const {
-  return KvCache(config_.layers, slots, max_len, local_kv_heads(), head_dim());
+  return KvCache(local_layers(), slots, max_len, local_kv_heads(), head_dim());
 }
 
 Tensor Decoder::rows(Tensor& buffer, int64_t n, int64_t width, DType dtype) {
@@ -146,7 +154,7 @@ void Decoder::norm(Tensor& out, const Tensor& in, const Tensor& weight, const Te
 }
 
 Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
-  const int64_t C = config_.hidden, H = local_heads(), K = local_kv_heads(), D = head_dim(), V = config_.vocab;
+  const int64_t C = config_.hidden, V = config_.vocab;
   // Where each chunk's rows start, its first position, and the rows that get logits.
   std::vector<int64_t> first_row, start;
   std::vector<bool> seen(static_cast<size_t>(cache.slots()), false);
@@ -172,22 +180,67 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
   }
   TESSERA_CHECK(n > 0, "Decoder::forward: no tokens");
 
-  // Embeddings: each chunk's tokens, plus (gpt2) its positions' rows of the table.
-  Tensor tokens = rows(ws_.tokens, 1, n, DType::i32);
+  // Micro-batches of whole chunks (one per stage, as the chunks allow), through the stages in turn.
   Tensor x = rows(ws_.x, n, C);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const SlotTokens& c = chunks[i];
-    std::memcpy(tokens.data<int32_t>() + first_row[i], c.tokens, static_cast<size_t>(c.count) * sizeof(int32_t));
-    Tensor ids = tokens.slice(first_row[i], {1, c.count});
-    Tensor out = x.slice(first_row[i] * C, {1, c.count, C});
-    const Tensor positions = wpe_.defined() ? wpe_.slice(start[i] * C, {c.count, C}) : Tensor();
-    ops::embedding_forward(out, ids, wte_, positions);
+  Tensor tokens = rows(ws_.tokens, 1, n, DType::i32);
+  const int64_t pp = stages_.size(), micro = std::min<int64_t>(pp, static_cast<int64_t>(chunks.size()));
+  for (int64_t m = 0; m < micro; ++m) {
+    const size_t begin = chunks.size() * static_cast<size_t>(m) / static_cast<size_t>(micro);
+    const size_t end = chunks.size() * static_cast<size_t>(m + 1) / static_cast<size_t>(micro);
+    const std::vector<SlotTokens> part(chunks.begin() + static_cast<std::ptrdiff_t>(begin),
+                                       chunks.begin() + static_cast<std::ptrdiff_t>(end));
+    std::vector<int64_t> part_row, part_start;
+    const int64_t row0 = first_row[begin];
+    for (size_t i = begin; i < end; ++i) {
+      part_row.push_back(first_row[i] - row0);
+      part_start.push_back(start[i]);
+    }
+    const int64_t rows_m = (end < chunks.size() ? first_row[end] : n) - row0;
+    Tensor xm = x.slice(row0 * C, {rows_m, C});
+    if (first_stage()) {  // embeddings: each chunk's tokens, plus (gpt2) its positions' rows of the table
+      for (size_t i = 0; i < part.size(); ++i) {
+        const SlotTokens& c = part[i];
+        std::memcpy(tokens.data<int32_t>() + row0 + part_row[i], c.tokens, static_cast<size_t>(c.count) * sizeof(int32_t));
+        Tensor ids = tokens.slice(row0 + part_row[i], {1, c.count});
+        Tensor out = xm.slice(part_row[i] * C, {1, c.count, C});
+        const Tensor positions = wpe_.defined() ? wpe_.slice(part_start[i] * C, {c.count, C}) : Tensor();
+        ops::embedding_forward(out, ids, wte_, positions);
+      }
+    } else {
+      stages_.group->recv(xm, stages_.rank() - 1, static_cast<int>(m));
+    }
+    run_blocks(xm, part, part_row, part_start, cache, rows_m);
+    if (!last_stage()) stages_.group->send(xm, stages_.rank() + 1, static_cast<int>(m));
   }
+  for (size_t i = 0; i < chunks.size(); ++i) cache.set_length(chunks[i].slot, start[i] + chunks[i].count);
 
+  // The rows asked for, then the final norm and the head on them alone (the last stage), and the
+  // logits to every stage.
+  Tensor logits = rows(ws_.logits, logit_rows, V);
+  if (last_stage()) {
+    Tensor selected = rows(ws_.selected, logit_rows, C), selected_norm = rows(ws_.selected_norm, logit_rows, C);
+    int64_t at = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const int64_t take = chunks[i].all_logits ? chunks[i].count : 1;
+      const int64_t from = first_row[i] + chunks[i].count - take;
+      std::memcpy(selected.data<float>() + at * C, x.data<float>() + from * C,
+                  static_cast<size_t>(take * C) * sizeof(float));
+      at += take;
+    }
+    norm(selected_norm, selected, ln_f_weight_, ln_f_bias_, logit_rows);
+    linear(logits, selected_norm, head_);
+  }
+  if (stages_.size() > 1) stages_.group->broadcast(logits, stages_.size() - 1);
+  return logits;
+}
+
+void Decoder::run_blocks(Tensor& x, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
+                         const std::vector<int64_t>& start, KvCache& cache, int64_t n) {
+  const int64_t C = config_.hidden, H = local_heads(), K = local_kv_heads(), D = head_dim();
   Tensor h = rows(ws_.h, n, C), branch = rows(ws_.branch, n, C), att = rows(ws_.att, n, H * D);
   Tensor qkv = rows(ws_.qkv, n, 3 * H * D);
   const int64_t F = config_.mlp_hidden() / split_.size();
-  for (int64_t l = 0; l < config_.layers; ++l) {
+  for (int64_t l = 0; l < local_layers(); ++l) {
     const Block& b = blocks_[static_cast<size_t>(l)];
     norm(h, x, b.ln1_weight, b.ln1_bias, n);
     if (!config_.llama()) {
@@ -234,21 +287,6 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
     reduce(branch);
     ops::add_inplace(x, branch);
   }
-  for (size_t i = 0; i < chunks.size(); ++i) cache.set_length(chunks[i].slot, start[i] + chunks[i].count);
-
-  // The rows asked for, then the final norm and the head on them alone.
-  Tensor selected = rows(ws_.selected, logit_rows, C), selected_norm = rows(ws_.selected_norm, logit_rows, C);
-  int64_t at = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const int64_t take = chunks[i].all_logits ? chunks[i].count : 1;
-    const int64_t from = first_row[i] + chunks[i].count - take;
-    std::memcpy(selected.data<float>() + at * C, x.data<float>() + from * C, static_cast<size_t>(take * C) * sizeof(float));
-    at += take;
-  }
-  norm(selected_norm, selected, ln_f_weight_, ln_f_bias_, logit_rows);
-  Tensor logits = rows(ws_.logits, logit_rows, V);
-  linear(logits, selected_norm, head_);
-  return logits;
 }
 
 // Causal attention of each chunk's queries over its slot's cache, after writing the chunk's keys

@@ -36,12 +36,25 @@ struct HeadSplit {
   int size() const { return group ? group->size() : 1; }
 };
 
+// Pipeline parallelism: stage r of `group` holds a contiguous share of the blocks (the first
+// layers % pp stages one more), the embeddings on the first stage, the final norm and head on the
+// last, and the KV cache of its blocks alone. A forward's slots are cut into pp micro-batches that
+// flow through the stages in turn (stage s works on micro-batch m while stage s + 1 works on
+// m - 1: send/recv of [rows, hidden] activations); the last stage broadcasts the logits over the
+// group, so every rank chooses the same tokens. No group: one stage.
+struct StageSplit {
+  comm::Communicator* group = nullptr;
+  int rank() const { return group ? group->rank() : 0; }
+  int size() const { return group ? group->size() : 1; }
+};
+
 class Decoder {
  public:
   // Reads every parameter the config implies from the checkpoint (this rank's slices of them under
   // a HeadSplit), refusing (naming the tensor and the file) a tensor missing or of another shape,
   // and a split that does not divide the heads, kv heads and MLP features.
-  Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split = {});
+  Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split = {},
+          const StageSplit& stages = {});
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
@@ -50,6 +63,7 @@ class Decoder {
   int64_t head_dim() const { return config_.hidden / config_.heads; }
   int64_t local_heads() const { return config_.heads / split_.size(); }
   int64_t local_kv_heads() const { return config_.kv() / split_.size(); }
+  int64_t local_layers() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t parameter_bytes() const { return parameter_bytes_; }
   // The longest sequence the model can take: gpt2's learned positions; unbounded (rotary) for Llama.
   int64_t position_limit() const;
@@ -78,11 +92,17 @@ class Decoder {
   void norm(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor& bias, int64_t n);
   void attention(int64_t layer, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
                  const std::vector<int64_t>& start, KvCache& cache, int64_t n);
+  // This stage's blocks on the rows x [n, hidden] of `chunks` (first_row relative to x).
+  void run_blocks(Tensor& x, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
+                  const std::vector<int64_t>& start, KvCache& cache, int64_t n);
+  bool first_stage() const { return stages_.rank() == 0; }
+  bool last_stage() const { return stages_.rank() == stages_.size() - 1; }
 
   void reduce(Tensor& partial);  // all-reduce(tp) of an output projection's partial sums
 
   models::GptConfig config_;
   HeadSplit split_;
+  StageSplit stages_;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   LinearWeight head_;  // the token table (tied) or head.weight
   std::vector<Block> blocks_;
