@@ -13,7 +13,9 @@
 #include "core/philox.h"
 #include "infer/model_spec.h"
 #include "io/checkpoint_file.h"
+#include "io/hdf5_file.h"
 #include "run_command.h"
+#include "text/stored_tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
@@ -170,6 +172,23 @@ TEST_F(BadInputGenerate, AnExistingOutputFileIsNotWrittenOver) {
   EXPECT_TRUE(fs::exists(file("new.jsonl")));
   expect_error(generate("--checkpoint " + ck + " --prompts " + prompts + " --output " + prompts),
                "is the file --prompts");
+}
+
+TEST_F(BadInputGenerate, TheCheckpointsStoredTokenizerIsUsedAndADamagedOneRefused) {
+  const std::string ck = gpt_checkpoint();
+  {  // a tokenizer kind whose file is missing
+    io::H5File f = io::H5File::open_rw(ck);
+    f.set_attr("/", "tokenizer", std::string("sentencepiece"));
+  }
+  expect_error(generate("--checkpoint " + ck + " --prompt x"), "tokenizer 'sentencepiece' but no stored tokenizer file");
+  {
+    io::H5File f = io::H5File::open_rw(ck);
+    text::store_tokenizer(f, "bytes", "", "bytes");
+  }
+  const CommandResult ok = generate("--checkpoint " + ck + " --prompt '#' --max-new-tokens 2");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("tokenizer bytes"), std::string::npos) << ok.err;
+  EXPECT_EQ(ok.err.find("none stored"), std::string::npos) << ok.err;
 }
 
 TEST_F(BadInputGenerate, ExactlyOneSourceOfPromptsIsAsked) {

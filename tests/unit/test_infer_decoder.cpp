@@ -227,3 +227,51 @@ TEST(InferSampler, TopPOutsideZeroOneIsRefused) {
     }
   }
 }
+
+// Stop tokens and strings end a completion ("stop"), the token left out of the text, the text cut
+// before the string; otherwise --max-new-tokens ends it ("length").
+TEST(InferGenerator, StopTokensAndStringsEndACompletion) {
+  const std::string path = write_checkpoint(gpt2_config(), "stops.h5");
+  const io::CheckpointReader reader(path, MPI_COMM_NULL);
+  infer::Decoder decoder(reader, infer::model_config_of(reader));
+  infer::KvCache cache = decoder.make_cache(2, 40);
+  // Each id as a letter (a..z, then A..X), so that strings can be cut.
+  const infer::Detokenize letters = [](const std::vector<int32_t>& ids) {
+    std::string s;
+    for (const int32_t id : ids) s += static_cast<char>(id < 26 ? 'a' + id : 'A' + id - 26);
+    return s;
+  };
+  auto complete = [&](const infer::StopRules& stop) {
+    infer::Generator g(decoder, cache, infer::SamplingOptions{}, stop, letters);
+    std::vector<infer::Completion> done;
+    g.run({{0, {3, 1, 4, 1, 5}}, {1, {9, 2, 6}}}, [](const infer::Completion&) {},
+          [&](infer::Completion&& c) { done.push_back(std::move(c)); });
+    std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+    return done;
+  };
+  infer::StopRules plain;
+  plain.max_new_tokens = 12;
+  const std::vector<infer::Completion> free_run = complete(plain);
+  ASSERT_EQ(free_run.size(), 2u);
+  const infer::Completion& c = free_run[0];
+  ASSERT_EQ(c.ids.size(), 12u);
+  EXPECT_EQ(c.finish_reason, "length");
+  EXPECT_EQ(c.text, letters(c.ids));
+  EXPECT_EQ(c.logprobs.size(), 12u);
+
+  infer::StopRules by_token = plain;
+  by_token.stop_tokens = {c.ids[4]};
+  const size_t first = static_cast<size_t>(std::find(c.ids.begin(), c.ids.end(), c.ids[4]) - c.ids.begin());
+  const infer::Completion t = complete(by_token)[0];
+  EXPECT_EQ(t.finish_reason, "stop");
+  EXPECT_EQ(t.ids, std::vector<int32_t>(c.ids.begin(), c.ids.begin() + static_cast<std::ptrdiff_t>(first) + 1));
+  EXPECT_EQ(t.text, letters(std::vector<int32_t>(c.ids.begin(), c.ids.begin() + static_cast<std::ptrdiff_t>(first))));
+
+  infer::StopRules by_string = plain;
+  by_string.stop_strings = {c.text.substr(6, 2)};
+  const size_t cut = c.text.find(by_string.stop_strings[0]);
+  const infer::Completion s = complete(by_string)[0];
+  EXPECT_EQ(s.finish_reason, "stop");
+  EXPECT_EQ(s.text, c.text.substr(0, cut));
+  EXPECT_EQ(s.ids.size(), cut + 2);
+}
