@@ -74,9 +74,9 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
     : config_(config), split_(split), stages_(stages) {
   const int64_t tp = split.size(), rank = split.rank(), C = config.hidden, D = head_dim();
   const int64_t F = config.mlp_hidden();
-  TESSERA_CHECK(config.heads % tp == 0 && config.kv() % tp == 0 && F % tp == 0, "--tp ", tp, " must divide the ",
-                config.heads, " heads, the ", config.kv(), " kv heads and the ", F,
-                " MLP features of checkpoint ", r.path(), " (replicated kv heads: not yet)");
+  TESSERA_CHECK(config.heads % tp == 0 && F % tp == 0 && (config.kv() % tp == 0 || tp % config.kv() == 0), "--tp ",
+                tp, " must divide the ", config.heads, " heads and the ", F, " MLP features of checkpoint ", r.path(),
+                ", and divide or be a multiple of its ", config.kv(), " kv heads");
   const int64_t pp = stages.size(), stage = stages.rank();
   TESSERA_CHECK(config.layers >= pp, "--pp ", pp, " is more stages than the ", config.layers, " blocks of checkpoint ",
                 r.path());
@@ -109,8 +109,8 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
       k.fc_proj = {own_columns(b + "mlp.proj.weight", f_rows), reduced_bias(b + "mlp.proj.bias")};
     } else {
       k.q.weight = own_rows(b + "attn.q.weight", q_rows);
-      k.k.weight = own_rows(b + "attn.k.weight", kv_rows);
-      k.v.weight = own_rows(b + "attn.v.weight", kv_rows);
+      k.k.weight = p.rows(b + "attn.k.weight", {{first_kv_head() * D, kv_rows}});
+      k.v.weight = p.rows(b + "attn.v.weight", {{first_kv_head() * D, kv_rows}});
       k.gate.weight = own_rows(b + "mlp.gate.weight", f_rows);
       k.up.weight = own_rows(b + "mlp.up.weight", f_rows);
       k.down.weight = own_columns(b + "mlp.down.weight", f_rows);
@@ -259,9 +259,9 @@ void Decoder::run_blocks(Tensor& x, const std::vector<SlotTokens>& chunks, const
         s.heads = H;
         s.kv_heads = K;
         s.head_dim = D;
-        s.group = H / K;
+        s.group = config_.heads / config_.kv();  // the whole model's: which kv head a global query head reads
         s.first_head = split_.rank() * H;
-        s.first_kv_head = split_.rank() * K;
+        s.first_kv_head = first_kv_head();
         s.first_position = start[i];
         s.theta = config_.rope_theta;
         ops::rope_pack_forward(packed, q.slice(r0 * H * D, {1, cnt, H * D}), k.slice(r0 * K * D, {1, cnt, K * D}),

@@ -25,7 +25,8 @@ struct SlotTokens {
 };
 
 // Tensor parallelism over the heads (Megatron's 1D): rank r of `group` holds query heads
-// [r H/tp, (r+1) H/tp) and their kv heads (tp must divide the kv heads), the matching rows of the
+// [r H/tp, (r+1) H/tp) and the kv heads they read (tp divides the kv heads: a share of them; the kv
+// heads divide tp: the one its query heads share, so each is held by tp / K ranks), the matching rows of the
 // q/k/v (gpt2: qkv) and first MLP weights and columns of the output projections, and its slots'
 // cache for those kv heads alone. Each output projection's partial sums are all-reduced over the
 // group (forward: all-reduce(tp), twice per block); embeddings, norms and the head are whole on
@@ -62,7 +63,8 @@ class Decoder {
   int64_t vocab() const { return config_.vocab; }
   int64_t head_dim() const { return config_.hidden / config_.heads; }
   int64_t local_heads() const { return config_.heads / split_.size(); }
-  int64_t local_kv_heads() const { return config_.kv() / split_.size(); }
+  int64_t local_kv_heads() const { return config_.kv() % split_.size() == 0 ? config_.kv() / split_.size() : 1; }
+  int64_t first_kv_head() const { return split_.rank() * config_.kv() / split_.size(); }
   int64_t local_layers() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t parameter_bytes() const { return parameter_bytes_; }
   // The longest sequence the model can take: gpt2's learned positions; unbounded (rotary) for Llama.

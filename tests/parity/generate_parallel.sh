@@ -3,7 +3,8 @@
 # (3 blocks as 2 + 1 stages, the slots as micro-batches) and tp 2 x pp 2 gives exactly the one-rank
 # tokens, greedy and seeded sampling (8 prompts of mixed lengths in 3 slots, so slots are
 # refilled), log-probabilities within 1e-5, and the one-rank --score within relative 1e-6, for
-# gpt2 and for Llama with 2 kv heads (tp 2 splits them); tp 3, which divides no head count here,
+# gpt2 and for Llama with 2 kv heads (tp 2 splits them) and 1 (multi-query: each tp rank holds it);
+# tp 3, which divides no head count here,
 # and more stages than blocks are refused by name.
 # usage: generate_parallel.sh <build_dir> <source_dir>
 set -euo pipefail
@@ -75,6 +76,7 @@ PY
 
 check_case gpt2
 check_case llama --arch llama --kv-heads 2 --ffn-hidden 64
+check_case llama_mqa --arch llama --kv-heads 1 --ffn-hidden 64
 
 set +e
 "$launcher" --oversubscribe -np 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --tp 3 >"$tmp/out" 2>"$tmp/err"
