@@ -22,7 +22,6 @@
 
 namespace tessera::cli {
 namespace po = boost::program_options;
-namespace {
 
 // The training data's vocabulary size alone (all --dry-run reads of it): the vocab_size attribute
 // on /train or on the root, where TokenDataset looks.
@@ -55,6 +54,8 @@ plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, 
   run.offload_params = o.train.offload_params;
   return run;
 }
+
+namespace {
 
 // A model that cannot fit in this node's memory is refused before anything is allocated: the
 // planner's bytes per rank (the same as --dry-run's) times the node's ranks, against what the host
