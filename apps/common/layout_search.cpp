@@ -128,7 +128,7 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
                 " (sequence parallelism gives each rank an equal share of the positions)");
   TESSERA_CHECK(!o.grid(), "--tp-mode ", o.tp_mode, ": the memory planner does not cover grid tensor parallelism yet");
   TESSERA_CHECK(!p.model.input.empty() || input.vocab > 0, "give --input DATA.h5 (its vocab_size) or --vocab N");
-  mc.vocab = p.model.input.empty() ? input.vocab : vocab_size_of(p.model.input);
+  mc.vocab = input.vocab > 0 ? input.vocab : vocab_size_of(p.model.input);
   mc.max_seq = seq;
   mc.validate(o.split_model(mc.heads, mc.hidden));
   TESSERA_CHECK(mc.layers >= o.mesh.pp * o.train.virtual_stages, "--pp ", o.mesh.pp, " x --virtual-stages ",
@@ -141,7 +141,8 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
   return c;
 }
 
-SearchResult search_layouts(const SearchInput& input, const plan::MachineModel& machine) {
+SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& machine) {
+  SearchInput input = given;
   TESSERA_CHECK(input.ranks >= 1, "--ranks must be >= 1, got ", input.ranks);
   TESSERA_CHECK(input.device_memory > 0, "--device-memory must be > 0 bytes");
   for (const std::string& a : input.trainer_args)
@@ -152,6 +153,7 @@ SearchResult search_layouts(const SearchInput& input, const plan::MachineModel& 
   const ParsedTrainer base(input.trainer_args);
   const int64_t layers = base.model.mc.layers, global_batch = base.o.train.global_batch;
   TESSERA_CHECK(layers >= 1 && global_batch >= 1, "--layers and --global-batch must be >= 1");
+  if (input.vocab == 0 && !base.model.input.empty()) input.vocab = vocab_size_of(base.model.input);  // read once
 
   SearchResult result;
   const auto reject = [&](const std::string& reason) { ++result.rejected[reason]; };

@@ -38,4 +38,9 @@ dry=$("$build/apps/gpt_train" "${model[@]}" "${top[@]}" --dry-run | sed -n 's/^p
   --metrics "$tmp/m.jsonl" --quiet
 steps=$(grep -c '"step_ms"' "$tmp/m.jsonl")
 [ "$steps" -ge 1 ] || { echo "the top layout ${top[*]} logged no step"; exit 1; }
+# --layout auto: every rank searches alike and trains with the same top layout, printed at start-up.
+"$mpirun" --oversubscribe -np 4 "$build/apps/gpt_train" "${model[@]}" --layout auto --machine "$tmp/machine.json" \
+  --device-memory-limit 64M --steps 2 --eval-every 0 >"$tmp/auto.log" 2>&1 || { cat "$tmp/auto.log"; exit 1; }
+grep -q -- "--layout auto: ${top[*]} (predicted" "$tmp/auto.log" || { echo "--layout auto did not choose ${top[*]}:"; cat "$tmp/auto.log"; exit 1; }
+grep -q "done: final loss" "$tmp/auto.log" || { echo "--layout auto did not train:"; cat "$tmp/auto.log"; exit 1; }
 echo "ok: top layout ${top[*]}: planned peak $planned bytes = dry run; trained 2 steps"
