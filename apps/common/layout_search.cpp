@@ -10,6 +10,7 @@
 #include "apps/common/gpt_app.h"
 #include "apps/common/train_cli.h"
 #include "core/error.h"
+#include "models/model_layout.h"
 
 namespace tessera::cli {
 namespace {
@@ -98,7 +99,7 @@ std::vector<std::string> grid_modes(int tp) {
 
 const std::vector<std::string>& layout_options() {
   static const std::vector<std::string> names = {
-      "dp", "tp", "tp-mode", "tp-depth", "pp", "pp-schedule", "virtual-stages", "sp", "sp-mode", "zero", "micro-batch",
+      "dp", "tp", "tp-mode", "tp-depth", "pp", "pp-schedule", "virtual-stages", "pp-layers", "sp", "sp-mode", "zero", "micro-batch",
       "activation-checkpointing", "recompute-every-k-blocks", "offload", "offload-params", "offload-optim-frac",
       "placement"};
   return names;
@@ -171,6 +172,26 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
         if (sp == 1 && tp > 1) sp_modes.push_back("split_gather");
         const int dp = n / pp / tp / sp;
         std::vector<int> micro = global_batch % dp == 0 ? divisors(global_batch / dp) : std::vector<int>{1};
+        // Blocks per stage: even, or (one chunk per stage) one block moved off the last stage (the
+        // head's) to the first, or off the first (the embedding's) to the last (--pp-layers).
+        std::vector<std::string> stage_splits = {""};
+        if (pp > 1 && layers >= pp) {
+          std::vector<int64_t> even;
+          for (int v = 0; v < pp; ++v) {
+            const auto [first, end] = models::stage_blocks(layers, pp, v);
+            even.push_back(end - first);
+          }
+          for (int from : {pp - 1, 0}) {
+            std::vector<int64_t> counts = even;
+            const int to = from == 0 ? pp - 1 : 0;
+            if (counts[from] < 2) continue;
+            --counts[from];
+            ++counts[to];
+            std::string text;
+            for (int64_t c : counts) text += (text.empty() ? "" : ",") + std::to_string(c);
+            stage_splits.push_back(text);
+          }
+        }
         std::vector<std::pair<std::string, int>> schedules = {{"", 1}};
         if (pp > 1) {
           schedules = {{"gpipe", 1}, {"1f1b", 1}, {"zb", 1}};
@@ -180,9 +201,11 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
           for (int zero = 0; zero <= 3; ++zero)
             for (int mb : micro)
               for (const auto& [schedule, v] : schedules)
+                for (const std::string& split : stage_splits)
                 for (const char* ckpt : {"none", "full", "selective"})
                   for (const char* offload : {"none", "cpu", "params"}) {
                     if (std::string(offload) == "params" && zero != 3) continue;  // ZeRO-3's alone
+                    if (!split.empty() && v > 1) continue;  // uneven splits: one chunk per stage only
                     ++result.enumerated;
                     if (zero > 0 && dp * sp == 1) {
                       reject("ZeRO over a data group of one rank: the same layout as --zero 0");
@@ -197,6 +220,7 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
                     if (!sp_mode.empty()) a.insert(a.end(), {"--sp-mode", sp_mode});
                     if (!schedule.empty()) a.insert(a.end(), {"--pp-schedule", schedule});
                     if (v > 1) a.insert(a.end(), {"--virtual-stages", std::to_string(v)});
+                    if (!split.empty()) a.insert(a.end(), {"--pp-layers", split});
                     a.insert(a.end(), {"--zero", std::to_string(zero), "--micro-batch", std::to_string(mb)});
                     if (std::string(ckpt) != "none") a.insert(a.end(), {"--activation-checkpointing", ckpt});
                     if (std::string(offload) == "cpu") a.insert(a.end(), {"--offload", "cpu"});

@@ -108,7 +108,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   const int tp = s.tp, sp = s.sp;
 
   // Which blocks, and whether the embedding and head, are on this stage.
-  const models::PipelinePlacement placement{stage, run.mesh.pp, run.virtual_stages};
+  const models::PipelinePlacement placement{stage, run.mesh.pp, run.virtual_stages, run.pp_layers};
   const models::Gpt::StageParams params =
       models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
   cost.params = params.store.numel();
@@ -116,7 +116,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   bool embedding = false, head = false;
   for (int c = 0; c < placement.chunks; ++c) {
     const int v = placement.virtual_stage(c);
-    const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v);
+    const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v, placement.stage_layers);
     for (int64_t i = first; i < end; ++i) {
       blocks += 1;
       const nn::Recompute r = run.checkpointing.of_block(i);
