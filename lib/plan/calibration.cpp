@@ -25,21 +25,24 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Seconds per call of `body`: after a warm-up call, the best of three windows, each repeating the
-// body for at least min_seconds.
-double time_call(const std::function<void()>& body, double min_seconds) {
+// Seconds per call of `body`, measured by every rank of `world` at once (as the ranks compute at
+// once in training, sharing the node's cores and memory): after a warm-up call, three windows, each
+// started together by a barrier and repeating the body for at least min_seconds; the median kept.
+double time_call(comm::Communicator& world, const std::function<void()>& body, double min_seconds) {
   body();
-  double best = 1e300;
+  std::vector<double> windows;
   for (int window = 0; window < 3; ++window) {
+    world.barrier();
     int calls = 0;
     const Clock::time_point start = Clock::now();
     do {
       body();
       ++calls;
     } while (seconds_since(start) < min_seconds);
-    best = std::min(best, seconds_since(start) / calls);
+    windows.push_back(seconds_since(start) / calls);
   }
-  return best;
+  std::sort(windows.begin(), windows.end());
+  return windows[1];
 }
 
 Tensor filled(Shape shape, float value) {
@@ -194,7 +197,7 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
     for (const Shape3& s : {Shape3{"small", 64, 1 << 22}, Shape3{"medium", 256, double(1 << 28)},
                             Shape3{"large", 768, 1e30}}) {
       Tensor a = filled({s.n, s.n}, 0.5f), b = filled({s.n, s.n}, 0.25f), c = Tensor::empty({s.n, s.n});
-      const double sec = time_call([&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, inputs); }, t);
+      const double sec = time_call(world, [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, inputs); }, t);
       const double flops = 2.0 * static_cast<double>(s.n * s.n * s.n);
       m.gemm[precision].push_back({s.name, s.max_flops, world_mean(world, flops / sec)});
     }
@@ -202,7 +205,7 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
   {  // causal attention, B 2, T 256, 4 heads of 32
     const int64_t b = 2, tl = 256, h = 4, d = 32;
     Tensor qkv = filled({b, tl, 3 * h * d}, 0.1f), out = Tensor::empty({b, tl, h * d}), lse = Tensor::empty({b, h, tl});
-    const double sec = time_call([&] { ops::attention_forward(out, lse, qkv, h); }, t);
+    const double sec = time_call(world, [&] { ops::attention_forward(out, lse, qkv, h); }, t);
     m.attention_flops_per_s = world_mean(world, 2.0 * b * tl * tl * d * h / sec);
   }
   {  // the other kernels, per element
@@ -211,26 +214,26 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
            bias = filled({cols}, 0.1f), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
     const double elements = static_cast<double>(rows * cols);
     m.kernel_seconds_per_element["norm"] =
-        world_mean(world, time_call([&] { ops::layernorm_forward(y, mean, rstd, x, w, bias); }, t) / elements);
+        world_mean(world, time_call(world, [&] { ops::layernorm_forward(y, mean, rstd, x, w, bias); }, t) / elements);
     m.kernel_seconds_per_element["elementwise"] =
-        world_mean(world, time_call([&] { ops::gelu_forward(y, x); }, t) / elements);
+        world_mean(world, time_call(world, [&] { ops::gelu_forward(y, x); }, t) / elements);
     const int64_t n = 512, vocab = 1024;
     Tensor logits = filled({n, vocab}, 0.01f), targets = Tensor::empty({n}, DType::i32), losses = Tensor::empty({n}),
            lse = Tensor::empty({n});
     for (int64_t i = 0; i < n; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>(i % vocab);
     m.kernel_seconds_per_element["softmax"] = world_mean(
-        world, time_call([&] { ops::softmax_xent_forward(losses, lse, logits, targets, vocab); }, t) /
+        world, time_call(world, [&] { ops::softmax_xent_forward(losses, lse, logits, targets, vocab); }, t) /
                    static_cast<double>(n * vocab));
     const int64_t params = int64_t{1} << 20;
     Tensor p = filled({params}, 0.1f), g = filled({params}, 0.01f), m1 = Tensor::zeros({params}),
            m2 = Tensor::zeros({params});
     ops::AdamWArgs args;
     m.kernel_seconds_per_element["adamw"] =
-        world_mean(world, time_call([&] { ops::adamw(p, g, m1, m2, args); }, t) / static_cast<double>(params));
+        world_mean(world, time_call(world, [&] { ops::adamw(p, g, m1, m2, args); }, t) / static_cast<double>(params));
     Tensor tiny = filled({16}, 1.0f), tiny_out = Tensor::empty({16});
-    m.kernel_call_s = world_mean(world, time_call([&] { ops::gelu_forward(tiny_out, tiny); }, t));
+    m.kernel_call_s = world_mean(world, time_call(world, [&] { ops::gelu_forward(tiny_out, tiny); }, t));
     std::vector<char> from(int64_t{32} << 20, 1), to(from.size());
-    const double sec = time_call([&] { std::memcpy(to.data(), from.data(), from.size()); }, t);
+    const double sec = time_call(world, [&] { std::memcpy(to.data(), from.data(), from.size()); }, t);
     m.copy_bytes_per_s = world_mean(world, 2.0 * static_cast<double>(from.size()) / sec);  // read + write
   }
 

@@ -167,16 +167,14 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     charge("sp ring: key/value blocks", "send_recv", sp, sp_across, (sp - 1) * blocks, 0, 2 * e);
     charge("sp ring: blocks with dk/dv partial sums", "send_recv", sp, sp_across, 0, (sp - 1) * blocks, 4 * e);
   }
-  double head_gemm_s = 0, loss_s = 0, edge_elem = 0;
+  double loss_s = 0, edge_elem = 0;
   if (embedding) {
     edge_elem += s.rows * s.c * elem;
     if (!run.split_gather) charge("tp: embedding's all-reduce", "all_reduce", tp, tp_across, 1, 0, nc);
     else charge("tp split_gather: embedding", "reduce_scatter", tp, tp_across, 1, 1, nc);
   }
   if (head) {
-    const double g0 = gemm_s;
     gemm(s.tokens, s.vocab_local, s.c, 1);  // the logits' vocabulary slice
-    head_gemm_s = gemm_s - g0;
     edge_elem += s.rows * s.c * norm;  // the final norm
     loss_s = s.tokens * s.vocab_local * machine.kernel_seconds("softmax");
     charge("tp: the loss's row statistics", "all_reduce", tp, tp_across, 3, 0, s.tokens * kFloat);
@@ -205,7 +203,6 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   cost.forward = fwd_gemm + blocks * attn_s + elem_s + loss_s + comm_f;
   cost.backward_weight = fwd_gemm;
   cost.backward_input = fwd_gemm + kAttentionBackward * blocks * attn_s + 2 * elem_s + 2 * loss_s + comm_b + cost.recompute;
-  (void)head_gemm_s;
   cost.flops = 3 * gemm_flops + (1 + kAttentionBackward) * blocks * attn_flops +
                recomputed_full * (block_gemm_flops + attn_flops) + recomputed_core * attn_flops;
   return cost;
