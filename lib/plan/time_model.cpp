@@ -228,14 +228,18 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   PlannedLayouts layouts(run.mesh.tp, run.split_gather, run.mesh.sp, run.mesh.ep);
   const int pp = run.mesh.pp;
   const double m = static_cast<double>(run.micro_batches);
-  // The slowest stage sets the pipeline's pace; its terms are the ones reported.
+  // Each stage's micro-batch; the slowest sets the pipeline's pace, and its terms are the ones reported.
+  std::vector<StageCost> stages;
   int slowest = 0;
-  double worst = -1;
   for (int s = 0; s < pp; ++s) {
-    const double total = stage_cost(run, machine, where, s, layouts, nullptr).total();
-    if (total > worst) worst = total, slowest = s;
+    stages.push_back(stage_cost(run, machine, where, s, layouts, nullptr));
+    if (stages.back().total() > stages[slowest].total()) slowest = s;
   }
   StepTime t;
+  for (const StageCost& c : stages) {
+    t.stage_forward_s.push_back(c.forward);
+    t.stage_backward_s.push_back(c.backward_input + c.backward_weight);
+  }
   const StageCost slow = stage_cost(run, machine, where, slowest, layouts, &t.comm);
   t.forward_s = slow.forward;
   t.backward_s = slow.backward_input + slow.backward_weight;
@@ -246,22 +250,26 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   if (pp == 1) {
     t.pipeline_s = m * per_mb;
   } else {
-    // The schedule in the verifier with the slowest stage's times, per chunk, in integer units of
-    // 1/3000 of a micro-batch's chunk (the rounding stays below 0.1%).
+    // The schedule in the verifier with each stage's times, per chunk, in integer units of 1/3000
+    // of the slowest stage's micro-batch chunk (the rounding stays below 0.1%).
     const parallel::PipelineSchedule schedule =
         parallel::make_schedule(run.pp_schedule, pp, static_cast<int>(run.micro_batches), run.virtual_stages);
     const double unit = per_mb / schedule.chunks / 3000.0;
     const auto units = [&](double seconds) {
       return std::max(0, static_cast<int>(std::lround(seconds / schedule.chunks / unit)));
     };
-    parallel::StepCosts costs;
-    costs.forward = std::max(1, units(slow.forward));
-    if (schedule.split_backward) {
-      costs.backward_input = std::max(1, units(slow.backward_input));
-      costs.backward_weight = std::max(1, units(slow.backward_weight));
-    } else {  // a whole backward costs backward_input + backward_weight
-      costs.backward_input = std::max(1, units(slow.backward_input + slow.backward_weight));
-      costs.backward_weight = 0;
+    std::vector<parallel::StepCosts> costs;
+    for (const StageCost& stage : stages) {
+      parallel::StepCosts c;
+      c.forward = std::max(1, units(stage.forward));
+      if (schedule.split_backward) {
+        c.backward_input = std::max(1, units(stage.backward_input));
+        c.backward_weight = std::max(1, units(stage.backward_weight));
+      } else {  // a whole backward costs backward_input + backward_weight
+        c.backward_input = std::max(1, units(stage.backward_input + stage.backward_weight));
+        c.backward_weight = 0;
+      }
+      costs.push_back(c);
     }
     const parallel::PipelineReport report = parallel::verify_schedule(schedule, costs);
     TESSERA_CHECK(report.ok(), "predict_step: the ", run.pp_schedule, " schedule does not verify");
@@ -319,6 +327,11 @@ std::string describe(const StepTime& t) {
   out << "\n  per micro-batch: forward " << ms(t.forward_s) << ", backward " << ms(t.backward_s)
       << " (the layers' communication included)\n";
   out << "  pipeline: " << ms(t.pipeline_s) << ", of which bubble " << ms(t.bubble_s) << "\n";
+  if (t.stage_forward_s.size() > 1) {
+    out << "  per stage and micro-batch (forward + backward):";
+    for (size_t s = 0; s < t.stage_forward_s.size(); ++s) out << " " << ms(t.stage_forward_s[s] + t.stage_backward_s[s]);
+    out << "\n";
+  }
   out << "  optimizer: " << ms(t.optimizer_s) << "\n";
   for (const CommTerm& c : t.comm) {
     char line[320];

@@ -5,8 +5,8 @@
 // the calibrated latency + bytes / bandwidth of its group size (inside a node or across nodes by
 // where the group's ranks sit), minus what overlaps (the data-parallel gradient reduction overlaps
 // the last micro-batch's backward, less its last bucket); the pipeline's bubble comes from running
-// the schedule's programs in the verifier (parallel/pipeline_verifier.h) with the slowest stage's
-// forward and backward times. docs/parallelism.md ("Choosing a layout") explains each term.
+// the schedule's programs in the verifier (parallel/pipeline_verifier.h) with each stage's forward
+// and backward times. docs/parallelism.md ("Choosing a layout") explains each term.
 #pragma once
 #include <string>
 #include <vector>
@@ -36,6 +36,7 @@ struct StepTime {
   // The slowest pipeline stage's times per micro-batch (per chunk x chunks), communication inside
   // the layers and the pipeline's messages included.
   double forward_s = 0, backward_s = 0;
+  std::vector<double> stage_forward_s, stage_backward_s;  // every stage's, as the pipeline simulation takes them
   double compute_s = 0;     // per step on that stage: GEMMs, attention, other kernels, recompute
   double recompute_s = 0;   // of which activation checkpointing's recomputation
   double optimizer_s = 0;   // the update of the rank's (shard of the) parameters, offload copies

@@ -1,13 +1,17 @@
 // The time model (plan/time_model.h) on a hand-written machine file: a pure compute layout takes
 // its FLOPs over the rate exactly, doubling the bandwidth halves the communication, the pipeline's
-// time is the schedule's simulated makespan; and machine files are checked before they are trusted.
+// time is the schedule's simulated makespan with each stage's own times; and machine files are checked before they are trusted.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <vector>
 #include <string>
 
 #include "core/error.h"
 #include "plan/machine_model.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_verifier.h"
 #include "plan/time_model.h"
 
 using namespace tessera;
@@ -95,10 +99,20 @@ TEST(TimeModel, ThePipelineIsTheSimulatedSchedule) {
     plan::GptRun run = tiny_run(4, 2, 1, 4);
     run.pp_schedule = schedule;
     const plan::StepTime t = plan::predict_step(run, m, 4);
-    // Uniform stages: (m + p - 1) (F + B), the schedule's makespan in the verifier.
-    const double expected = (4 + 2 - 1) * (t.forward_s + t.backward_s);
+    // Two stages, the last (it holds the head) the slower: the first's forward of micro-batch 0,
+    // then the last stage busy with every micro-batch, then the first's backward of the last one.
+    ASSERT_EQ(t.stage_forward_s.size(), 2u);
+    ASSERT_GT(t.stage_forward_s[1], t.stage_forward_s[0]);
+    const double expected = t.stage_forward_s[0] + 4 * (t.stage_forward_s[1] + t.stage_backward_s[1]) + t.stage_backward_s[0];
     EXPECT_NEAR(t.pipeline_s, expected, 2e-3 * expected) << schedule;
-    EXPECT_NEAR(t.bubble_s, (2 - 1) * (t.forward_s + t.backward_s), 2e-3 * expected) << schedule;
+    EXPECT_NEAR(t.bubble_s, t.pipeline_s - 4 * (t.forward_s + t.backward_s), 1e-12) << schedule;
+    // The same as the verifier's makespan with these stages' costs in microseconds.
+    const auto us = [](double s) { return static_cast<int>(std::lround(s * 1e6)); };
+    std::vector<parallel::StepCosts> costs;
+    for (int s = 0; s < 2; ++s)
+      costs.push_back({us(t.stage_forward_s[s]), us(t.stage_backward_s[s]), 0});
+    const parallel::PipelineReport r = parallel::verify_schedule(parallel::make_schedule(schedule, 2, 4), costs);
+    EXPECT_NEAR(t.pipeline_s, static_cast<double>(r.makespan) * 1e-6, 1e-3 * t.pipeline_s) << schedule;
   }
   plan::GptRun zb = tiny_run(4, 2, 1, 4), one = zb;
   zb.pp_schedule = "zb";
