@@ -65,7 +65,9 @@ TEST(LayoutSearch, EveryLayoutKeptIsValidAndFits) {
     const cli::LayoutChoice again = cli::evaluate_layout(one_rank(limit), machine(), c.args);
     EXPECT_EQ(again.peak(), c.peak()) << c.args_text();
     EXPECT_EQ(again.time.step_s, c.time.step_s) << c.args_text();
-    if (i > 0) EXPECT_LE(r.ranked[i - 1].time.step_s, c.time.step_s);
+    if (i > 0) {
+      EXPECT_LE(r.ranked[i - 1].time.step_s, c.time.step_s);
+    }
   }
   // Deterministic: the same inputs, the same ranking.
   const cli::SearchResult twice = cli::search_layouts(one_rank(limit), machine());
