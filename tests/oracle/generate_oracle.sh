@@ -5,31 +5,11 @@
 # prompts of several lengths share 2 slots, so continuous batching refills them mid-run.
 # usage: generate_oracle.sh <build_dir> <source_dir>
 set -euo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 <build_dir> <source_dir>" >&2
-  exit 2
-fi
-build=$1
-src=$2
-py=/usr/bin/python3
-if [[ ! -x $py ]]; then
-  echo "FAIL: $py not found (Debian: apt-get install python3 python3-torch python3-h5py python3-numpy)" >&2
-  exit 1
-fi
-for pair in torch:python3-torch h5py:python3-h5py numpy:python3-numpy; do
-  if ! "$py" -c "import ${pair%%:*}" >/dev/null 2>&1; then
-    echo "FAIL: $py cannot import ${pair%%:*}; install the Debian package ${pair##*:}" >&2
-    exit 1
-  fi
-done
-for exe in data_prep gpt_train generate; do
-  [[ -x $build/apps/$exe ]] || { echo "FAIL: $build/apps/$exe not found (build the target '$exe' first)" >&2; exit 1; }
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-generate-oracle.XXXXXX")
-keep=1
-cleanup() { if [[ $keep -eq 0 ]]; then rm -rf "$tmp"; else echo "generate_oracle: files kept in $tmp" >&2; fi; }
-trap cleanup EXIT
+source "$(dirname "$0")/../tools/script_prelude.sh"
+script_args "$@"
+need_debian_python torch:python3-torch h5py:python3-h5py numpy:python3-numpy
+need_apps data_prep gpt_train generate
+make_scratch generate-oracle
 run() {
   echo "+ $*"
   local rc=0

@@ -5,44 +5,12 @@
 # usage: torch_oracle.sh <build_dir> <source_dir>
 set -euo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 <build_dir> <source_dir>" >&2
-  exit 2
-fi
-build=$1
-src=$2
-py=/usr/bin/python3
-
+source "$(dirname "$0")/../tools/script_prelude.sh"
+script_args "$@"
 # Debian's interpreter with Debian's packages; a missing one is a failure, never a silent pass.
-if [[ ! -x $py ]]; then
-  echo "FAIL: $py not found (Debian: apt-get install python3 python3-torch python3-h5py python3-numpy)" >&2
-  exit 1
-fi
-missing=()
-for pair in torch:python3-torch h5py:python3-h5py numpy:python3-numpy; do
-  mod=${pair%%:*}
-  pkg=${pair##*:}
-  if ! "$py" -c "import $mod" >/dev/null 2>&1; then
-    missing+=("$pkg")
-  fi
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "FAIL: $py cannot import what the oracle needs; install the Debian package(s): ${missing[*]}" >&2
-  echo "      (apt-get install ${missing[*]})" >&2
-  exit 1
-fi
-
-for exe in data_prep gpt_train; do
-  if [[ ! -x $build/apps/$exe ]]; then
-    echo "FAIL: $build/apps/$exe not found (build the target '$exe' first)" >&2
-    exit 1
-  fi
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-oracle.XXXXXX")
-keep=1
-cleanup() { if [[ $keep -eq 0 ]]; then rm -rf "$tmp"; else echo "torch_oracle: files kept in $tmp" >&2; fi; }
-trap cleanup EXIT
+need_debian_python torch:python3-torch h5py:python3-h5py numpy:python3-numpy
+need_apps data_prep gpt_train
+make_scratch torch_oracle
 
 run() {
   echo "+ $*"

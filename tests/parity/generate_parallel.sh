@@ -8,19 +8,12 @@
 # more stages than blocks, and quantisation groups a tp rank's columns would cut are refused by name.
 # usage: generate_parallel.sh <build_dir> <source_dir>
 set -euo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 <build_dir> <source_dir>" >&2
-  exit 2
-fi
-build=$1
-src=$2
+source "$(dirname "$0")/../tools/script_prelude.sh"
+script_args "$@"
 launcher=${TESSERA_MPIEXEC:-mpirun}
-for exe in data_prep gpt_train generate; do
-  [[ -x $build/apps/$exe ]] || { echo "FAIL: $build/apps/$exe not found (build the target '$exe' first)" >&2; exit 1; }
-done
+need_apps data_prep gpt_train generate
 command -v "$launcher" >/dev/null || { echo "FAIL: $launcher not found (an MPI launcher is needed)" >&2; exit 1; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-generate-tp.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+make_scratch generate-tp
 fail() { echo "FAIL: $*" >&2; exit 1; }
 run() {
   local rc=0
@@ -112,3 +105,4 @@ rc=$?
 set -e
 [[ $rc -ne 0 ]] && grep -q -- "--pp 4 is more stages than the 3 blocks" "$tmp/err" || fail "pp 4: exit $rc, $(cat "$tmp/err")"
 echo "generate_parallel: tp2, pp2 and tp2 x pp2 give the one-rank tokens and score; tp 3 and pp 4 refused"
+keep=0

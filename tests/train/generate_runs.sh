@@ -6,19 +6,10 @@
 #   lengths (16 slots, and 5 slots refilled as sequences finish); another seed gives other text.
 # usage: generate_runs.sh <build_dir> <source_dir>
 set -euo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 <build_dir> <source_dir>" >&2
-  exit 2
-fi
-build=$1
-src=$2
-for exe in data_prep gpt_train generate; do
-  [[ -x $build/apps/$exe ]] || { echo "FAIL: $build/apps/$exe not found (build the target '$exe' first)" >&2; exit 1; }
-done
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-generate-runs.XXXXXX")
-keep=1
-cleanup() { if [[ $keep -eq 0 ]]; then rm -rf "$tmp"; else echo "generate_runs: files kept in $tmp" >&2; fi; }
-trap cleanup EXIT
+source "$(dirname "$0")/../tools/script_prelude.sh"
+script_args "$@"
+need_apps data_prep gpt_train generate
+make_scratch generate-runs
 fail() { echo "FAIL: $*" >&2; exit 1; }
 run() {
   echo "+ $*"
