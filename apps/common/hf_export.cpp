@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/checkpoint_file.h"
 #include "io/safetensors_folder.h"
+#include "text/stored_tokenizer.h"
 
 namespace tessera::hf {
 namespace fs = std::filesystem;
@@ -119,6 +120,21 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const Expo
   io::write_safetensors_folder(dir, tensors, options.max_shard_bytes, {{"format", "pt"}});
   write_json(fs::path(dir) / "config.json", config);
   write_json(fs::path(dir) / "generation_config.json", generation_config_json(config));
+  const text::StoredTokenizerFile tokenizer = text::read_stored_tokenizer_file(r);
+  auto write_file = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream out(fs::path(dir) / name, std::ios::binary);
+    out << bytes;
+    out.close();
+    if (!out) fail("cannot write ", (fs::path(dir) / name).string());
+  };
+  if (tokenizer.kind == "hf-byte-level-bpe" || tokenizer.kind == "sentencepiece") {
+    write_file(tokenizer.kind == "sentencepiece" ? "tokenizer.model" : "tokenizer.json", tokenizer.bytes);
+    for (const std::string& path : r.byte_datasets())
+      if (path.starts_with(kHfFiles)) write_file(path.substr(std::string(kHfFiles).size()), r.read_bytes(path));
+  } else if (tokenizer.recorded() && tokenizer.kind != "bytes") {
+    std::cerr << "note: " << checkpoint << " was trained on ids of '" << tokenizer.kind
+              << "', which have no tokenizer file: none written\n";
+  }
 }
 
 }  // namespace tessera::hf

@@ -172,6 +172,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
     else if (a.type == T::float64) w.set_attr(a.key, a.number);
     else w.set_attr(a.key, a.text);
   }
+  for (const auto& [name, bytes] : info.carried_files) w.write_bytes(name, bytes);
 
   // This rank writes its FlatShards piece of every tensor; the optimizer states it holds cover
   // optimizer.shard(), which contains that piece under every ZeRO stage.
@@ -239,6 +240,8 @@ CheckpointInfo load(const std::string& path, const CheckpointInfo& expected, Che
   }
   info.tokenizer = text::read_stored_tokenizer_file(r);
   info.carried = carried_attrs(r);
+  for (const std::string& name : r.byte_datasets())
+    if (name.starts_with("/hf_files/")) info.carried_files.emplace_back(name, r.read_bytes(name));
   TESSERA_CHECK(info.model == expected.model, "checkpoint ", path, " holds a ", info.model, " model, not ",
                 expected.model);
   // A checkpoint of another configuration never loads, not even in part: its recorded model fields

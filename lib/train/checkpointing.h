@@ -41,6 +41,8 @@ struct CheckpointInfo {
     int64_t integer = 0;
   };
   std::vector<Attr> carried;
+  // Likewise the byte datasets under /hf_files/ (an imported tokenizer's settings): path, bytes.
+  std::vector<std::pair<std::string, std::string>> carried_files;
 };
 
 // What a checkpoint covers on this rank: the parameters, the optimizer (its states cover

@@ -500,6 +500,7 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.loss_scaler = scaler_.state();
   info.tokenizer = config_.tokenizer;
   info.carried = carried_;
+  info.carried_files = carried_files_;
   return info;
 }
 
@@ -570,6 +571,7 @@ void Trainer::init_from() {
   const CheckpointInfo info = load_weights(config_.init_from, checkpoint_info(0), state);
   check_tokenizer(config_.init_from, info);
   carried_ = info.carried;
+  carried_files_ = info.carried_files;
   if (world_.rank() == 0)
     log::info("--init-from ", config_.init_from, ": weights of step ", info.step, " (saved under ", info.layout,
               "), fresh optimizer, starting at step 1");
@@ -580,6 +582,7 @@ CheckpointInfo Trainer::resume(const std::string& path) {
   const CheckpointInfo info = load_checkpoint(path, checkpoint_info(0), state);
   check_tokenizer(path, info);
   carried_ = info.carried;
+  carried_files_ = info.carried_files;
   // The run's identity beyond the model (which load_checkpoint compares): its seed and training
   // data. --resume auto continues only the same run; an explicit --resume FILE may change them.
   std::string differs;

@@ -88,6 +88,7 @@ class Trainer {
   optim::MixedPrecision precision_;
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
   std::vector<CheckpointInfo::Attr> carried_;  // hf.* of the checkpoint started from, handed on
+  std::vector<std::pair<std::string, std::string>> carried_files_;  // and its /hf_files/
   FolderLock folder_lock_;  // --checkpoint-dir belongs to this run while it runs
   bool grads_zero_ = false;  // the last update zeroed the gradients as it read them
   // bf16: the held gradients' sum of squares from their rounding, for the step's norm (reset when

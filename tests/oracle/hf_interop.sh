@@ -4,7 +4,11 @@
 # (sharded and unsharded, f32 and bf16), import into tessera; gpt_train's step-1 loss on a batch
 # equals transformers' (relative 1e-5) on one rank and under tp2 x pp2; export-hf writes a folder
 # that safetensors reads back as the original bytes, and that from_pretrained loads with the same
-# loss and greedy continuation; tessera re-imports its export bit for bit.
+# loss and greedy continuation; tessera re-imports its export bit for bit. Fine-tuning: a GPT-2 with
+# a byte-level BPE tokenizer and 32 positions imports with its tokenizer; data tokenised by it
+# trains under gpt_train --init-from (no model options, --seq-len 16: half the position table) with
+# a step-1 loss equal to transformers' on that batch, on one rank and under tp2 x pp2; export-hf of
+# the fine-tuned checkpoint writes the tokenizer files back byte for byte, and AutoTokenizer reads them.
 # usage: hf_interop.sh <build_dir> <source_dir>   (environment: TESSERA_HF_VENV, default <build>/hf-venv)
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -59,8 +63,8 @@ case_() {
     exit 1
   fi
   run "$build/apps/ckpt_tool" import-hf "$d/hf" --output "$d/imported.h5"
-  run "$build/apps/gpt_train" "$@" "${train[@]}" --resume "$d/imported.h5" --metrics "$d/one.jsonl" --dump "$d/dump.h5"
-  run "$mpirun" -np 4 "$build/apps/gpt_train" "$@" "${train[@]}" --resume "$d/imported.h5" --tp 2 --pp 2 \
+  run "$build/apps/gpt_train" "$@" "${train[@]}" --init-from "$d/imported.h5" --metrics "$d/one.jsonl" --dump "$d/dump.h5"
+  run "$mpirun" -np 4 "$build/apps/gpt_train" "$@" "${train[@]}" --init-from "$d/imported.h5" --tp 2 --pp 2 \
       --metrics "$d/tp2pp2.jsonl"
   run "$py" "$src/tests/oracle/hf_oracle.py" loss --model "$d/hf" --dump "$d/dump.h5" --metrics "$d/one.jsonl" "$d/tp2pp2.jsonl"
   run "$build/apps/ckpt_tool" export-hf "$d/imported.h5" --output "$d/exported" ${shard:+--max-shard-size "$shard"}
@@ -89,6 +93,24 @@ run "$build/apps/gpt_train" "${llama_flags[@]}" "${train[@]}" --resume "$d/reimp
 run "$py" "$src/tests/oracle/hf_oracle.py" loss --model "$d/exported" --dump "$d/dump.h5" --metrics "$d/one.jsonl"
 run "$build/apps/ckpt_tool" export-hf "$d/reimported.h5" --output "$d/exported2"
 run "$py" "$src/tests/oracle/hf_oracle.py" export --orig "$d/exported" --exported "$d/exported2" --dump "$d/dump.h5" --same-bytes
+
+d=$tmp/finetune
+echo "== finetune: gpt2 with a tokenizer -> import-hf -> gpt_train --init-from -> export-hf"
+cat "$src/README.md" "$src/docs/"*.md > "$tmp/text.txt"
+run "$py" "$src/tests/oracle/hf_oracle.py" make --type gpt2 --out "$d/hf" --vocab 320 --seq $seq --positions 32 --seed 6 \
+    --tokenizer-text "$tmp/text.txt"
+run "$build/apps/ckpt_tool" import-hf "$d/hf" --output "$d/imported.h5"
+"$build/apps/ckpt_tool" inspect "$d/imported.h5" > "$d/inspect.txt"
+grep -q "^tokenizer: hf-byte-level-bpe tokenizer.json (checksum " "$d/inspect.txt" ||
+  { cat "$d/inspect.txt"; echo "FAIL: ckpt_tool inspect does not show the imported tokenizer" >&2; exit 1; }
+run "$build/apps/data_prep" text --input "$tmp/text.txt" --tokenizer "$d/hf/tokenizer.json" --output "$d/data.h5"
+ft=(--input "$d/data.h5" --seq-len $seq --global-batch 4 --micro-batch 4 --steps 2 --warmup 0 --threads 1)
+run "$build/apps/gpt_train" "${ft[@]}" --init-from "$d/imported.h5" --metrics "$d/one.jsonl" --dump "$d/dump.h5" \
+    --checkpoint-dir "$d/ck"
+run "$mpirun" -np 4 "$build/apps/gpt_train" "${ft[@]}" --init-from "$d/imported.h5" --tp 2 --pp 2 --metrics "$d/tp2pp2.jsonl"
+run "$py" "$src/tests/oracle/hf_oracle.py" loss --model "$d/hf" --dump "$d/dump.h5" --metrics "$d/one.jsonl" "$d/tp2pp2.jsonl"
+run "$build/apps/ckpt_tool" export-hf "$d/ck/step_2.h5" --output "$d/exported"
+run "$py" "$src/tests/oracle/hf_oracle.py" tokenizer --orig "$d/hf" --exported "$d/exported" --text "$tmp/text.txt"
 
 keep=0
 echo "hf_interop: all cases agree"
