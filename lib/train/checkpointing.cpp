@@ -224,7 +224,9 @@ std::vector<CheckpointInfo::Attr> carried_attrs(const io::CheckpointReader& r) {
 CheckpointInfo load(const std::string& path, const CheckpointInfo& expected, CheckpointState& st, bool with_optimizer) {
   const std::string problem = checkpoint_problem(path, st.world);
   TESSERA_CHECK(problem.empty(), with_optimizer ? "cannot resume: " : "cannot initialise from it: ", problem);
-  io::CheckpointReader r(path, st.world.mpi_comm());
+  // --init-from's file (another run's, or an import) is read by each rank alone: MPI-IO's open
+  // creates and removes a lock-test file beside it, and nothing is written into its folder.
+  io::CheckpointReader r(path, with_optimizer ? st.world.mpi_comm() : MPI_COMM_NULL);
   CheckpointInfo info;
   info.step = r.attr_int("step");
   info.consumed_samples = r.attr_int("consumed_samples");
