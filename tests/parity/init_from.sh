@@ -17,7 +17,8 @@ data="$tmp/v61.h5"
 mpirun -np 2 "$build/apps/gpt_train" --input "$data" --layers 2 --hidden 32 --heads 4 --seq-len 32 --global-batch 8 \
   --steps 3 --tp 2 --threads 1 --checkpoint-dir "$tmp/pre" >/dev/null
 pre="$tmp/pre/step_3.h5"
-before=$(cd "$tmp/pre" && ls -la --time-style=full-iso && md5sum ./*)
+snapshot() { (cd "$tmp/pre" && stat -c '%n %y' . ./* && md5sum ./*); }  # the folder's time changes with any file made in it
+before=$(snapshot)
 
 common=(--init-from "$pre" --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11 --threads 1 --bucket-mb 0.01)
 source "$src/tests/tools/layout_parity.sh"
@@ -41,7 +42,6 @@ EOF
 parity_reference ref "$data" --micro-batch 8
 parity_case dp2 2 ref "$data" --micro-batch 4
 parity_case tp2-pp2 4 ref "$data" --tp 2 --pp 2 --micro-batch 2
-grep -q '"optimizer_steps"' /dev/null || true
 /usr/bin/python3 - "$tmp/ref/step_10.h5" <<'EOF'
 import sys
 import h5py
@@ -92,7 +92,7 @@ mpirun -np 1 "$build/apps/gpt_train" --input "$data" --init-from "$pre" --resume
 [ -f "$tmp/fresh/step_1.h5" ] || { echo "error: --init-from --resume auto into an empty folder wrote no checkpoint"; exit 1; }
 echo "--init-from with --resume auto into an empty --checkpoint-dir: trained from the weights"
 
-after=$(cd "$tmp/pre" && ls -la --time-style=full-iso && md5sum ./*)
+after=$(snapshot)
 [ "$before" = "$after" ] || { echo "error: the source checkpoint's folder changed:"; diff <(echo "$before") <(echo "$after"); exit 1; }
 echo "the source checkpoint's folder is as it was"
 echo "init_from: all checks passed"
