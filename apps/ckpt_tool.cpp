@@ -33,9 +33,10 @@ constexpr const char* kUsage =
     "  verify FILE    reads every tensor and checks it against its checksum; prints\n"
     "                 \"ok: FILE (N tensors)\" and exits 0, or \"error: ...\" and exits 1\n"
     "  import-hf DIR --output FILE.h5\n"
-    "                 a Hugging Face model folder (config.json, safetensors; gpt2, llama, mistral;\n"
-    "                 its tokenizer.json or tokenizer.model, if any) to a tessera checkpoint at\n"
-    "                 step 0, for gpt_train --init-from\n"
+    "                 a Hugging Face model folder (config.json, safetensors; gpt2, llama, mistral,\n"
+    "                 mixtral;"
+    " its tokenizer.json or tokenizer.model, if any) to a tessera checkpoint\n"
+    "                 at step 0, for gpt_train (moe_train) --init-from\n"
     "  export-hf FILE.h5 --output DIR [--dtype f32|bf16|f16] [--max-shard-size 2GB]\n"
     "            [--norm-eps X] [--rope-theta X]   (llama: values gpt_train does not record)\n"
     "                 the reverse: config.json, generation_config.json, model.safetensors (or\n"
@@ -175,7 +176,8 @@ int run_hf(const std::string& command, const std::vector<std::string>& args) {
   if (output.empty()) usage_error("ckpt_tool " + command + " needs --output");
   if (import) {
     const std::string flags = tessera::hf::import_hf(source, output);
-    std::cout << "wrote " << output << " (step 0); fine-tune it with\n  gpt_train --init-from " << output
+    const char* trainer = flags.find("--experts") != std::string::npos ? "moe_train" : "gpt_train";
+    std::cout << "wrote " << output << " (step 0); fine-tune it with\n  " << trainer << " --init-from " << output
               << " --input DATA.h5 ...\n(the model options come from the checkpoint: " << flags << ")\n";
   } else {
     TESSERA_CHECK(!vm.count("norm-eps") || norm_eps > 0, "--norm-eps must be > 0, got ", norm_eps);

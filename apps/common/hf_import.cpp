@@ -86,6 +86,17 @@ std::string import_hf(const std::string& dir, const std::string& output) {
   std::set<std::string> used;
   std::set<io::StDtype> dtypes;
   for (const TensorPair& p : pairs) {
+    for (const std::string& part : p.stacked) {  // mixtral's experts, one tensor each
+      if (!folder.has(part)) fail("model folder ", dir, " lacks tensor ", part, ", which its config (", m.model_type, ", ",
+                                  m.config.moe.experts, " experts) needs");
+      const io::StTensor& t = folder.tensor(part);
+      const std::vector<int64_t> want(p.shape.begin() + 1, p.shape.end());
+      if (t.shape != want)
+        fail(folder.file_of(part).path(), ", tensor ", part, ": shape ", shape_text(t.shape), ", the config needs ", shape_text(want));
+      used.insert(part);
+      dtypes.insert(t.dtype);
+    }
+    if (!p.stacked.empty()) continue;
     if (!folder.has(p.hf)) fail("model folder ", dir, " lacks tensor ", p.hf, ", which its config (", m.model_type, ", ",
                                 m.config.layers, " layers) needs");
     const io::StTensor& t = folder.tensor(p.hf);
@@ -137,7 +148,12 @@ std::string import_hf(const std::string& dir, const std::string& output) {
   w.set_attr("hf.max_position_embeddings", m.max_positions);
   w.set_attr("hf.config", config.dump());
   for (const TensorPair& p : pairs) {
-    std::vector<float> v = folder.read_f32(p.hf);
+    std::vector<float> v;
+    if (p.stacked.empty()) v = folder.read_f32(p.hf);
+    for (const std::string& part : p.stacked) {
+      const std::vector<float> one = folder.read_f32(part);
+      v.insert(v.end(), one.begin(), one.end());
+    }
     if (p.transposed) {  // [in, out] -> [out, in]
       const int64_t rows = p.shape[0], cols = p.shape[1];
       std::vector<float> t(v.size());

@@ -4,7 +4,8 @@
 # (sharded and unsharded, f32 and bf16), import into tessera; gpt_train's step-1 loss on a batch
 # equals transformers' (relative 1e-5) on one rank and under tp2 x pp2; export-hf writes a folder
 # that safetensors reads back as the original bytes, and that from_pretrained loads with the same
-# loss and greedy continuation; tessera re-imports its export bit for bit. Fine-tuning: a GPT-2 with
+# loss and greedy continuation; tessera re-imports its export bit for bit. A Mixtral does the same
+# under moe_train (one rank and ep 2 x dp 2). Fine-tuning: a GPT-2 with
 # a byte-level BPE tokenizer and 32 positions imports with its tokenizer; data tokenised by it
 # trains under gpt_train --init-from (no model options, --seq-len 16: half the position table) with
 # a step-1 loss equal to transformers' on that batch, on one rank and under tp2 x pp2; export-hf of
@@ -78,6 +79,22 @@ case_ gpt2_bf16_sharded gpt2 bf16 20KB "" 2 "${gpt2_flags[@]}"
 case_ llama_f32_sharded llama f32 20KB "" 3 "${llama_flags[@]}"
 case_ llama_bf16_tied llama bf16 "" --tied 4 "${llama_flags[@]}" --tie-embeddings
 case_ mistral_f32 mistral f32 "" "" 5 "${llama_flags[@]}"
+
+# Mixtral: a moe_llama of moe_train (4 SwiGLU experts in every block, top-2 gates renormalised),
+# no token dropped and no auxiliary loss in the reported loss; one rank and ep 2 x dp 2 (4 ranks).
+d=$tmp/mixtral_f32_sharded
+echo "== mixtral_f32_sharded: mixtral -> import-hf -> moe_train --init-from -> export-hf"
+run "$py" "$src/tests/oracle/hf_oracle.py" make --type mixtral --out "$d/hf" --vocab $vocab --seq $seq --seed 7 --shard 40KB
+run "$build/apps/ckpt_tool" import-hf "$d/hf" --output "$d/imported.h5"
+moe=(--input "$tmp/data.h5" --seq-len $seq --global-batch 4 --steps 1 --warmup 0 --threads 1 --init-from "$d/imported.h5"
+     --aux-loss-coef 0 --z-loss-coef 0 --capacity-factor 0)
+run "$build/apps/moe_train" "${moe[@]}" --micro-batch 4 --metrics "$d/one.jsonl" --dump "$d/dump.h5"
+run "$mpirun" -np 4 "$build/apps/moe_train" "${moe[@]}" --ep 2 --micro-batch 1 --metrics "$d/ep2dp2.jsonl"
+run "$py" "$src/tests/oracle/hf_oracle.py" loss --model "$d/hf" --dump "$d/dump.h5" --metrics "$d/one.jsonl" "$d/ep2dp2.jsonl"
+run "$build/apps/ckpt_tool" export-hf "$d/imported.h5" --output "$d/exported" --max-shard-size 40KB
+run "$py" "$src/tests/oracle/hf_oracle.py" export --orig "$d/hf" --exported "$d/exported" --dump "$d/dump.h5" --same-bytes
+run "$build/apps/ckpt_tool" import-hf "$d/exported" --output "$d/reimported.h5"
+run "$py" "$src/tests/tools/compare_checkpoints.py" "$d/imported.h5" "$d/reimported.h5" --rtol 0 --atol 0
 
 # A checkpoint gpt_train trained (not imported) exports in bf16, sharded, with the rotary base and
 # norm epsilon it does not record given as flags; transformers computes tessera's loss on it.

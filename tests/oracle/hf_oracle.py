@@ -1,5 +1,5 @@
 # The Hugging Face oracle (run by hf_interop.sh in the environment tests/tools/hf_venv.sh makes):
-#   make   a small random gpt2 / llama / mistral with transformers' save_pretrained
+#   make   a small random gpt2 / llama / mistral / mixtral with transformers' save_pretrained
 #   loss   transformers' loss on the batch of a gpt_train --dump against tessera's step-1 losses
 #   export an export-hf folder against the original: safetensors reads it, the tensors are the
 #          original bytes (same dtype), from_pretrained gives the same loss and greedy continuation
@@ -25,9 +25,12 @@ def build(args):
                                       embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, **common)
         model = transformers.GPT2LMHeadModel(cfg)
     else:
-        cls_cfg, cls = ((transformers.LlamaConfig, transformers.LlamaForCausalLM) if args.type == "llama"
-                        else (transformers.MistralConfig, transformers.MistralForCausalLM))
-        extra = dict(sliding_window=None) if args.type == "mistral" else {}
+        cls_cfg, cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+                        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+                        "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM)}[args.type]
+        extra = dict(sliding_window=None) if args.type in ("mistral", "mixtral") else {}
+        if args.type == "mixtral":
+            extra.update(num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0)
         cfg = cls_cfg(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=5000.0,
                       tie_word_embeddings=args.tied, bos_token_id=0, eos_token_id=0, **extra, **common)
@@ -155,7 +158,7 @@ def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make")
-    m.add_argument("--type", required=True, choices=["gpt2", "llama", "mistral"])
+    m.add_argument("--type", required=True, choices=["gpt2", "llama", "mistral", "mixtral"])
     m.add_argument("--out", required=True)
     m.add_argument("--vocab", type=int, required=True)
     m.add_argument("--seq", type=int, required=True)
