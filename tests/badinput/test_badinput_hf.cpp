@@ -124,6 +124,35 @@ TEST_F(BadInputHf, FolderTokenizerTravelsOrIsRefusedByName) {
   EXPECT_FALSE(fs::exists(file("big.h5")) || fs::exists(file("bad.h5")));
 }
 
+// Mixtral: 2 experts of hidden 16 in the one block; a router with jitter, 3 experts per token, an
+// expert's tensor missing are refused by name (a moe_train checkpoint Mixtral cannot express:
+// tests/parity/init_from.sh).
+TEST_F(BadInputHf, MixtralFolderAndCheckpointMixtralCannotExpressAreNamed) {
+  const std::string mixtral = R"(,"model_type":"mixtral","num_local_experts":2,"num_experts_per_tok":2)";
+  std::vector<StWriteTensor> t = llama_tensors();
+  t.erase(t.begin() + 7, t.begin() + 10);  // the dense MLP
+  const std::string l = "model.layers.0.block_sparse_moe.";
+  t.push_back(tensor(l + "gate.weight", {2, 8}));
+  for (int e = 0; e < 2; ++e)
+    for (const auto& [w, shape] : {std::pair{"w1", std::vector<int64_t>{16, 8}}, std::pair{"w3", std::vector<int64_t>{16, 8}},
+                                   std::pair{"w2", std::vector<int64_t>{8, 16}}})
+      t.push_back(tensor(l + "experts." + std::to_string(e) + "." + w + ".weight", shape));
+  const CommandResult ok = tool("import-hf " + folder("good", t, mixtral) + " --output " + file("m.h5"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("moe_train --init-from"), std::string::npos) << ok.out;
+  ASSERT_EQ(tool("export-hf " + file("m.h5") + " --output " + file("out")).exit_code, 0);
+  EXPECT_TRUE(fs::exists(file("out/model.safetensors")));
+  expect_error(tool("import-hf " + folder("jitter", t, mixtral + R"(,"router_jitter_noise":0.1)") + " --output " + file("a.h5")),
+               {"router_jitter_noise = 0.1 is not supported"});
+  expect_error(tool("import-hf " + folder("top3", t, R"(,"model_type":"mixtral","num_local_experts":2,"num_experts_per_tok":3)") +
+                    " --output " + file("b.h5")),
+               {"num_experts_per_tok = 3 is not supported"});
+  t.pop_back();  // expert 1's w2
+  expect_error(tool("import-hf " + folder("missing", t, mixtral) + " --output " + file("c.h5")),
+               {"lacks tensor model.layers.0.block_sparse_moe.experts.1.w2.weight"});
+  EXPECT_FALSE(fs::exists(file("a.h5")) || fs::exists(file("b.h5")) || fs::exists(file("c.h5")));
+}
+
 TEST_F(BadInputHf, TensorMissingUnexpectedOrMisshapenIsNamed) {
   std::vector<StWriteTensor> t = llama_tensors();
   t.erase(t.begin() + 10);  // model.norm.weight

@@ -84,6 +84,12 @@ refused "its model's vocabulary (61 ids) is smaller than the training data's voc
 refused "holds a moe_llama model: train it with moe_train" gpt_train 1 --input "$data" --init-from "$tmp/moe-pre/step_2.h5"
 refused "holds a gpt model: train it with gpt_train" moe_train 1 --input "$data" --init-from "$pre"
 refused "--experts 8 contradicts" moe_train 1 --input "$data" --init-from "$tmp/moe-pre/step_2.h5" --experts 8
+if "$build/apps/ckpt_tool" export-hf "$tmp/moe-pre/step_2.h5" --output "$tmp/mixtral" >"$tmp/out" 2>&1; then
+  echo "error: export-hf accepted a moe_llama with shared experts"; exit 1
+fi
+grep -qF "is a moe_llama model Mixtral cannot express (moe_every 2, shared_experts 1" "$tmp/out" ||
+  { echo "error: export-hf's refusal does not name the fields:"; cat "$tmp/out"; exit 1; }
+echo "refused as expected: export-hf of a moe_llama Mixtral cannot express (moe_every 2, shared experts)"
 refused "--init-from $tmp/nothing.h5: no such checkpoint file" gpt_train 1 --input "$data" --init-from "$tmp/nothing.h5"
 
 # --resume auto beside --init-from into an empty folder starts from the weights.
