@@ -583,6 +583,15 @@ CheckpointInfo Trainer::resume(const std::string& path) {
   check_tokenizer(path, info);
   carried_ = info.carried;
   carried_files_ = info.carried_files;
+  // An imported model's norm epsilon and rotary base (hf.*, handed on by every run since): the
+  // model fields do not hold them, so a run that computes with others is refused here.
+  for (const auto& [key, value] : work_.model_values())
+    for (const CheckpointInfo::Attr& a : info.carried)
+      if (a.key == "hf." + key && a.type == io::CheckpointReader::AttrType::float64 &&
+          static_cast<float>(a.number) != static_cast<float>(value))
+        fail("checkpoint ", path, " records ", key, " ", static_cast<float>(a.number), " (", a.key,
+             "), but this run computes with ", static_cast<float>(value), ": pass --",
+             key == "norm_eps" ? "norm-eps " : "rope-theta ", static_cast<float>(a.number));
   // The run's identity beyond the model (which load_checkpoint compares): its seed and training
   // data. --resume auto continues only the same run; an explicit --resume FILE may change them.
   std::string differs;

@@ -80,6 +80,15 @@ case_ llama_f32_sharded llama f32 20KB "" 3 "${llama_flags[@]}"
 case_ llama_bf16_tied llama bf16 "" --tied 4 "${llama_flags[@]}" --tie-embeddings
 case_ mistral_f32 mistral f32 "" "" 5 "${llama_flags[@]}"
 
+# Resuming an imported llama (rotary base 5000) with gpt_train's default base is refused, naming both.
+if "$build/apps/gpt_train" --arch llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 "${train[@]}" \
+    --resume "$tmp/llama_f32_sharded/imported.h5" > "$tmp/log" 2>&1; then
+  echo "FAIL: resuming an imported llama with another rotary base was accepted" >&2; exit 1
+fi
+grep -qF "records rope_theta 5000 (hf.rope_theta), but this run computes with 10000: pass --rope-theta 5000" "$tmp/log" ||
+  { cat "$tmp/log"; echo "FAIL: the refusal does not name both rotary bases" >&2; exit 1; }
+echo "ok: resuming an imported llama with another rotary base is refused, naming both"
+
 # Mixtral: a moe_llama of moe_train (4 SwiGLU experts in every block, top-2 gates renormalised),
 # no token dropped and no auxiliary loss in the reported loss; one rank and ep 2 x dp 2 (4 ranks).
 d=$tmp/mixtral_f32_sharded
