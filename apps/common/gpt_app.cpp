@@ -227,10 +227,12 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       mc.vocab = init->vocab;
       if (init->positions > 0) mc.max_seq = init->positions;
     }
-    // The data's tokenizer travels into every checkpoint (text/stored_tokenizer.h); bytes when the
-    // data set names none and its ids are bytes.
+    // The data's tokenizer travels into every checkpoint (text/stored_tokenizer.h), where it decodes
+    // ids: bytes, SentencePiece or byte-level BPE (synthetic ids have no text, and a checkpoint that
+    // names a tokenizer is one generate decodes with).
     tc.tokenizer = text::read_stored_tokenizer_file(io::H5File::open_read(input));
-    if (!tc.tokenizer.recorded() && train_data.tokenizer != "unknown") tc.tokenizer.kind = train_data.tokenizer;
+    if (!tc.tokenizer.recorded()) tc.tokenizer.kind = train_data.tokenizer;
+    if (!text::decodes(tc.tokenizer.kind)) tc.tokenizer = {};
     mc.validate(o.split_model(mc.heads, mc.hidden));
     if (!o.grid() && o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), input);
 

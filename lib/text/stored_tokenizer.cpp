@@ -51,6 +51,8 @@ std::unique_ptr<Tokenizer> load_stored_tokenizer(const io::H5File& file) {
   return make_tokenizer(kind, t.bytes, file.path() + ":" + (t.name.empty() ? "tokenizer" : t.name));
 }
 
+bool decodes(const std::string& kind) { return kind == "bytes" || has_file(kind); }
+
 std::string StoredTokenizerFile::describe() const {
   if (!recorded()) return "none recorded";
   if (checksum.empty()) return kind;

@@ -35,6 +35,8 @@ struct StoredTokenizerFile {
   bool same_as(const StoredTokenizerFile& other) const { return kind == other.kind && checksum == other.checksum; }
 };
 StoredTokenizerFile read_stored_tokenizer_file(const io::H5File& file);
+// Whether ids of this kind decode to text: bytes, sentencepiece, hf-byte-level-bpe.
+bool decodes(const std::string& kind);
 StoredTokenizerFile read_stored_tokenizer_file(const io::CheckpointReader& checkpoint);
 // Into a checkpoint being written, in the data set's layout (nothing when !t.recorded()).
 void store_tokenizer(io::CheckpointWriter& checkpoint, const StoredTokenizerFile& t);
