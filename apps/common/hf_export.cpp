@@ -124,8 +124,9 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const Expo
     if (!p.stacked.empty()) {  // mixtral's experts: one Hugging Face tensor each
       if (!r.has(name) || r.shape(name).dims() != p.shape)
         fail("checkpoint ", checkpoint, " lacks tensor ", p.tessera, " ", Shape(p.shape).str());
-      const std::vector<int64_t> one(p.shape.begin() + 1, p.shape.end());
-      const int64_t n = Shape(one).numel();
+      const Shape stack(p.shape);
+      const std::vector<int64_t> one(stack.dims().begin() + 1, stack.dims().end());
+      const int64_t n = stack.numel() / p.shape[0];
       std::vector<float> v(static_cast<size_t>(n));
       for (size_t e = 0; e < p.stacked.size(); ++e) {
         r.read_range(name, static_cast<int64_t>(e) * n, static_cast<int64_t>(e + 1) * n, v.data());

@@ -218,7 +218,9 @@ std::vector<CheckpointInfo::Attr> carried_attrs(const io::CheckpointReader& r) {
   std::vector<CheckpointInfo::Attr> out;
   for (const std::string& key : r.attr_keys()) {
     if (!key.starts_with("hf.")) continue;
-    CheckpointInfo::Attr a{key, r.attr_type(key)};
+    CheckpointInfo::Attr a;
+    a.key = key;
+    a.type = r.attr_type(key);
     if (a.type == T::int64) a.integer = r.attr_int(key);
     else if (a.type == T::float64) a.number = r.attr_double(key);
     else if (a.type == T::string) a.text = r.attr_string(key);
