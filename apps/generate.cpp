@@ -29,6 +29,7 @@
 #include "io/checkpoint_file.h"
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
+#include "quant/quantized_checkpoint.h"
 #include "text/stored_tokenizer.h"
 
 namespace po = boost::program_options;
@@ -276,7 +277,9 @@ int main(int argc, char** argv) {
     report(o.checkpoint, ": ", models::arch_name(config.arch), ", ", config.layers, " layers, hidden ", config.hidden,
            ", ", config.heads, " heads", o.tp > 1 ? " (" + std::to_string(decoder.local_heads()) + " per rank)" : "",
          config.llama() ? " (" + std::to_string(config.kv()) + " kv)" : "", ", vocab ",
-           config.vocab, ", ", decoder.parameter_bytes(), " bytes of weights; tokenizer ", tokenizer->kind(),
+           config.vocab, ", ", decoder.parameter_bytes(), " bytes of weights",
+           quant::is_quantized(reader) ? " (" + quant::quantization_text(reader) + ")" : std::string(), "; tokenizer ",
+           tokenizer->kind(),
            stored ? "" : " (none stored: bytes)");
     if (!o.score.empty()) return run_score(o, decoder);
     return run_generate(o, decoder, *tokenizer);

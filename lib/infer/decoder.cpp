@@ -7,10 +7,12 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "core/error.h"
 #include "infer/model_spec.h"
 #include "kernels/ops.h"
+#include "quant/quantized_checkpoint.h"
 
 namespace tessera::infer {
 
@@ -24,16 +26,34 @@ namespace {
 class ParamReader {
  public:
   ParamReader(const io::CheckpointReader& r, const models::GptConfig& c) : r_(r) {
+    const bool quantized = quant::is_quantized(r);
     for (const auto& [name, shape] : parameter_shapes(c)) {
+      shapes_.emplace(name, shape);
+      // A quantised checkpoint's matrices are under /qparams (a tied table also stays in /params).
+      if (quantized && r.has(quant::quantized_path(name, "q"))) {
+        quantized_.emplace(name);
+        if (!r.has("/params/" + name)) continue;
+      }
       const std::string path = "/params/" + name;
       TESSERA_CHECK(r.has(path), "checkpoint ", r.path(), " lacks tensor ", name, " (its model attributes need it)");
       const Shape stored = r.shape(path);
       TESSERA_CHECK(stored == shape, "checkpoint ", r.path(), ", tensor ", name, ": shape ", stored.str(),
                     " where its model attributes give ", shape.str());
-      shapes_.emplace(name, shape);
     }
   }
   int64_t bytes() const { return bytes_; }
+  bool is_quantized(const std::string& name) const { return quantized_.count(name) > 0; }
+  // A weight for linear(): whole, the rows of the ranges, or columns [first, first + count); from a
+  // quantised checkpoint its int8/int4 groups where it has them.
+  LinearWeight weight_whole(const std::string& name) { return weight_rows(name, {{0, shapes_.at(name)[0]}}); }
+  LinearWeight weight_rows(const std::string& name, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+    if (!quantized_.count(name)) return LinearWeight::of(rows(name, ranges));
+    return counted(quantized(name).rows_of(ranges));
+  }
+  LinearWeight weight_columns(const std::string& name, int64_t first, int64_t count) {
+    if (!quantized_.count(name)) return LinearWeight::of(columns(name, first, count));
+    return counted(quantized(name).columns_of(first, count));
+  }
   Tensor whole(const std::string& name) { return rows(name, {{0, shapes_.at(name)[0]}}); }
   // The rows [first, first + count) of each range, one after the other ([rows, cols] or [rows]).
   Tensor rows(const std::string& name, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
@@ -56,6 +76,17 @@ class ParamReader {
   }
 
  private:
+  quant::QuantizedMatrix quantized(const std::string& name) {
+    quant::QuantizedMatrix m = quant::QuantizedMatrix::load(r_, name);
+    const Shape& shape = shapes_.at(name);
+    TESSERA_CHECK(m.rows() == shape[0] && m.cols() == shape[1], "checkpoint ", r_.path(), ", tensor ", name,
+                  ": quantised as [", m.rows(), ", ", m.cols(), "] where its model attributes give ", shape.str());
+    return m;
+  }
+  LinearWeight counted(quant::QuantizedMatrix m) {
+    bytes_ += m.bytes();
+    return LinearWeight::of(std::move(m));
+  }
   Tensor read(const std::string& name, const std::vector<io::FlatRange>& runs, const Shape& shape) {
     Tensor t = Tensor::empty(shape);
     r_.read_runs("/params/" + name, runs, t.data<float>());
@@ -64,6 +95,7 @@ class ParamReader {
   }
   const io::CheckpointReader& r_;
   std::map<std::string, Shape> shapes_;
+  std::set<std::string> quantized_;  // names stored as int8/int4 groups
   int64_t bytes_ = 0;
 };
 
@@ -86,8 +118,12 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
   const int64_t q_rows = local_heads() * D, kv_rows = local_kv_heads() * D, f_rows = F / tp;
   // This rank's slice of a row-split weight (its heads' or features' rows), of a column-split one,
   // and the bias a row-split layer adds once (on rank 0) before the all-reduce.
-  auto own_rows = [&](const std::string& name, int64_t per_rank) { return p.rows(name, {{rank * per_rank, per_rank}}); };
-  auto own_columns = [&](const std::string& name, int64_t per_rank) { return p.columns(name, rank * per_rank, per_rank); };
+  auto own_rows = [&](const std::string& name, int64_t per_rank) {
+    return p.weight_rows(name, {{rank * per_rank, per_rank}});
+  };
+  auto own_columns = [&](const std::string& name, int64_t per_rank) {
+    return p.weight_columns(name, rank * per_rank, per_rank);
+  };
   auto reduced_bias = [&](const std::string& name) { return rank == 0 ? p.whole(name) : Tensor(); };
   if (first_stage() || (last_stage() && config.tie_embeddings)) wte_ = p.whole("embed.tokens.weight");
   if (first_stage() && !config.llama()) wpe_ = p.whole("embed.positions.weight");
@@ -96,31 +132,36 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
     Block k;
     k.ln1_weight = p.whole(b + "ln1.weight");
     k.ln2_weight = p.whole(b + "ln2.weight");
-    k.proj.weight = own_columns(b + "attn.proj.weight", q_rows);
+    k.proj = own_columns(b + "attn.proj.weight", q_rows);
     if (!config.llama()) {
       k.ln1_bias = p.whole(b + "ln1.bias");
       k.ln2_bias = p.whole(b + "ln2.bias");
       // q, k and v rows of this rank's heads: [3, H, D] rows keep their order.
       const std::vector<std::pair<int64_t, int64_t>> qkv{
           {rank * q_rows, q_rows}, {C + rank * q_rows, q_rows}, {2 * C + rank * q_rows, q_rows}};
-      k.qkv = {p.rows(b + "attn.qkv.weight", qkv), p.rows(b + "attn.qkv.bias", qkv)};
+      k.qkv = p.weight_rows(b + "attn.qkv.weight", qkv);
+      k.qkv.bias = p.rows(b + "attn.qkv.bias", qkv);
       k.proj.bias = reduced_bias(b + "attn.proj.bias");
-      k.fc = {own_rows(b + "mlp.fc.weight", f_rows), own_rows(b + "mlp.fc.bias", f_rows)};
-      k.fc_proj = {own_columns(b + "mlp.proj.weight", f_rows), reduced_bias(b + "mlp.proj.bias")};
+      k.fc = own_rows(b + "mlp.fc.weight", f_rows);
+      k.fc.bias = p.rows(b + "mlp.fc.bias", {{rank * f_rows, f_rows}});
+      k.fc_proj = own_columns(b + "mlp.proj.weight", f_rows);
+      k.fc_proj.bias = reduced_bias(b + "mlp.proj.bias");
     } else {
-      k.q.weight = own_rows(b + "attn.q.weight", q_rows);
-      k.k.weight = p.rows(b + "attn.k.weight", {{first_kv_head() * D, kv_rows}});
-      k.v.weight = p.rows(b + "attn.v.weight", {{first_kv_head() * D, kv_rows}});
-      k.gate.weight = own_rows(b + "mlp.gate.weight", f_rows);
-      k.up.weight = own_rows(b + "mlp.up.weight", f_rows);
-      k.down.weight = own_columns(b + "mlp.down.weight", f_rows);
+      k.q = own_rows(b + "attn.q.weight", q_rows);
+      k.k = p.weight_rows(b + "attn.k.weight", {{first_kv_head() * D, kv_rows}});
+      k.v = p.weight_rows(b + "attn.v.weight", {{first_kv_head() * D, kv_rows}});
+      k.gate = own_rows(b + "mlp.gate.weight", f_rows);
+      k.up = own_rows(b + "mlp.up.weight", f_rows);
+      k.down = own_columns(b + "mlp.down.weight", f_rows);
     }
     blocks_.push_back(k);
   }
   if (last_stage()) {
     ln_f_weight_ = p.whole("ln_f.weight");
     if (!config.llama()) ln_f_bias_ = p.whole("ln_f.bias");
-    head_.weight = config.tie_embeddings ? wte_ : p.whole("head.weight");
+    // The head: the tied table (f32, or its quantised copy with ckpt_tool quantize --quantize-head).
+    const std::string head = config.tie_embeddings ? "embed.tokens.weight" : "head.weight";
+    head_ = config.tie_embeddings && !p.is_quantized(head) ? LinearWeight::of(wte_) : p.weight_whole(head);
   }
   parameter_bytes_ = p.bytes();
 }

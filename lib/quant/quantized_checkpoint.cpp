@@ -60,12 +60,13 @@ QuantizeSummary quantize_checkpoint(const std::string& input, const std::string&
 
   // Every tensor to quantise, checked before anything is written.
   std::vector<std::string> params, quantized;
+  const bool untied_head = r.has(std::string(kParams) + "head.weight");  // the table is then the embedding only
   for (const std::string& path : r.tensors()) {
     if (!starts_with(path, kParams)) continue;
     const std::string name = path.substr(std::strlen(kParams));
     const Shape shape = r.shape(path);
     params.push_back(name);
-    if (!quantized_tensor(name, shape, o.head)) continue;
+    if (!quantized_tensor(name, shape, o.head) || (untied_head && tied_head(name))) continue;
     TESSERA_CHECK(shape[1] % o.group_size == 0, "--group-size ", o.group_size, " does not divide the input dimension ",
                   shape[1], " of ", name, " ", shape.str(), " (choose a divisor of every block weight's columns)");
     quantized.push_back(name);

@@ -81,6 +81,43 @@ kernels::QuantMatrixView QuantizedMatrix::view() const {
 
 void QuantizedMatrix::dequantize(float* w) const { kernels::cpu::dequantize_weights(w, view()); }
 
+QuantizedMatrix QuantizedMatrix::rows_of(const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  QuantizedMatrix m;
+  m.cols_ = cols_, m.group_ = group_, m.bits_ = bits_;
+  const int64_t q_row = bits_ == 8 ? cols_ : cols_ / 2, groups = cols_ / group_;
+  auto append = [](auto& to, const auto& from, int64_t first, int64_t count, int64_t width) {
+    to.insert(to.end(), from.begin() + first * width, from.begin() + (first + count) * width);
+  };
+  for (const auto& [first, count] : ranges) {
+    TESSERA_CHECK(first >= 0 && count >= 0 && first + count <= rows_, "quantised matrix: rows [", first, ", ",
+                  first + count, ") outside its ", rows_);
+    append(m.q_, q_, first, count, q_row);
+    append(m.scales_, scales_, first, count, groups);
+    if (bits_ == 4) append(m.zeros_, zeros_, first, count, groups);
+    m.rows_ += count;
+  }
+  return m;
+}
+
+QuantizedMatrix QuantizedMatrix::columns_of(int64_t first, int64_t count) const {
+  TESSERA_CHECK(first >= 0 && count > 0 && first + count <= cols_, "quantised matrix: columns [", first, ", ",
+                first + count, ") outside its ", cols_);
+  TESSERA_CHECK(first % group_ == 0 && count % group_ == 0, "quantised matrix: columns [", first, ", ", first + count,
+                ") do not fall on whole groups of ", group_,
+                " (quantise with a --group-size that divides the columns each tensor-parallel rank holds)");
+  QuantizedMatrix m;
+  m.rows_ = rows_, m.cols_ = count, m.group_ = group_, m.bits_ = bits_;
+  const int64_t per_byte = bits_ == 8 ? 1 : 2, q_row = cols_ / per_byte, groups = cols_ / group_;
+  for (int64_t r = 0; r < rows_; ++r) {
+    const auto q = q_.begin() + r * q_row + first / per_byte;
+    m.q_.insert(m.q_.end(), q, q + count / per_byte);
+    const int64_t g = r * groups + first / group_;
+    m.scales_.insert(m.scales_.end(), scales_.begin() + g, scales_.begin() + g + count / group_);
+    if (bits_ == 4) m.zeros_.insert(m.zeros_.end(), zeros_.begin() + g, zeros_.begin() + g + count / group_);
+  }
+  return m;
+}
+
 void matmul(const float* x, int64_t M, const QuantizedMatrix& W, float* y) {
   if (M == 1)
     kernels::cpu::quant_gemv(y, x, W.view());

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/checkpoint_file.h"
@@ -33,6 +34,12 @@ class QuantizedMatrix {
   int64_t bytes() const;
   kernels::QuantMatrixView view() const;
   void dequantize(float* w) const;  // w [rows, cols]
+
+  // A tensor-parallel rank's part: the rows of each (first, count) range one after the other (the
+  // heads or features it owns), or columns [first, first + count) of every row, which must fall on
+  // whole groups (throws naming the group size otherwise).
+  QuantizedMatrix rows_of(const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
+  QuantizedMatrix columns_of(int64_t first, int64_t count) const;
 
   // The pieces as stored (tests and the writer): q as bytes, scales f32, zeros (int4) uint8.
   const std::vector<uint8_t>& q() const { return q_; }

@@ -3,9 +3,9 @@
 # (3 blocks as 2 + 1 stages, the slots as micro-batches) and tp 2 x pp 2 gives exactly the one-rank
 # tokens, greedy and seeded sampling (8 prompts of mixed lengths in 3 slots, so slots are
 # refilled), log-probabilities within 1e-5, and the one-rank --score within relative 1e-6, for
-# gpt2 and for Llama with 2 kv heads (tp 2 splits them) and 1 (multi-query: each tp rank holds it);
-# tp 3, which divides no head count here,
-# and more stages than blocks are refused by name.
+# gpt2 and for Llama with 2 kv heads (tp 2 splits them) and 1 (multi-query: each tp rank holds it),
+# and for quantised checkpoints of them (int4 with the head, int8); tp 3, which divides no head count here,
+# more stages than blocks, and quantisation groups a tp rank's columns would cut are refused by name.
 # usage: generate_parallel.sh <build_dir> <source_dir>
 set -euo pipefail
 if [[ $# -ne 2 ]]; then
@@ -40,7 +40,19 @@ check_case() {
   shift
   run "$build/apps/gpt_train" --input "$tmp/data.h5" --layers 3 --hidden 32 --heads 4 --seq-len 48 --global-batch 8 \
       --steps 10 --lr 1e-2 --warmup 2 --seed 3 --checkpoint-dir "$tmp/$name" --checkpoint-every 10 "$@"
-  local ck=$tmp/$name/step_10.h5
+  check_checkpoint "$name" "$tmp/$name/step_10.h5"
+}
+
+# Quantised weights (ckpt_tool quantize): their row and column slices under tp, whole groups each.
+check_quantized() {
+  local name=$1 from=$2
+  shift 2
+  run "$build/apps/ckpt_tool" quantize "$tmp/$from/step_10.h5" --output "$tmp/$name.h5" "$@"
+  check_checkpoint "$name" "$tmp/$name.h5"
+}
+
+check_checkpoint() {
+  local name=$1 ck=$2
   for mode in greedy sampled; do
     local flags=(--max-new-tokens 20 --max-batch 3 --max-len 48 --logprobs)
     [[ $mode == greedy ]] || flags+=(--temperature 0.8 --top-k 20 --top-p 0.9 --repetition-penalty 1.2 --seed 4)
@@ -77,6 +89,17 @@ PY
 check_case gpt2
 check_case llama --arch llama --kv-heads 2 --ffn-hidden 64
 check_case llama_mqa --arch llama --kv-heads 1 --ffn-hidden 64
+check_quantized gpt2_int4_head gpt2 --bits 4 --group-size 8 --quantize-head
+check_quantized llama_int8 llama --bits 8 --group-size 16
+
+# A group that a tp rank's columns would cut in two is refused by name.
+run "$build/apps/ckpt_tool" quantize "$tmp/gpt2/step_10.h5" --output "$tmp/g32.h5" --bits 8 --group-size 32
+set +e
+"$launcher" --oversubscribe -np 2 "$build/apps/generate" --checkpoint "$tmp/g32.h5" --prompt x --tp 2 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+set -e
+[[ $rc -ne 0 ]] && grep -q -- "do not fall on whole groups of 32" "$tmp/err" || fail "g32 at tp 2: exit $rc, $(cat "$tmp/err")"
+echo "a quantised checkpoint whose groups a tp rank would cut: refused"
 
 set +e
 "$launcher" --oversubscribe -np 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --tp 3 >"$tmp/out" 2>"$tmp/err"

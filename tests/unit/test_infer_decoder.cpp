@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "infer/model_spec.h"
 #include "infer/sampler.h"
 #include "io/checkpoint_file.h"
+#include "quant/quantized_checkpoint.h"
+#include "quant/quantized_matrix.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
@@ -36,8 +39,10 @@ class RemoveScratch : public ::testing::Environment {
 };
 ::testing::Environment* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
 
-// A checkpoint of `config` with random weights (norm weights near 1), as gpt_train records it.
-std::string write_checkpoint(const models::GptConfig& c, const std::string& name) {
+// A checkpoint of `config` with random weights (norm weights near 1), as gpt_train records it;
+// `edit` may change a tensor's values before they are written.
+using EditTensor = std::function<void(const std::string& param, std::vector<float>& values)>;
+std::string write_checkpoint(const models::GptConfig& c, const std::string& name, const EditTensor& edit = nullptr) {
   const fs::path dir = scratch_dir();
   fs::create_directories(dir);
   const std::string path = (dir / name).string();
@@ -48,6 +53,7 @@ std::string write_checkpoint(const models::GptConfig& c, const std::string& name
     std::vector<float> v(static_cast<size_t>(shape.numel()));
     const bool norm = param.find("ln") != std::string::npos && param.ends_with(".weight");
     philox_fill_normal(v.data(), shape.numel(), 7, stream++, 0, norm ? 1.0f : 0.0f, norm ? 0.1f : 0.3f);
+    if (edit) edit(param, v);
     w.create(t, shape);
     w.write_range(t, 0, shape.numel(), v.data());
   }
@@ -153,6 +159,68 @@ TEST(InferDecoder, CacheMatchesRecomputeLlamaGroupedQuery) {
 }
 TEST(InferDecoder, CacheMatchesRecomputeLlamaMultiQueryTied) {
   check_cache_matches_recompute(llama_config(1, true), "llama_mqa.h5");
+}
+
+// A quantised checkpoint (ckpt_tool quantize) runs its block matrices, and here the head, on the
+// int8/int4 kernels: its logits equal those of an f32 checkpoint holding the dequantised weights,
+// up to the order of the f32 sums, in a prefill (GEMM) and one token per step (GEMV); and they are
+// not the unquantised model's (the quantised weights are the ones used).
+// (A tied table quantised for the head stays f32 for the embedding, which one f32 checkpoint cannot
+// say: the tied case quantises the blocks only.)
+void check_quantized_matches_dequantized(const models::GptConfig& config, int bits, int64_t group,
+                                         const std::string& name) {
+  const std::string f32 = write_checkpoint(config, name + ".h5");
+  const std::string quantized = (scratch_dir() / (name + ".q.h5")).string();
+  quant::QuantizeOptions options;
+  options.bits = bits;
+  options.group_size = group;
+  options.head = !config.tie_embeddings;
+  quant::quantize_checkpoint(f32, quantized, options);
+  const io::CheckpointReader q_reader(quantized, MPI_COMM_NULL);
+  int64_t replaced = 0;
+  const std::string dequantized = write_checkpoint(config, name + ".dq.h5", [&](const std::string& param,
+                                                                                std::vector<float>& v) {
+    if (!q_reader.has(quant::quantized_path(param, "q"))) return;
+    quant::QuantizedMatrix::load(q_reader, param).dequantize(v.data());
+    ++replaced;
+  });
+  EXPECT_EQ(replaced, config.layers * (config.llama() ? 7 : 4) + (options.head ? 1 : 0))
+      << "the block matrices (and an untied head) quantised, nothing else";
+
+  const int64_t L = 20, V = config.vocab;
+  const std::vector<int32_t> tokens = sequence(L, V, 21);
+  const io::CheckpointReader dq_reader(dequantized, MPI_COMM_NULL);
+  infer::Decoder reference(dq_reader, infer::model_config_of(dq_reader));
+  infer::KvCache ref_cache = reference.make_cache(1, L);
+  const Tensor want = reference.forward({{0, tokens.data(), L, true}}, ref_cache).clone();
+
+  infer::Decoder decoder(q_reader, infer::model_config_of(q_reader));
+  EXPECT_LT(decoder.parameter_bytes(), reference.parameter_bytes());
+  infer::KvCache cache = decoder.make_cache(1, L);
+  const int64_t prefill = 8;
+  Tensor got = decoder.forward({{0, tokens.data(), prefill, true}}, cache);
+  expect_rows_near(got.data<float>(), want.data<float>(), prefill, V, 1e-5, name + " prefill (GEMM)");
+  for (int64_t at = prefill; at < L; ++at) {
+    got = decoder.forward({{0, tokens.data() + at, 1, false}}, cache);
+    expect_rows_near(got.data<float>(), want.data<float>() + at * V, 1, V, 1e-5,
+                     name + " decode (GEMV) at position " + std::to_string(at));
+  }
+
+  const io::CheckpointReader f32_reader(f32, MPI_COMM_NULL);
+  infer::Decoder unquantized(f32_reader, infer::model_config_of(f32_reader));
+  infer::KvCache f32_cache = unquantized.make_cache(1, L);
+  const Tensor plain = unquantized.forward({{0, tokens.data(), L, true}}, f32_cache);
+  double moved = 0;
+  for (int64_t i = 0; i < L * V; ++i)
+    moved = std::max(moved, std::fabs(static_cast<double>(plain.data<float>()[i]) - want.data<float>()[i]));
+  EXPECT_GT(moved, 1e-4) << name << ": quantising changed no logit: the f32 weights were used";
+}
+
+TEST(InferDecoder, QuantizedInt4Gpt2EqualsItsDequantizedWeights) {
+  check_quantized_matches_dequantized(gpt2_config(), 4, 8, "gpt2_int4");
+}
+TEST(InferDecoder, QuantizedInt8LlamaEqualsItsDequantizedWeights) {
+  check_quantized_matches_dequantized(llama_config(2, false), 8, 16, "llama_int8");
 }
 
 TEST(InferDecoder, RefusesTokensPositionsAndSlotsByName) {
