@@ -17,6 +17,7 @@
 #include "io/checkpoint_file.h"
 #include "io/safetensors_folder.h"
 #include "quant/quantized_checkpoint.h"
+#include "text/stored_tokenizer.h"
 
 namespace po = boost::program_options;
 using tessera::io::CheckpointReader;
@@ -29,17 +30,20 @@ constexpr const char* kUsage =
     "Looks into a tessera checkpoint (HDF5, one file per step).\n"
     "\n"
     "commands:\n"
-    "  inspect FILE   step, consumed samples, layout, quantisation, every root attribute, and a\n"
-    "                 table of the tensors: name, shape, L2 norm (or the stored integer type)\n"
+    "  inspect FILE   step, consumed samples, layout, quantisation, tokenizer, every root attribute,\n"
+    "                 the files it carries (the tokenizer's) and a table of the tensors: name,\n"
+    "                 shape, L2 norm (or the stored integer type)\n"
     "  verify FILE    reads every tensor and checks it against its checksum; prints\n"
     "                 \"ok: FILE (N tensors)\" and exits 0, or \"error: ...\" and exits 1\n"
     "  import-hf DIR --output FILE.h5\n"
-    "                 a Hugging Face model folder (config.json, safetensors; gpt2, llama, mistral)\n"
-    "                 to a tessera checkpoint at step 0; prints the gpt_train options of the model\n"
+    "                 a Hugging Face model folder (config.json, safetensors; gpt2, llama, mistral,\n"
+    "                 mixtral;"
+    " its tokenizer.json or tokenizer.model, if any) to a tessera checkpoint\n"
+    "                 at step 0, for gpt_train (moe_train) --init-from\n"
     "  export-hf FILE.h5 --output DIR [--dtype f32|bf16|f16] [--max-shard-size 2GB]\n"
     "            [--norm-eps X] [--rope-theta X]   (llama: values gpt_train does not record)\n"
     "                 the reverse: config.json, generation_config.json, model.safetensors (or\n"
-    "                 shards and model.safetensors.index.json past the size)\n"
+    "                 shards and model.safetensors.index.json past the size), the tokenizer\n"
     "  quantize FILE.h5 --bits 8|4 --group-size G --output Q.h5 [--scale-dtype f32|bf16]\n"
     "           [--quantize-head]\n"
     "                 the blocks' weight matrices rounded to int8 (symmetric) or int4 (zero points)\n"
@@ -125,9 +129,15 @@ int run_inspect(const std::vector<std::string>& args) {
             << "quantisation: "
             << (tessera::quant::is_quantized(r) ? tessera::quant::quantization_text(r) : std::string("none (f32)"))
             << "\n"
+            << "tokenizer: " << tessera::text::read_stored_tokenizer_file(r).describe() << "\n"
             << "attributes (" << keys.size() << "):\n";
   for (const std::string& key : keys) std::cout << "  " << key << " = " << attr_text(r, key) << "\n";
 
+  const std::vector<std::string> files = r.byte_datasets();
+  if (!files.empty()) {
+    std::cout << "files (" << files.size() << "):\n";
+    for (const std::string& f : files) std::cout << "  " << f << "  " << r.read_bytes(f).size() << " bytes\n";
+  }
   const std::vector<std::string> names = r.tensors();
   std::vector<tessera::Shape> shapes;
   size_t name_w = 4, shape_w = 5;
@@ -184,8 +194,9 @@ int run_hf(const std::string& command, const std::vector<std::string>& args) {
   if (output.empty()) usage_error("ckpt_tool " + command + " needs --output");
   if (import) {
     const std::string flags = tessera::hf::import_hf(source, output);
-    std::cout << "wrote " << output << " (step 0); train from it with\n  gpt_train " << flags
-              << " --resume " << output << " --input DATA.h5 ...\n";
+    const char* trainer = flags.find("--experts") != std::string::npos ? "moe_train" : "gpt_train";
+    std::cout << "wrote " << output << " (step 0); fine-tune it with\n  " << trainer << " --init-from " << output
+              << " --input DATA.h5 ...\n(the model options come from the checkpoint: " << flags << ")\n";
   } else {
     TESSERA_CHECK(!vm.count("norm-eps") || norm_eps > 0, "--norm-eps must be > 0, got ", norm_eps);
     TESSERA_CHECK(!vm.count("rope-theta") || rope_theta > 0, "--rope-theta must be > 0, got ", rope_theta);

@@ -5,10 +5,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
 #include "apps/common/auto_layout.h"
+#include "apps/common/init_from.h"
 #include "apps/common/train_cli.h"
 #include "comm/mpi_runtime.h"
 #include "core/allocator.h"
@@ -16,6 +18,7 @@
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
+#include "text/stored_tokenizer.h"
 #include "plan/memory_plan.h"
 #include "train/gpt_workload.h"
 #include "train/preemption.h"
@@ -132,6 +135,8 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
         ("input", po::value(&input)->required()->value_name("DATA.h5"), "training token data set (HDF5: /tokens, or /train/tokens)")
         ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)");
     o.add_to(opts, "sequences", moe ? TrainOptions::App::moe : TrainOptions::App::gpt);
+    opts.section(kCheckpoints).add_options()
+        ("init-from", po::value(&o.train.init_from)->value_name("FILE.h5"), "start from this checkpoint's weights (any layout's; ckpt_tool import-hf makes one from a Hugging Face model) with a fresh optimizer at step 1: fine-tuning. The model options come from it (one given that contradicts it is refused); a gpt2 position table longer than --seq-len is used in part. Not with --resume FILE, nor with --resume auto once --checkpoint-dir holds checkpoints");
     std::string layout_choice, machine_file;
     (moe ? opts.foreign() : opts.section(kLayout)).add_options()
         ("layout", po::value(&layout_choice)->default_value("manual")->value_name("manual|auto"), "manual (the layout flags as given) or auto: every rank runs parallel_plan's search over the job's ranks and trains with the fastest layout that fits in --device-memory-limit (else the node's available memory), printed at start-up; layout flags beside it are refused")
@@ -153,6 +158,12 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     const std::string data_identity = check_ranks_started_alike(vm, {"input", "val-input"});
     mc.arch = models::parse_arch(arch);
     mc.tie_embeddings = !mc.llama() || tie_embeddings;
+    std::optional<InitFromModel> init;  // --init-from's model, which the options then describe
+    if (!o.train.init_from.empty()) {
+      TESSERA_CHECK(std::filesystem::is_regular_file(o.train.init_from), "--init-from ", o.train.init_from,
+                    ": no such checkpoint file");
+      init = take_model_from_checkpoint(o.train.init_from, moe, vm, mc, arch, router_norm, seq_len);
+    }
     if (!mc.llama())
       for (const char* llama_only : {"kv-heads", "ffn-hidden", "norm-eps", "rope-theta", "tie-embeddings"})
         TESSERA_CHECK(!vm.count(llama_only) || vm[llama_only].defaulted(), "--", llama_only,
@@ -169,7 +180,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     const comm::MeshShape& m = o.mesh;
     o.finish(dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size(), vm);
     TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
-    check_output_files({{"--input", input}, {"--val-input", val_input},
+    check_output_files({{"--input", input}, {"--val-input", val_input}, {"--init-from", o.train.init_from},
                         {"--resume", o.train.resume == "none" || o.train.resume == "auto" ? "" : o.train.resume}},
                        {{"--metrics", o.train.metrics_path}, {"--trace", o.train.trace_path}, {"--dump", o.train.dump_path}});
     if (moe) {
@@ -202,8 +213,8 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     if (dry_run || o.auto_placement()) {
       TESSERA_CHECK(!o.grid(), dry_run ? "--dry-run" : "--placement auto", ": the memory planner does not cover",
                     " --tp-mode ", o.tp_mode, " yet");
-      mc.vocab = vocab_size_of(input);
-      mc.max_seq = seq_len;
+      mc.vocab = init ? init->vocab : vocab_size_of(input);
+      mc.max_seq = init && init->positions > 0 ? init->positions : seq_len;
       mc.validate(o.mesh.tp);
     }
     if (o.auto_placement()) {  // before the dry run, which then shows the placement chosen
@@ -233,6 +244,19 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                     " differs from training vocab_size ", train_data.vocab_size);
     mc.vocab = train_data.vocab_size;
     mc.max_seq = seq_len;
+    if (init) {  // the checkpoint's vocabulary and position table (a longer one is used in part)
+      TESSERA_CHECK(init->vocab >= train_data.vocab_size, "--init-from ", o.train.init_from, ": its model's vocabulary (",
+                    init->vocab, " ids) is smaller than the training data's vocab_size ", train_data.vocab_size, " (",
+                    input, "): ids past ", init->vocab - 1, " would have no embedding");
+      mc.vocab = init->vocab;
+      if (init->positions > 0) mc.max_seq = init->positions;
+    }
+    // The data's tokenizer travels into every checkpoint (text/stored_tokenizer.h), where it decodes
+    // ids: bytes, SentencePiece or byte-level BPE (synthetic ids have no text, and a checkpoint that
+    // names a tokenizer is one generate decodes with).
+    tc.tokenizer = text::read_stored_tokenizer_file(io::H5File::open_read(input));
+    if (!tc.tokenizer.recorded()) tc.tokenizer.kind = train_data.tokenizer;
+    if (!text::decodes(tc.tokenizer.kind)) tc.tokenizer = {};
     mc.validate(o.split_model(mc.heads, mc.hidden));
     if (!o.grid() && o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), input);
 

@@ -6,14 +6,22 @@
 
 namespace tessera::hf {
 
+// Where a checkpoint keeps a model folder's tokenizer files beside the tokenizer itself (byte
+// datasets): /hf_files/tokenizer_config.json, /hf_files/special_tokens_map.json.
+inline constexpr const char* kHfFiles = "/hf_files/";
+
 // Writes `output` (refused if it exists): the parameters, zero AdamW moments, step 0, and the
 // model attributes gpt_train records, plus hf.* attributes (model_type, dtype, norm_eps,
-// rope_theta, max_position_embeddings, the config.json text) for export. Returns the gpt_train
+// rope_theta, max_position_embeddings, the config.json text) for export; the folder's tokenizer
+// (tokenizer.json, else tokenizer.model) as a data set stores it (text/stored_tokenizer.h), with
+// its tokenizer_config.json and special_tokens_map.json under kHfFiles. Returns the gpt_train
 // options that build the model.
 std::string import_hf(const std::string& dir, const std::string& output);
 
 // Writes config.json, generation_config.json and the weights into `dir` (created; refused if it
-// exists and is not empty). dtype: "f32", "bf16", "f16", or "" (the imported dtype, else f32).
+// exists and is not empty), and the checkpoint's tokenizer: tokenizer.json (byte-level BPE) or
+// tokenizer.model (SentencePiece), with the tokenizer_config.json and special_tokens_map.json an
+// import kept. dtype: "f32", "bf16", "f16", or "" (the imported dtype, else f32).
 // max_shard_bytes: 0 for one file. norm_eps / rope_theta (llama; 0: not given): the values a
 // checkpoint gpt_train wrote does not record (else its hf.* values, else gpt_train's defaults);
 // refused where the checkpoint records another.

@@ -10,6 +10,7 @@
 #include "io/checkpoint_file.h"
 #include "io/safetensors_folder.h"
 #include "quant/quantized_checkpoint.h"
+#include "text/stored_tokenizer.h"
 
 namespace tessera::hf {
 namespace fs = std::filesystem;
@@ -31,8 +32,8 @@ HfModel model_of(const io::CheckpointReader& r, const ExportOptions& o) {
   const std::string where = "checkpoint " + r.path();
   if (!r.has_attr("model")) fail(where, " records no model");
   const std::string model = r.attr_string("model");
-  if (model != "gpt" && model != "llama")
-    fail(where, " holds a ", model, " model; export-hf writes gpt (gpt2) and llama models (mixture-of-experts: not yet)");
+  if (model != "gpt" && model != "llama" && model != "moe_llama")
+    fail(where, " holds a ", model, " model; export-hf writes gpt (gpt2), llama and moe_llama (mixtral) models");
   auto field = [&](const std::string& key) {
     if (!r.has_attr("model." + key)) fail(where, " does not record model.", key);
     return r.attr_int("model." + key);
@@ -57,6 +58,23 @@ HfModel model_of(const io::CheckpointReader& r, const ExportOptions& o) {
     g.max_seq = m.max_positions;
     g.norm_eps = llama_value(r, "norm_eps", o.norm_eps, 1e-5f, "--norm-eps");
     g.rope_theta = llama_value(r, "rope_theta", o.rope_theta, 10000.0f, "--rope-theta");
+  }
+  if (model == "moe_llama") {  // Mixtral: experts in every block, no shared ones, top-k gates renormalised
+    m.model_type = "mixtral";
+    const int64_t every = field("moe_every"), shared = field("shared_experts"), renormalised = field("gates_renormalised");
+    if (every != 1 || shared != 0 || renormalised != 1)
+      fail(where, " is a moe_llama model Mixtral cannot express (moe_every ", every, ", shared_experts ", shared,
+           ", gates_renormalised ", renormalised, "; Mixtral has experts in every block, none shared, and renormalises",
+           " the chosen experts' gates)");
+    g.moe_every = 1;
+    g.moe.experts = field("experts");
+    g.moe.hidden = field("expert_hidden");
+    g.moe.swiglu = true;
+    g.moe.router.top_k = static_cast<int>(field("top_k"));
+    g.moe.router.norm = nn::RouterNorm::softmax_topk;
+    if (g.moe.hidden != g.mlp_hidden())
+      fail(where, ": expert_hidden ", g.moe.hidden, " differs from ffn_hidden ", g.mlp_hidden(),
+           " (Mixtral's intermediate_size is both)");
   }
   if (!g.llama() && (o.norm_eps > 0 || o.rope_theta > 0))
     fail("--norm-eps and --rope-theta are for llama checkpoints; ", r.path(), " holds a gpt2 model");
@@ -103,6 +121,19 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const Expo
   std::vector<io::StWriteTensor> tensors;
   for (const TensorPair& p : tensor_pairs(m)) {
     const std::string name = "/params/" + p.tessera;
+    if (!p.stacked.empty()) {  // mixtral's experts: one Hugging Face tensor each
+      if (!r.has(name) || r.shape(name).dims() != p.shape)
+        fail("checkpoint ", checkpoint, " lacks tensor ", p.tessera, " ", Shape(p.shape).str());
+      const Shape stack(p.shape);
+      const std::vector<int64_t> one(stack.dims().begin() + 1, stack.dims().end());
+      const int64_t n = stack.numel() / p.shape[0];
+      std::vector<float> v(static_cast<size_t>(n));
+      for (size_t e = 0; e < p.stacked.size(); ++e) {
+        r.read_range(name, static_cast<int64_t>(e) * n, static_cast<int64_t>(e + 1) * n, v.data());
+        tensors.push_back({p.stacked[e], dtype, one, io::st_encode(v.data(), n, dtype)});
+      }
+      continue;
+    }
     if (!r.has(name)) fail("checkpoint ", checkpoint, " lacks tensor ", p.tessera);
     const Shape shape = r.shape(name);
     if (shape.dims() != p.shape) fail("checkpoint ", checkpoint, ", tensor ", p.tessera, ": shape ", shape.str(), " disagrees with its model attributes");
@@ -123,6 +154,21 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const Expo
   io::write_safetensors_folder(dir, tensors, options.max_shard_bytes, {{"format", "pt"}});
   write_json(fs::path(dir) / "config.json", config);
   write_json(fs::path(dir) / "generation_config.json", generation_config_json(config));
+  const text::StoredTokenizerFile tokenizer = text::read_stored_tokenizer_file(r);
+  auto write_file = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream out(fs::path(dir) / name, std::ios::binary);
+    out << bytes;
+    out.close();
+    if (!out) fail("cannot write ", (fs::path(dir) / name).string());
+  };
+  if (tokenizer.kind == "hf-byte-level-bpe" || tokenizer.kind == "sentencepiece") {
+    write_file(tokenizer.kind == "sentencepiece" ? "tokenizer.model" : "tokenizer.json", tokenizer.bytes);
+    for (const std::string& path : r.byte_datasets())
+      if (path.starts_with(kHfFiles)) write_file(path.substr(std::string(kHfFiles).size()), r.read_bytes(path));
+  } else if (tokenizer.recorded() && tokenizer.kind != "bytes") {
+    std::cerr << "note: " << checkpoint << " was trained on ids of '" << tokenizer.kind
+              << "', which have no tokenizer file: none written\n";
+  }
 }
 
 }  // namespace tessera::hf

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <set>
 
 #include "apps/common/hf_checkpoint.h"
@@ -11,6 +12,7 @@
 #include "io/checkpoint_file.h"
 #include "io/safetensors_folder.h"
 #include "optim/loss_scaler.h"
+#include "text/stored_tokenizer.h"
 
 namespace tessera::hf {
 namespace fs = std::filesystem;
@@ -34,6 +36,40 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return t + "]";
 }
 
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read ", path.string());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The folder's tokenizer, as tessera stores one: tokenizer.json (byte-level BPE), else
+// tokenizer.model (SentencePiece); none when the folder has neither. One tessera cannot read is
+// refused, as is one with more ids than the model's vocabulary.
+text::StoredTokenizerFile folder_tokenizer(const fs::path& dir, int64_t model_vocab) {
+  text::StoredTokenizerFile t;
+  for (const auto& [file, kind] : {std::pair{"tokenizer.json", "hf-byte-level-bpe"}, std::pair{"tokenizer.model", "sentencepiece"}}) {
+    const fs::path path = dir / file;
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) continue;
+    t.kind = kind;
+    t.name = file;
+    t.bytes = read_file(path);
+    t.checksum = text::tokenizer_checksum(t.bytes);
+    int64_t vocab = 0;
+    try {
+      vocab = text::make_tokenizer(kind, t.bytes, path.string())->vocab_size();
+    } catch (const Error& e) {
+      fail("model folder ", dir.string(), ": its ", file, " cannot be read as a tokenizer (", e.what(),
+           "); move it out of the folder to import the weights alone");
+    }
+    if (vocab > model_vocab)
+      fail("model folder ", dir.string(), ": its ", file, " has ", vocab, " ids, more than the model's vocabulary of ",
+           model_vocab, " (config.json vocab_size)");
+    return t;
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string import_hf(const std::string& dir, const std::string& output) {
@@ -50,6 +86,17 @@ std::string import_hf(const std::string& dir, const std::string& output) {
   std::set<std::string> used;
   std::set<io::StDtype> dtypes;
   for (const TensorPair& p : pairs) {
+    for (const std::string& part : p.stacked) {  // mixtral's experts, one tensor each
+      if (!folder.has(part)) fail("model folder ", dir, " lacks tensor ", part, ", which its config (", m.model_type, ", ",
+                                  m.config.moe.experts, " experts) needs");
+      const io::StTensor& t = folder.tensor(part);
+      const std::vector<int64_t> want(p.shape.begin() + 1, p.shape.end());
+      if (t.shape != want)
+        fail(folder.file_of(part).path(), ", tensor ", part, ": shape ", shape_text(t.shape), ", the config needs ", shape_text(want));
+      used.insert(part);
+      dtypes.insert(t.dtype);
+    }
+    if (!p.stacked.empty()) continue;
     if (!folder.has(p.hf)) fail("model folder ", dir, " lacks tensor ", p.hf, ", which its config (", m.model_type, ", ",
                                 m.config.layers, " layers) needs");
     const io::StTensor& t = folder.tensor(p.hf);
@@ -72,7 +119,14 @@ std::string import_hf(const std::string& dir, const std::string& output) {
       fail("model folder ", dir, ": tensor ", name, " (in ", folder.file_of(name).path(), ") is unexpected for a ", m.model_type,
            " model of ", m.config.layers, " layers", tied ? " with a tied head" : "");
 
+  const text::StoredTokenizerFile tokenizer = folder_tokenizer(dir, m.config.vocab);
+
   io::CheckpointWriter w(output, MPI_COMM_NULL);
+  text::store_tokenizer(w, tokenizer);
+  // The tokenizer's Hugging Face settings, kept as they are for export-hf.
+  for (const char* file : {"tokenizer_config.json", "special_tokens_map.json"})
+    if (tokenizer.recorded() && fs::is_regular_file(fs::path(dir) / file, ec))
+      w.write_bytes(std::string(kHfFiles) + file, read_file(fs::path(dir) / file));
   w.set_attr("step", int64_t{0});
   w.set_attr("consumed_samples", int64_t{0});
   w.set_attr("model", tessera_model_name(m));
@@ -94,7 +148,12 @@ std::string import_hf(const std::string& dir, const std::string& output) {
   w.set_attr("hf.max_position_embeddings", m.max_positions);
   w.set_attr("hf.config", config.dump());
   for (const TensorPair& p : pairs) {
-    std::vector<float> v = folder.read_f32(p.hf);
+    std::vector<float> v;
+    if (p.stacked.empty()) v = folder.read_f32(p.hf);
+    for (const std::string& part : p.stacked) {
+      const std::vector<float> one = folder.read_f32(part);
+      v.insert(v.end(), one.begin(), one.end());
+    }
     if (p.transposed) {  // [in, out] -> [out, in]
       const int64_t rows = p.shape[0], cols = p.shape[1];
       std::vector<float> t(v.size());

@@ -1,6 +1,8 @@
 // gpt2 / llama / mistral config.json fields and tensor names against tessera's GPT family.
 #include "apps/common/hf_model.h"
 
+#include <tuple>
+
 #include <cmath>
 #include <regex>
 #include <sstream>
@@ -72,7 +74,7 @@ HfModel model_from_config(const json& c, const std::string& where) {
     require(c, "scale_attn_by_inverse_layer_idx", false, where, "tessera does not scale attention by layer");
     require(c, "tie_word_embeddings", true, where, "tessera's gpt2 ties the head to the token embedding");
     g.tie_embeddings = true;
-  } else if (m.model_type == "llama" || m.model_type == "mistral") {
+  } else if (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "mixtral") {
     g.arch = models::Arch::llama;
     g.vocab = int_field(c, "vocab_size", where);
     g.hidden = int_field(c, "hidden_size", where);
@@ -93,8 +95,20 @@ HfModel model_from_config(const json& c, const std::string& where) {
     require(c, "pretraining_tp", 1, where, "a pretraining_tp above 1 changes the computation");
     if (c.contains("head_dim") && !c["head_dim"].is_null() && c["head_dim"] != json(g.hidden / g.heads))
       fail(where, ": config field head_dim = ", c["head_dim"].dump(), " is not hidden_size / num_attention_heads");
+    if (m.model_type == "mixtral") {  // every block a mixture of SwiGLU experts, top-k gates renormalised
+      g.moe_every = 1;
+      g.moe.experts = int_field(c, "num_local_experts", where);
+      g.moe.hidden = g.ffn_hidden;
+      g.moe.swiglu = true;
+      g.moe.router.top_k = static_cast<int>(int_field(c, "num_experts_per_tok", where, 2));
+      g.moe.router.norm = nn::RouterNorm::softmax_topk;
+      if (g.moe.router.top_k != 1 && g.moe.router.top_k != 2)
+        fail(where, ": config field num_experts_per_tok = ", g.moe.router.top_k, " is not supported (tessera routes to 1 or 2 experts)");
+      if (number_field(c, "router_jitter_noise", where, 0.0) != 0.0)
+        fail(where, ": config field router_jitter_noise = ", c["router_jitter_noise"].dump(), " is not supported (tessera's router adds no noise)");
+    }
   } else {
-    fail(where, ": model_type ", m.model_type, " is not supported (gpt2, llama or mistral)");
+    fail(where, ": model_type ", m.model_type, " is not supported (gpt2, llama, mistral or mixtral)");
   }
   if (g.hidden % g.heads != 0) fail(where, ": hidden size ", g.hidden, " is not divisible by ", g.heads, " heads");
   if (g.heads % g.kv() != 0) fail(where, ": ", g.kv(), " key/value heads do not divide ", g.heads, " heads");
@@ -136,6 +150,19 @@ std::vector<TensorPair> tensor_pairs(const HfModel& m, const std::string& prefix
     p.push_back({t + "attn.v.weight", h + "self_attn.v_proj.weight", {KV, C}});
     p.push_back({t + "attn.proj.weight", h + "self_attn.o_proj.weight", {C, C}});
     p.push_back({t + "ln2.weight", h + "post_attention_layernorm.weight", {C}});
+    if (g.moe_every > 0) {  // mixtral: the router, and each expert's w1 (gate), w3 (up), w2 (down)
+      const int64_t E = g.moe.experts, H = g.moe.hidden;
+      p.push_back({t + "moe.router.weight", h + "block_sparse_moe.gate.weight", {E, C}});
+      for (const auto& [name, w, shape] : {std::tuple{"gate", "w1", std::vector<int64_t>{E, H, C}},
+                                           std::tuple{"up", "w3", std::vector<int64_t>{E, H, C}},
+                                           std::tuple{"down", "w2", std::vector<int64_t>{E, C, H}}}) {
+        TensorPair pair{t + "moe.experts." + name + ".weight", "", shape};
+        for (int64_t e = 0; e < E; ++e)
+          pair.stacked.push_back(h + "block_sparse_moe.experts." + std::to_string(e) + "." + w + ".weight");
+        p.push_back(pair);
+      }
+      continue;
+    }
     p.push_back({t + "mlp.gate.weight", h + "mlp.gate_proj.weight", {F, C}});
     p.push_back({t + "mlp.up.weight", h + "mlp.up_proj.weight", {F, C}});
     p.push_back({t + "mlp.down.weight", h + "mlp.down_proj.weight", {C, F}});
@@ -163,15 +190,19 @@ json config_json(const HfModel& m, const std::string& torch_dtype) {
          {"resid_pdrop", 0.0}, {"scale_attn_by_inverse_layer_idx", false}, {"scale_attn_weights", true},
          {"use_cache", true}, {"vocab_size", g.vocab}};
   } else {
-    const bool mistral = m.model_type == "mistral";
-    c = {{"architectures", {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"}}, {"attention_dropout", 0.0},
+    const bool mistral = m.model_type == "mistral", mixtral = m.model_type == "mixtral";
+    c = {{"architectures", {mixtral ? "MixtralForCausalLM" : mistral ? "MistralForCausalLM" : "LlamaForCausalLM"}}, {"attention_dropout", 0.0},
          {"bos_token_id", 1}, {"eos_token_id", 2}, {"hidden_act", "silu"}, {"hidden_size", g.hidden},
          {"initializer_range", 0.02}, {"intermediate_size", g.mlp_hidden()},
          {"max_position_embeddings", m.max_positions}, {"model_type", m.model_type},
          {"num_attention_heads", g.heads}, {"num_hidden_layers", g.layers}, {"num_key_value_heads", g.kv()},
          {"rms_norm_eps", static_cast<double>(g.norm_eps)}, {"rope_theta", static_cast<double>(g.rope_theta)},
          {"tie_word_embeddings", g.tie_embeddings}, {"use_cache", true}, {"vocab_size", g.vocab}};
-    if (mistral) {
+    if (mixtral) {
+      c.update({{"sliding_window", nullptr}, {"num_local_experts", g.moe.experts},
+                {"num_experts_per_tok", g.moe.router.top_k}, {"output_router_logits", false},
+                {"router_aux_loss_coef", 0.001}, {"router_jitter_noise", 0.0}});
+    } else if (mistral) {
       c["sliding_window"] = nullptr;
     } else {
       c.update({{"attention_bias", false}, {"mlp_bias", false}, {"pretraining_tp", 1}, {"rope_scaling", nullptr}});
@@ -189,13 +220,18 @@ json generation_config_json(const json& config) {
   return g;
 }
 
-std::string tessera_model_name(const HfModel& m) { return m.config.llama() ? "llama" : "gpt"; }
+std::string tessera_model_name(const HfModel& m) {
+  return m.config.moe_every > 0 ? "moe_llama" : m.config.llama() ? "llama" : "gpt";
+}
 
 std::vector<std::pair<std::string, int64_t>> tessera_model_fields(const HfModel& m) {
   const models::GptConfig& g = m.config;
   std::vector<std::pair<std::string, int64_t>> c{{"layers", g.layers}, {"hidden", g.hidden}, {"heads", g.heads}, {"vocab", g.vocab}};
   if (g.llama()) c.insert(c.end(), {{"kv_heads", g.kv()}, {"ffn_hidden", g.mlp_hidden()}, {"tie_embeddings", g.tie_embeddings}});
   else c.emplace_back("max_seq", g.max_seq);
+  if (g.moe_every > 0)  // as moe_train records them (Mixtral's gates are renormalised over the chosen)
+    c.insert(c.end(), {{"moe_every", g.moe_every}, {"experts", g.moe.experts}, {"expert_hidden", g.moe.hidden},
+                       {"top_k", g.moe.router.top_k}, {"shared_experts", 0}, {"gates_renormalised", 1}});
   return c;
 }
 
@@ -209,6 +245,9 @@ std::string gpt_train_flags(const HfModel& m) {
   } else {
     s << " --seq-len " << g.max_seq;
   }
+  if (g.moe_every > 0)
+    s << " --moe-every 1 --experts " << g.moe.experts << " --expert-hidden " << g.moe.hidden << " --top-k "
+      << g.moe.router.top_k << " --router-norm softmax_topk --capacity-factor 0";
   return s.str();
 }
 

@@ -1,5 +1,5 @@
-// The correspondence between Hugging Face models (model_type gpt2, llama, mistral) and tessera's
-// GPT family: config.json <-> GptConfig, and each tensor's name, shape and orientation.
+// The correspondence between Hugging Face models (model_type gpt2, llama, mistral, mixtral) and
+// tessera's GPT family: config.json <-> GptConfig, and each tensor's name, shape and orientation.
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,7 @@ namespace tessera::hf {
 
 // What a model folder's config.json says, in tessera's terms.
 struct HfModel {
-  std::string model_type;  // gpt2, llama, mistral
+  std::string model_type;  // gpt2, llama, mistral, mixtral (a moe_llama: every block's experts)
   models::GptConfig config;
   int64_t max_positions = 0;  // n_positions / max_position_embeddings
 };
@@ -27,6 +27,9 @@ struct TensorPair {
   std::string tessera, hf;
   std::vector<int64_t> shape;  // tessera's
   bool transposed = false;
+  // Mixtral's experts: the tessera tensor [E, ...] stacks these Hugging Face tensors (hf unused),
+  // expert e's of shape shape[1:].
+  std::vector<std::string> stacked;
 };
 // Every parameter of the model, in Hugging Face's order (embeddings, blocks, final norm, head).
 // prefix: gpt2's "transformer." (GPT2LMHeadModel) or "" (GPT2Model).

@@ -245,6 +245,7 @@ void write_attr(hid_t obj, const std::string& where, const std::string& key, int
 // "s" the string); then each tensor, in name order, as name, shape and data checksum. The writer
 // and the reader describe a file alike, so any changed, added or removed entry changes the text.
 constexpr const char* kMetadataChecksum = "metadata_checksum";
+constexpr const char* kBytesChecksum = "bytes_checksum";  // a byte dataset's (write_bytes)
 std::string int_text(int64_t v) { return "i" + std::to_string(v); }
 std::string double_text(double v) {
   uint64_t bits = 0;
@@ -573,6 +574,59 @@ void CheckpointWriter::write_typed(const std::string& name, const std::vector<Fl
   t->written += static_cast<uint64_t>(count);
 }
 
+void CheckpointWriter::write_bytes(const std::string& name, const std::string& bytes) {
+  const std::string n = normalize(name);
+  const uint64_t checksum = Fnv1a().add(bytes).value();
+  ArgHash args;
+  args.add("write_bytes").add(n).add(static_cast<int64_t>(bytes.size())).add(static_cast<int64_t>(checksum));
+  const std::string bad = attempt([&] {
+    check_usable("write_bytes");
+    TESSERA_CHECK(n != "/", "writing checkpoint ", final_path_, ": a byte dataset needs a name");
+    TESSERA_CHECK(!entry_of_.count(n), "writing checkpoint ", final_path_, ": ", n, " created twice");
+    for (const Entry& e : byte_sets_)
+      TESSERA_CHECK(e.name != n, "writing checkpoint ", final_path_, ": ", n, " created twice");
+  });
+  agree(bad.empty(), bad, args.h(), Failure::args);
+
+  uint64_t data_end = 0;
+  std::string err = attempt([&] {
+    const hsize_t dim = bytes.size();
+    Hid space(H5Screate_simple(1, &dim, nullptr), H5Sclose);
+    Hid lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
+    H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+    Hid d(H5Dcreate2(file_, n.c_str(), H5T_STD_U8LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT), H5Dclose);
+    if (!d.valid()) fail(with_detail("writing checkpoint " + tmp_path_ + ": cannot create byte dataset " + n));
+    const haddr_t offset = H5Dget_offset(d.get());
+    if (offset != HADDR_UNDEF) data_end = static_cast<uint64_t>(offset) + H5Dget_storage_size(d.get());
+    H5Eclear2(H5E_DEFAULT);
+  });
+  agree(err.empty(), err, 0, Failure::hdf5);
+  byte_sets_.push_back(Entry{n, Shape({static_cast<int64_t>(bytes.size())}), TensorType::u8, checksum, bytes.size()});
+  data_end_ = std::max(data_end_, data_end);
+  reserve_space(data_end_, "byte dataset " + n, false);
+  if (bytes.empty()) return;
+  err = attempt([&] {  // rank 0 writes them all, the others nothing (one collective write)
+    const std::string where = "writing checkpoint " + tmp_path_ + ": byte dataset " + n;
+    Hid d(H5Dopen2(file_, n.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!d.valid()) fail(with_detail(where + ": cannot open"));
+    Hid fspace(H5Dget_space(d.get()), H5Sclose);
+    Hid mspace = memory_space(rank_ == 0 ? static_cast<int64_t>(bytes.size()) : 0);
+    if (!fspace.valid() || !mspace.valid() || (rank_ == 0 ? H5Sselect_all(fspace.get()) : H5Sselect_none(fspace.get())) < 0)
+      fail(with_detail(where + ": cannot select its bytes"));
+    Hid dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    if (comm_ != MPI_COMM_NULL) H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
+    const unsigned char dummy = 0;
+    errno = 0;
+    if (H5Dwrite(d.get(), H5T_NATIVE_UCHAR, mspace.get(), fspace.get(), dxpl.get(),
+                 rank_ == 0 ? static_cast<const void*>(bytes.data()) : &dummy) < 0)
+      fail(with_detail(where + ": write failed", true));
+  });
+  agree(err.empty(), err, 0, Failure::hdf5);
+}
+
 void CheckpointWriter::check_attr_name(const std::string& key) const {
   check_usable("set_attr");
   TESSERA_CHECK(!key.empty() && key != "format" && key != "version", "writing checkpoint ", final_path_,
@@ -646,17 +700,24 @@ void CheckpointWriter::commit() {
       if (!d.valid()) fail(with_detail(where + ": cannot open"));
       write_attr(d.get(), where, "checksum", kUInt, &sums[i]);
     }
+    for (const Entry& b : byte_sets_) {
+      const std::string where = "writing checkpoint " + tmp_path_ + ": byte dataset " + b.name;
+      Hid d(H5Oopen(file_, b.name.c_str(), H5P_DEFAULT), H5Oclose);
+      if (!d.valid()) fail(with_detail(where + ": cannot open"));
+      write_attr(d.get(), where, kBytesChecksum, kUInt, &b.checksum);
+    }
   });
   agree(err.empty(), err, 0, Failure::hdf5);
   std::vector<TensorMeta> meta;
   for (size_t i = 0; i < n; ++i) meta.push_back({tensors_[i].name, tensors_[i].shape, sums[i], tensors_[i].type});
+  for (const Entry& b : byte_sets_) meta.push_back({b.name, b.shape, b.checksum});
   const uint64_t metadata = metadata_digest(root_attrs_, std::move(meta));
   write_root_attr(kMetadataChecksum, kUInt, &metadata);
   const char* format = kCheckpointFormat;
   write_root_attr("format", kString, &format);
   // The metadata still to be written lies below the last tensor's data or just past it; what this
   // over-reserves is released after the close.
-  reserve_space(data_end_ + (64 << 10) + 4096 * static_cast<uint64_t>(n), "the metadata", true);
+  reserve_space(data_end_ + (64 << 10) + 4096 * static_cast<uint64_t>(n + byte_sets_.size()), "the metadata", true);
   err = attempt([&] {
     errno = 0;
     if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail(with_detail("writing checkpoint " + tmp_path_ + ": flush failed", true));
@@ -750,6 +811,23 @@ OpenTensor open_tensor(hid_t file, const std::string& path, const std::string& n
          " elements (damaged)");
   H5Eclear2(H5E_DEFAULT);
   return t;
+}
+
+// Whether the dataset at n is a byte dataset (write_bytes): 1-D, unsigned 8-bit integers, marked by
+// its bytes_checksum (a quantised checkpoint's uint8 tensors have a checksum instead).
+bool is_byte_dataset(hid_t file, const std::string& n) {
+  Hid d(H5Dopen2(file, n.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d.valid()) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  Hid type(H5Dget_type(d.get()), H5Tclose);
+  Hid space(H5Dget_space(d.get()), H5Sclose);
+  const bool bytes = type.valid() && space.valid() && H5Tget_class(type.get()) == H5T_INTEGER &&
+                     H5Tget_size(type.get()) == 1 && H5Tget_sign(type.get()) == H5T_SGN_NONE &&
+                     H5Sget_simple_extent_ndims(space.get()) == 1 && H5Aexists(d.get(), kBytesChecksum) > 0;
+  H5Eclear2(H5E_DEFAULT);
+  return bytes;
 }
 
 struct AttrHandle {
@@ -877,6 +955,49 @@ TensorType CheckpointReader::type(const std::string& name) const {
 }
 
 std::vector<std::string> CheckpointReader::tensors() const {
+  std::vector<std::string> names;
+  for (const std::string& n : datasets())
+    if (!is_byte_dataset(file_, n)) names.push_back(n);
+  return names;
+}
+
+std::vector<std::string> CheckpointReader::byte_datasets() const {
+  std::vector<std::string> names;
+  for (const std::string& n : datasets())
+    if (is_byte_dataset(file_, n)) names.push_back(n);
+  return names;
+}
+
+std::string CheckpointReader::read_bytes(const std::string& name) const {
+  const std::string n = normalize(name);
+  if (!has(n)) fail(path_, ": no byte dataset ", n);
+  if (!is_byte_dataset(file_, n)) fail(path_, ": ", n, " is not a byte dataset (1-D uint8)");
+  Hid d(H5Dopen2(file_, n.c_str(), H5P_DEFAULT), H5Dclose);
+  Hid space(H5Dget_space(d.get()), H5Sclose);
+  const std::vector<int64_t> dims = dataspace_dims(space.get());
+  const int64_t size = dims.at(0);
+  Hid dcpl(H5Dget_create_plist(d.get()), H5Pclose);
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS ||
+      (size > 0 && H5Dget_storage_size(d.get()) != static_cast<uint64_t>(size)))
+    fail(path_, ": byte dataset ", n, " of ", size, " bytes is not stored whole and contiguously (damaged)");
+  uint64_t stored = 0;
+  {
+    Hid a(H5Aopen(d.get(), kBytesChecksum, H5P_DEFAULT), H5Aclose);
+    Hid type(a.valid() ? H5Aget_type(a.get()) : -1, H5Tclose);
+    if (!a.valid() || H5Tget_class(type.get()) != H5T_INTEGER || H5Aread(a.get(), H5T_NATIVE_UINT64, &stored) < 0)
+      fail(with_detail(path_ + ": byte dataset " + n + ": cannot read its checksum attribute"));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  Hid dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  if (parallel_) H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
+  if (size > 0 && H5Dread(d.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, dxpl.get(), bytes.data()) < 0)
+    fail(with_detail(path_ + ": byte dataset " + n + ": cannot read it"));
+  if (Fnv1a().add(bytes).value() != stored)
+    fail(path_, ": byte dataset ", n, " is corrupt: checksum mismatch");
+  return bytes;
+}
+
+std::vector<std::string> CheckpointReader::datasets() const {
   std::vector<std::string> names;
   const herr_t rc = H5Lvisit(
       file_, H5_INDEX_NAME, H5_ITER_INC,
@@ -1022,6 +1143,10 @@ void CheckpointReader::verify() const {
       fail(path_, ": tensor ", n, " is corrupt: checksum mismatch (", msg, ")");
     }
     meta.push_back({n, shape(n), stored, tt});
+  }
+  for (const std::string& n : byte_datasets()) {
+    const std::string bytes = read_bytes(n);  // checks the checksum
+    meta.push_back({n, Shape({static_cast<int64_t>(bytes.size())}), Fnv1a().add(bytes).value()});
   }
   if (version_ < 2) return;  // written before the metadata had a checksum
   if (!has_attr(kMetadataChecksum))

@@ -19,7 +19,10 @@ namespace tessera::io {
 //     its global logical shape, with a uint64 attribute "checksum" (checkpoint_checksum below);
 //     f32 unless created with another TensorType (a quantised checkpoint's int8 / packed int4
 //     weights and bf16 scales, docs/checkpoints.md);
-//   - root attributes "version" = 1, whatever the caller set (step, consumed_samples, layout...),
+//   - byte datasets (a file carried with the model, such as the tokenizer's): 1-D uint8, with a
+//     uint64 attribute "bytes_checksum" (FNV-1a 64 of the bytes), which marks them; not tensors
+//     (tensors() leaves them out);
+//   - root attributes "version", whatever the caller set (step, consumed_samples, layout...),
 //     and, written last of all, "format" = "tessera-checkpoint".
 // It is written as <path>.tmp and renamed to <path> only when complete and on disk. A .tmp is never
 // a checkpoint: CheckpointReader refuses any name ending in ".tmp"; and a file cut short before
@@ -29,9 +32,9 @@ namespace tessera::io {
 // HDF5's own error printing is off; its messages are folded into ours.
 
 inline constexpr const char* kCheckpointFormat = "tessera-checkpoint";
-// Version 2 adds the root attribute metadata_checksum (see CheckpointReader::verify); version 1
-// files (without it) still load.
-inline constexpr int64_t kCheckpointVersion = 2;
+// Version 2 adds the root attribute metadata_checksum (see CheckpointReader::verify); version 3
+// byte datasets (write_bytes). Versions 1 and 2 still load.
+inline constexpr int64_t kCheckpointVersion = 3;
 
 // The checksum of elements [begin, end) of a tensor's global row-major flattening, data[0] being
 // element `begin`: the sum mod 2^64 of mix64(bits(x_i) ^ i * golden). Order-independent, so partial
@@ -94,6 +97,9 @@ class CheckpointWriter {
   void write_range(const std::string& name, int64_t begin, int64_t end, std::nullptr_t) {  // f32's
     write_range(name, begin, end, static_cast<const float*>(nullptr));
   }
+  // A byte dataset at `name` holding `bytes` (every rank passes the same; rank 0 writes them),
+  // created and written whole in one call; covered by the metadata checksum like a tensor.
+  void write_bytes(const std::string& name, const std::string& bytes);
   // Root attributes; rank 0's value is the one written. "format" and "version" are reserved.
   void set_attr(const std::string& key, int64_t v);
   void set_attr(const std::string& key, double v);
@@ -136,6 +142,7 @@ class CheckpointWriter {
   uint64_t data_end_ = 0;  // the end of the last tensor data in the .tmp
   uint64_t reserved_ = 0;  // bytes of the .tmp whose disk blocks are allocated (posix_fallocate)
   std::vector<Entry> tensors_;
+  std::vector<Entry> byte_sets_;  // write_bytes's (shape [n], checksum of the bytes)
   std::unordered_map<std::string, size_t> entry_of_;  // name -> index in tensors_ (O(1) per tensor)
   std::map<std::string, std::string> root_attrs_;  // what metadata_checksum covers (metadata_text)
   bool committed_ = false;
@@ -162,7 +169,10 @@ class CheckpointReader {
   bool has(const std::string& name) const;
   Shape shape(const std::string& name) const;
   TensorType type(const std::string& name) const;
-  std::vector<std::string> tensors() const;  // every dataset path, sorted
+  std::vector<std::string> tensors() const;  // every dataset path but the byte datasets', sorted
+  std::vector<std::string> byte_datasets() const;  // the byte datasets' paths (write_bytes), sorted
+  // A byte dataset's bytes, checked against its checksum (a mismatch names the dataset).
+  std::string read_bytes(const std::string& name) const;
   // Elements [begin, end) of the tensor's global flattening into out (end - begin values); an
   // independent read, any range on any rank.
   void read_range(const std::string& name, int64_t begin, int64_t end, float* out) const;
@@ -184,14 +194,15 @@ class CheckpointReader {
   double attr_double(const std::string& key) const;
   std::string attr_string(const std::string& key) const;
 
-  // Reads every tensor whole and checks it against its "checksum" attribute; throws naming the
-  // first (in sorted order) tensor whose data does not match or cannot be read. Then (version 2)
+  // Reads every tensor (and byte dataset) whole and checks it against its "checksum" attribute;
+  // throws naming the first (in sorted order) whose data does not match or cannot be read. Then (version 2)
   // checks the metadata against metadata_checksum: every root attribute but format and the
   // checksum itself, and every tensor's name, shape and checksum, so a changed, added or removed
   // attribute or tensor is found too.
   void verify() const;
 
  private:
+  std::vector<std::string> datasets() const;  // every dataset path, sorted
   std::string path_;
   bool parallel_ = false;
   int64_t file_ = -1;  // hid_t

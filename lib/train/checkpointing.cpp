@@ -173,6 +173,14 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   w.set_attr("loss_scaler.hysteresis_left", ls.hysteresis_left);
   w.set_attr("loss_scaler.consecutive_overflows", ls.consecutive_overflows);
   w.set_attr("loss_scaler.skipped_steps", ls.skipped_steps);
+  text::store_tokenizer(w, info.tokenizer);
+  for (const CheckpointInfo::Attr& a : info.carried) {
+    using T = io::CheckpointReader::AttrType;
+    if (a.type == T::int64) w.set_attr(a.key, a.integer);
+    else if (a.type == T::float64) w.set_attr(a.key, a.number);
+    else w.set_attr(a.key, a.text);
+  }
+  for (const auto& [name, bytes] : info.carried_files) w.write_bytes(name, bytes);
 
   // This rank writes its FlatShards piece of every tensor; the optimizer states it holds cover
   // optimizer.shard(), which contains that piece under every ZeRO stage.
@@ -202,10 +210,33 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   return path;
 }
 
-CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& expected, CheckpointState& st) {
+namespace {
+
+// The hf.* root attributes of a checkpoint, to hand on (CheckpointInfo::carried).
+std::vector<CheckpointInfo::Attr> carried_attrs(const io::CheckpointReader& r) {
+  using T = io::CheckpointReader::AttrType;
+  std::vector<CheckpointInfo::Attr> out;
+  for (const std::string& key : r.attr_keys()) {
+    if (!key.starts_with("hf.")) continue;
+    CheckpointInfo::Attr a;
+    a.key = key;
+    a.type = r.attr_type(key);
+    if (a.type == T::int64) a.integer = r.attr_int(key);
+    else if (a.type == T::float64) a.number = r.attr_double(key);
+    else if (a.type == T::string) a.text = r.attr_string(key);
+    else continue;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// load_checkpoint and load_weights: with_optimizer also reads the AdamW moments and step count.
+CheckpointInfo load(const std::string& path, const CheckpointInfo& expected, CheckpointState& st, bool with_optimizer) {
   const std::string problem = checkpoint_problem(path, st.world);
-  TESSERA_CHECK(problem.empty(), "cannot resume: ", problem);
-  io::CheckpointReader r(path, st.world.mpi_comm());
+  TESSERA_CHECK(problem.empty(), with_optimizer ? "cannot resume: " : "cannot initialise from it: ", problem);
+  // --init-from's file (another run's, or an import) is read by each rank alone: MPI-IO's open
+  // creates and removes a lock-test file beside it, and nothing is written into its folder.
+  io::CheckpointReader r(path, with_optimizer ? st.world.mpi_comm() : MPI_COMM_NULL);
   CheckpointInfo info;
   info.step = r.attr_int("step");
   info.consumed_samples = r.attr_int("consumed_samples");
@@ -219,6 +250,10 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
                         r.attr_int("loss_scaler.hysteresis_left"), r.attr_int("loss_scaler.consecutive_overflows"),
                         r.attr_int("loss_scaler.skipped_steps")};
   }
+  info.tokenizer = text::read_stored_tokenizer_file(r);
+  info.carried = carried_attrs(r);
+  for (const std::string& name : r.byte_datasets())
+    if (name.starts_with("/hf_files/")) info.carried_files.emplace_back(name, r.read_bytes(name));
   TESSERA_CHECK(info.model == expected.model, "checkpoint ", path, " holds a ", info.model, " model, not ",
                 expected.model);
   // A checkpoint of another configuration never loads, not even in part: its recorded model fields
@@ -250,12 +285,13 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
                                                          st.params.shard_begin() + st.params.shard_values().numel()}
                                        : parallel::Range{0, st.params.numel()};
   Tensor values = Tensor::zeros({held.size()});
-  const parallel::Range opt = st.optimizer.shard();
+  const parallel::Range opt = with_optimizer ? st.optimizer.shard() : parallel::Range{0, 0};
   Tensor m = Tensor::zeros({opt.size()}), v = Tensor::zeros({opt.size()});
   for (const auto& [name, global_shape] : job_tensors) {
     const int i = st.params.find(name);  // -1: another pipeline stage's (this rank reads nothing)
     if (i < 0) {
       r.read_runs("/params/" + name, {}, nullptr);
+      if (!with_optimizer) continue;
       r.read_runs("/optim/" + name + "/exp_avg", {}, nullptr);
       r.read_runs("/optim/" + name + "/exp_avg_sq", {}, nullptr);
       continue;
@@ -264,6 +300,7 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
     const int64_t logical = st.params.logical_local_shape(i).numel();
     const parallel::Range h = piece(s, logical, held);
     r.read_runs("/params/" + s.name, global_runs(s, h), values.data<float>() + (s.offset + h.begin - held.begin));
+    if (!with_optimizer) continue;
     const parallel::Range p = piece(s, logical, opt);
     const std::vector<io::FlatRange> runs = global_runs(s, p);
     const int64_t at = s.offset + p.begin - opt.begin;
@@ -272,9 +309,20 @@ CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& ex
   }
   (sharded ? st.params.shard_values() : st.params.flat_values()).copy_from(values);
   st.params.values_written();  // a bf16 copy of the values before is stale now
+  if (!with_optimizer) return info;
   st.optimizer.write_states(0, opt.size(), m.data<float>(), v.data<float>());
   st.optimizer.set_steps_taken(r.attr_int("optimizer_steps"));
   return info;
+}
+
+}  // namespace
+
+CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& expected, CheckpointState& st) {
+  return load(path, expected, st, true);
+}
+
+CheckpointInfo load_weights(const std::string& path, const CheckpointInfo& expected, CheckpointState& st) {
+  return load(path, expected, st, false);
 }
 
 std::optional<std::string> newest_checkpoint(const std::string& dir, comm::Communicator& world) {

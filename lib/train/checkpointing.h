@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "io/checkpoint_file.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "parallel/flat_shards.h"
+#include "text/stored_tokenizer.h"
 
 namespace tessera::train {
 
@@ -26,6 +28,21 @@ struct CheckpointInfo {
   std::string precision = "fp32";   // what the run trained in
   std::string data_identity;        // io::file_identity of the training data ("": not recorded)
   optim::LossScalerState loss_scaler;  // fp16's loss scale and its counters
+  // The tokenizer of the training data (text/stored_tokenizer.h: the data set's layout), so that
+  // later tools decode without being told; not recorded for data that names none.
+  text::StoredTokenizerFile tokenizer;
+  // Root attributes handed on from the checkpoint a run started from: the hf.* ones of a model
+  // imported from Hugging Face (model_type, norm_eps, rope_theta, config...), which export-hf reads.
+  struct Attr {
+    std::string key;
+    io::CheckpointReader::AttrType type = io::CheckpointReader::AttrType::string;
+    std::string text;
+    double number = 0;
+    int64_t integer = 0;
+  };
+  std::vector<Attr> carried;
+  // Likewise the byte datasets under /hf_files/ (an imported tokenizer's settings): path, bytes.
+  std::vector<std::pair<std::string, std::string>> carried_files;
 };
 
 // What a checkpoint covers on this rank: the parameters, the optimizer (its states cover
@@ -51,6 +68,11 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
 // Loads a checkpoint into the state; throws naming the first mismatch (model, tensor, shape).
 // Returns the info it was saved with.
 CheckpointInfo load_checkpoint(const std::string& path, const CheckpointInfo& expected, CheckpointState& state);
+
+// The parameters alone of a checkpoint of the model, saved under any layout (--init-from): the
+// same checks as load_checkpoint (any difference of model, configuration or tensor is refused,
+// naming it), the optimizer left as it is. Returns what the checkpoint was saved with.
+CheckpointInfo load_weights(const std::string& path, const CheckpointInfo& expected, CheckpointState& state);
 
 // The newest step_<N>.h5 in dir that opens as a complete checkpoint (rank 0 decides, every rank
 // gets the answer); nullopt when there is none.

@@ -135,6 +135,12 @@ std::vector<std::pair<std::string, int64_t>> GptWorkload::model_config() const {
   return c;
 }
 
+std::vector<std::pair<std::string, double>> GptWorkload::model_values() const {
+  const models::GptConfig& m = model_.config();
+  if (!m.llama()) return {};
+  return {{"norm_eps", m.norm_eps}, {"rope_theta", m.rope_theta}};
+}
+
 void GptWorkload::dump_initial(const std::string& path) {
   io::H5File f = io::H5File::create(path);
   const models::GptConfig& m = model_.config();

@@ -38,6 +38,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   std::string model_name() const override;
   std::vector<StepMetric> step_metrics() override;
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
+  std::vector<std::pair<std::string, double>> model_values() const override;
   PipelineRunner* pipeline() override { return runner_.get(); }
   parallel::TiedWeights* tied_weights() override { return tied_.get(); }
   void dump_initial(const std::string& path) override;

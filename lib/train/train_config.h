@@ -7,6 +7,7 @@
 
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "text/stored_tokenizer.h"
 
 namespace tessera::train {
 
@@ -29,6 +30,10 @@ struct TrainConfig {
   int64_t checkpoint_every = 0; // steps between checkpoints (0: only at the end)
   int keep_checkpoints = 0;     // keep the newest K (0: all)
   std::string resume = "none";  // none, auto (newest valid in checkpoint_dir) or a file
+  // A checkpoint whose weights start the run (fine-tuning): fresh optimizer, step 0. Not with
+  // --resume FILE, nor with --resume auto once checkpoint_dir holds checkpoints.
+  std::string init_from;
+  text::StoredTokenizerFile tokenizer;  // the training data's, recorded in every checkpoint
   std::string on_nan = "stop";  // a non-finite loss or gradient norm: stop (naming it) or skip the step
   std::string precision = "fp32";    // fp32, bf16 or fp16 (parameters, activations, gradients)
   optim::LossScalerConfig loss_scaler;  // fp16's (bf16 and fp32 train unscaled)

@@ -100,6 +100,14 @@ void TrainConfig::validate(int dp) const {
   TESSERA_CHECK(keep_checkpoints == 0 || !checkpoint_dir.empty(), "--keep-checkpoints ", keep_checkpoints,
                 " needs --checkpoint-dir (whose checkpoints it prunes)");
   TESSERA_CHECK(!resume.empty(), "--resume must be none, auto or a checkpoint file, got ''");
+  TESSERA_CHECK(init_from.empty() || resume == "none" || resume == "auto", "--init-from ", init_from, " and --resume ",
+                resume, " both name the weights to start from: --init-from starts a new run (fresh optimizer, step",
+                " 0), --resume continues one; give one of them");
+  if (!init_from.empty()) {
+    std::error_code ec;
+    TESSERA_CHECK(std::filesystem::is_regular_file(init_from, ec), "--init-from ", init_from,
+                  ": no such checkpoint file");
+  }
   TESSERA_CHECK(resume != "auto" || !checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   if (resume != "none" && resume != "auto") {
     std::error_code ec;
@@ -252,6 +260,16 @@ TrainResult Trainer::run() {
   TrainResult result;
   check_checkpoint_dir();
   if (!config_.checkpoint_dir.empty()) folder_lock_ = FolderLock(config_.checkpoint_dir, world_);
+  // --init-from with --resume auto: a folder already holding checkpoints is a run to continue, not
+  // one to start over from other weights (checked before anything is read or moved).
+  if (!config_.init_from.empty() && config_.resume == "auto") {
+    const int64_t earlier = checkpoint_file_count(config_.checkpoint_dir, world_);
+    TESSERA_CHECK(earlier == 0, "--init-from ", config_.init_from, " starts a new run, but --checkpoint-dir ",
+                  config_.checkpoint_dir, " holds ", earlier, " checkpoint(s) that --resume auto would continue: ",
+                  "drop --init-from to continue that run, or pass another --checkpoint-dir to start a new one");
+  }
+  // The weights come first: --overwrite may then move the folder's checkpoints aside, the source among them.
+  if (!config_.init_from.empty()) init_from();
   const std::optional<std::string> from = resume_source();
   // A job whose checkpoint is of its last step has nothing to do: it writes nothing at all.
   const bool finished = from && checkpoint_step(*from, world_) == config_.steps;
@@ -480,6 +498,9 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.model_config = work_.model_config();
   info.precision = config_.precision;
   info.loss_scaler = scaler_.state();
+  info.tokenizer = config_.tokenizer;
+  info.carried = carried_;
+  info.carried_files = carried_files_;
   return info;
 }
 
@@ -537,9 +558,40 @@ std::optional<std::string> Trainer::resume_source() {
   return path;
 }
 
+void Trainer::check_tokenizer(const std::string& path, const CheckpointInfo& info) const {
+  const text::StoredTokenizerFile& here = config_.tokenizer;
+  if (!info.tokenizer.recorded() || !here.recorded() || info.tokenizer.same_as(here)) return;
+  fail("checkpoint ", path, " was trained on ids of tokenizer ", info.tokenizer.describe(),
+       ", but the training data's tokenizer is ", here.describe(),
+       ": the same ids would mean other text (tokenize the data with the checkpoint's tokenizer)");
+}
+
+void Trainer::init_from() {
+  CheckpointState state = checkpoint_state();
+  const CheckpointInfo info = load_weights(config_.init_from, checkpoint_info(0), state);
+  check_tokenizer(config_.init_from, info);
+  carried_ = info.carried;
+  carried_files_ = info.carried_files;
+  if (world_.rank() == 0)
+    log::info("--init-from ", config_.init_from, ": weights of step ", info.step, " (saved under ", info.layout,
+              "), fresh optimizer, starting at step 1");
+}
+
 CheckpointInfo Trainer::resume(const std::string& path) {
   CheckpointState state = checkpoint_state();
   const CheckpointInfo info = load_checkpoint(path, checkpoint_info(0), state);
+  check_tokenizer(path, info);
+  carried_ = info.carried;
+  carried_files_ = info.carried_files;
+  // An imported model's norm epsilon and rotary base (hf.*, handed on by every run since): the
+  // model fields do not hold them, so a run that computes with others is refused here.
+  for (const auto& [key, value] : work_.model_values())
+    for (const CheckpointInfo::Attr& a : info.carried)
+      if (a.key == "hf." + key && a.type == io::CheckpointReader::AttrType::float64 &&
+          static_cast<float>(a.number) != static_cast<float>(value))
+        fail("checkpoint ", path, " records ", key, " ", static_cast<float>(a.number), " (", a.key,
+             "), but this run computes with ", static_cast<float>(value), ": pass --",
+             key == "norm_eps" ? "norm-eps " : "rope-theta ", static_cast<float>(a.number));
   // The run's identity beyond the model (which load_checkpoint compares): its seed and training
   // data. --resume auto continues only the same run; an explicit --resume FILE may change them.
   std::string differs;

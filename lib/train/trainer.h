@@ -54,6 +54,9 @@ class Trainer {
   // --resume's checkpoint (none, the newest valid one under auto, or the file named), on every rank.
   std::optional<std::string> resume_source();
   CheckpointInfo resume(const std::string& path);  // loads it; returns what it was saved with
+  void init_from();  // --init-from: the weights of config_.init_from, before anything else is written
+  // The checkpoint's tokenizer against the training data's: a difference is refused, naming both.
+  void check_tokenizer(const std::string& path, const CheckpointInfo& info) const;
   // Rank 0 starts the metrics file with the run line (a fresh run), or continues it after the
   // checkpoint resumed from with a resume line; throws there naming the file when that fails.
   MetricsWriter open_metrics(const std::optional<std::string>& checkpoint, const CheckpointInfo& resumed);
@@ -84,6 +87,8 @@ class Trainer {
   optim::LrSchedule schedule_;
   optim::MixedPrecision precision_;
   optim::DynamicLossScaler scaler_;  // fp16: the loss scale; otherwise a fixed 1
+  std::vector<CheckpointInfo::Attr> carried_;  // hf.* of the checkpoint started from, handed on
+  std::vector<std::pair<std::string, std::string>> carried_files_;  // and its /hf_files/
   FolderLock folder_lock_;  // --checkpoint-dir belongs to this run while it runs
   bool grads_zero_ = false;  // the last update zeroed the gradients as it read them
   // bf16: the held gradients' sum of squares from their rounding, for the step's norm (reset when

@@ -44,6 +44,9 @@ class Workload {
   // Checkpoint identity: the model's name and the configuration a checkpoint must match.
   virtual std::string model_name() const = 0;
   virtual std::vector<std::pair<std::string, int64_t>> model_config() const = 0;
+  // Real-valued settings of the model that a checkpoint imported from Hugging Face records as
+  // hf.<name> (llama: norm_eps, rope_theta): a run resuming it must compute with the same.
+  virtual std::vector<std::pair<std::string, double>> model_values() const { return {}; }
 
   // Extra metrics of the step just trained (mixture-of-experts: aux_loss, dropped_tokens, expert
   // load), as this rank's contribution: the trainer sums them over the job, or takes the maximum.

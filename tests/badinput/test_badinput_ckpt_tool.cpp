@@ -125,7 +125,7 @@ TEST_F(BadInputCkptTool, GoodCheckpointVerifiesAndInspects) {
   const CommandResult i = tool("inspect " + shell_quote(path));
   ASSERT_EQ(i.exit_code, 0) << i.err;
   for (const char* want : {"step: 42", "consumed samples: 1344", "layout: pp=1 dp=2 tp=1",
-                                  "format = tessera-checkpoint", "version = 2", "/params/wte.weight",
+                                  "format = tessera-checkpoint", "version = 3", "/params/wte.weight",
                                   "/optim/wte.weight/exp_avg", "[16, 8]", "5.65685", "tensors (2, 256 elements)"})
     EXPECT_NE(i.out.find(want), std::string::npos) << "'" << want << "' not in:\n" << i.out;
   EXPECT_EQ(tool("--help").exit_code, 0);

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,74 @@ TEST_F(BadInputHf, GoodFolderImportsAndNothingIsOverwritten) {
   const CommandResult exported = tool("export-hf " + file("m.h5") + " --output " + file("out") + " --dtype f16");
   ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_TRUE(fs::exists(file("out/model.safetensors")) && fs::exists(file("out/generation_config.json")));
+}
+
+// A byte-level BPE tokenizer.json of `ids` single letters (a, b, ...), no merges.
+std::string letters_tokenizer(int ids) {
+  std::string vocab;
+  for (int i = 0; i < ids; ++i) vocab += std::string(i ? "," : "") + "\"" + static_cast<char>('a' + i) + "\":" + std::to_string(i);
+  return R"({"version":"1.0","added_tokens":[],"normalizer":null,)"
+         R"("pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},)"
+         R"("post_processor":null,"decoder":{"type":"ByteLevel"},"model":{"type":"BPE","dropout":null,"unk_token":null,)"
+         R"("continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"vocab":{)" +
+         vocab + R"(},"merges":[]}})";
+}
+
+// The folder's tokenizer travels: inspect shows it, export-hf writes it (and its settings) back byte
+// for byte; one that cannot be read, or with more ids than the model, is refused naming the file.
+TEST_F(BadInputHf, FolderTokenizerTravelsOrIsRefusedByName) {
+  const std::string d = folder("tok", llama_tensors());
+  const std::string tokenizer = letters_tokenizer(10), settings = R"({"tokenizer_class":"PreTrainedTokenizerFast"})";
+  std::ofstream(d + "/tokenizer.json") << tokenizer;
+  std::ofstream(d + "/tokenizer_config.json") << settings;
+  ASSERT_EQ(tool("import-hf " + d + " --output " + file("m.h5")).exit_code, 0);
+  const CommandResult shown = tool("inspect " + file("m.h5"));
+  EXPECT_NE(shown.out.find("tokenizer: hf-byte-level-bpe tokenizer.json (checksum "), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("/tokenizer_file  " + std::to_string(tokenizer.size()) + " bytes"), std::string::npos) << shown.out;
+  ASSERT_EQ(tool("verify " + file("m.h5")).exit_code, 0);
+  ASSERT_EQ(tool("export-hf " + file("m.h5") + " --output " + file("out")).exit_code, 0);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read(file("out/tokenizer.json")), tokenizer);
+  EXPECT_EQ(read(file("out/tokenizer_config.json")), settings);
+
+  std::ofstream(d + "/tokenizer.json") << letters_tokenizer(12);
+  expect_error(tool("import-hf " + d + " --output " + file("big.h5")),
+               {"tokenizer.json has 12 ids, more than the model's vocabulary of 10"});
+  std::ofstream(d + "/tokenizer.json") << "{not json";
+  expect_error(tool("import-hf " + d + " --output " + file("bad.h5")), {"tokenizer.json cannot be read as a tokenizer"});
+  EXPECT_FALSE(fs::exists(file("big.h5")) || fs::exists(file("bad.h5")));
+}
+
+// Mixtral: 2 experts of hidden 16 in the one block; a router with jitter, 3 experts per token, an
+// expert's tensor missing are refused by name (a moe_train checkpoint Mixtral cannot express:
+// tests/parity/init_from.sh).
+TEST_F(BadInputHf, MixtralFolderAndCheckpointMixtralCannotExpressAreNamed) {
+  const std::string mixtral = R"(,"model_type":"mixtral","num_local_experts":2,"num_experts_per_tok":2)";
+  std::vector<StWriteTensor> t = llama_tensors();
+  t.erase(t.begin() + 7, t.begin() + 10);  // the dense MLP
+  const std::string l = "model.layers.0.block_sparse_moe.";
+  t.push_back(tensor(l + "gate.weight", {2, 8}));
+  for (int e = 0; e < 2; ++e)
+    for (const auto& [w, shape] : {std::pair{"w1", std::vector<int64_t>{16, 8}}, std::pair{"w3", std::vector<int64_t>{16, 8}},
+                                   std::pair{"w2", std::vector<int64_t>{8, 16}}})
+      t.push_back(tensor(l + "experts." + std::to_string(e) + "." + w + ".weight", shape));
+  const CommandResult ok = tool("import-hf " + folder("good", t, mixtral) + " --output " + file("m.h5"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("moe_train --init-from"), std::string::npos) << ok.out;
+  ASSERT_EQ(tool("export-hf " + file("m.h5") + " --output " + file("out")).exit_code, 0);
+  EXPECT_TRUE(fs::exists(file("out/model.safetensors")));
+  expect_error(tool("import-hf " + folder("jitter", t, mixtral + R"(,"router_jitter_noise":0.1)") + " --output " + file("a.h5")),
+               {"router_jitter_noise = 0.1 is not supported"});
+  expect_error(tool("import-hf " + folder("top3", t, R"(,"model_type":"mixtral","num_local_experts":2,"num_experts_per_tok":3)") +
+                    " --output " + file("b.h5")),
+               {"num_experts_per_tok = 3 is not supported"});
+  t.pop_back();  // expert 1's w2
+  expect_error(tool("import-hf " + folder("missing", t, mixtral) + " --output " + file("c.h5")),
+               {"lacks tensor model.layers.0.block_sparse_moe.experts.1.w2.weight"});
+  EXPECT_FALSE(fs::exists(file("a.h5")) || fs::exists(file("b.h5")) || fs::exists(file("c.h5")));
 }
 
 TEST_F(BadInputHf, TensorMissingUnexpectedOrMisshapenIsNamed) {

@@ -415,6 +415,58 @@ TEST_F(CheckpointFile, VerifyDetectsOneFlippedBit) {
   }
 }
 
+// A file carried with the model (the tokenizer's): written whole by rank 0, read back by any reader
+// (and as a plain uint8 dataset by H5File, which the tokenizer's loader uses), covered by verify()
+// and by the metadata checksum, never listed among the tensors.
+TEST_F(CheckpointFile, ByteDatasetsRoundTripAreCheckedAndAreNotTensors) {
+  const std::string path = file("bytes.h5");
+  std::string bytes;
+  for (int i = 0; i < 3000; ++i) bytes += static_cast<char>((i * 37) % 256);
+  {
+    CheckpointWriter w(path, MPI_COMM_WORLD);
+    w.create("/t", Shape{4});
+    const std::vector<float> v = values(1, 0, 4);
+    w.write_range("/t", 0, world_rank() == 0 ? 4 : 0, v.data());
+    w.write_bytes("/tokenizer_file", bytes);
+    w.write_bytes("/hf_files/empty.json", "");
+    expect_error([&] { w.write_bytes("/tokenizer_file", bytes); }, {"/tokenizer_file", "created twice"});
+    if (world_size() > 1)
+      expect_error([&] { w.write_bytes("/other", world_rank() == 1 ? "a" : "b"); }, {"different arguments"});
+    w.commit();
+  }
+  for (const MPI_Comm comm : {MPI_COMM_NULL, MPI_COMM_WORLD}) {
+    CheckpointReader r(path, comm);
+    EXPECT_EQ(r.tensors(), std::vector<std::string>{"/t"});
+    EXPECT_EQ(r.byte_datasets(), (std::vector<std::string>{"/hf_files/empty.json", "/tokenizer_file"}));
+    EXPECT_EQ(r.read_bytes("/tokenizer_file"), bytes);
+    EXPECT_EQ(r.read_bytes("hf_files/empty.json"), "");
+    EXPECT_NO_THROW(r.verify());
+    expect_error([&] { r.read_bytes("/t"); }, {"/t", "not a byte dataset"});
+    expect_error([&] { r.read_bytes("/none"); }, {"no byte dataset /none"});
+  }
+  if (world_rank() == 0) {
+    const tessera::Tensor t = tessera::io::H5File::open_read(path).read("/tokenizer_file", tessera::DType::u8);
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(t.data<uint8_t>()), static_cast<size_t>(t.numel())), bytes);
+    // One changed byte is found by read_bytes and verify.
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t d = H5Dopen2(f, "/tokenizer_file", H5P_DEFAULT);
+    const haddr_t offset = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(f);
+    ASSERT_NE(offset, HADDR_UNDEF);
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(offset + 1234));
+    const char c = static_cast<char>(bytes[1234] ^ 0x10);
+    io.write(&c, 1);
+    ASSERT_TRUE(io.good());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  CheckpointReader r(path, MPI_COMM_NULL);
+  expect_error([&] { r.read_bytes("/tokenizer_file"); }, {"bytes.h5", "/tokenizer_file", "checksum mismatch"});
+  expect_error([&] { r.verify(); }, {"bytes.h5", "/tokenizer_file", "checksum mismatch"});
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_F(CheckpointFile, TruncatedFileIsRefused) {
   const std::string path = file("cut.h5");
   write_checkpoint(path, {{"/params/big", Shape{64, 64}}});

@@ -1,8 +1,10 @@
 # The Hugging Face oracle (run by hf_interop.sh in the environment tests/tools/hf_venv.sh makes):
-#   make   a small random gpt2 / llama / mistral with transformers' save_pretrained
+#   make   a small random gpt2 / llama / mistral / mixtral with transformers' save_pretrained
 #   loss   transformers' loss on the batch of a gpt_train --dump against tessera's step-1 losses
 #   export an export-hf folder against the original: safetensors reads it, the tensors are the
 #          original bytes (same dtype), from_pretrained gives the same loss and greedy continuation
+#   tokenizer  an export-hf folder's tokenizer files against the original's: the same bytes, and
+#          AutoTokenizer encodes a text to the same ids from both
 # Exit status: 0 when everything agrees, 1 on any mismatch (each one named).
 import argparse
 import json
@@ -19,13 +21,16 @@ def build(args):
     torch.manual_seed(args.seed)
     common = dict(vocab_size=args.vocab)
     if args.type == "gpt2":
-        cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=args.seq, resid_pdrop=0.0,
+        cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=args.positions or args.seq, resid_pdrop=0.0,
                                       embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, **common)
         model = transformers.GPT2LMHeadModel(cfg)
     else:
-        cls_cfg, cls = ((transformers.LlamaConfig, transformers.LlamaForCausalLM) if args.type == "llama"
-                        else (transformers.MistralConfig, transformers.MistralForCausalLM))
-        extra = dict(sliding_window=None) if args.type == "mistral" else {}
+        cls_cfg, cls = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+                        "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+                        "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM)}[args.type]
+        extra = dict(sliding_window=None) if args.type in ("mistral", "mixtral") else {}
+        if args.type == "mixtral":
+            extra.update(num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0)
         cfg = cls_cfg(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=5000.0,
                       tie_word_embeddings=args.tied, bos_token_id=0, eos_token_id=0, **extra, **common)
@@ -36,6 +41,17 @@ def build(args):
     if args.dtype == "bf16":
         model = model.to(torch.bfloat16)
     model.save_pretrained(args.out, safe_serialization=True, max_shard_size=args.shard or "10GB")
+    if args.tokenizer_text:  # a byte-level BPE (GPT-2 style) of the model's vocabulary, saved beside it
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=args.vocab, special_tokens=["<|endoftext|>"], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train([args.tokenizer_text], trainer)
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                                    bos_token="<|endoftext|>")
+        fast.save_pretrained(args.out)
 
 
 def load(path):
@@ -121,11 +137,28 @@ def check_export(args):
     return 1 if bad else 0
 
 
+def check_tokenizer(args):
+    import os
+    bad = 0
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        a, b = os.path.join(args.orig, name), os.path.join(args.exported, name)
+        same = os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
+        print(f"{'ok' if same else 'FAIL'}: {name} of the export is the original's, byte for byte")
+        bad += not same
+    with open(args.text, encoding="utf-8") as f:
+        text = f.read()
+    a = transformers.AutoTokenizer.from_pretrained(args.orig)(text)["input_ids"]
+    b = transformers.AutoTokenizer.from_pretrained(args.exported)(text)["input_ids"]
+    print(f"{'ok' if a == b else 'FAIL'}: AutoTokenizer of the export encodes the text ({len(a)} ids) as the original's")
+    bad += a != b
+    return 1 if bad else 0
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make")
-    m.add_argument("--type", required=True, choices=["gpt2", "llama", "mistral"])
+    m.add_argument("--type", required=True, choices=["gpt2", "llama", "mistral", "mixtral"])
     m.add_argument("--out", required=True)
     m.add_argument("--vocab", type=int, required=True)
     m.add_argument("--seq", type=int, required=True)
@@ -133,6 +166,8 @@ def main():
     m.add_argument("--shard", default="")
     m.add_argument("--tied", action="store_true")
     m.add_argument("--seed", type=int, default=1)
+    m.add_argument("--positions", type=int, default=0, help="gpt2: n_positions (default --seq)")
+    m.add_argument("--tokenizer-text", default="", help="also train and save a byte-level BPE on this text")
     l = sub.add_parser("loss")
     l.add_argument("--model", required=True)
     l.add_argument("--dump", required=True)
@@ -144,7 +179,13 @@ def main():
     e.add_argument("--dump", required=True)
     e.add_argument("--same-bytes", action="store_true")
     e.add_argument("--tol", type=float, default=1e-6)
+    t = sub.add_parser("tokenizer")
+    t.add_argument("--orig", required=True)
+    t.add_argument("--exported", required=True)
+    t.add_argument("--text", required=True)
     args = p.parse_args()
+    if args.cmd == "tokenizer":
+        return check_tokenizer(args)
     if args.cmd == "make":
         build(args)
         return 0
