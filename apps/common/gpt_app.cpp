@@ -27,7 +27,7 @@ namespace {
 // The training data's vocabulary size alone (all --dry-run reads of it): the vocab_size attribute
 // on /train or on the root, where TokenDataset looks.
 int64_t vocab_size_of(const std::string& path) {
-  const io::H5File file = io::H5File::open_read(path);
+  const io::H5File file = io::H5File::open_read(io::TokenDataset::expand(path).front());
   for (const char* holder : {"/train", "/"})
     if (file.has(holder) && file.has_attr(holder, "vocab_size")) return file.attr_int(holder, "vocab_size");
   fail(path, ": missing attribute vocab_size (looked on /train and /)");
@@ -198,7 +198,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     std::optional<io::TokenDataset> val_data;
     if (!val_input.empty()) {
       val_data = io::TokenDataset::open(val_input, "val");
-    } else if (io::H5File::open_read(input).has("/val/tokens")) {
+    } else if (io::TokenDataset::has_split(input, "val")) {
       val_data = io::TokenDataset::open(input, "val");
     }
     TESSERA_CHECK(tc.eval_every == 0 || val_data, "--eval-every needs validation data: pass --val-input or use a",

@@ -475,6 +475,8 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.consumed_samples = step * config_.global_batch;
   info.seed = config_.seed;
   info.data_identity = config_.data_identity;
+  info.data_sampling = work_.data_sampling();
+  info.data_epoch = work_.data_epoch(info.consumed_samples);
   info.model = work_.model_name();
   info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = work_.model_config();
@@ -548,6 +550,10 @@ CheckpointInfo Trainer::resume(const std::string& path) {
   if (!info.data_identity.empty() && info.data_identity != config_.data_identity)
     differs += (differs.empty() ? "" : "; ") + std::string("training data of ") + info.data_identity + " there, " +
                config_.data_identity + " here";
+  const std::string sampling = work_.data_sampling();
+  if (!info.data_sampling.empty() && info.data_sampling != sampling)
+    differs += (differs.empty() ? "" : "; ") + std::string("--sampling ") + info.data_sampling + " there, " + sampling +
+               " here";
   TESSERA_CHECK(differs.empty() || config_.resume != "auto", "--resume auto: ", path, " belongs to another run (",
                 differs, "): pass another --checkpoint-dir, or --resume ", path, " to continue from it deliberately");
   if (!differs.empty() && world_.rank() == 0) log::warn("resuming ", path, " of another run: ", differs);
