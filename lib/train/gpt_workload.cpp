@@ -44,14 +44,17 @@ int64_t GptWorkload::first_row(int64_t micro) const {
 }
 
 std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
-  if (model_.config().moe_every == 0) return {};
+  // Token bytes the job's loaders have read so far (summed over ranks): the rows of the steps
+  // trained and of the few prefetched, never more of the file.
+  const StepMetric data_bytes{"data_bytes_read", static_cast<double>(train_loader_.data().bytes_read()), false};
+  if (model_.config().moe_every == 0) return {data_bytes};
   // Contributions that add up over the job: the auxiliary terms are loss shares (replicated over
   // tp, averaged over dp and micro-batches like the loss); the drops are the ep group's, the same
   // on its ep x tp ranks; loads are maxima.
   const models::Gpt::MoeStepStats s = model_.take_moe_stats();
   std::vector<StepMetric> metrics{
       {"aux_loss", s.aux_loss / static_cast<double>(micro_batches_ * dp_ * tp_), false},
-      {"dropped_tokens", s.dropped / static_cast<double>(ep_ * tp_), false}};
+      {"dropped_tokens", s.dropped / static_cast<double>(ep_ * tp_), false}, data_bytes};
   int64_t index = 0;
   for (int64_t i = 0; i < model_.config().layers; ++i)
     if (model_.config().is_moe_block(i))

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -52,6 +53,15 @@ int64_t checkpoint_step(const std::string& path, comm::Communicator& world) {
     }
   }
   return world.all_reduce_max(step);
+}
+
+// This process's peak resident memory (VmHWM of /proc/self/status) in bytes; -1 where unknown.
+int64_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
+  return -1;
 }
 
 // A CPU step's time split as metric names and milliseconds (kernels/kernel_timing.h).
@@ -328,7 +338,8 @@ TrainResult Trainer::run() {
         .add("state_bytes", optimizer_.state_bytes())
         .add("allocations", memory_stats(device).allocations - allocations_before)
         .add("loss_scale", loss_scale)
-        .add("skipped_steps", result.skipped_steps);
+        .add("skipped_steps", result.skipped_steps)
+        .add("rss_peak_bytes", world_.all_reduce_max(peak_resident_bytes()));  // the largest rank's
     // The step's time split: CPU kernels timed on the host, CUDA ops on the device (events).
     const auto split = time_split(kernel_times);
     for (const auto& [key, value] : split) line.add(key, value);
