@@ -81,6 +81,10 @@ TokenReader::TokenReader(const H5File& file, const std::string& dataset, int64_t
     hsize_t n = 0;
     if (H5Dget_num_chunks(d.get(), space.get(), &n) < 0)
       fail(with_hdf5_detail(path_ + ": cannot count the chunks of " + dataset));
+    // Every chunk must be stored (checked before the index is sized: a file may declare any size).
+    if (static_cast<int64_t>(n) != expected)
+      fail(path_, ": ", dataset, " has ", n, " of its ", expected, " chunks stored: ", size_,
+           " tokens declared, some never written");
     chunks_.resize(static_cast<size_t>(expected));
     for (hsize_t i = 0; i < n; ++i) {
       hsize_t offset = 0, size = 0;
