@@ -48,6 +48,7 @@ plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, 
   run.zero_stage = o.train.zero_stage;
   run.pp_schedule = o.train.pp_schedule;
   run.virtual_stages = o.train.virtual_stages;
+  run.pp_layers = o.train.pp_layers;
   run.checkpointing = o.checkpointing();
   run.precision = o.train.precision;
   run.offload = o.train.adamw.offload;

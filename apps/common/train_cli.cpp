@@ -22,6 +22,33 @@
 
 namespace tessera::cli {
 
+namespace {
+
+// "3,5,5,3" -> {3, 5, 5, 3}; "" -> {}. Anything but comma-separated integers is refused.
+std::vector<int64_t> parse_block_counts(const std::string& text) {
+  std::vector<int64_t> counts;
+  if (text.empty()) return counts;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TESSERA_CHECK(!item.empty() && used == item.size(), "--pp-layers ", text,
+                  ": expected block counts separated by commas, such as 3,5,5,3");
+    counts.push_back(value);
+    if (end == text.size()) return counts;
+    begin = end + 1;
+  }
+}
+
+}  // namespace
+
 void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App app) {
   train::TrainConfig& tc = train;
   const bool gpt = app != App::vit, moe = app == App::moe;
@@ -53,7 +80,8 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
       ("tp-depth", po::value(&mesh.tp_depth)->default_value(1)->value_name("D"), "--tp-mode 2.5d: the grid layers d (the batch splits over d x q, the weights are the same on every layer)")
       ("pp", po::value(&mesh.pp)->default_value(1)->value_name("N"), "pipeline stages")
       ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b")->value_name("gpipe|1f1b|interleaved|zb"), "pipeline schedule (with --pp > 1): gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
-      ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1)->value_name("V"), "model chunks per pipeline stage (interleaved schedule)");
+      ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1)->value_name("V"), "model chunks per pipeline stage (interleaved schedule)")
+      ("pp-layers", po::value(&pp_layers)->value_name("N,N,..."), "blocks per pipeline (virtual) stage in order, adding up to --layers, e.g. 3,5,5,3 so the stages holding the embedding and the head get fewer (default: as even as possible)");
   // moe_train refuses sequence parallelism for now (its experts route whole rows): parsed to refuse.
   (moe ? sections.foreign() : layout).add_options()
       ("sp", po::value(&mesh.sp)->default_value(1)->value_name("N"), "sequence-parallel ranks (must divide the sequence)")
@@ -196,6 +224,8 @@ void TrainOptions::finish(int world_size, const po::variables_map& vm) {
                     train.precision, " trains unscaled)");
   TESSERA_CHECK(mesh.pp > 1 || !given(vm, "pp-schedule"), "--pp-schedule ", train.pp_schedule,
                 " needs --pp > 1 (one stage has no pipeline schedule)");
+  TESSERA_CHECK(mesh.pp > 1 || pp_layers.empty(), "--pp-layers ", pp_layers, " needs --pp > 1 (one stage holds every block)");
+  train.pp_layers = parse_block_counts(pp_layers);
   TESSERA_CHECK(mesh.sp > 1 || split_gather() || !given(vm, "sp-mode"), "--sp-mode ", sp_mode,
                 " needs --sp > 1 (split_gather: --tp > 1)");
   // The batch splits over dp x ep (expert-parallel ranks route different tokens) x the tp grid's
@@ -324,7 +354,7 @@ models::ModelLayout ParallelSetup::layout() {
   if (sequence_) layout.sequence = &*sequence_;
   if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
   layout.offload_params = options_.train.offload_params;
-  layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages};
+  layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages, options_.train.pp_layers};
   if (experts_) layout.experts = &*experts_;
   layout.checkpointing = options_.checkpointing();
   const optim::Precision precision = optim::parse_precision(options_.train.precision);

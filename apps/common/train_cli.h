@@ -23,6 +23,7 @@ struct TrainOptions {
   train::TrainConfig train;
   comm::MeshShape mesh;
   std::string tp_mode, sp_mode, device_name;
+  std::string pp_layers;                          // --pp-layers "3,5,5,3", parsed into train.pp_layers
   std::string activation_checkpointing = "none";  // none, full or selective
   std::string placement = "static";               // static or auto (the planner picks the host share)
   std::string device_memory_limit = "0";          // parsed into train.device_memory_limit

@@ -30,7 +30,7 @@ inline std::vector<ModelChunk> model_chunks(int64_t layers, const PipelinePlacem
   size_t base = 0;
   for (int c = 0; c < pipe.chunks; ++c) {
     const int v = pipe.virtual_stage(c);
-    const auto [first, end] = stage_blocks(layers, pipe.virtual_stages(), v);
+    const auto [first, end] = stage_blocks(layers, pipe.virtual_stages(), v, pipe.stage_layers);
     chunks.push_back({first, end, base, v == 0, v == pipe.virtual_stages() - 1});
     base += static_cast<size_t>(end - first);
   }

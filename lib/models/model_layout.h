@@ -2,6 +2,10 @@
 // how it trades memory for compute on each rank (ZeRO-3, activation checkpointing); each part
 // outlives the model. By default nothing is split and everything is kept.
 #pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "comm/communicator.h"
 #include "nn/expert_layout.h"
 #include "nn/sequence_layout.h"
@@ -12,9 +16,11 @@ namespace tessera::models {
 
 // Which pipeline stage this rank is and how many model chunks (virtual stages) it holds: chunk c
 // of stage s is virtual stage c x stages + s, and the blocks are split over the stages x chunks
-// virtual stages in order (the embedding on the first, the final norm and head on the last).
+// virtual stages in order (the embedding on the first, the final norm and head on the last):
+// evenly, or as stage_layers says (--pp-layers: blocks per virtual stage, in virtual-stage order).
 struct PipelinePlacement {
   int stage = 0, stages = 1, chunks = 1;
+  std::vector<int64_t> stage_layers;  // empty: as even as possible (stage_blocks)
   int virtual_stages() const { return stages * chunks; }
   int virtual_stage(int chunk) const { return chunk * stages + stage; }
   bool pipelined() const { return virtual_stages() > 1; }
@@ -47,7 +53,12 @@ struct ModelLayout {
 
 // Blocks [first, end) of virtual stage v when `layers` blocks are split over `parts` virtual
 // stages: as even as possible, the extra blocks going to the middle stages (the first holds the
-// embedding, the last the head). Throws when a stage would get no block.
-std::pair<int64_t, int64_t> stage_blocks(int64_t layers, int parts, int v);
+// embedding, the last the head), or `counts[v]` blocks each when counts is given (--pp-layers).
+// Throws when a stage would get no block or the counts do not fit (check_stage_layers).
+std::pair<int64_t, int64_t> stage_blocks(int64_t layers, int parts, int v, const std::vector<int64_t>& counts = {});
+
+// --pp-layers: one count per virtual stage, each >= 1, adding up to the model's layers; throws
+// naming what does not fit. Empty counts are always valid (the even split).
+void check_stage_layers(int64_t layers, int parts, const std::vector<int64_t>& counts);
 
 }  // namespace tessera::models

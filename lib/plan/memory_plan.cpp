@@ -114,14 +114,14 @@ int64_t zero3_gathered(const models::Gpt::StageParams& params, int data_ranks, b
 StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
                        const std::optional<parallel::PipelineSchedule>& schedule) {
   const comm::MeshShape& mesh = run.mesh;
-  const models::PipelinePlacement placement{stage, mesh.pp, run.virtual_stages};
+  const models::PipelinePlacement placement{stage, mesh.pp, run.virtual_stages, run.pp_layers};
   const models::Gpt::StageParams params =
       models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
   std::vector<Chunk> chunks;
   std::vector<int64_t> blocks;
   for (int c = 0; c < placement.chunks; ++c) {
     const int v = placement.virtual_stage(c);
-    const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v);
+    const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v, placement.stage_layers);
     chunks.push_back({first, end, v == 0, v == placement.virtual_stages() - 1});
     for (int64_t i = first; i < end; ++i) blocks.push_back(i);
   }

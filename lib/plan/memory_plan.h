@@ -25,6 +25,7 @@ struct GptRun {
   int zero_stage = 0;
   std::string pp_schedule = "1f1b";
   int virtual_stages = 1;
+  std::vector<int64_t> pp_layers;  // blocks per virtual stage (--pp-layers; empty: even)
   models::ActivationCheckpointing checkpointing;
   std::string precision = "fp32";  // bf16, fp16: the weights rounded for the step (optim/mixed_precision.h)
   std::string offload = "none";    // nvme: the optimizer states in files, streamed (optim/adamw.h)

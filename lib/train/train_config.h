@@ -35,6 +35,7 @@ struct TrainConfig {
   optim::LossScalerConfig loss_scaler;  // fp16's (bf16 and fp32 train unscaled)
   std::string pp_schedule = "1f1b";  // pipeline schedule (parallel::make_schedule's names)
   int virtual_stages = 1;            // model chunks per pipeline stage (interleaved)
+  std::vector<int64_t> pp_layers;    // blocks per virtual stage (--pp-layers; empty: as even as possible)
   std::string trace_path;            // Chrome trace of the pipeline's compute and messages
   std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
   bool offload_params = false;       // ZeRO-3's parameter shard on the host tier

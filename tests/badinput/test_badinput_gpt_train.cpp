@@ -524,6 +524,15 @@ TEST_F(GptTrainBadLayout, VirtualStagesWithoutPipeline) {
   expect_refused(2, "--virtual-stages 2", "--virtual-stages 2 needs --pp > 1");
 }
 
+// --pp-layers: blocks per (virtual) stage, refused naming what does not fit.
+TEST_F(GptTrainBadLayout, PipelineLayersThatDoNotFit) {
+  expect_refused(2, "--pp-layers 1,1", "--pp-layers 1,1 needs --pp > 1");
+  expect_refused(2, "--pp 2 --pp-layers 1,x", "--pp-layers 1,x: expected block counts separated by commas");
+  expect_refused(2, "--pp 2 --pp-layers 1,2,1", "names 3 stages, but the pipeline has 2 (virtual) stages");
+  expect_refused(2, "--pp 2 --pp-layers 0,2", "--pp-layers 0,2: every stage needs at least one block");
+  expect_refused(2, "--pp 2 --pp-layers 1,2", "--pp-layers 1,2 adds up to 3 blocks, but the model has --layers 1");
+}
+
 TEST_F(GptTrainBadLayout, UnknownCpuGemmLibrary) {
   env_ = "TESSERA_CPU_GEMM=mkl";
   expect_refused(2, "", "TESSERA_CPU_GEMM must be onednn or blas, not 'mkl'");

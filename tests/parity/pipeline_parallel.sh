@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity: pipeline parallelism reproduces the one-rank run (losses, step-1 gradients, state after
 # 10 steps: tests/tools/layout_parity.sh) under every schedule (GPipe, 1F1B, interleaved 1F1B, ZB-H1)
-# at pp 2 and 4, and composed with dp, 1D tp, ZeRO 1 and 3 and sequence parallelism. The tied
+# at pp 2 and 4, with uneven stages (--pp-layers), and composed with dp, 1D tp, ZeRO 1 and 3 and sequence parallelism. The tied
 # token table lives on the first stage and is mirrored on the last. Checkpoints move between
 # pipeline and other layouts: 10 + 10 resumed steps equal 20 straight.
 set -euo pipefail
@@ -26,6 +26,12 @@ common=(--layers 8 "${common[@]:2}")  # common starts with --layers 4
 parity_reference ref-8-layers "$data" --micro-batch 8
 state_atol=3e-5 parity_case "pp4-interleaved-v2" 4 ref-8-layers "$data" --pp 4 --micro-batch 1 --pp-schedule interleaved \
   --virtual-stages 2
+# Uneven stages (--pp-layers, blocks per virtual stage): fewer blocks where the embedding and the
+# head are, under 1F1B and interleaved; ZB-H1 with the head's stage the lighter one.
+parity_case "pp2-uneven-1-7" 2 ref-8-layers "$data" --pp 2 --micro-batch 2 --pp-layers 1,7
+state_atol=3e-5 parity_case "pp2-interleaved-uneven-1-3-3-1" 2 ref-8-layers "$data" --pp 2 --micro-batch 2 \
+  --pp-schedule interleaved --virtual-stages 2 --pp-layers 1,3,3,1
+parity_case "pp2-zb-uneven-5-3" 2 ref-8-layers "$data" --pp 2 --micro-batch 2 --pp-schedule zb --pp-layers 5,3
 common=("${common_4_layers[@]}")
 parity_case "pp2-dp2-zero1" 4 ref "$data" --pp 2 --micro-batch 1 --zero 1
 parity_case "pp2-dp2-zero3" 4 ref "$data" --pp 2 --micro-batch 2 --zero 3

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Parity of vit_train: data parallelism with ZeRO 1, 2, 3 and micro-batching, 1D tensor
 # parallelism, tp x dp with ZeRO (class-token and mean pooling), and pipeline parallelism (GPipe,
-# 1F1B, ZB-H1 with its weight gradients deferred, interleaved with 2 chunks per stage; pp x dp with
-# ZeRO-1, and ZeRO-3 under ZB-H1 and 1F1B; pp x tp) and the grid tensor-parallel modes (2d at
-# tp 4 alone and with dp and ZeRO-3, 2.5d and 3d at tp 8, 3d with pp 2 and ZeRO-1) reproduce the
+# 1F1B, ZB-H1 with its weight gradients deferred, interleaved with 2 chunks per stage, uneven
+# stages with --pp-layers; pp x dp with ZeRO-1, and ZeRO-3 under ZB-H1 and 1F1B; pp x tp) and
+# the grid tensor-parallel modes (2d at tp 4 alone and with dp and ZeRO-3, 2.5d and 3d at tp 8, 3d with pp 2 and ZeRO-1) reproduce the
 # one-rank run on a synthetic image set (losses, step-1 gradients and the state after 10 steps:
 # tests/tools/layout_parity.sh);
 # checkpoints saved at tp 2 x dp 2 ZeRO-3 and at pp 2 x dp 2 ZeRO-3 (ZB-H1) resume on one rank, and
@@ -49,6 +49,8 @@ common=(--layers 4 "${common[@]:2}")  # common starts with --layers 2 (an option
 parity_reference ref-deep "$data" --micro-batch 8 --pool mean
 parity_case pp2-interleaved-v2-mean-pool 2 ref-deep "$data" --pool mean --pp 2 --micro-batch 2 \
   --pp-schedule interleaved --virtual-stages 2
+# Uneven stages (--pp-layers): the first stage, which also embeds the patches, holds one block of four.
+parity_case pp2-uneven-1-3 2 ref-deep "$data" --pool mean --pp 2 --micro-batch 2 --pp-layers 1,3
 common=("${common_2_layers[@]}")
 
 echo -n "evaluation (loss and accuracy at step 10) under every layout: "
