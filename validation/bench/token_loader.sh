@@ -46,7 +46,8 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][1:]
 share = statistics.median(r["data_ms"] / r["step_ms"] for r in rows)
 step = statistics.median(r["step_ms"] for r in rows)
+data = statistics.median(r["data_ms"] for r in rows)
 print(f"training ({sys.argv[2].split('/')[-1]}, {sys.argv[3]} ranks, median of {len(rows)} steps): "
-      f"step {step:.0f} ms, data_ms {100 * share:.3f}% of the step; peak RSS per rank "
+      f"step {step:.0f} ms, data_ms {data:.4f} ms = {100 * share:.4f}% of the step; peak RSS per rank "
       f"{rows[-1]['rss_peak_bytes'] / 2**20:.0f} MiB beside a {int(sys.argv[4]) / 2**30:.2f} GiB file")
 PY
