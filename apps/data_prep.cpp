@@ -176,8 +176,8 @@ std::string read_whole_file(const std::string& path, const char* what) {
 }
 
 // The documents of `data_prep text`'s inputs, one at a time: each plain file is one document; a
-// folder contributes its regular files (recursively, in name order); a *.jsonl file (or any file
-// with --text-key) one document per line, its text under the key.
+// folder contributes its regular files (recursively, in name order); a *.jsonl (or *.ndjson) file
+// one document per line, its text under --text-key (default "text").
 class DocumentSource {
  public:
   DocumentSource(const std::vector<std::string>& inputs, std::string text_key) : key_(std::move(text_key)) {
@@ -197,7 +197,10 @@ class DocumentSource {
     }
   }
   const std::vector<std::string>& files() const { return files_; }
-  bool jsonl(const std::string& f) const { return !key_.empty() || fs::path(f).extension() == ".jsonl"; }
+  static bool jsonl(const std::string& f) {
+    const std::string ext = fs::path(f).extension().string();
+    return ext == ".jsonl" || ext == ".ndjson";
+  }
 
   // The next document's text and where it came from; false at the end.
   bool next(std::string& text, std::string& where) {
@@ -214,7 +217,7 @@ class DocumentSource {
           } catch (const std::exception& e) {
             fail("input ", where, ": not a JSON object (", e.what(), ")");
           }
-          const std::string key = key_.empty() ? "text" : key_;
+          const std::string& key = key_;
           if (!j.is_object() || !j.contains(key) || !j[key].is_string())
             fail("input ", where, ": no string under the key '", key, "' (give --text-key)");
           text = j[key].get<std::string>();
@@ -259,9 +262,8 @@ int run_text(const std::vector<std::string>& args) {
       ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
       ("tokenizer", po::value(&tokenizer_path)->value_name("PATH"),
        "a SentencePiece *.model or a Hugging Face tokenizer.json (byte-level BPE); default: bytes")
-      ("text-key", po::value(&text_key)->value_name("KEY"), "inputs are JSONL: the text of each line is under KEY"
-       " (default for *.jsonl files: text)")
-      ("eos-id", po::value(&eos_id)->value_name("ID"), "token put after each document (default: see below)")
+      ("text-key", po::value(&text_key)->default_value("text")->value_name("KEY"), "*.jsonl and *.ndjson inputs: one document a line, its text under KEY")
+      ("eos-id", po::value(&eos_id)->value_name("ID"), "token put between documents (default: see below)")
       ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"),
        "one document: the last F of its tokens go to /val; several: each document goes to /val with probability F")
       ("chunk-tokens", po::value(&chunk)->default_value(int64_t{1} << 20)->value_name("N"), "tokens per HDF5 chunk")
@@ -274,7 +276,7 @@ int run_text(const std::vector<std::string>& args) {
              "Tokens of the inputs, one document per file (or per JSONL line), written as they are made\n"
              "(the corpus is never held): /train/tokens and /val/tokens (uint16 when the vocabulary\n"
              "fits, else uint32, chunked) and /train/doc_offsets, /val/doc_offsets (int64: the first\n"
-             "token of each document). After each document comes an end-of-document token: --eos-id,\n"
+             "token of each document). Between documents comes an end-of-document token: --eos-id,\n"
              "else a tokenizer.json's <|endoftext|> when it has one, else none (bytes have no spare id\n"
              "and SentencePiece already ends every line with its EOS): /doc_offsets always holds the\n"
              "boundaries. Without --tokenizer each byte is a token (vocab 256). With one, vocab_size is\n"
@@ -325,7 +327,6 @@ int run_text(const std::vector<std::string>& args) {
       } catch (const tessera::Error& e) {
         fail("cannot tokenise input ", where, ": ", e.what());
       }
-      if (eos_id >= 0) tokens.push_back(static_cast<int32_t>(eos_id));
       if (one_document) {
         // One document: the last F of its tokens are the validation split (as always).
         const auto n = static_cast<int64_t>(tokens.size());
@@ -344,6 +345,11 @@ int run_text(const std::vector<std::string>& args) {
         const tessera::PhiloxCounter w = tessera::philox_bits(0, tessera::stream_id("data_prep.val"), index++);
         const bool to_val = val && static_cast<double>(w[0]) / 4294967296.0 < val_fraction;
         tessera::io::TokenWriter& into = to_val ? *val : train;
+        // The end-of-document token closes the split's previous document: it goes between documents.
+        if (eos_id >= 0 && into.size() > 0) {
+          const auto eos = static_cast<int32_t>(eos_id);
+          into.append(&eos, 1);
+        }
         into.start_document();
         into.append(tokens);
       }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -172,4 +173,32 @@ TEST_F(BadTokenData, ShardsWithDifferentVocabulariesAreRefused) {
   EXPECT_EQ(f.shape("/train/doc_offsets")[0], 6);  // 3 + 3 documents of up to 1000 tokens
   const CommandResult v = run_command(kBuild + "/apps/data_prep verify " + shell_quote(file("merged.h5")));
   EXPECT_EQ(v.exit_code, 0) << v.out;
+}
+
+TEST_F(BadTokenData, TextOfManyDocumentsFromFilesFoldersAndJsonl) {
+  fs::create_directories(dir_ / "docs/sub");
+  auto put = [&](const std::string& name, const std::string& text) { std::ofstream(file(name)) << text; };
+  put("docs/a.txt", "ab");
+  put("docs/sub/b.txt", "cde");
+  put("lines.jsonl", "{\"body\": \"xy\", \"id\": 1}\n\n{\"body\": \"z\"}\n");
+  const std::string out = file("many.h5");
+  const CommandResult r = run_command(kBuild + "/apps/data_prep text --input " + shell_quote(file("docs")) + " " +
+                                      shell_quote(file("lines.jsonl")) + " --text-key body --eos-id 0 --val-fraction 0" +
+                                      " --output " + shell_quote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Documents in order: docs/a.txt, docs/sub/b.txt, then the two JSONL lines; 0 between them.
+  const tessera::io::TokenDataset d = tessera::io::TokenDataset::open(out, "train");
+  const std::vector<int32_t> expected{'a', 'b', 0, 'c', 'd', 'e', 0, 'x', 'y', 0, 'z'};
+  EXPECT_EQ(d.read(0, d.size()), expected);
+  const H5File f = H5File::open_read(out);
+  EXPECT_EQ(f.read_i64("/train/doc_offsets", 0, 4), (std::vector<int64_t>{0, 3, 7, 10}));
+  EXPECT_EQ(f.stored_type("/train/tokens"), "u16");
+  EXPECT_EQ(f.attr_int("/", "eos_id"), 0);
+
+  put("bad.jsonl", "{\"body\": \"ok\"}\n{\"text\": \"no body\"}\n");
+  const CommandResult b = run_command(kBuild + "/apps/data_prep text --input " + shell_quote(file("bad.jsonl")) +
+                                      " --text-key body --val-fraction 0 --output " + shell_quote(file("bad.h5")));
+  EXPECT_EQ(b.exit_code, 1) << b.err;
+  expect_words(b.err, {"error:", "bad.jsonl:2", "'body'"});
+  EXPECT_FALSE(fs::exists(file("bad.h5")));
 }
