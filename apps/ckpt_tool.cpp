@@ -1,6 +1,7 @@
 // ckpt_tool: looks into tessera checkpoints without MPI: `inspect` (attributes, and each tensor's
 // shape and L2 norm) and `verify` (every tensor against its checksum); converts Hugging Face model
-// folders to and from them (`import-hf`, `export-hf`: apps/common/hf_checkpoint.h).
+// folders to and from them (`import-hf`, `export-hf`: apps/common/hf_checkpoint.h); `quantize`
+// writes a checkpoint's block weights as int8 / int4 for inference (lib/quant/quantized_checkpoint.h).
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "io/checkpoint_file.h"
 #include "io/safetensors_folder.h"
+#include "quant/quantized_checkpoint.h"
 
 namespace po = boost::program_options;
 using tessera::io::CheckpointReader;
@@ -27,8 +29,8 @@ constexpr const char* kUsage =
     "Looks into a tessera checkpoint (HDF5, one file per step).\n"
     "\n"
     "commands:\n"
-    "  inspect FILE   step, consumed samples, layout, every root attribute, and a table of the\n"
-    "                 tensors: name, shape, L2 norm\n"
+    "  inspect FILE   step, consumed samples, layout, quantisation, every root attribute, and a\n"
+    "                 table of the tensors: name, shape, L2 norm (or the stored integer type)\n"
     "  verify FILE    reads every tensor and checks it against its checksum; prints\n"
     "                 \"ok: FILE (N tensors)\" and exits 0, or \"error: ...\" and exits 1\n"
     "  import-hf DIR --output FILE.h5\n"
@@ -38,13 +40,19 @@ constexpr const char* kUsage =
     "            [--norm-eps X] [--rope-theta X]   (llama: values gpt_train does not record)\n"
     "                 the reverse: config.json, generation_config.json, model.safetensors (or\n"
     "                 shards and model.safetensors.index.json past the size)\n"
+    "  quantize FILE.h5 --bits 8|4 --group-size G --output Q.h5 [--scale-dtype f32|bf16]\n"
+    "           [--quantize-head]\n"
+    "                 the blocks' weight matrices rounded to int8 (symmetric) or int4 (zero points)\n"
+    "                 per group of G input features, for generate; norms, biases, embeddings stay\n"
+    "                 f32, the optimizer state is dropped (docs/checkpoints.md)\n"
     "  --version      the version, commit, build options and devices of this build\n";
 
 constexpr const char* kExample =
     "  ckpt_tool inspect runs/ck/step_100.h5\n"
     "  ckpt_tool verify runs/ck/step_100.h5\n"
     "  ckpt_tool import-hf models/tiny-llama --output tiny.h5\n"
-    "  ckpt_tool export-hf runs/ck/step_100.h5 --output models/mine --dtype bf16";
+    "  ckpt_tool export-hf runs/ck/step_100.h5 --output models/mine --dtype bf16\n"
+    "  ckpt_tool quantize runs/ck/step_100.h5 --bits 4 --group-size 64 --output runs/q4.h5";
 
 // A mistake on the command line: cli::run_main reports po::error with exit code 2.
 [[noreturn]] void usage_error(const std::string& what) { throw po::error(what); }
@@ -114,6 +122,9 @@ int run_inspect(const std::vector<std::string>& args) {
             << "step: " << shown("step") << "\n"
             << "consumed samples: " << shown("consumed_samples") << "\n"
             << "layout: " << shown("layout") << "\n"
+            << "quantisation: "
+            << (tessera::quant::is_quantized(r) ? tessera::quant::quantization_text(r) : std::string("none (f32)"))
+            << "\n"
             << "attributes (" << keys.size() << "):\n";
   for (const std::string& key : keys) std::cout << "  " << key << " = " << attr_text(r, key) << "\n";
 
@@ -131,6 +142,12 @@ int run_inspect(const std::vector<std::string>& args) {
   std::printf("  %-*s  %-*s  %s\n", static_cast<int>(name_w), "name", static_cast<int>(shape_w), "shape", "l2 norm");
   std::fflush(stdout);
   for (size_t i = 0; i < names.size(); ++i) {
+    const tessera::io::TensorType type = r.type(names[i]);
+    if (type != tessera::io::TensorType::f32) {  // a quantised checkpoint's values, scales or zero points
+      std::printf("  %-*s  %-*s  (%s)\n", static_cast<int>(name_w), names[i].c_str(), static_cast<int>(shape_w),
+                  shapes[i].str().c_str(), tessera::io::tensor_type_name(type));
+      continue;
+    }
     const double norm = l2_norm(r, names[i], shapes[i].numel());
     std::printf("  %-*s  %-*s  %.6g\n", static_cast<int>(name_w), names[i].c_str(), static_cast<int>(shape_w),
                 shapes[i].str().c_str(), norm);
@@ -179,12 +196,41 @@ int run_hf(const std::string& command, const std::vector<std::string>& args) {
   return 0;
 }
 
+// quantize FILE.h5 --bits 8|4 --group-size G --output Q.h5 [--scale-dtype f32|bf16] [--quantize-head]
+int run_quantize(const std::vector<std::string>& args) {
+  std::string source, output, scale_dtype = "f32";
+  tessera::quant::QuantizeOptions options;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "show this help")(
+      "source", po::value(&source)->value_name("FILE.h5"), "the f32 checkpoint")(
+      "output", po::value(&output)->value_name("Q.h5"), "the quantised checkpoint to write (must not exist)")(
+      "bits", po::value(&options.bits)->value_name("8|4"), "int8 (symmetric) or int4 (with zero points)")(
+      "group-size", po::value(&options.group_size)->value_name("G"), "input features per scale (must divide every block weight's)")(
+      "scale-dtype", po::value(&scale_dtype)->value_name("f32|bf16"), "how the scales are stored (default f32)")(
+      "quantize-head", po::bool_switch(&options.head), "also the LM head's table (a tied one keeps its f32 copy as the embedding)");
+  po::variables_map vm;
+  if (!parse_command(args, desc, "source", vm)) return 0;
+  if (source.empty()) usage_error("ckpt_tool quantize needs a checkpoint FILE.h5");
+  if (output.empty()) usage_error("ckpt_tool quantize needs --output");
+  if (!vm.count("bits")) usage_error("ckpt_tool quantize needs --bits 8 or 4");
+  if (!vm.count("group-size")) usage_error("ckpt_tool quantize needs --group-size");
+  TESSERA_CHECK(scale_dtype == "f32" || scale_dtype == "bf16", "--scale-dtype must be f32 or bf16, not '", scale_dtype, "'");
+  options.bf16_scales = scale_dtype == "bf16";
+  const tessera::quant::QuantizeSummary s = tessera::quant::quantize_checkpoint(source, output, options);
+  std::printf("wrote %s: %lld weight matrices as int%d, group size %lld, %s scales: %.3f MB of f32 weights -> %.3f MB "
+              "(%.2fx smaller)\n",
+              output.c_str(), static_cast<long long>(s.tensors), options.bits,
+              static_cast<long long>(options.group_size), scale_dtype.c_str(), s.weight_bytes_in / 1e6,
+              s.weight_bytes_out / 1e6, static_cast<double>(s.weight_bytes_in) / static_cast<double>(s.weight_bytes_out));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return tessera::cli::run_main([&] {
     std::vector<std::string> args(argv + 1, argv + argc);
-    if (args.empty()) usage_error("missing command (inspect, verify, import-hf or export-hf)");
+    if (args.empty()) usage_error("missing command (inspect, verify, quantize, import-hf or export-hf)");
     const std::string command = args[0];
     args.erase(args.begin());
     if (command == "--help" || command == "-h" || command == "help") {
@@ -198,8 +244,9 @@ int main(int argc, char** argv) {
     if (command == "inspect") return run_inspect(args);
     if (command == "verify") return run_verify(args);
     if (command == "import-hf" || command == "export-hf") return run_hf(command, args);
+    if (command == "quantize") return run_quantize(args);
     if (!command.empty() && command[0] == '-')
-      usage_error("expected a command (inspect, verify, import-hf or export-hf) before the option '" + command + "'");
-    usage_error("unknown command '" + command + "' (expected inspect, verify, import-hf or export-hf)");
+      usage_error("expected a command (inspect, verify, quantize, import-hf or export-hf) before the option '" + command + "'");
+    usage_error("unknown command '" + command + "' (expected inspect, verify, quantize, import-hf or export-hf)");
   });
 }

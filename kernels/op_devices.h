@@ -24,6 +24,20 @@ struct AttentionBlockShape {
   int64_t batch, tq, tk, heads, head_dim, q_stride, kv_stride;
   bool causal;
 };
+// A weight matrix W [rows, cols] (y = x W^T: rows outputs, cols the reduction) quantised in groups
+// of `group` consecutive columns of a row (docs/checkpoints.md, "Quantised checkpoints"); `ngroups`
+// = cols / group per row:
+//   bits 8: q int8 [rows, cols] (as bytes), w = q * scale, scales f32 [rows, ngroups];
+//   bits 4: q [rows, cols / 2] bytes, column 2j in the low nibble of byte j and 2j + 1 in the high
+//           one, w = (q - zero) * scale, zeros uint8 [rows, ngroups] in [0, 15].
+// The dequantised weight is that product in f32, so every kernel computes with the same weights.
+struct QuantMatrixView {
+  const uint8_t* q = nullptr;
+  const float* scales = nullptr;
+  const uint8_t* zeros = nullptr;  // bits 4 only
+  int64_t rows = 0, cols = 0, group = 0;
+  int bits = 8;
+};
 using ops::AdamWArgs;
 using ops::AdamWSpan;
 using ops::RopeShape;

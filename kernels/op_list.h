@@ -196,6 +196,25 @@ TESSERA_OP(classifier_xent, classifier_xent_backward, cpu_and_cuda, void,
            (float* dlogits, const float* logits, const int32_t* labels, const float* lse, int64_t rows,
             int64_t classes, float smoothing, float scale))
 
+// ---- Quantised weights (inference; CPU only until CUDA twins have run on a GPU) --------------------
+// w [rows, cols] to a QuantMatrixView's q, scales (and zeros for bits 4), round to nearest, per
+// group (docs/checkpoints.md): int8 symmetric (scale = max |w| / 127), int4 with a zero point over
+// [min(w, 0), max(w, 0)] (scale = range / 15). bf16_scales: each scale rounded up to a bf16 value
+// (kept as f32) before the group is quantised, so it stores exactly as bf16. Every element
+// dequantises to within half its group's scale.
+TESSERA_OP(quant_pack, quantize_weights, cpu_only, void,
+           (uint8_t* q, float* scales, uint8_t* zeros, const float* w, int64_t rows, int64_t cols, int64_t group,
+            int bits, bool bf16_scales))
+// w [rows, cols] = the dequantised weights (the reference the matmul kernels are held to).
+TESSERA_OP(quant_pack, dequantize_weights, cpu_only, void, (float* w, const QuantMatrixView& q))
+// y[rows] = W x for one activation row x[cols] (decode), W dequantised in registers; AVX-512 or a
+// portable path (kernels/cpu/quant_paths.h), OpenMP threads over output rows. Equals the f32 product
+// of x and dequantize_weights' W up to the order of the f32 sums.
+TESSERA_OP(quant_gemv, quant_gemv, cpu_only, void, (float* y, const float* x, const QuantMatrixView& w))
+// y[m, rows] = x[m, cols] W^T (prefill, batched decode), the same contract; blocks of 4 x 4 rows.
+TESSERA_OP(quant_gemm, quant_gemm, cpu_only, void,
+           (float* y, const float* x, int64_t m, const QuantMatrixView& w))
+
 // ---- Optimizer -----------------------------------------------------------------------------------
 TESSERA_OP(adamw, adamw, cpu_and_cuda, void,
            (float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, const AdamWArgs& args))

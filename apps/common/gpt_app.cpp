@@ -8,6 +8,7 @@
 #include <iostream>
 #include <optional>
 
+#include "apps/common/auto_layout.h"
 #include "apps/common/train_cli.h"
 #include "comm/mpi_runtime.h"
 #include "core/allocator.h"
@@ -24,7 +25,6 @@
 
 namespace tessera::cli {
 namespace po = boost::program_options;
-namespace {
 
 // The training data's vocabulary size alone (all --dry-run reads of it): the vocab_size attribute
 // on /train or on the root, where TokenDataset looks.
@@ -59,6 +59,8 @@ plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, 
   return run;
 }
 
+namespace {
+
 // A model that cannot fit in this node's memory is refused before anything is allocated: the
 // planner's bytes per rank (the same as --dry-run's) times the node's ranks, against what the host
 // has available. CPU runs whose layout the planner covers (1d tensor parallelism).
@@ -79,9 +81,22 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
   comm::MpiRuntime mpi(&argc, &argv);
   if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
   const int code = run_main([&] {
+    const bool moe = app == GptApp::moe;
+    // --layout auto: the search's fastest layout in place of it, on every rank alike.
+    int run_argc = argc;
+    char** run_argv = argv;
+    std::vector<std::string> chosen;
+    std::vector<char*> chosen_argv;
+    if (const std::optional<AutoLayout> a = resolve_auto_layout(std::vector<std::string>(argv + 1, argv + argc), moe)) {
+      chosen.push_back(argv[0]);
+      chosen.insert(chosen.end(), a->args.begin(), a->args.end());
+      for (std::string& t : chosen) chosen_argv.push_back(t.data());
+      run_argc = static_cast<int>(chosen_argv.size());
+      run_argv = chosen_argv.data();
+      if (mpi.world_rank() == 0) log::info(a->summary);
+    }
     OptionSections opts;
     TrainOptions o;
-    const bool moe = app == GptApp::moe;
     const char* name = moe ? "moe_train" : "gpt_train";
     models::GptConfig mc;
     std::string input, val_input;
@@ -120,6 +135,10 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
         ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)")
         ("benchmark-loader", po::value(&benchmark_loader)->default_value(0)->value_name("N"), "benchmark (N > 0): each rank reads its share of N global batches of training rows (as dp ranks, on the loader's background thread, no model), prints tokens/s per rank and exits");
     o.add_to(opts, "sequences", moe ? TrainOptions::App::moe : TrainOptions::App::gpt);
+    std::string layout_choice, machine_file;
+    (moe ? opts.foreign() : opts.section(kLayout)).add_options()
+        ("layout", po::value(&layout_choice)->default_value("manual")->value_name("manual|auto"), "manual (the layout flags as given) or auto: every rank runs parallel_plan's search over the job's ranks and trains with the fastest layout that fits in --device-memory-limit (else the node's available memory), printed at start-up; layout flags beside it are refused")
+        ("machine", po::value(&machine_file)->value_name("machine.json"), "--layout auto: parallel_plan calibrate's file (without it, a short calibration runs first)");
     opts.section(kDebugging).add_options()
         ("dump", po::value(&o.train.dump_path)->value_name("FILE.h5"), "write initial parameters, batches and step-1 logits/gradients to this HDF5 file");
     const bool& dry_run = o.dry_run;
@@ -133,7 +152,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
             "Options may also come from --config FILE.ini (keys are the long names).",
         moe ? "  mpirun -np 4 moe_train --config inputs/moe_tiny.ini --input data.h5 --ep 2 --steps 20 --metrics moe.jsonl"
             : "  mpirun -np 4 gpt_train --config inputs/gpt_tiny.ini --input data.h5 --tp 2 --zero 1 --steps 20 --metrics m.jsonl"};
-    if (!parse(argc, argv, opts, vm, help, TrainOptions::renamed())) return 0;
+    if (!parse(run_argc, run_argv, opts, vm, help, TrainOptions::renamed())) return 0;
     const std::string data_identity = check_ranks_started_alike(vm, {"input", "val-input"});
     mc.arch = models::parse_arch(arch);
     mc.tie_embeddings = !mc.llama() || tie_embeddings;
@@ -142,6 +161,11 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
         TESSERA_CHECK(!vm.count(llama_only) || vm[llama_only].defaulted(), "--", llama_only,
                       " is an option of --arch llama (this run is --arch gpt2)");
     o.train.options = option_values(vm);
+    // What --layout auto leaves here: manual (it was replaced by the chosen flags), or a bad value.
+    TESSERA_CHECK(layout_choice == "manual" || layout_choice == "auto", "--layout ", layout_choice,
+                  ": expected manual or auto");
+    TESSERA_CHECK(!vm.count("machine"), "--machine ", machine_file, " is --layout auto's machine file: it takes",
+                  " --layout auto");
 
     // The layout is checked on every rank before any communication. A dry run plans for the
     // layout the options give (any number of ranks, from one process) when --dp is set.

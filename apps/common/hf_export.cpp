@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/checkpoint_file.h"
 #include "io/safetensors_folder.h"
+#include "quant/quantized_checkpoint.h"
 
 namespace tessera::hf {
 namespace fs = std::filesystem;
@@ -80,6 +81,9 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const Expo
   if (fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec)))
     fail("--output ", dir, " exists and is not an empty folder: nothing is overwritten");
   const io::CheckpointReader r(checkpoint, MPI_COMM_NULL);
+  if (quant::is_quantized(r))
+    fail(checkpoint, " is quantised for inference (", quant::quantization_text(r),
+         "): export the f32 checkpoint it was made from");
   r.verify();
   const HfModel m = model_of(r, options);
   const io::StDtype dtype = io::parse_st_dtype(

@@ -13,6 +13,7 @@ namespace tessera::kernels::cpu {
 using kernels::AdamWArgs;
 using kernels::AdamWSpan;
 using kernels::AttentionBlockShape;
+using kernels::QuantMatrixView;
 using kernels::RopeShape;
 
 #define TESSERA_OP(file, name, devices, ret, params) TESSERA_OP_ON_CPU_##devices(ret name params;)

@@ -195,6 +195,36 @@ Hid memory_space(int64_t n) {
   return s;
 }
 
+// ---- tensor types --------------------------------------------------------------------------------
+
+size_t type_size(TensorType t) {
+  switch (t) {
+    case TensorType::f32: return 4;
+    case TensorType::u16: return 2;
+    case TensorType::i8:
+    case TensorType::u8: break;
+  }
+  return 1;
+}
+hid_t file_type(TensorType t) {
+  switch (t) {
+    case TensorType::f32: return H5T_IEEE_F32LE;
+    case TensorType::i8: return H5T_STD_I8LE;
+    case TensorType::u8: return H5T_STD_U8LE;
+    case TensorType::u16: break;
+  }
+  return H5T_STD_U16LE;
+}
+hid_t memory_type(TensorType t) {
+  switch (t) {
+    case TensorType::f32: return H5T_NATIVE_FLOAT;
+    case TensorType::i8: return H5T_NATIVE_INT8;
+    case TensorType::u8: return H5T_NATIVE_UINT8;
+    case TensorType::u16: break;
+  }
+  return H5T_NATIVE_UINT16;
+}
+
 // ---- attributes ----------------------------------------------------------------------------------
 
 enum AttrKind { kInt = 0, kDouble = 1, kString = 2, kUInt = 3 };
@@ -228,6 +258,7 @@ struct TensorMeta {
   std::string name;
   Shape shape;
   uint64_t checksum;
+  TensorType type = TensorType::f32;
 };
 uint64_t metadata_digest(const std::map<std::string, std::string>& attrs, std::vector<TensorMeta> tensors) {
   Fnv1a digest;
@@ -237,6 +268,8 @@ uint64_t metadata_digest(const std::map<std::string, std::string>& attrs, std::v
     digest.add(t.name).add("\0", 1);
     for (int64_t d : t.shape.dims()) digest.add_value(d);
     digest.add_value(t.checksum);
+    // Only a type other than f32 is part of the text, so files from before types keep their digest.
+    if (t.type != TensorType::f32) digest.add(tensor_type_name(t.type)).add("\0", 1);
   }
   return digest.value();
 }
@@ -244,12 +277,38 @@ uint64_t metadata_digest(const std::map<std::string, std::string>& attrs, std::v
 }  // namespace
 
 uint64_t checkpoint_checksum(const float* data, int64_t begin, int64_t end) {
+  return checkpoint_checksum(data, TensorType::f32, begin, end);
+}
+
+const char* tensor_type_name(TensorType type) {
+  switch (type) {
+    case TensorType::f32: return "f32";
+    case TensorType::i8: return "int8";
+    case TensorType::u8: return "uint8";
+    case TensorType::u16: break;
+  }
+  return "uint16";
+}
+
+uint64_t checkpoint_checksum(const void* data, TensorType type, int64_t begin, int64_t end) {
   constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  const size_t size = type_size(type);
   uint64_t sum = 0;
   for (int64_t i = begin; i < end; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, data + (i - begin), 4);
-    sum += mix64(static_cast<uint64_t>(bits) ^ (static_cast<uint64_t>(i) * kGolden));
+    uint64_t bits = 0;
+    if (size == 4) {
+      uint32_t b;
+      std::memcpy(&b, bytes + (i - begin) * 4, 4);
+      bits = b;
+    } else if (size == 2) {
+      uint16_t b;
+      std::memcpy(&b, bytes + (i - begin) * 2, 2);
+      bits = b;
+    } else {
+      bits = bytes[i - begin];
+    }
+    sum += mix64(bits ^ (static_cast<uint64_t>(i) * kGolden));
   }
   return sum;
 }
@@ -411,10 +470,10 @@ void CheckpointWriter::reserve_space(uint64_t end, const std::string& what, bool
   reserved_ = std::max(reserved_, end);
 }
 
-void CheckpointWriter::create(const std::string& name, const Shape& global_shape) {
+void CheckpointWriter::create(const std::string& name, const Shape& global_shape, TensorType type) {
   const std::string n = normalize(name);
   ArgHash args;
-  args.add("create").add(n);
+  args.add("create").add(n).add(static_cast<int64_t>(type));
   for (int64_t d : global_shape.dims()) args.add(d);
   const std::string bad = attempt([&] {
     check_usable("create");
@@ -442,7 +501,7 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
     Hid dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
     H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);
     H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-    Hid d(H5Dcreate2(file_, n.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+    Hid d(H5Dcreate2(file_, n.c_str(), file_type(type), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
           H5Dclose);
     if (!d.valid()) fail(with_detail("writing checkpoint " + tmp_path_ + ": cannot create tensor " + n));
     const haddr_t offset = H5Dget_offset(d.get());  // undefined for a tensor without elements
@@ -451,7 +510,7 @@ void CheckpointWriter::create(const std::string& name, const Shape& global_shape
   });
   agree(err.empty(), err, 0, Failure::hdf5);
   entry_of_.emplace(n, tensors_.size());
-  tensors_.push_back(Entry{n, global_shape, 0, 0});
+  tensors_.push_back(Entry{n, global_shape, type, 0, 0});
   data_end_ = std::max(data_end_, data_end);
   reserve_space(data_end_, "tensor " + n, false);
 }
@@ -461,6 +520,20 @@ void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64
 }
 
 void CheckpointWriter::write_runs(const std::string& name, const std::vector<FlatRange>& runs, const float* data) {
+  write_typed(name, runs, data, TensorType::f32);
+}
+void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64_t end, const int8_t* data) {
+  write_typed(name, {{begin, end}}, data, TensorType::i8);
+}
+void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64_t end, const uint8_t* data) {
+  write_typed(name, {{begin, end}}, data, TensorType::u8);
+}
+void CheckpointWriter::write_range(const std::string& name, int64_t begin, int64_t end, const uint16_t* data) {
+  write_typed(name, {{begin, end}}, data, TensorType::u16);
+}
+
+void CheckpointWriter::write_typed(const std::string& name, const std::vector<FlatRange>& runs, const void* data,
+                                   TensorType type) {
   const std::string n = normalize(name);
   Entry* t = nullptr;
   const int64_t count = elements(runs);
@@ -470,6 +543,8 @@ void CheckpointWriter::write_runs(const std::string& name, const std::vector<Fla
     check_runs(runs, t->shape.numel(), "writing checkpoint " + final_path_ + ": tensor " + n + " " + t->shape.str());
     TESSERA_CHECK(count == 0 || data != nullptr, "writing checkpoint ", final_path_, ": tensor ", n,
                   ": no data for ", count, " elements");
+    TESSERA_CHECK(t->type == type, "writing checkpoint ", final_path_, ": tensor ", n, " is ",
+                  tensor_type_name(t->type), ", written as ", tensor_type_name(type));
   });
   agree(bad.empty(), bad, ArgHash().add("write_range").add(n).h(), Failure::args);
 
@@ -486,13 +561,14 @@ void CheckpointWriter::write_runs(const std::string& name, const std::vector<Fla
     if (comm_ != MPI_COMM_NULL) H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
     const float dummy = 0;
     errno = 0;
-    if (H5Dwrite(d.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), dxpl.get(), count > 0 ? data : &dummy) < 0)
+    if (H5Dwrite(d.get(), memory_type(type), mspace.get(), fspace.get(), dxpl.get(), count > 0 ? data : &dummy) < 0)
       fail(with_detail(where + ": write failed", true));
   });
   agree(err.empty(), err, 0, Failure::hdf5);
+  const auto* bytes = static_cast<const unsigned char*>(data);
   for (const FlatRange& r : runs) {
-    t->checksum += checkpoint_checksum(data, r.begin, r.end);
-    data += r.end - r.begin;
+    t->checksum += checkpoint_checksum(bytes, type, r.begin, r.end);
+    bytes += (r.end - r.begin) * type_size(type);
   }
   t->written += static_cast<uint64_t>(count);
 }
@@ -573,7 +649,7 @@ void CheckpointWriter::commit() {
   });
   agree(err.empty(), err, 0, Failure::hdf5);
   std::vector<TensorMeta> meta;
-  for (size_t i = 0; i < n; ++i) meta.push_back({tensors_[i].name, tensors_[i].shape, sums[i]});
+  for (size_t i = 0; i < n; ++i) meta.push_back({tensors_[i].name, tensors_[i].shape, sums[i], tensors_[i].type});
   const uint64_t metadata = metadata_digest(root_attrs_, std::move(meta));
   write_root_attr(kMetadataChecksum, kUInt, &metadata);
   const char* format = kCheckpointFormat;
@@ -637,6 +713,7 @@ struct OpenTensor {
   Hid dataset, space;
   std::vector<int64_t> dims;
   int64_t numel = 1;
+  TensorType type = TensorType::f32;
 };
 
 OpenTensor open_tensor(hid_t file, const std::string& path, const std::string& n, bool exists) {
@@ -649,8 +726,18 @@ OpenTensor open_tensor(hid_t file, const std::string& path, const std::string& n
   t.dims = dataspace_dims(t.space.get());
   for (int64_t d : t.dims) t.numel *= d;
   Hid type(H5Dget_type(t.dataset.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_FLOAT || H5Tget_size(type.get()) != sizeof(float))
-    fail(path, ": tensor ", n, " is not stored as 32-bit floating point");
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const size_t size = H5Tget_size(type.get());
+  if (cls == H5T_FLOAT && size == 4) {
+    t.type = TensorType::f32;
+  } else if (cls == H5T_INTEGER && size == 1) {
+    t.type = H5Tget_sign(type.get()) == H5T_SGN_2 ? TensorType::i8 : TensorType::u8;
+  } else if (cls == H5T_INTEGER && size == 2 && H5Tget_sign(type.get()) == H5T_SGN_NONE) {
+    t.type = TensorType::u16;
+  } else {
+    fail(path, ": tensor ", n, " is not stored as 32-bit floating point (nor as the 8- or 16-bit integers of a ",
+         "quantised checkpoint)");
+  }
   // The writer makes contiguous datasets holding every element: anything else (chunks, filters, an
   // extent larger than the data behind it) is a damaged or foreign file, refused before HDF5 sizes
   // buffers from its claims.
@@ -658,7 +745,7 @@ OpenTensor open_tensor(hid_t file, const std::string& path, const std::string& n
   if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
     fail(path, ": tensor ", n, " is not stored contiguously (not a tessera checkpoint, or damaged)");
   const uint64_t stored = H5Dget_storage_size(t.dataset.get());
-  if (stored != static_cast<uint64_t>(t.numel) * sizeof(float))
+  if (stored != static_cast<uint64_t>(t.numel) * type_size(t.type))
     fail(path, ": tensor ", n, " ", Shape(t.dims).str(), " has ", stored, " bytes of data for ", t.numel,
          " elements (damaged)");
   H5Eclear2(H5E_DEFAULT);
@@ -784,6 +871,11 @@ Shape CheckpointReader::shape(const std::string& name) const {
   return Shape(open_tensor(file_, path_, n, has(n)).dims);
 }
 
+TensorType CheckpointReader::type(const std::string& name) const {
+  const std::string n = normalize(name);
+  return open_tensor(file_, path_, n, has(n)).type;
+}
+
 std::vector<std::string> CheckpointReader::tensors() const {
   std::vector<std::string> names;
   const herr_t rc = H5Lvisit(
@@ -809,8 +901,25 @@ void CheckpointReader::read_range(const std::string& name, int64_t begin, int64_
 }
 
 void CheckpointReader::read_runs(const std::string& name, const std::vector<FlatRange>& runs, float* out) const {
+  read_typed(name, runs, out, TensorType::f32);
+}
+void CheckpointReader::read_range(const std::string& name, int64_t begin, int64_t end, int8_t* out) const {
+  read_typed(name, {{begin, end}}, out, TensorType::i8);
+}
+void CheckpointReader::read_range(const std::string& name, int64_t begin, int64_t end, uint8_t* out) const {
+  read_typed(name, {{begin, end}}, out, TensorType::u8);
+}
+void CheckpointReader::read_range(const std::string& name, int64_t begin, int64_t end, uint16_t* out) const {
+  read_typed(name, {{begin, end}}, out, TensorType::u16);
+}
+
+void CheckpointReader::read_typed(const std::string& name, const std::vector<FlatRange>& runs, void* out,
+                                  TensorType type) const {
   const std::string n = normalize(name);
   const OpenTensor t = open_tensor(file_, path_, n, has(n));
+  if (t.type != type)
+    fail(path_, ": tensor ", n, " is stored as ", tensor_type_name(t.type), ", read as ", tensor_type_name(type),
+         t.type != TensorType::f32 ? " (a quantised checkpoint's tensor: only inference reads it)" : "");
   check_runs(runs, t.numel, path_ + ": tensor " + n + " " + Shape(t.dims).str());
   const int64_t count = elements(runs);
   if (count == 0) return;
@@ -820,7 +929,7 @@ void CheckpointReader::read_runs(const std::string& name, const std::vector<Flat
     fail(with_detail(path_ + ": tensor " + n + ": cannot select its range"));
   Hid dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   if (parallel_) H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT);
-  if (H5Dread(t.dataset.get(), H5T_NATIVE_FLOAT, mspace.get(), t.space.get(), dxpl.get(), out) < 0)
+  if (H5Dread(t.dataset.get(), memory_type(type), mspace.get(), t.space.get(), dxpl.get(), out) < 0)
     fail(with_detail(path_ + ": tensor " + n + ": cannot read [" + std::to_string(runs.front().begin) + ", " +
                      std::to_string(runs.back().end) + ")"));
 }
@@ -879,7 +988,7 @@ std::string CheckpointReader::attr_string(const std::string& key) const {
 
 void CheckpointReader::verify() const {
   constexpr int64_t kChunk = int64_t{1} << 22;  // elements per read: 16 MiB of floats
-  std::vector<float> buf;
+  std::vector<unsigned char> buf;
   std::vector<TensorMeta> meta;
   for (const std::string& n : tensors()) {
     uint64_t stored = 0;
@@ -894,16 +1003,17 @@ void CheckpointReader::verify() const {
         fail(with_detail(path_ + ": tensor " + n + ": cannot read its checksum attribute"));
     }
     const int64_t numel = shape(n).numel();
+    const TensorType tt = type(n);
     uint64_t sum = 0;
     for (int64_t b = 0; b < numel; b += kChunk) {
       const int64_t e = std::min(numel, b + kChunk);
-      buf.resize(static_cast<size_t>(e - b));
+      buf.resize(static_cast<size_t>(e - b) * type_size(tt));
       try {
-        read_range(n, b, e, buf.data());
+        read_typed(n, {{b, e}}, buf.data(), tt);
       } catch (const Error& ex) {
         fail(path_, ": tensor ", n, " is corrupt: ", ex.what());
       }
-      sum += checkpoint_checksum(buf.data(), b, e);
+      sum += checkpoint_checksum(buf.data(), tt, b, e);
     }
     if (sum != stored) {
       char msg[96];
@@ -911,7 +1021,7 @@ void CheckpointReader::verify() const {
                     static_cast<unsigned long long>(sum));
       fail(path_, ": tensor ", n, " is corrupt: checksum mismatch (", msg, ")");
     }
-    meta.push_back({n, shape(n), stored});
+    meta.push_back({n, shape(n), stored, tt});
   }
   if (version_ < 2) return;  // written before the metadata had a checksum
   if (!has_attr(kMetadataChecksum))

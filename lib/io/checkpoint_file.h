@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -14,8 +15,10 @@
 namespace tessera::io {
 
 // The file, as the design notes describe it:
-//   - one f32 dataset per tensor at its path (e.g. "/params/blocks.0.ln1.weight"), contiguous, in
+//   - one dataset per tensor at its path (e.g. "/params/blocks.0.ln1.weight"), contiguous, in
 //     its global logical shape, with a uint64 attribute "checksum" (checkpoint_checksum below);
+//     f32 unless created with another TensorType (a quantised checkpoint's int8 / packed int4
+//     weights and bf16 scales, docs/checkpoints.md);
 //   - root attributes "version" = 1, whatever the caller set (step, consumed_samples, layout...),
 //     and, written last of all, "format" = "tessera-checkpoint".
 // It is written as <path>.tmp and renamed to <path> only when complete and on disk. A .tmp is never
@@ -34,6 +37,13 @@ inline constexpr int64_t kCheckpointVersion = 2;
 // element `begin`: the sum mod 2^64 of mix64(bits(x_i) ^ i * golden). Order-independent, so partial
 // sums of disjoint ranges add up (mod 2^64) to the whole tensor's; any single changed bit changes it.
 uint64_t checkpoint_checksum(const float* data, int64_t begin, int64_t end);
+
+// A tensor's element type on disk. f32 is every training checkpoint's; the integer types hold a
+// quantised checkpoint's weights (i8: int8 values; u8: packed int4 pairs or zero points; u16: bf16
+// scales' bits). An integer element's checksum bits are its own bits, zero-extended.
+enum class TensorType { f32, i8, u8, u16 };
+const char* tensor_type_name(TensorType type);  // "f32", "int8", "uint8", "uint16"
+uint64_t checkpoint_checksum(const void* data, TensorType type, int64_t begin, int64_t end);
 
 // Elements [begin, end) of a tensor's row-major flattening.
 struct FlatRange {
@@ -67,8 +77,9 @@ class CheckpointWriter {
   // (and shape, key, value). A failure on any rank, bad arguments included, throws the same
   // tessera::Error on every rank (naming the first failing rank), so no rank is left waiting.
 
-  // A new f32 dataset at `name` ("/params/wte.weight"; intermediate groups are created).
-  void create(const std::string& name, const Shape& global_shape);
+  // A new dataset at `name` ("/params/wte.weight"; intermediate groups are created), f32 unless
+  // another type is given; write_range's pointer type must match it.
+  void create(const std::string& name, const Shape& global_shape, TensorType type = TensorType::f32);
   // This rank's elements [begin, end) of the tensor's global flattening (empty is fine), `data`
   // holding end - begin values. Ranges of different ranks must not overlap; a tensor may take
   // several rounds of write_range. By commit() the ranks must have covered every element once.
@@ -76,6 +87,13 @@ class CheckpointWriter {
   // Several ranges at once (ascending, not overlapping; `data` holds them one after the other):
   // a tensor-parallel slice, one range per row of a column slice. One collective write.
   void write_runs(const std::string& name, const std::vector<FlatRange>& runs, const float* data);
+  // The same for the integer types (a quantised checkpoint's tensors).
+  void write_range(const std::string& name, int64_t begin, int64_t end, const int8_t* data);
+  void write_range(const std::string& name, int64_t begin, int64_t end, const uint8_t* data);
+  void write_range(const std::string& name, int64_t begin, int64_t end, const uint16_t* data);
+  void write_range(const std::string& name, int64_t begin, int64_t end, std::nullptr_t) {  // f32's
+    write_range(name, begin, end, static_cast<const float*>(nullptr));
+  }
   // Root attributes; rank 0's value is the one written. "format" and "version" are reserved.
   void set_attr(const std::string& key, int64_t v);
   void set_attr(const std::string& key, double v);
@@ -92,6 +110,7 @@ class CheckpointWriter {
   struct Entry {
     std::string name;
     Shape shape;
+    TensorType type = TensorType::f32;
     uint64_t checksum = 0;  // this rank's partial sum
     uint64_t written = 0;   // elements this rank wrote
   };
@@ -107,6 +126,7 @@ class CheckpointWriter {
   void reserve_space(uint64_t end, const std::string& what, bool past_eof);
   Entry& entry(const std::string& name);
   void write_root_attr(const std::string& key, int kind, const void* value);
+  void write_typed(const std::string& name, const std::vector<FlatRange>& runs, const void* data, TensorType type);
   void close_file() noexcept;
 
   std::string final_path_, tmp_path_;
@@ -141,11 +161,20 @@ class CheckpointReader {
   // Tensors: dataset paths such as "/params/wte.weight" (a missing leading '/' is added).
   bool has(const std::string& name) const;
   Shape shape(const std::string& name) const;
+  TensorType type(const std::string& name) const;
   std::vector<std::string> tensors() const;  // every dataset path, sorted
   // Elements [begin, end) of the tensor's global flattening into out (end - begin values); an
   // independent read, any range on any rank.
   void read_range(const std::string& name, int64_t begin, int64_t end, float* out) const;
   void read_runs(const std::string& name, const std::vector<FlatRange>& runs, float* out) const;  // as write_runs
+  // The integer types: the pointer's type must be the tensor's (type()); reading an integer
+  // tensor into floats, or the reverse, throws naming both types.
+  void read_range(const std::string& name, int64_t begin, int64_t end, int8_t* out) const;
+  void read_range(const std::string& name, int64_t begin, int64_t end, uint8_t* out) const;
+  void read_range(const std::string& name, int64_t begin, int64_t end, uint16_t* out) const;
+  void read_range(const std::string& name, int64_t begin, int64_t end, std::nullptr_t) const {  // f32's
+    read_range(name, begin, end, static_cast<float*>(nullptr));
+  }
 
   // Root attributes. attr_int wants an integer; attr_double takes any number.
   bool has_attr(const std::string& key) const;
@@ -167,6 +196,7 @@ class CheckpointReader {
   bool parallel_ = false;
   int64_t file_ = -1;  // hid_t
   int64_t version_ = 0;
+  void read_typed(const std::string& name, const std::vector<FlatRange>& runs, void* out, TensorType type) const;
 };
 
 }  // namespace tessera::io

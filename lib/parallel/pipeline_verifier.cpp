@@ -44,8 +44,8 @@ struct Message {
 
 class Simulation {
  public:
-  Simulation(const PipelineSchedule& s, const StepCosts& costs)
-      : s_(s), costs_(costs), pc_(s.programs.size()), clock_(s.programs.size()), live_(s.programs.size()),
+  Simulation(const PipelineSchedule& s, std::vector<StepCosts> costs)
+      : s_(s), costs_(std::move(costs)), pc_(s.programs.size()), clock_(s.programs.size()), live_(s.programs.size()),
         awaiting_(s.programs.size()),
         states_(static_cast<size_t>(s.virtual_stages()) * static_cast<size_t>(s.micro_batches)) {
     report_.stages.resize(s.programs.size());
@@ -144,7 +144,7 @@ class Simulation {
       if (vstage > 0 && !mb.received_input)
         return skip(Kind::order, "forward before its input was received (no recv_fwd before it)");
       mb.forward = true;
-      cost = costs_.forward;
+      cost = costs_[st].forward;
       ++live_[st];
       ++awaiting_[st];
     } else if (in.op == PipelineOp::backward) {
@@ -153,7 +153,7 @@ class Simulation {
       if (vstage + 1 < s_.virtual_stages() && !mb.received_grad)
         return skip(Kind::order, "backward before its output gradient was received (no recv_bwd before it)");
       mb.backward = true;
-      cost = s_.split_backward ? costs_.backward_input : costs_.backward_input + costs_.backward_weight;
+      cost = s_.split_backward ? costs_[st].backward_input : costs_[st].backward_input + costs_[st].backward_weight;
       --awaiting_[st];
       if (!s_.split_backward) --live_[st];
     } else {
@@ -161,7 +161,7 @@ class Simulation {
       if (mb.backward_w) return skip(Kind::order, "backward_w run twice");
       if (!mb.backward) return skip(Kind::order, "backward_w before its backward");
       mb.backward_w = true;
-      cost = costs_.backward_weight;
+      cost = costs_[st].backward_weight;
       --live_[st];
     }
     StageReport& r = report_.stages[st];
@@ -276,7 +276,7 @@ class Simulation {
   }
 
   const PipelineSchedule& s_;
-  StepCosts costs_;
+  std::vector<StepCosts> costs_;  // per stage
   std::vector<size_t> pc_;       // per stage: the next instruction
   std::vector<int64_t> clock_;   // per stage: when it is free
   std::vector<int> live_, awaiting_;
@@ -307,7 +307,17 @@ PipelineReport verify_schedule(const PipelineSchedule& schedule, const StepCosts
                 "' has ", schedule.programs.size(), " programs for ", schedule.stages, " stages");
   TESSERA_CHECK(schedule.stages >= 1 && schedule.micro_batches >= 1 && schedule.chunks >= 1, "pipeline schedule '",
                 schedule.name, "' has no stages, micro-batches or chunks");
-  return Simulation(schedule, costs).run();
+  return Simulation(schedule, std::vector<StepCosts>(static_cast<size_t>(schedule.stages), costs)).run();
+}
+
+PipelineReport verify_schedule(const PipelineSchedule& schedule, const std::vector<StepCosts>& per_stage) {
+  TESSERA_CHECK(static_cast<int>(per_stage.size()) == schedule.stages, "pipeline schedule '", schedule.name, "': ",
+                per_stage.size(), " stages' costs for ", schedule.stages, " stages");
+  TESSERA_CHECK(static_cast<int>(schedule.programs.size()) == schedule.stages, "pipeline schedule '", schedule.name,
+                "' has ", schedule.programs.size(), " programs for ", schedule.stages, " stages");
+  TESSERA_CHECK(schedule.stages >= 1 && schedule.micro_batches >= 1 && schedule.chunks >= 1, "pipeline schedule '",
+                schedule.name, "' has no stages, micro-batches or chunks");
+  return Simulation(schedule, per_stage).run();
 }
 
 void check_schedule(const PipelineSchedule& schedule, const StepCosts& costs) {

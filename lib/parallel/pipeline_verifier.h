@@ -63,6 +63,9 @@ struct PipelineReport {
 };
 
 PipelineReport verify_schedule(const PipelineSchedule& schedule, const StepCosts& costs = {});
+// The same with each stage's own costs (stages holding different blocks: the time model's
+// per-stage times, plan/time_model.h); per_stage has one entry per stage.
+PipelineReport verify_schedule(const PipelineSchedule& schedule, const std::vector<StepCosts>& per_stage);
 // Throws tessera::Error naming the schedule and its first problem (and how many more there are).
 void check_schedule(const PipelineSchedule& schedule, const StepCosts& costs = {});
 

@@ -12,6 +12,7 @@
 #include "comm/string_exchange.h"
 #include "core/log.h"
 #include "io/checkpoint_file.h"
+#include "quant/quantized_checkpoint.h"
 
 namespace tessera::train {
 namespace fs = std::filesystem;
@@ -88,13 +89,20 @@ std::string first_problem(const std::string& mine, comm::Communicator& world) {
   return {};
 }
 
-// Empty when the file opens as a complete checkpoint and every checksum matches (rank 0 reads it
-// whole); else the reason, on every rank.
+// Empty when the file opens as a complete, unquantised checkpoint and every checksum matches (rank 0
+// reads it whole); else the reason, on every rank.
 std::string checkpoint_problem(const std::string& path, comm::Communicator& world) {
   std::string problem;
   if (world.rank() == 0) {
     try {
-      io::CheckpointReader(path, MPI_COMM_NULL).verify();
+      const io::CheckpointReader r(path, MPI_COMM_NULL);
+      // Refused before its tensors are read: a quantised file holds no optimizer state and no f32
+      // block weights, and only inference reads it.
+      if (quant::is_quantized(r))
+        problem = "checkpoint " + path + " is quantised for inference (" + quant::quantization_text(r) +
+                  "): use generate; a trainer resumes only from the f32 checkpoint it was made from";
+      else
+        r.verify();
     } catch (const Error& e) {
       problem = e.what();
     }

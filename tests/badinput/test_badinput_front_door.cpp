@@ -138,10 +138,14 @@ TEST(FrontDoorHelp, ToolsListOnlyOptionsTheyAccept) {
   EXPECT_FALSE(lists(plan, "micro"));
   const auto ckpt = expect_help_options_accepted(app("ckpt_tool") + " inspect", 1);
   EXPECT_TRUE(lists(ckpt, "file"));
+  const auto generate = expect_help_options_accepted(app("generate"));
+  for (const char* name : {"checkpoint", "prompts", "output", "max-batch", "max-len", "top-p", "seed", "score"})
+    EXPECT_TRUE(lists(generate, name)) << "generate --help lacks --" << name;
 }
 
 TEST(FrontDoorVersion, EveryToolNamesVersionCommitBuildAndDevices) {
-  for (const char* tool : {"gpt_train", "moe_train", "vit_train", "data_prep", "parallel_plan", "ckpt_tool"}) {
+  for (const char* tool :
+       {"gpt_train", "moe_train", "vit_train", "data_prep", "parallel_plan", "ckpt_tool", "generate"}) {
     const CommandResult r = run_command(app(tool) + " --version");
     EXPECT_EQ(r.exit_code, 0) << tool << ": " << r.err;
     EXPECT_EQ(r.out.rfind(std::string(tool) + " (tessera) ", 0), 0u) << r.out;

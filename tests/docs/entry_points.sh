@@ -3,7 +3,8 @@
 # the suite is what one of them runs): both exist, are executable and parse; CI (.ci/run) runs
 # tests/run_all.sh, the README's test command, over every label; install_deps.sh and build.sh,
 # which both call, parse too and refuse an unknown part. What quickstart trains (data_prep synth,
-# inputs/gpt_tiny.ini) is checked by train.synth_convergence.
+# inputs/gpt_tiny.ini) is checked by train.synth_convergence. Every app apps/CMakeLists.txt builds
+# (generate among them) is built, answers --version and is named in the README.
 set -euo pipefail
 build=$1; src=$2
 fail() { echo "error: $*" >&2; exit 1; }
@@ -24,4 +25,11 @@ set +e
 out=$("$src/jobscripts/install_deps.sh" nonsense 2>&1); rc=$?
 set -e
 [ $rc = 2 ] && [[ $out == *"unknown part 'nonsense'"* ]] || fail "install_deps.sh nonsense: exit $rc, $out"
-echo "entry points: quickstart.sh, run_all.sh (.ci/run), install_deps.sh, build.sh present and parse"
+# Every executable apps/CMakeLists.txt builds is built, answers --version and is named in README.md.
+apps=$(sed -n 's/^foreach(app \(.*\))$/\1/p' "$src/apps/CMakeLists.txt")
+[ -n "$apps" ] || fail "apps/CMakeLists.txt no longer lists its executables in one foreach(app ...)"
+for app in $apps; do
+  "$build/apps/$app" --version >/dev/null 2>&1 || fail "$build/apps/$app --version failed (is it built?)"
+  grep -q "\`$app\`" "$src/README.md" || fail "README.md does not name \`$app\`"
+done
+echo "entry points: quickstart.sh, run_all.sh (.ci/run), install_deps.sh, build.sh present and parse; apps: $apps"

@@ -325,3 +325,16 @@ TEST(PipelineVerifier, MissingAndDuplicatedSteps) {
   o.programs[1][0].micro_batch = 7;
   expect_first_problem(o, Kind::order, 1, 0, "no such micro-batch (the schedule has 2)");
 }
+
+// Stages with their own costs (the time model's per-stage times): equal costs give the scalar
+// form's makespan; a slower last stage paces 1F1B: the first forward, every micro-batch on the last
+// stage, the first stage's last backward.
+TEST(PipelineSchedule, PerStageCosts) {
+  const PipelineSchedule s = one_f_one_b(2, 4);
+  const StepCosts even{1, 1, 1};
+  EXPECT_EQ(verify_schedule(s, std::vector<StepCosts>{even, even}).makespan, verify_schedule(s, even).makespan);
+  const PipelineReport r = verify_schedule(s, std::vector<StepCosts>{{1, 1, 1}, {2, 2, 2}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.makespan, 1 + 4 * (2 + 4) + 2);
+  EXPECT_THROW(verify_schedule(s, std::vector<StepCosts>{even}), tessera::Error);
+}

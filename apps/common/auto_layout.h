@@ -1,0 +1,23 @@
+// --layout auto (gpt_train): every rank runs the same layout search (apps/common/layout_search.h)
+// over the job's ranks, with the machine file --machine names or, without one, a short calibration
+// first (plan/calibration.h), and trains with the fastest layout that fits: the command line with
+// that layout's flags in place of --layout auto and --machine. Layout flags given beside it are
+// refused: the search would contradict them.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+struct AutoLayout {
+  std::vector<std::string> args;  // the trainer's arguments, the chosen layout's flags at the end
+  std::string summary;            // "--layout auto: --dp 4 ... (predicted 6.0 ms per step, ...)"
+};
+
+// nullopt when `args` (argv without the program) do not ask for --layout auto. Collective over the
+// world when it calibrates; deterministic, so every rank chooses the same layout. Throws naming the
+// problem (a layout flag beside it, no layout that fits).
+std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& args, bool moe);
+
+}  // namespace tessera::cli

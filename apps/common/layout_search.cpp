@@ -1,0 +1,255 @@
+// The layout search: enumeration, each layout checked by the trainer's option checks and planned,
+// the ranking, and the rejections counted by reason.
+#include "apps/common/layout_search.h"
+
+#include <algorithm>
+#include <cctype>
+#include <numeric>
+#include <sstream>
+
+#include "apps/common/gpt_app.h"
+#include "apps/common/train_cli.h"
+#include "core/error.h"
+#include "models/model_layout.h"
+
+namespace tessera::cli {
+namespace {
+
+// gpt_train's model and data options (apps/common/gpt_app.cpp), so that the trainer's flags parse
+// here as they do there.
+struct GptModelOptions {
+  models::GptConfig mc;
+  std::string arch = "gpt2", input, val_input, dump;
+  bool tie_embeddings = false;
+  int64_t seq_len = 64;
+  void add_to(OptionSections& opts) {
+    opts.section(kModel).add_options()
+        ("arch", po::value(&arch)->default_value("gpt2"), "")
+        ("kv-heads", po::value(&mc.kv_heads)->default_value(0), "")
+        ("ffn-hidden", po::value(&mc.ffn_hidden)->default_value(0), "")
+        ("norm-eps", po::value(&mc.norm_eps)->default_value(1e-5f), "")
+        ("rope-theta", po::value(&mc.rope_theta)->default_value(10000.0f), "")
+        ("tie-embeddings", po::bool_switch(&tie_embeddings), "")
+        ("layers", po::value(&mc.layers)->default_value(4), "")
+        ("hidden", po::value(&mc.hidden)->default_value(128), "")
+        ("heads", po::value(&mc.heads)->default_value(4), "")
+        ("seq-len", po::value(&seq_len)->default_value(64), "");
+    opts.section(kData).add_options()
+        ("input", po::value(&input), "")
+        ("val-input", po::value(&val_input), "");
+    opts.section(kDebugging).add_options()("dump", po::value(&dump), "");
+  }
+};
+
+// One parse of the trainer's flags (and a layout's), as gpt_train parses them.
+struct ParsedTrainer {
+  OptionSections opts;
+  TrainOptions o;
+  GptModelOptions model;
+  po::variables_map vm;
+  explicit ParsedTrainer(const std::vector<std::string>& args) {
+    model.add_to(opts);
+    o.add_to(opts, "sequences", TrainOptions::App::gpt);
+    std::vector<std::string> tokens = {"gpt_train"};
+    tokens.insert(tokens.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& t : tokens) argv.push_back(t.data());
+    parse(static_cast<int>(argv.size()), argv.data(), opts, vm, {"gpt_train", "", ""}, TrainOptions::renamed());
+    model.mc.arch = models::parse_arch(model.arch);
+    model.mc.tie_embeddings = !model.mc.llama() || model.tie_embeddings;
+  }
+};
+
+std::vector<int> divisors(int64_t n) {
+  std::vector<int> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(static_cast<int>(i));
+  return d;
+}
+
+// A rejection's reason without its numbers, so that like rejections count together.
+std::string reason_of(const std::string& message) {
+  std::string r;
+  for (size_t i = 0; i < message.size() && r.size() < 160; ++i) {
+    if (std::isdigit(static_cast<unsigned char>(message[i]))) {
+      if (r.empty() || r.back() != 'N') r += 'N';
+      while (i + 1 < message.size() && (std::isdigit(static_cast<unsigned char>(message[i + 1])) || message[i + 1] == '.'))
+        ++i;
+    } else {
+      r += message[i];
+    }
+  }
+  return r;
+}
+
+// The grid tensor-parallel modes a tp size fits (q^2: 2d; d q^2 with d > 1: 2.5d; q^3: 3d).
+std::vector<std::string> grid_modes(int tp) {
+  std::vector<std::string> modes;
+  for (int q = 2; q * q <= tp; ++q) {
+    if (q * q == tp) modes.push_back("2d");
+    if (tp % (q * q) == 0 && tp / (q * q) > 1) modes.push_back("2.5d");
+    if (q * q * q == tp) modes.push_back("3d");
+  }
+  std::sort(modes.begin(), modes.end());
+  modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
+  return modes;
+}
+
+}  // namespace
+
+const std::vector<std::string>& layout_options() {
+  static const std::vector<std::string> names = {
+      "dp", "tp", "tp-mode", "tp-depth", "pp", "pp-schedule", "virtual-stages", "pp-layers", "sp", "sp-mode", "zero", "micro-batch",
+      "activation-checkpointing", "recompute-every-k-blocks", "offload", "offload-params", "offload-optim-frac",
+      "placement"};
+  return names;
+}
+
+std::string LayoutChoice::args_text() const {
+  std::string text;
+  for (const std::string& a : args) text += (text.empty() ? "" : " ") + a;
+  return text;
+}
+
+LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel& machine,
+                             const std::vector<std::string>& layout_args) {
+  std::vector<std::string> args = input.trainer_args;
+  args.insert(args.end(), layout_args.begin(), layout_args.end());
+  ParsedTrainer p(args);
+  TrainOptions& o = p.o;
+  models::GptConfig& mc = p.model.mc;
+  const int64_t seq = p.model.seq_len;
+  if (!mc.llama())
+    for (const char* llama_only : {"kv-heads", "ffn-hidden", "norm-eps", "rope-theta", "tie-embeddings"})
+      TESSERA_CHECK(!p.vm.count(llama_only) || p.vm[llama_only].defaulted(), "--", llama_only,
+                    " is an option of --arch llama (this run is --arch gpt2)");
+  o.finish(input.ranks, p.vm);  // the trainer's own checks of the layout and the batch
+  TESSERA_CHECK(seq >= 1, "--seq-len must be >= 1, got ", seq);
+  TESSERA_CHECK(seq % o.mesh.sp == 0, "--seq-len ", seq, " is not divisible by --sp ", o.mesh.sp,
+                " (sequence parallelism gives each rank an equal share of the positions)");
+  TESSERA_CHECK(!o.grid(), "--tp-mode ", o.tp_mode, ": the memory planner does not cover grid tensor parallelism yet");
+  TESSERA_CHECK(!p.model.input.empty() || input.vocab > 0, "give --input DATA.h5 (its vocab_size) or --vocab N");
+  mc.vocab = input.vocab > 0 ? input.vocab : vocab_size_of(p.model.input);
+  mc.max_seq = seq;
+  mc.validate(o.split_model(mc.heads, mc.hidden));
+  TESSERA_CHECK(mc.layers >= o.mesh.pp * o.train.virtual_stages, "--pp ", o.mesh.pp, " x --virtual-stages ",
+                o.train.virtual_stages, ": more pipeline stages than the ", mc.layers, " blocks");
+  LayoutChoice c;
+  c.args = layout_args;
+  c.run = planned_run(o, mc, seq);
+  c.memory = plan::plan_memory(c.run);
+  c.time = plan::predict_step(c.run, machine, input.ranks_per_node);
+  return c;
+}
+
+SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& machine) {
+  SearchInput input = given;
+  TESSERA_CHECK(input.ranks >= 1, "--ranks must be >= 1, got ", input.ranks);
+  TESSERA_CHECK(input.device_memory > 0, "--device-memory must be > 0 bytes");
+  for (const std::string& a : input.trainer_args)
+    for (const std::string& name : layout_options())
+      TESSERA_CHECK(a != "--" + name && a.rfind("--" + name + "=", 0) != 0, "--", name,
+                    " is a layout choice: the search makes it (leave it out, or use --explain to plan one layout)");
+  // The model's size and the batch, from the trainer's flags alone.
+  const ParsedTrainer base(input.trainer_args);
+  const int64_t layers = base.model.mc.layers, global_batch = base.o.train.global_batch;
+  TESSERA_CHECK(layers >= 1 && global_batch >= 1, "--layers and --global-batch must be >= 1");
+  if (input.vocab == 0 && !base.model.input.empty()) input.vocab = vocab_size_of(base.model.input);  // read once
+
+  SearchResult result;
+  const auto reject = [&](const std::string& reason) { ++result.rejected[reason]; };
+  const int n = input.ranks;
+  for (int pp : divisors(n)) {
+    for (int tp : divisors(n / pp)) {
+      for (const std::string& mode : grid_modes(tp)) {
+        (void)mode;
+        ++result.enumerated;
+        reject("--tp-mode 2d, 2.5d, 3d: the memory planner does not cover grid tensor parallelism yet");
+      }
+      for (int sp : divisors(n / pp / tp)) {
+        std::vector<std::string> sp_modes = sp > 1 ? std::vector<std::string>{"all_to_all", "ring"}
+                                                   : std::vector<std::string>{""};
+        if (sp == 1 && tp > 1) sp_modes.push_back("split_gather");
+        const int dp = n / pp / tp / sp;
+        std::vector<int> micro = global_batch % dp == 0 ? divisors(global_batch / dp) : std::vector<int>{1};
+        // Blocks per stage: even, or (one chunk per stage) one block moved off the last stage (the
+        // head's) to the first, or off the first (the embedding's) to the last (--pp-layers).
+        std::vector<std::string> stage_splits = {""};
+        if (pp > 1 && layers >= pp) {
+          std::vector<int64_t> even;
+          for (int v = 0; v < pp; ++v) {
+            const auto [first, end] = models::stage_blocks(layers, pp, v);
+            even.push_back(end - first);
+          }
+          for (int from : {pp - 1, 0}) {
+            std::vector<int64_t> counts = even;
+            const int to = from == 0 ? pp - 1 : 0;
+            if (counts[from] < 2) continue;
+            --counts[from];
+            ++counts[to];
+            std::string text;
+            for (int64_t c : counts) text += (text.empty() ? "" : ",") + std::to_string(c);
+            stage_splits.push_back(text);
+          }
+        }
+        std::vector<std::pair<std::string, int>> schedules = {{"", 1}};
+        if (pp > 1) {
+          schedules = {{"gpipe", 1}, {"1f1b", 1}, {"zb", 1}};
+          for (int v = 2; v <= 4 && pp * v <= layers; ++v) schedules.push_back({"interleaved", v});
+        }
+        for (const std::string& sp_mode : sp_modes)
+          for (int zero = 0; zero <= 3; ++zero)
+            for (int mb : micro)
+              for (const auto& [schedule, v] : schedules)
+                for (const std::string& split : stage_splits)
+                for (const char* ckpt : {"none", "full", "selective"})
+                  for (const char* offload : {"none", "cpu", "params"}) {
+                    if (std::string(offload) == "params" && zero != 3) continue;  // ZeRO-3's alone
+                    if (!split.empty() && v > 1) continue;  // uneven splits: one chunk per stage only
+                    ++result.enumerated;
+                    if (zero > 0 && dp * sp == 1) {
+                      reject("ZeRO over a data group of one rank: the same layout as --zero 0");
+                      continue;
+                    }
+                    if (pp > layers) {
+                      reject("more pipeline stages than blocks");
+                      continue;
+                    }
+                    std::vector<std::string> a = {"--dp", std::to_string(dp), "--tp", std::to_string(tp), "--pp",
+                                                  std::to_string(pp), "--sp", std::to_string(sp)};
+                    if (!sp_mode.empty()) a.insert(a.end(), {"--sp-mode", sp_mode});
+                    if (!schedule.empty()) a.insert(a.end(), {"--pp-schedule", schedule});
+                    if (v > 1) a.insert(a.end(), {"--virtual-stages", std::to_string(v)});
+                    if (!split.empty()) a.insert(a.end(), {"--pp-layers", split});
+                    a.insert(a.end(), {"--zero", std::to_string(zero), "--micro-batch", std::to_string(mb)});
+                    if (std::string(ckpt) != "none") a.insert(a.end(), {"--activation-checkpointing", ckpt});
+                    if (std::string(offload) == "cpu") a.insert(a.end(), {"--offload", "cpu"});
+                    if (std::string(offload) == "params") a.push_back("--offload-params");
+                    LayoutChoice c;
+                    try {
+                      c = evaluate_layout(input, machine, a);
+                    } catch (const std::exception& e) {
+                      reject(reason_of(e.what()));
+                      continue;
+                    }
+                    if (c.peak() > input.device_memory) {
+                      reject("planned peak above --device-memory");
+                      if (result.smallest_peak < 0 || c.peak() < result.smallest_peak) {
+                        result.smallest_peak = c.peak();
+                        result.smallest_args = c.args;
+                      }
+                      continue;
+                    }
+                    result.ranked.push_back(std::move(c));
+                  }
+      }
+    }
+  }
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), [](const LayoutChoice& a, const LayoutChoice& b) {
+    if (a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
+    return a.peak() < b.peak();
+  });
+  return result;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,37 @@
+// The quantised matmuls' code paths (portable scalar, AVX-512), each in its own translation unit
+// compiled for its instruction set, and the choice among them: AVX-512 where the kernel copies run
+// AVX-512 (kernels/cpu/isa.h, so TESSERA_CPU_ISA=base|avx2 runs the portable path), else scalar.
+// Both dequantise each weight as (q [- zero]) * scale in f32 and multiply-add it into f32 sums, so
+// they differ from each other and from dequantize_weights-then-multiply only in the order of the sums.
+#pragma once
+#include <cstdint>
+
+#include "kernels/op_devices.h"
+
+namespace tessera::kernels::cpu {
+
+// y[n] = sum_k x[k] W[n, k] for the rows n in [n0, n1), one thread.
+using QuantGemvRowsFn = void (*)(float* y, const float* x, const QuantMatrixView& w, int64_t n0, int64_t n1);
+// y[i, n] = sum_k x[i, k] W[n, k] for i in [0, m), n in [n0, n1) (y's rows w.rows apart), one thread.
+using QuantGemmRowsFn = void (*)(float* y, const float* x, int64_t m, const QuantMatrixView& w, int64_t n0,
+                                 int64_t n1);
+
+void quant_gemv_rows_scalar(float* y, const float* x, const QuantMatrixView& w, int64_t n0, int64_t n1);
+void quant_gemm_rows_scalar(float* y, const float* x, int64_t m, const QuantMatrixView& w, int64_t n0, int64_t n1);
+void quant_gemv_rows_avx512(float* y, const float* x, const QuantMatrixView& w, int64_t n0, int64_t n1);
+void quant_gemm_rows_avx512(float* y, const float* x, int64_t m, const QuantMatrixView& w, int64_t n0, int64_t n1);
+extern const bool kQuantAvx512Compiled;  // quant_dot_avx512.cpp built with AVX-512 (x86 only)
+
+enum class QuantPath { scalar, avx512 };
+const char* quant_path_name(QuantPath path);
+bool quant_path_supported(QuantPath path);  // compiled in and run by this CPU
+QuantPath quant_best_path();                // chosen on the first call, as above
+// The ops on a given (supported) path, OpenMP threads over output rows; quant_gemv / quant_gemm
+// run quant_best_path(). Each checks the view first (check_quant_view).
+void quant_gemv_on_path(QuantPath path, float* y, const float* x, const QuantMatrixView& w);
+void quant_gemm_on_path(QuantPath path, float* y, const float* x, int64_t m, const QuantMatrixView& w);
+// Throws naming the problem: bits not 8 or 4, a group that does not divide cols (or is odd for
+// int4), a null pointer where data is needed.
+void check_quant_view(const QuantMatrixView& w, const char* op);
+
+}  // namespace tessera::kernels::cpu

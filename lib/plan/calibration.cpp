@@ -1,0 +1,275 @@
+// Calibration: timed loops over tessera's kernels and communicators, and least-squares fits of
+// the collectives' latency and bandwidth.
+#include "plan/calibration.h"
+
+#include <mpi.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+
+namespace tessera::plan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Seconds per call of `body`, measured by every rank of `world` at once (as the ranks compute at
+// once in training, sharing the node's cores and memory): after a warm-up call, three windows, each
+// started together by a barrier and repeating the body for at least min_seconds; the median kept.
+double time_call(comm::Communicator& world, const std::function<void()>& body, double min_seconds) {
+  body();
+  std::vector<double> windows;
+  for (int window = 0; window < 3; ++window) {
+    world.barrier();
+    int calls = 0;
+    const Clock::time_point start = Clock::now();
+    do {
+      body();
+      ++calls;
+    } while (seconds_since(start) < min_seconds);
+    windows.push_back(seconds_since(start) / calls);
+  }
+  std::sort(windows.begin(), windows.end());
+  return windows[1];
+}
+
+Tensor filled(Shape shape, float value) {
+  Tensor t = Tensor::empty(std::move(shape));
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value * static_cast<float>((i % 17) + 1) / 17.0f;
+  return t;
+}
+
+// The mean over the world of a value each rank measured.
+double world_mean(comm::Communicator& world, double x) {
+  Tensor t = Tensor::empty({1});
+  t.data<float>()[0] = static_cast<float>(x);
+  world.all_reduce_sum(t);
+  return static_cast<double>(t.data<float>()[0]) / world.size();
+}
+
+// A communicator of the MPI group this rank joins by `color` (MPI_UNDEFINED: none), freed with it.
+struct SplitComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  SplitComm(MPI_Comm parent, int color, int key) { MPI_Comm_split(parent, color, key, &comm); }
+  ~SplitComm() {
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+  SplitComm(const SplitComm&) = delete;
+  SplitComm& operator=(const SplitComm&) = delete;
+};
+
+// Least squares of seconds = latency + bytes x per_byte, both kept at least 0.
+CollectiveFit fit(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  const double n = static_cast<double>(bytes.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    sx += bytes[i];
+    sy += seconds[i];
+    sxx += bytes[i] * bytes[i];
+    sxy += bytes[i] * seconds[i];
+  }
+  CollectiveFit f;
+  const double d = n * sxx - sx * sx;
+  f.seconds_per_byte = d > 0 ? std::max(0.0, (n * sxy - sx * sy) / d) : 0.0;
+  f.latency_s = std::max(0.0, (sy - f.seconds_per_byte * sx) / n);
+  if (f.seconds_per_byte == 0 && sx > 0) f.seconds_per_byte = std::max(0.0, sy - f.latency_s * n) / sx;
+  return f;
+}
+
+// Seconds of one call of `op` with messages of `elements` floats on `group` (as comm_bytes counts
+// them), the median of `repeats` calls, the slowest rank's.
+double time_collective(comm::Communicator& group, const std::string& op, int64_t elements, int repeats) {
+  const int g = group.size();
+  Tensor in = filled({elements}, 1.0f), out;
+  if (op == "all_gather") out = Tensor::empty({elements * g});
+  if (op == "reduce_scatter" || op == "all_to_all") out = Tensor::empty({op == "all_to_all" ? elements : elements / g});
+  const auto once = [&] {
+    if (op == "all_reduce") group.all_reduce_sum(in);
+    else if (op == "all_gather") group.all_gather(in, out);
+    else if (op == "reduce_scatter") group.reduce_scatter(in, out);
+    else if (op == "all_to_all") group.all_to_all(in, out);
+    else if (op == "send_recv") {  // ranks 0 and 1 ping-pong; one way is half the round trip
+      if (group.rank() == 0) {
+        group.send(in, 1);
+        group.recv(in, 1);
+      } else if (group.rank() == 1) {
+        group.recv(in, 0);
+        group.send(in, 0);
+      }
+    }
+  };
+  once();
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    group.barrier();
+    const Clock::time_point start = Clock::now();
+    once();
+    times.push_back(seconds_since(start) / (op == "send_recv" ? 2.0 : 1.0));
+  }
+  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
+  Tensor worst = Tensor::empty({1});
+  worst.data<float>()[0] = static_cast<float>(times[repeats / 2]);
+  group.all_reduce_max(worst);
+  return worst.data<float>()[0];
+}
+
+// Fits every collective on the groups this rank's color puts it in (size g each), recording them
+// under `domain` on every rank (the world's rank 0 of each size's first group broadcasts its fit).
+void calibrate_collectives(comm::Communicator& world, MachineModel& m, const std::string& domain, int color, int key,
+                           int g, bool leader, const CalibrationOptions& options) {
+  const SplitComm split(world.mpi_comm(), color, key);
+  for (const std::string& op : collective_names()) {
+    // A message's time does not depend on the group: send_recv is measured once per domain, between
+    // the group's first two ranks, and kept under group size 2.
+    if (op == "send_recv" && domain == "intra_node" && g != 2) continue;
+    std::vector<double> fitted(2, 0.0);
+    if (split.comm != MPI_COMM_NULL) {
+      comm::Communicator group(split.comm, domain + "_" + std::to_string(g));
+      std::vector<double> bytes, seconds;
+      for (int64_t elements : {int64_t{1} << 10, int64_t{1} << 15, int64_t{1} << 18}) {
+        const int64_t n = elements / g * g;  // divisible by the group (reduce-scatter, all-to-all)
+        seconds.push_back(time_collective(group, op, n, options.collective_repeats));
+        bytes.push_back(static_cast<double>(op == "all_gather" ? n * g : n) * sizeof(float));
+      }
+      const CollectiveFit f = fit(bytes, seconds);
+      fitted = {f.latency_s, f.seconds_per_byte};
+    }
+    // Every rank learns the leader's fit.
+    double values[3] = {leader ? fitted[0] : 0.0, leader ? fitted[1] : 0.0, leader ? 1.0 : 0.0};
+    MPI_Allreduce(MPI_IN_PLACE, values, 3, MPI_DOUBLE, MPI_SUM, world.mpi_comm());
+    TESSERA_CHECK(values[2] == 1.0, "calibrate: ", values[2], " leaders for ", op, " on ", g, " ranks");
+    m.collectives[domain][op][op == "send_recv" ? 2 : g] = {values[0], values[1]};
+  }
+}
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "unknown";
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return text;
+}
+
+}  // namespace
+
+MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& options) {
+  MachineModel m;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  m.host = host;
+  m.cpu = cpu_name();
+  m.gemm_library = kernels::cpu::gemm_library_name();
+  m.created = utc_now();
+  m.threads_per_rank = omp_get_max_threads();
+  m.ranks = world.size();
+  const double t = options.min_seconds;
+
+  // GEMMs by class: square products of 64, 256 and 768 stand for their classes.
+  struct Shape3 {
+    const char* name;
+    int64_t n;
+    double max_flops;
+  };
+  for (const char* precision : {"f32", "bf16"}) {
+    const ops::MatmulInputs inputs = std::string(precision) == "bf16" ? ops::MatmulInputs::bf16 : ops::MatmulInputs::f32;
+    for (const Shape3& s : {Shape3{"small", 64, 1 << 22}, Shape3{"medium", 256, double(1 << 28)},
+                            Shape3{"large", 768, 1e30}}) {
+      Tensor a = filled({s.n, s.n}, 0.5f), b = filled({s.n, s.n}, 0.25f), c = Tensor::empty({s.n, s.n});
+      const double sec = time_call(world, [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, inputs); }, t);
+      const double flops = 2.0 * static_cast<double>(s.n * s.n * s.n);
+      m.gemm[precision].push_back({s.name, s.max_flops, world_mean(world, flops / sec)});
+    }
+  }
+  {  // causal attention, B 2, T 256, 4 heads of 32
+    const int64_t b = 2, tl = 256, h = 4, d = 32;
+    Tensor qkv = filled({b, tl, 3 * h * d}, 0.1f), out = Tensor::empty({b, tl, h * d}), lse = Tensor::empty({b, h, tl});
+    const double sec = time_call(world, [&] { ops::attention_forward(out, lse, qkv, h); }, t);
+    m.attention_flops_per_s = world_mean(world, 2.0 * b * tl * tl * d * h / sec);
+  }
+  {  // the other kernels, per element
+    const int64_t rows = 2048, cols = 256;
+    Tensor x = filled({rows, cols}, 1.0f), y = Tensor::empty({rows, cols}), w = filled({cols}, 1.0f),
+           bias = filled({cols}, 0.1f), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
+    const double elements = static_cast<double>(rows * cols);
+    m.kernel_seconds_per_element["norm"] =
+        world_mean(world, time_call(world, [&] { ops::layernorm_forward(y, mean, rstd, x, w, bias); }, t) / elements);
+    m.kernel_seconds_per_element["elementwise"] =
+        world_mean(world, time_call(world, [&] { ops::gelu_forward(y, x); }, t) / elements);
+    const int64_t n = 512, vocab = 1024;
+    Tensor logits = filled({n, vocab}, 0.01f), targets = Tensor::empty({n}, DType::i32), losses = Tensor::empty({n}),
+           lse = Tensor::empty({n});
+    for (int64_t i = 0; i < n; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>(i % vocab);
+    m.kernel_seconds_per_element["softmax"] = world_mean(
+        world, time_call(world, [&] { ops::softmax_xent_forward(losses, lse, logits, targets, vocab); }, t) /
+                   static_cast<double>(n * vocab));
+    const int64_t params = int64_t{1} << 20;
+    Tensor p = filled({params}, 0.1f), g = filled({params}, 0.01f), m1 = Tensor::zeros({params}),
+           m2 = Tensor::zeros({params});
+    ops::AdamWArgs args;
+    m.kernel_seconds_per_element["adamw"] =
+        world_mean(world, time_call(world, [&] { ops::adamw(p, g, m1, m2, args); }, t) / static_cast<double>(params));
+    Tensor tiny = filled({16}, 1.0f), tiny_out = Tensor::empty({16});
+    m.kernel_call_s = world_mean(world, time_call(world, [&] { ops::gelu_forward(tiny_out, tiny); }, t));
+    std::vector<char> from(int64_t{32} << 20, 1), to(from.size());
+    const double sec = time_call(world, [&] { std::memcpy(to.data(), from.data(), from.size()); }, t);
+    m.copy_bytes_per_s = world_mean(world, 2.0 * static_cast<double>(from.size()) / sec);  // read + write
+  }
+
+  // Collectives inside a node: groups of g consecutive node-local ranks; across nodes: one rank
+  // per node (the same node-local rank), when the world spans several nodes.
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node_comm);
+  int local = 0, per_node = 1;
+  MPI_Comm_rank(node_comm, &local);
+  MPI_Comm_size(node_comm, &per_node);
+  MPI_Comm_free(&node_comm);
+  int most = per_node, nodes_seen = local == 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world.mpi_comm());
+  MPI_Allreduce(MPI_IN_PLACE, &nodes_seen, 1, MPI_INT, MPI_SUM, world.mpi_comm());
+  m.ranks_per_node = most;
+  m.nodes = nodes_seen;
+  m.collectives["intra_node"];
+  std::vector<int> sizes;
+  for (int g = 2; g <= most; g *= 2) sizes.push_back(g);
+  if (most > 1 && sizes.back() != most) sizes.push_back(most);
+  for (int g : sizes) {
+    // The first node's ranks lead (world rank 0 is node rank 0 there); groups that would not be full
+    // stay out. Every rank takes part in the splits.
+    const bool in_group = local / g < per_node / g;
+    const int node_id = world.rank() - local;  // the node's first world rank
+    calibrate_collectives(world, m, "intra_node", in_group ? node_id * 1024 + local / g : MPI_UNDEFINED, local, g,
+                          world.rank() == 0, options);
+  }
+  if (m.nodes > 1) {
+    // One rank per node: groups of every node's node-local rank k (k < the smallest node's size).
+    int fewest = per_node;
+    MPI_Allreduce(MPI_IN_PLACE, &fewest, 1, MPI_INT, MPI_MIN, world.mpi_comm());
+    calibrate_collectives(world, m, "inter_node", local < fewest ? local : MPI_UNDEFINED, world.rank(), m.nodes,
+                          world.rank() == 0, options);
+  }
+  return m;
+}
+
+}  // namespace tessera::plan

@@ -1,0 +1,21 @@
+// Calibration: measures, on the machine (or allocation) it runs on, what the time model needs
+// (plan/machine_model.h): GEMM rates by shape class and precision with tessera's own GEMM, the
+// attention kernel's rate, the step's other kernels per element, memory-copy bandwidth, and each
+// collective as latency + bytes x seconds per byte, fitted from three message sizes per group
+// size, for groups inside a node and (when the ranks span nodes, MPI_COMM_TYPE_SHARED) across
+// nodes. Every rank measures its compute at once, as in training; the ranks' mean is kept.
+// Collective over `world`; every rank returns the same model.
+#pragma once
+#include "comm/communicator.h"
+#include "plan/machine_model.h"
+
+namespace tessera::plan {
+
+struct CalibrationOptions {
+  double min_seconds = 0.02;  // each compute measurement repeats for at least this long
+  int collective_repeats = 5;  // timed calls per message size (after one warm-up), the median kept
+};
+
+MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& options = {});
+
+}  // namespace tessera::plan

@@ -1,0 +1,77 @@
+// MachineModel: what the time model (plan/time_model.h) knows of a machine, as `parallel_plan
+// calibrate` measured it and machine.json stores it: GEMM rates by shape class and precision,
+// memory-copy bandwidth, the step's other kernels per element, and each collective as latency +
+// bytes / bandwidth per group size, inside a node and across nodes. Plain JSON (format
+// "tessera-machine", version kMachineFormatVersion); a file is checked whole before it is trusted.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera::plan {
+
+inline constexpr const char* kMachineFormat = "tessera-machine";
+inline constexpr int kMachineFormatVersion = 1;
+
+// A GEMM class: products of at most max_flops FLOPs (2 M N K) run at flops_per_s (the last class of
+// a precision takes every larger product).
+struct GemmClass {
+  std::string name;  // "small", "medium", "large"
+  double max_flops = 0;
+  double flops_per_s = 0;
+};
+
+// One collective on one group size: seconds = latency_s + bytes x seconds_per_byte, bytes as the
+// metrics' comm_bytes count them (all-reduce: the tensor; all-gather: the output; reduce-scatter and
+// all-to-all: the input; send/recv: the message).
+struct CollectiveFit {
+  double latency_s = 0;
+  double seconds_per_byte = 0;
+  double seconds(double bytes) const { return latency_s + bytes * seconds_per_byte; }
+};
+
+// The collectives the time model uses, by the names machine.json keys them with.
+inline const std::vector<std::string>& collective_names() {
+  static const std::vector<std::string> names = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                 "send_recv"};
+  return names;
+}
+// Per-element kernel classes (seconds per element): norm (layernorm/rmsnorm rows), softmax (the
+// loss over the logits), elementwise (activations, residual adds), adamw (per parameter updated).
+// attention is a rate like a GEMM's: its FLOPs per second (forward; backward counts 2.5 times).
+inline const std::vector<std::string>& kernel_class_names() {
+  static const std::vector<std::string> names = {"norm", "softmax", "elementwise", "adamw"};
+  return names;
+}
+
+struct MachineModel {
+  // identity
+  std::string host, cpu, gemm_library, created;
+  int threads_per_rank = 1, ranks = 1, ranks_per_node = 1, nodes = 1;
+  // compute
+  std::map<std::string, std::vector<GemmClass>> gemm;  // "f32", "bf16" -> classes by max_flops
+  double attention_flops_per_s = 0;
+  std::map<std::string, double> kernel_seconds_per_element;
+  double copy_bytes_per_s = 0;
+  double kernel_call_s = 0;  // the fixed cost of one kernel call (dispatch, threads' start), any size
+  // communication: "intra_node" / "inter_node" -> collective -> group size -> fit
+  std::map<std::string, std::map<std::string, std::map<int, CollectiveFit>>> collectives;
+
+  // The rate of a GEMM of `flops` FLOPs under `precision` ("f32" or "bf16"; bf16 falls back to f32
+  // where it was not measured).
+  double gemm_rate(const std::string& precision, double flops) const;
+  double kernel_seconds(const std::string& kind) const;  // throws naming a class the file lacks
+  // The fit of `op` on a group of `size` ranks, inside a node or across nodes: the measured size,
+  // else the nearest measured one rescaled as a ring (latency x (g-1), bandwidth term x (g-1)/g).
+  // Throws naming what the file lacks (no collective measured: calibrate with more ranks).
+  CollectiveFit collective(const std::string& op, int size, bool across_nodes) const;
+};
+
+std::string to_json(const MachineModel& m);  // pretty-printed
+// Reads and checks a machine file: the format and version, every field's presence and sign.
+// Throws naming the file and the first problem.
+MachineModel read_machine_file(const std::string& path);
+MachineModel parse_machine_json(const std::string& text, const std::string& where);
+
+}  // namespace tessera::plan

@@ -1,0 +1,349 @@
+// The time model: per-op costs of one micro-batch on each pipeline stage, the layout's collectives
+// from docs/parallelism.md's tables, the schedule simulated for the bubble, and the step's sum.
+#include "plan/time_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_verifier.h"
+#include "plan/planning_layouts.h"
+
+namespace tessera::plan {
+namespace {
+
+constexpr double kFloat = 4;  // bytes per value (fp32 activations and gradients)
+constexpr double kBlockCalls = 12;  // kernels a block's forward calls (norms, GEMMs, attention, adds, activation)
+
+// What one micro-batch costs on one stage, computing and communicating inside the layers.
+struct StageCost {
+  double forward = 0, backward_input = 0, backward_weight = 0;  // seconds, comm inside the layers included
+  double recompute = 0;                                         // inside backward_input
+  double comm = 0;                                              // the layers' communication, forward + backward
+  double flops = 0;                                             // GEMMs and attention
+  int64_t params = 0;                                           // the stage's flat buffer (elements)
+  double total() const { return forward + backward_input + backward_weight; }
+};
+
+// Where world ranks sit: nodes hold consecutive ranks; the mesh puts tp innermost, then sp, ep, dp, pp.
+class RankPlacement {
+ public:
+  RankPlacement(const comm::MeshShape& mesh, int ranks_per_node) : mesh_(mesh), per_node_(ranks_per_node) {}
+  int stride(comm::Axis a) const {
+    int s = 1;
+    for (comm::Axis inner : {comm::Axis::tp, comm::Axis::sp, comm::Axis::ep, comm::Axis::dp}) {
+      if (a == inner) return s;
+      s *= size(inner);
+    }
+    return s;
+  }
+  int size(comm::Axis a) const { return mesh_.size(a); }
+  // Whether a group along `a` (or dp x sp, the data group) spans nodes.
+  bool across(comm::Axis a) const { return (size(a) - 1) * stride(a) + 1 > per_node_; }
+  bool data_across() const {
+    return (mesh_.dp - 1) * stride(comm::Axis::dp) + (mesh_.sp - 1) * stride(comm::Axis::sp) + 1 > per_node_;
+  }
+  bool pp_across() const { return stride(comm::Axis::pp) + 1 > per_node_; }  // neighbouring stages
+  bool world_across() const { return world() > per_node_; }
+  int world() const { return mesh_.pp * mesh_.dp * mesh_.ep * mesh_.sp * mesh_.tp; }
+
+ private:
+  comm::MeshShape mesh_;
+  int per_node_;
+};
+
+// The shapes of one micro-batch on one rank.
+struct Shapes {
+  double b, t, c, heads, hd, kv, f, vocab_local, tokens, rows;
+  int tp, sp;
+  explicit Shapes(const GptRun& run) {
+    const models::GptConfig& m = run.model;
+    tp = run.mesh.tp;
+    sp = run.mesh.sp;
+    b = static_cast<double>(run.micro_batch);
+    t = static_cast<double>(run.seq);
+    c = static_cast<double>(m.hidden);
+    heads = static_cast<double>(m.heads);
+    hd = c / heads;
+    kv = static_cast<double>(m.kv());
+    f = static_cast<double>(m.mlp_hidden());
+    const int64_t pad = m.pad_vocab_to * tp;
+    vocab_local = static_cast<double>((m.vocab + pad - 1) / pad * pad / tp);
+    tokens = b * t / sp;                                  // rows inside the tensor-parallel regions
+    rows = run.split_gather ? tokens / tp : tokens;       // rows of the residual stream
+  }
+};
+
+// One stage's micro-batch. `terms`, when given, receives the layers' communication (calls per step:
+// per micro-batch times `micro_batches`).
+StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankPlacement& where, int stage,
+                     PlannedLayouts& layouts, std::vector<CommTerm>* terms) {
+  const Shapes s(run);
+  const std::string precision = run.precision == "bf16" ? "bf16" : "f32";
+  const double micro_batches = static_cast<double>(run.micro_batches);
+  StageCost cost;
+  double comm_f = 0, comm_b = 0;
+  // A collective inside the layers: `calls` per micro-batch in forward and in backward.
+  const auto charge = [&](const std::string& what, const std::string& op, int size, bool across, double calls_f,
+                          double calls_b, double bytes) {
+    if (size <= 1 || calls_f + calls_b == 0) return;
+    const double one = machine.collective(op, size, across).seconds(bytes);
+    comm_f += calls_f * one;
+    comm_b += calls_b * one;
+    if (terms) {
+      const double calls = (calls_f + calls_b) * micro_batches;
+      terms->push_back({what, op, size, across, calls, bytes, calls * one, calls * one, true});
+    }
+  };
+  double gemm_s = 0, gemm_flops = 0;
+  const auto gemm = [&](double m, double n, double k, double times) {
+    const double flops = 2 * m * n * k;
+    gemm_flops += times * flops;
+    gemm_s += times * flops / machine.gemm_rate(precision, flops);
+  };
+  const double norm = machine.kernel_seconds("norm"), elem = machine.kernel_seconds("elementwise");
+  const int tp = s.tp, sp = s.sp;
+
+  // Which blocks, and whether the embedding and head, are on this stage.
+  const models::PipelinePlacement placement{stage, run.mesh.pp, run.virtual_stages, run.pp_layers};
+  const models::Gpt::StageParams params =
+      models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
+  cost.params = params.store.numel();
+  double blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
+  bool embedding = false, head = false;
+  for (int c = 0; c < placement.chunks; ++c) {
+    const int v = placement.virtual_stage(c);
+    const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v, placement.stage_layers);
+    for (int64_t i = first; i < end; ++i) {
+      blocks += 1;
+      const nn::Recompute r = run.checkpointing.of_block(i);
+      recomputed_full += r == nn::Recompute::forward ? 1 : 0;
+      recomputed_core += r == nn::Recompute::attention_core ? 1 : 0;
+    }
+    embedding |= v == 0;
+    head |= v == placement.virtual_stages() - 1;
+    sends_f += v < placement.virtual_stages() - 1 ? 1 : 0;
+    sends_b += v > 0 ? 1 : 0;
+  }
+
+  // A block's GEMMs (forward): qkv, attention output, MLP up (llama: gate and up), MLP down.
+  gemm(s.tokens, (s.heads + 2 * s.kv) * s.hd / tp, s.c, blocks);
+  gemm(s.tokens, s.c, s.c / tp, blocks);
+  gemm(s.tokens, s.f / tp, s.c, blocks * (run.model.llama() ? 2 : 1));
+  gemm(s.tokens, s.c, s.f / tp, blocks);
+  const double block_gemm_s = blocks > 0 ? gemm_s / blocks : 0, block_gemm_flops = blocks > 0 ? gemm_flops / blocks : 0;
+  // Causal attention of B sequences, H/tp heads, T/sp queries: 2 T^2 hd FLOPs per head (QK^T and
+  // PV over half the square), over sp. Ring: its last rank attends to the most key/value blocks,
+  // (2 sp - 1) / sp times the balanced share.
+  double attn_flops = 2 * s.b * s.t * s.t * s.hd * (s.heads / tp) / sp;
+  if (run.ring && sp > 1) attn_flops *= (2.0 * sp - 1) / sp;
+  const double attn_s = attn_flops / machine.attention_flops_per_s;
+  // The other kernels: two norms, two residual adds, the activation.
+  // Each kernel call also costs a fixed kernel_call_s: a block's forward makes about kBlockCalls.
+  const double block_elem = 2 * s.rows * s.c * norm + 2 * s.rows * s.c * elem + s.tokens * s.f / tp * elem +
+                            kBlockCalls * machine.kernel_call_s;
+  const double nc = s.tokens * s.c * kFloat;
+
+  // tp (docs/parallelism.md): 1D all-reduces the attention and MLP outputs forward and the two dx
+  // backward; split_gather gathers rows into both regions and reduce-scatters out, backward the
+  // gathers again and the dy.
+  const bool tp_across = where.across(comm::Axis::tp), sp_across = where.across(comm::Axis::sp);
+  if (!run.split_gather) {
+    charge("tp: each block's all-reduces", "all_reduce", tp, tp_across, 2 * blocks, 2 * blocks, nc);
+  } else {
+    charge("tp split_gather: each block's all-gathers", "all_gather", tp, tp_across, 2 * blocks, 4 * blocks, nc);
+    charge("tp split_gather: each block's reduce-scatters", "reduce_scatter", tp, tp_across, 2 * blocks, 2 * blocks, nc);
+  }
+  // sp: all_to_all moves q, k, v into head shards and the output back (backward the reverse); ring
+  // passes key/value blocks (2E) up the ring, backward with their dk/dv partial sums (4E).
+  const double e = s.b * (s.t / sp) * (s.heads / tp) * s.hd * kFloat;
+  if (!run.ring) {
+    charge("sp all_to_all: q, k, v into head shards", "all_to_all", sp, sp_across, blocks, blocks, 3 * e);
+    charge("sp all_to_all: the output back", "all_to_all", sp, sp_across, blocks, blocks, e);
+  } else {
+    charge("sp ring: key/value blocks", "send_recv", sp, sp_across, (sp - 1) * blocks, 0, 2 * e);
+    charge("sp ring: blocks with dk/dv partial sums", "send_recv", sp, sp_across, 0, (sp - 1) * blocks, 4 * e);
+  }
+  double loss_s = 0, edge_elem = 0;
+  if (embedding) {
+    edge_elem += s.rows * s.c * elem;
+    if (!run.split_gather) charge("tp: embedding's all-reduce", "all_reduce", tp, tp_across, 1, 0, nc);
+    else charge("tp split_gather: embedding", "reduce_scatter", tp, tp_across, 1, 1, nc);
+  }
+  if (head) {
+    gemm(s.tokens, s.vocab_local, s.c, 1);  // the logits' vocabulary slice
+    edge_elem += s.rows * s.c * norm;  // the final norm
+    loss_s = s.tokens * s.vocab_local * machine.kernel_seconds("softmax");
+    charge("tp: the loss's row statistics", "all_reduce", tp, tp_across, 3, 0, s.tokens * kFloat);
+    if (!run.split_gather) charge("tp: the head's dx", "all_reduce", tp, tp_across, 0, 1, nc);
+    else charge("tp split_gather: the head", "all_gather", tp, tp_across, 1, 2, nc);
+  }
+  // ZeRO-3: every unit gathered before its forward and again before its backward (blocking today).
+  const int data = run.mesh.dp * run.mesh.sp;
+  if (run.zero_stage == 3) {
+    const double units = blocks + (embedding ? 1 : 0) + (head ? 1 : 0);
+    charge("ZeRO-3: each unit gathered before forward and backward", "all_gather", data, where.data_across(), units,
+           units, static_cast<double>(cost.params) / units * kFloat);
+  }
+  // The pipeline's messages: the residual stream's rows to the next virtual stage, its gradient back.
+  if (run.mesh.pp > 1)
+    charge("pp: activations forward, gradients back", "send_recv", 2, where.pp_across(), sends_f, sends_b,
+           s.rows * s.c * kFloat);
+
+  // Backward: the GEMMs twice (input and weight gradients), attention kAttentionBackward times, the
+  // other kernels twice; recomputation reruns the checkpointed blocks' forwards first (full: the
+  // block with its communication; selective: the attention core).
+  const double fwd_gemm = gemm_s, elem_s = blocks * block_elem + edge_elem;
+  const double block_fwd = block_gemm_s + attn_s + block_elem + (blocks > 0 ? comm_f / blocks : 0);
+  cost.recompute = recomputed_full * block_fwd + recomputed_core * attn_s;
+  cost.comm = comm_f + comm_b;
+  cost.forward = fwd_gemm + blocks * attn_s + elem_s + loss_s + comm_f;
+  cost.backward_weight = fwd_gemm;
+  cost.backward_input = fwd_gemm + kAttentionBackward * blocks * attn_s + 2 * elem_s + 2 * loss_s + comm_b + cost.recompute;
+  cost.flops = 3 * gemm_flops + (1 + kAttentionBackward) * blocks * attn_flops +
+               recomputed_full * (block_gemm_flops + attn_flops) + recomputed_core * attn_flops;
+  return cost;
+}
+
+std::string ms(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f ms", s * 1e3);
+  return text;
+}
+
+}  // namespace
+
+double StepTime::comm_exposed() const {
+  double e = 0;
+  for (const CommTerm& t : comm) e += t.exposed;
+  return e;
+}
+
+StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node) {
+  TESSERA_CHECK(run.mesh.dp >= 1 && ranks_per_node >= 1, "predict_step: the mesh must be resolved");
+  const RankPlacement where(run.mesh, ranks_per_node);
+  PlannedLayouts layouts(run.mesh.tp, run.split_gather, run.mesh.sp, run.mesh.ep);
+  const int pp = run.mesh.pp;
+  const double m = static_cast<double>(run.micro_batches);
+  // Each stage's micro-batch; the slowest sets the pipeline's pace, and its terms are the ones reported.
+  std::vector<StageCost> stages;
+  int slowest = 0;
+  for (int s = 0; s < pp; ++s) {
+    stages.push_back(stage_cost(run, machine, where, s, layouts, nullptr));
+    if (stages.back().total() > stages[slowest].total()) slowest = s;
+  }
+  StepTime t;
+  for (const StageCost& c : stages) {
+    t.stage_forward_s.push_back(c.forward);
+    t.stage_backward_s.push_back(c.backward_input + c.backward_weight);
+  }
+  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, &t.comm);
+  t.forward_s = slow.forward;
+  t.backward_s = slow.backward_input + slow.backward_weight;
+  t.recompute_s = m * slow.recompute;
+  t.flops = m * slow.flops;
+  const double per_mb = slow.total();
+  t.compute_s = m * (per_mb - slow.comm);
+  if (pp == 1) {
+    t.pipeline_s = m * per_mb;
+  } else {
+    // The schedule in the verifier with each stage's times, per chunk, in integer units of 1/3000
+    // of the slowest stage's micro-batch chunk (the rounding stays below 0.1%).
+    const parallel::PipelineSchedule schedule =
+        parallel::make_schedule(run.pp_schedule, pp, static_cast<int>(run.micro_batches), run.virtual_stages);
+    const double unit = per_mb / schedule.chunks / 3000.0;
+    const auto units = [&](double seconds) {
+      return std::max(0, static_cast<int>(std::lround(seconds / schedule.chunks / unit)));
+    };
+    std::vector<parallel::StepCosts> costs;
+    for (const StageCost& stage : stages) {
+      parallel::StepCosts c;
+      c.forward = std::max(1, units(stage.forward));
+      if (schedule.split_backward) {
+        c.backward_input = std::max(1, units(stage.backward_input));
+        c.backward_weight = std::max(1, units(stage.backward_weight));
+      } else {  // a whole backward costs backward_input + backward_weight
+        c.backward_input = std::max(1, units(stage.backward_input + stage.backward_weight));
+        c.backward_weight = 0;
+      }
+      costs.push_back(c);
+    }
+    const parallel::PipelineReport report = parallel::verify_schedule(schedule, costs);
+    TESSERA_CHECK(report.ok(), "predict_step: the ", run.pp_schedule, " schedule does not verify");
+    t.pipeline_s = static_cast<double>(report.makespan) * unit;
+  }
+  t.bubble_s = std::max(0.0, t.pipeline_s - m * per_mb);
+
+  // Per step, outside the layers: the gradient reduction over the data group dp x sp, ZeRO-1/2's
+  // gather of the updated shards, the gradient norm, the tied table's gradient across the pipeline.
+  const int data = run.mesh.dp * run.mesh.sp;
+  const double grad_bytes = static_cast<double>(slow.params) * kFloat;
+  const auto add = [&](const std::string& what, const std::string& op, int size, bool across, double bytes) -> CommTerm* {
+    if (size <= 1) return nullptr;
+    const double sec = machine.collective(op, size, across).seconds(bytes);
+    t.comm.push_back({what, op, size, across, 1, bytes, sec, sec, false});
+    return &t.comm.back();
+  };
+  if (CommTerm* g = add(run.zero_stage >= 2 ? "dp: gradients reduce-scattered" : "dp: gradients all-reduced",
+                        run.zero_stage >= 2 ? "reduce_scatter" : "all_reduce", data, where.data_across(), grad_bytes)) {
+    // Buckets (--bucket-mb 25) overlap the last micro-batch's backward; the last bucket cannot.
+    const double bucket = std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, grad_bytes));
+    g->exposed = std::max(g->seconds * bucket, g->seconds - t.backward_s);
+  }
+  if (run.zero_stage == 1 || run.zero_stage == 2)
+    add("dp: updated shards all-gathered", "all_gather", data, where.data_across(), grad_bytes);
+  add("the gradient norm", "all_reduce", where.world(), where.world_across(), 8);
+  if (pp > 1 && run.model.tie_embeddings)
+    add("pp: the tied token table's gradient (first and last stage)", "all_reduce", 2, where.across(comm::Axis::pp),
+        Shapes(run).vocab_local * static_cast<double>(run.model.hidden) * kFloat);
+
+  // The update: AdamW over the rank's (shard of the) parameters; offloaded states cross to the
+  // host tier and back (the gradient out, the parameters back), as do ZeRO-3's offloaded shards.
+  const double updated = run.zero_stage >= 1 ? std::ceil(static_cast<double>(slow.params) / data)
+                                             : static_cast<double>(slow.params);
+  t.optimizer_s = updated * machine.kernel_seconds("adamw");
+  const double host_share = run.offload == "cpu" ? 1.0 : run.offload == "none" ? run.host_fraction : 0.0;
+  t.optimizer_s += host_share * updated * 2 * kFloat / machine.copy_bytes_per_s;
+  if (run.offload_params) t.optimizer_s += updated * 2 * kFloat / machine.copy_bytes_per_s;
+
+  double outside = 0;
+  for (const CommTerm& c : t.comm)
+    if (!c.in_layers) outside += c.exposed;
+  t.step_s = t.pipeline_s + t.optimizer_s + outside;
+  const double tokens = static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.seq;
+  t.tokens_per_s = tokens / t.step_s;
+  return t;
+}
+
+std::string describe(const StepTime& t) {
+  std::ostringstream out;
+  out << "predicted step: " << ms(t.step_s) << " (" << static_cast<int64_t>(std::llround(t.tokens_per_s))
+      << " tokens/s)\n";
+  out << "  compute: " << ms(t.compute_s) << " on the slowest stage, all micro-batches";
+  if (t.recompute_s > 0) out << " (recompute " << ms(t.recompute_s) << ")";
+  out << "\n  per micro-batch: forward " << ms(t.forward_s) << ", backward " << ms(t.backward_s)
+      << " (the layers' communication included)\n";
+  out << "  pipeline: " << ms(t.pipeline_s) << ", of which bubble " << ms(t.bubble_s) << "\n";
+  if (t.stage_forward_s.size() > 1) {
+    out << "  per stage and micro-batch (forward + backward):";
+    for (size_t s = 0; s < t.stage_forward_s.size(); ++s) out << " " << ms(t.stage_forward_s[s] + t.stage_backward_s[s]);
+    out << "\n";
+  }
+  out << "  optimizer: " << ms(t.optimizer_s) << "\n";
+  for (const CommTerm& c : t.comm) {
+    char line[320];
+    std::snprintf(line, sizeof line, "  comm: %s: %s x %g of %.0f bytes over %d ranks%s: %s%s\n", c.what.c_str(),
+                  c.op.c_str(), c.calls, c.bytes, c.group, c.across_nodes ? " across nodes" : "", ms(c.seconds).c_str(),
+                  c.in_layers ? " (inside forward/backward)" : (", exposed " + ms(c.exposed)).c_str());
+    out << line;
+  }
+  char line[128];
+  std::snprintf(line, sizeof line, "  FLOPs per step on the slowest stage's rank: %.6g\n", t.flops);
+  out << line;
+  return out.str();
+}
+
+}  // namespace tessera::plan

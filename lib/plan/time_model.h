@@ -1,0 +1,57 @@
+// The time model: the predicted step time of a gpt_train run (a GptRun, as the memory planner
+// takes it) on a calibrated machine (plan/machine_model.h). Compute is each op's FLOPs (GEMMs,
+// attention) or elements (norms, the loss, activations, the optimizer) over the calibrated rates;
+// communication is docs/parallelism.md's per-layout table of collectives and sizes, each timed by
+// the calibrated latency + bytes / bandwidth of its group size (inside a node or across nodes by
+// where the group's ranks sit), minus what overlaps (the data-parallel gradient reduction overlaps
+// the last micro-batch's backward, less its last bucket); the pipeline's bubble comes from running
+// the schedule's programs in the verifier (parallel/pipeline_verifier.h) with each stage's forward
+// and backward times. docs/parallelism.md ("Choosing a layout") explains each term.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "plan/machine_model.h"
+#include "plan/memory_plan.h"
+
+namespace tessera::plan {
+
+// A flash-style attention backward recomputes the scores: its time is this many forwards.
+inline constexpr double kAttentionBackward = 2.5;
+
+struct CommTerm {
+  std::string what;          // "tp: blocks' all-reduces"
+  std::string op;            // a collective_names() entry
+  int group = 1;             // ranks in the group
+  bool across_nodes = false;
+  double calls = 0;          // per step
+  double bytes = 0;          // per call, as comm_bytes counts them
+  double seconds = 0;        // per step, all calls
+  double exposed = 0;        // per step, on the step's critical path
+  bool in_layers = false;    // inside forward/backward (tp, sp, pp messages, ZeRO-3 gathers): on the
+                             // critical path, counted in the pipeline's time
+};
+
+struct StepTime {
+  // The slowest pipeline stage's times per micro-batch (per chunk x chunks), communication inside
+  // the layers and the pipeline's messages included.
+  double forward_s = 0, backward_s = 0;
+  std::vector<double> stage_forward_s, stage_backward_s;  // every stage's, as the pipeline simulation takes them
+  double compute_s = 0;     // per step on that stage: GEMMs, attention, other kernels, recompute
+  double recompute_s = 0;   // of which activation checkpointing's recomputation
+  double optimizer_s = 0;   // the update of the rank's (shard of the) parameters, offload copies
+  double flops = 0;         // per step on that stage's ranks: GEMM and attention FLOPs
+  std::vector<CommTerm> comm;
+  double pipeline_s = 0;    // the schedule's makespan (micro-batches x (F + B) without a pipeline)
+  double bubble_s = 0;      // of which the slowest stage idles
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double comm_exposed() const;
+};
+
+// ranks_per_node: how many consecutive world ranks share a node (the mesh puts tp innermost).
+StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node);
+// The breakdown as text: compute, each communication term, the bubble, the step.
+std::string describe(const StepTime& t);
+
+}  // namespace tessera::plan

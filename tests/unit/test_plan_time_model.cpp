@@ -1,0 +1,148 @@
+// The time model (plan/time_model.h) on a hand-written machine file: a pure compute layout takes
+// its FLOPs over the rate exactly, doubling the bandwidth halves the communication, the pipeline's
+// time is the schedule's simulated makespan with each stage's own times; and machine files are checked before they are trusted.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+#include <string>
+
+#include "core/error.h"
+#include "plan/machine_model.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_verifier.h"
+#include "plan/time_model.h"
+
+using namespace tessera;
+
+namespace {
+
+std::string num(double x) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", x);
+  return text;
+}
+
+// One GEMM class at `rate` FLOP/s, attention at the same rate, free kernels, collectives of
+// latency 0 and `per_byte` seconds per byte on groups of 2 and 4.
+std::string machine_json(double rate, double per_byte, double latency = 0) {
+  const std::string fit = "\"latency_s\": " + num(latency) + ", \"seconds_per_byte\": " +
+                          num(per_byte);
+  std::string colls;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}) {
+    colls += std::string(colls.empty() ? "" : ", ") + "\"" + op + "\": [{\"group_size\": 2, " + fit +
+             "}, {\"group_size\": 4, " + fit + "}]";
+  }
+  const std::string r = num(rate);
+  return "{\"format\": \"tessera-machine\", \"format_version\": 1,"
+         " \"machine\": {\"host\": \"test\", \"cpu\": \"hand-written\", \"gemm_library\": \"none\", \"created\": \"now\","
+         " \"threads_per_rank\": 1, \"ranks\": 4, \"ranks_per_node\": 4, \"nodes\": 1},"
+         " \"gemm\": {\"f32\": [{\"class\": \"all\", \"max_flops\": 1e30, \"flops_per_s\": " + r + "}]},"
+         " \"attention_flops_per_s\": " + r + ", \"copy_bytes_per_s\": 1e9, \"kernel_call_s\": 0,"
+         " \"kernel_seconds_per_element\": {\"norm\": 0, \"softmax\": 0, \"elementwise\": 0, \"adamw\": 0},"
+         " \"collectives\": {\"intra_node\": {" + colls + "}}}";
+}
+
+plan::GptRun tiny_run(int layers, int pp, int tp, int64_t micro_batches) {
+  plan::GptRun run;
+  run.model.layers = layers;
+  run.model.hidden = 64;
+  run.model.heads = 4;
+  run.model.vocab = 64;
+  run.model.max_seq = 32;
+  run.seq = 32;
+  run.micro_batch = 2;
+  run.micro_batches = micro_batches;
+  run.mesh.pp = pp;
+  run.mesh.tp = tp;
+  run.mesh.dp = 1;
+  return run;
+}
+
+}  // namespace
+
+TEST(TimeModel, PureComputeIsFlopsOverTheRate) {
+  const double rate = 1e10;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9), "test");
+  const plan::GptRun run = tiny_run(3, 1, 1, 1);
+  const plan::StepTime t = plan::predict_step(run, m, 1);
+  // By hand: N = B T = 64 rows, C = 64, V = 64 (already a multiple of 64). Forward GEMMs: each
+  // block 2 N (3C + C + 4C + 4C) C = 24 N C^2, the head 2 N C V; backward twice that. Causal
+  // attention forward 2 B T^2 C per block, backward 2.5 times that.
+  const double n = 64, c = 64, v = 64, layers = 3;
+  const double gemm = layers * 24 * n * c * c + 2 * n * c * v;
+  const double attention = layers * 2 * 2 * 32.0 * 32.0 * c;
+  const double flops = 3 * gemm + (1 + plan::kAttentionBackward) * attention;
+  EXPECT_DOUBLE_EQ(t.flops, flops);
+  EXPECT_NEAR(t.step_s, flops / rate, 1e-12 * flops / rate);
+  EXPECT_EQ(t.comm.size(), 0u);
+  EXPECT_EQ(t.bubble_s, 0.0);
+}
+
+TEST(TimeModel, DoublingTheBandwidthHalvesTheCommunication) {
+  const plan::GptRun run = tiny_run(2, 1, 2, 2);
+  const auto comm = [&](double per_byte) {
+    const plan::StepTime t = plan::predict_step(run, plan::parse_machine_json(machine_json(1e10, per_byte), "t"), 4);
+    double s = 0;
+    for (const plan::CommTerm& c : t.comm) s += c.seconds;
+    return s;
+  };
+  const double slow = comm(2e-9), fast = comm(1e-9);
+  EXPECT_GT(slow, 0.0);
+  EXPECT_NEAR(fast, slow / 2, 1e-12);
+}
+
+TEST(TimeModel, ThePipelineIsTheSimulatedSchedule) {
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    plan::GptRun run = tiny_run(4, 2, 1, 4);
+    run.pp_schedule = schedule;
+    const plan::StepTime t = plan::predict_step(run, m, 4);
+    // Two stages, the last (it holds the head) the slower: the first's forward of micro-batch 0,
+    // then the last stage busy with every micro-batch, then the first's backward of the last one.
+    ASSERT_EQ(t.stage_forward_s.size(), 2u);
+    ASSERT_GT(t.stage_forward_s[1], t.stage_forward_s[0]);
+    const double expected = t.stage_forward_s[0] + 4 * (t.stage_forward_s[1] + t.stage_backward_s[1]) + t.stage_backward_s[0];
+    EXPECT_NEAR(t.pipeline_s, expected, 2e-3 * expected) << schedule;
+    EXPECT_NEAR(t.bubble_s, t.pipeline_s - 4 * (t.forward_s + t.backward_s), 1e-12) << schedule;
+    // The same as the verifier's makespan with these stages' costs in microseconds.
+    const auto us = [](double s) { return static_cast<int>(std::lround(s * 1e6)); };
+    std::vector<parallel::StepCosts> costs;
+    for (int s = 0; s < 2; ++s)
+      costs.push_back({us(t.stage_forward_s[s]), us(t.stage_backward_s[s]), 0});
+    const parallel::PipelineReport r = parallel::verify_schedule(parallel::make_schedule(schedule, 2, 4), costs);
+    EXPECT_NEAR(t.pipeline_s, static_cast<double>(r.makespan) * 1e-6, 1e-3 * t.pipeline_s) << schedule;
+  }
+  plan::GptRun zb = tiny_run(4, 2, 1, 4), one = zb;
+  zb.pp_schedule = "zb";
+  one.pp_schedule = "1f1b";
+  EXPECT_LT(plan::predict_step(zb, m, 4).bubble_s, plan::predict_step(one, m, 4).bubble_s);
+}
+
+TEST(TimeModel, MachineFilesAreCheckedBeforeUse) {
+  const auto error_of = [](const std::string& text) {
+    try {
+      plan::parse_machine_json(text, "m.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("{not json").find("malformed JSON"), std::string::npos);
+  EXPECT_NE(error_of("{\"format\": \"other\"}").find("not a tessera machine file"), std::string::npos);
+  std::string bad = machine_json(1e10, 1e-9);
+  bad.replace(bad.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  EXPECT_NE(error_of(bad).find("format_version 9"), std::string::npos);
+  std::string negative = machine_json(1e10, 1e-9);
+  negative.replace(negative.find("\"copy_bytes_per_s\": 1e9"), 23, "\"copy_bytes_per_s\": -1");
+  EXPECT_NE(error_of(negative).find("copy_bytes_per_s must be positive"), std::string::npos);
+  // What a machine file written by to_json holds reads back the same.
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
+  const plan::MachineModel back = plan::parse_machine_json(plan::to_json(m), "again");
+  EXPECT_EQ(back.gemm.at("f32").front().flops_per_s, 1e10);
+  EXPECT_EQ(back.collective("all_reduce", 2, false).seconds_per_byte, m.collective("all_reduce", 2, false).seconds_per_byte);
+  // A group size not measured is the nearest one rescaled as a ring; across nodes is refused.
+  EXPECT_GT(m.collective("all_reduce", 8, false).seconds_per_byte, 0.0);
+  EXPECT_THROW(m.collective("all_reduce", 2, true), Error);
+}

@@ -1,0 +1,128 @@
+// The decode step's product, y = W x for one token, with W in f32 (the GEMM library, ops' gemm at
+// m = 1), int8 and int4 (kernels/cpu/quant_gemv.cpp, each path this CPU runs), against the
+// memory-bandwidth limit measured in the same run: a copy loop's GB/s, and the limit of a GEMV is
+// that rate over the bytes it must read (weights, scales, zero points). Each format's matrix is held
+// in enough copies (>= 256 MB) that successive GEMVs read from memory, not from the 32 MB last-level
+// cache, as a model's layers do in decoding. Not a test.
+//
+// usage: bench_quant_gemv [--reps N] [--group G]     threads: OMP_NUM_THREADS
+// Figures: GEMV/s (the tokens/s one matrix alone would allow), GB/s of bytes read, % of the limit.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/quant_paths.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace cpu = tessera::kernels::cpu;
+int g_reps = 5;
+constexpr double kFootprint = 256e6;  // bytes of copies per format: well past the last-level cache
+
+// Best seconds per call of f(i) over `calls` calls (i = 0..calls-1), best of g_reps rounds after a warm-up.
+double best_per_call(int64_t calls, const std::function<void(int64_t)>& f) {
+  for (int64_t i = 0; i < calls; ++i) f(i);
+  double best = 1e30;
+  for (int r = 0; r < g_reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) f(i);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count() / double(calls));
+  }
+  return best;
+}
+
+double copy_gbs() {
+  const int64_t n = int64_t{64} << 20;
+  std::vector<float> src(static_cast<size_t>(n), 1.0f), dst(static_cast<size_t>(n), 0.0f);
+  const double sec = best_per_call(1, [&](int64_t) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  });
+  return 8.0 * double(n) / sec / 1e9;
+}
+
+void line(const char* what, int64_t rows, int64_t cols, double bytes, double sec, double bandwidth) {
+  const double limit = bandwidth * 1e9 / bytes;  // GEMV/s if only the bytes' transfer counted
+  std::printf("%-26s [%4lld x %4lld] %9.2f MB %10.0f GEMV/s %7.1f GB/s %6.0f%% of %8.0f GEMV/s\n", what,
+              static_cast<long long>(rows), static_cast<long long>(cols), bytes / 1e6, 1.0 / sec, bytes / sec / 1e9,
+              100.0 * (1.0 / sec) / limit, limit);
+}
+
+void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
+  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.02f * static_cast<float>(static_cast<int64_t>(i * 7919 % 1000) - 500) / 500.0f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
+
+  {  // f32: the GEMM library at m = 1
+    const double bytes = 4.0 * double(rows * cols);
+    const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>(kFootprint / bytes));
+    std::vector<float> all(static_cast<size_t>(copies * rows * cols));
+    for (int64_t c = 0; c < copies; ++c) std::copy(w.begin(), w.end(), all.begin() + c * rows * cols);
+    const double sec = best_per_call(copies, [&](int64_t i) {
+      cpu::gemm(false, true, 1, rows, cols, 1.0f, x.data(), all.data() + i * rows * cols, 0.0f, y.data());
+    });
+    line((std::string("f32 (") + cpu::gemm_library_name() + ")").c_str(), rows, cols, bytes, sec, bandwidth);
+  }
+  for (int bits : {8, 4}) {
+    const int64_t qbytes = bits == 8 ? rows * cols : rows * cols / 2, groups = rows * (cols / group);
+    std::vector<uint8_t> q(static_cast<size_t>(qbytes)), zeros(static_cast<size_t>(bits == 4 ? groups : 0));
+    std::vector<float> scales(static_cast<size_t>(groups));
+    cpu::quantize_weights(q.data(), scales.data(), bits == 4 ? zeros.data() : nullptr, w.data(), rows, cols, group,
+                          bits, false);
+    const double bytes = double(qbytes) + 4.0 * double(groups) + double(zeros.size());
+    const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>(kFootprint / bytes));
+    std::vector<uint8_t> all_q(static_cast<size_t>(copies * qbytes)), all_z(static_cast<size_t>(copies) * zeros.size());
+    std::vector<float> all_s(static_cast<size_t>(copies * groups));
+    for (int64_t c = 0; c < copies; ++c) {
+      std::copy(q.begin(), q.end(), all_q.begin() + c * qbytes);
+      std::copy(scales.begin(), scales.end(), all_s.begin() + c * groups);
+      std::copy(zeros.begin(), zeros.end(), all_z.begin() + c * static_cast<int64_t>(zeros.size()));
+    }
+    for (cpu::QuantPath path : {cpu::QuantPath::scalar, cpu::QuantPath::avx512}) {
+      if (!cpu::quant_path_supported(path)) continue;
+      const double sec = best_per_call(copies, [&](int64_t i) {
+        const tessera::kernels::QuantMatrixView v{all_q.data() + i * qbytes, all_s.data() + i * groups,
+                                                  bits == 4 ? all_z.data() + i * groups : nullptr, rows, cols, group,
+                                                  bits};
+        cpu::quant_gemv_on_path(path, y.data(), x.data(), v);
+      });
+      const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " (" +
+                               cpu::quant_path_name(path) + ")";
+      line(what.c_str(), rows, cols, bytes, sec, bandwidth);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t group = 64;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      g_reps = std::atoi(argv[++i]);
+    } else if (a == "--group" && i + 1 < argc) {
+      group = std::atoll(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--group G]\n");
+      return 2;
+    }
+  }
+  std::printf("threads %d, quantised path chosen: %s\n", omp_get_max_threads(),
+              cpu::quant_path_name(cpu::quant_best_path()));
+  const double bandwidth = copy_gbs();
+  std::printf("limit: copy of 64M floats %.1f GB/s (8 bytes per element); a GEMV's limit = that / its bytes\n\n",
+              bandwidth);
+  matrix(768, 3072, group, bandwidth);
+  matrix(3072, 768, group, bandwidth);
+  return 0;
+}
