@@ -3,9 +3,11 @@
 // `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it); image
 // sets `cifar10` (the official binary files) and `synth-images` (learnable class patterns).
 #include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,8 @@
 #include "io/markov_source.h"
 #include "io/synth_images.h"
 #include "io/token_dataset.h"
+#include "io/token_reader.h"
+#include "io/token_writer.h"
 #include "text/stored_tokenizer.h"
 #include "text/tokenizer.h"
 
@@ -49,7 +54,9 @@ constexpr const char* kUsage =
     "/test, attributes num_classes, class_names).\n"
     "\n"
     "commands:\n"
-    "  text          tokens of a text file: bytes (vocab 256), or a tokenizer's (--tokenizer)\n"
+    "  text          tokens of text files, a folder or JSONL: bytes (vocab 256), or a tokenizer's (--tokenizer)\n"
+    "  merge         joins token data sets (shards) into one\n"
+    "  verify        scans a whole token data set: every token in the vocabulary, /doc_offsets in order\n"
     "  decode        a token data set's ids back to text, with the tokenizer stored in it\n"
     "  synth         tokens sampled from a random sparse Markov chain, with its exact entropy rate\n"
     "  cifar10       the CIFAR-10 binary version (data_batch_1..5.bin, test_batch.bin, batches.meta.txt)\n"
@@ -57,12 +64,15 @@ constexpr const char* kUsage =
     "\n"
     "Run `data_prep <command> --help` for the options of a command, `data_prep --version` for the build.\n";
 
-constexpr const char* kCommands = "text, decode, synth, cifar10 or synth-images";
+constexpr const char* kCommands = "text, merge, verify, decode, synth, cifar10 or synth-images";
 
 constexpr const char* kExample =
     "  data_prep synth --vocab 64 --tokens 200000 --seed 1 --output data.h5\n"
     "  data_prep text --input book.txt --output book.h5 --val-fraction 0.1\n"
     "  data_prep text --input book.txt --tokenizer tokenizer.json --output book.h5\n"
+    "  data_prep text --input corpus.jsonl --text-key text --output corpus.h5\n"
+    "  data_prep merge --input 'shards/shard_*.h5' --output all.h5\n"
+    "  data_prep verify all.h5\n"
     "  data_prep decode --input book.h5 --split val --start 0 --count 100\n"
     "  data_prep synth-images --classes 10 --train 2000 --test 400 --size 32 --seed 1 --output synth.h5";
 
@@ -127,20 +137,6 @@ class AtomicOutput {
 constexpr const char* kOverwriteHelp =
     "replace an existing --output (written aside first and renamed over it only when complete; never an input)";
 
-// Tokens as a 1-D tensor: uint16 when the vocabulary fits, else int32.
-Tensor token_tensor(const std::vector<int32_t>& tokens, int64_t vocab) {
-  const auto n = static_cast<int64_t>(tokens.size());
-  if (vocab <= 65536) {
-    Tensor t = Tensor::empty({n}, DType::u16);
-    uint16_t* p = t.data<uint16_t>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<uint16_t>(tokens[i]);
-    return t;
-  }
-  Tensor t = Tensor::empty({n}, DType::i32);
-  std::copy(tokens.begin(), tokens.end(), t.data<int32_t>());
-  return t;
-}
-
 // Parses a subcommand's options; returns false when --help was printed.
 // Renamed options: the old name still works, with a warning (cli::RenamedOption).
 const std::vector<tessera::cli::RenamedOption> kRenamed = {{"force", "overwrite"}};
@@ -179,38 +175,124 @@ std::string read_whole_file(const std::string& path, const char* what) {
   return bytes;
 }
 
+// The documents of `data_prep text`'s inputs, one at a time: each plain file is one document; a
+// folder contributes its regular files (recursively, in name order); a *.jsonl (or *.ndjson) file
+// one document per line, its text under --text-key (default "text").
+class DocumentSource {
+ public:
+  DocumentSource(const std::vector<std::string>& inputs, std::string text_key) : key_(std::move(text_key)) {
+    for (const std::string& in : inputs) {
+      std::error_code ec;
+      if (fs::is_directory(in, ec)) {
+        std::vector<std::string> found;
+        for (const auto& e : fs::recursive_directory_iterator(in, ec))
+          if (e.is_regular_file()) found.push_back(e.path().string());
+        if (found.empty()) fail("input directory ", in, " holds no file");
+        std::sort(found.begin(), found.end());
+        files_.insert(files_.end(), found.begin(), found.end());
+      } else {
+        if (!fs::exists(in, ec)) fail("cannot read input ", in, ": no such file");
+        files_.push_back(in);
+      }
+    }
+  }
+  const std::vector<std::string>& files() const { return files_; }
+  static bool jsonl(const std::string& f) {
+    const std::string ext = fs::path(f).extension().string();
+    return ext == ".jsonl" || ext == ".ndjson";
+  }
+
+  // The next document's text and where it came from; false at the end.
+  bool next(std::string& text, std::string& where) {
+    for (;;) {
+      if (lines_) {
+        std::string line;
+        while (std::getline(*lines_, line)) {
+          ++line_no_;
+          if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+          where = files_[index_ - 1] + ":" + std::to_string(line_no_);
+          nlohmann::json j;
+          try {
+            j = nlohmann::json::parse(line);
+          } catch (const std::exception& e) {
+            fail("input ", where, ": not a JSON object (", e.what(), ")");
+          }
+          const std::string& key = key_;
+          if (!j.is_object() || !j.contains(key) || !j[key].is_string())
+            fail("input ", where, ": no string under the key '", key, "' (give --text-key)");
+          text = j[key].get<std::string>();
+          return true;
+        }
+        lines_.reset();
+      }
+      if (index_ >= files_.size()) return false;
+      const std::string& f = files_[index_++];
+      if (jsonl(f)) {
+        lines_ = std::make_unique<std::ifstream>(f, std::ios::binary);
+        if (!*lines_) fail("cannot read input ", f, ": permission denied or unreadable");
+        line_no_ = 0;
+        continue;
+      }
+      text = read_whole_file(f, "input");
+      where = f;
+      return true;
+    }
+  }
+
+ private:
+  std::vector<std::string> files_;
+  std::string key_;
+  size_t index_ = 0;
+  std::unique_ptr<std::ifstream> lines_;
+  int64_t line_no_ = 0;
+};
+
 int run_text(const std::vector<std::string>& args) {
-  std::string input, output, tokenizer_path;
+  std::vector<std::string> inputs_given;
+  std::string output, tokenizer_path, text_key;
   double val_fraction = 0.1;
+  int64_t eos_id = -1, chunk = int64_t{1} << 20;
+  int deflate = 0;
   bool overwrite = false;
   po::options_description desc("Options");
   desc.add_options()
       ("help,h", "show this help")
-      ("input", po::value(&input)->required()->value_name("FILE"), "text file to tokenise")
+      ("input", po::value(&inputs_given)->required()->multitoken()->value_name("FILE|DIR ..."),
+       "text files, folders of them, or JSONL files: each file (or JSONL line) is one document")
       ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
       ("tokenizer", po::value(&tokenizer_path)->value_name("PATH"),
        "a SentencePiece *.model or a Hugging Face tokenizer.json (byte-level BPE); default: bytes")
+      ("text-key", po::value(&text_key)->default_value("text")->value_name("KEY"), "*.jsonl and *.ndjson inputs: one document a line, its text under KEY")
+      ("eos-id", po::value(&eos_id)->value_name("ID"), "token put between documents (default: see below)")
       ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"),
-       "fraction of the tokens, taken from the end, that goes to /val")
+       "one document: the last F of its tokens go to /val; several: each document goes to /val with probability F")
+      ("chunk-tokens", po::value(&chunk)->default_value(int64_t{1} << 20)->value_name("N"), "tokens per HDF5 chunk")
+      ("deflate", po::value(&deflate)->default_value(0)->value_name("0-9"), "compression level of the chunks (0: none)")
       ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
   po::variables_map vm;
   if (!parse(args, desc,
-             "usage: data_prep text --input FILE --output FILE.h5 [--tokenizer PATH] [--val-fraction F]\n"
-             "                      [--overwrite]\n\n"
-             "Tokens of FILE: the last F of them go to /val/tokens, the rest to /train/tokens (uint16\n"
-             "when the vocabulary fits, else int32). Without --tokenizer each byte is a token (vocab\n"
-             "256). With one, vocab_size is the tokenizer's and its file is stored in the data set\n"
-             "(/tokenizer_file, attributes tokenizer, tokenizer_file, tokenizer_checksum), so that\n"
-             "`data_prep decode` and later tools read the ids without it. SentencePiece encodes line\n"
-             "by line (as spm_encode does), the model's EOS id after each line; a tokenizer.json's\n"
-             "text must be UTF-8 and is encoded whole, with no BOS/EOS added.\n",
+             "usage: data_prep text --input FILE|DIR ... --output FILE.h5 [--tokenizer PATH] [--text-key KEY]\n"
+             "                      [--eos-id ID] [--val-fraction F] [--chunk-tokens N] [--deflate L] [--overwrite]\n\n"
+             "Tokens of the inputs, one document per file (or per JSONL line), written as they are made\n"
+             "(the corpus is never held): /train/tokens and /val/tokens (uint16 when the vocabulary\n"
+             "fits, else uint32, chunked) and /train/doc_offsets, /val/doc_offsets (int64: the first\n"
+             "token of each document). Between documents comes an end-of-document token: --eos-id,\n"
+             "else a tokenizer.json's <|endoftext|> when it has one, else none (bytes have no spare id\n"
+             "and SentencePiece already ends every line with its EOS): /doc_offsets always holds the\n"
+             "boundaries. Without --tokenizer each byte is a token (vocab 256). With one, vocab_size is\n"
+             "the tokenizer's and its file is stored in the data set (/tokenizer_file, attributes\n"
+             "tokenizer, tokenizer_file, tokenizer_checksum), so that `data_prep decode` and later tools\n"
+             "read the ids without it. SentencePiece encodes line by line (as spm_encode does), the\n"
+             "model's EOS id after each line; a tokenizer.json's text must be UTF-8.\n",
              vm))
     return 0;
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  if (chunk < 1) throw UsageError("--chunk-tokens must be at least 1, got " + std::to_string(chunk));
+  if (deflate < 0 || deflate > 9) throw UsageError("--deflate must be 0 to 9, got " + std::to_string(deflate));
 
   std::string kind = "bytes", tokenizer_bytes;
-  std::vector<std::string> inputs{input};
+  std::vector<std::string> inputs = inputs_given;
   if (!tokenizer_path.empty()) {
     kind = tessera::text::tokenizer_kind_of_path(tokenizer_path);
     tokenizer_bytes = read_whole_file(tokenizer_path, "--tokenizer");
@@ -218,36 +300,78 @@ int run_text(const std::vector<std::string>& args) {
   }
   const std::unique_ptr<tessera::text::Tokenizer> tokenizer =
       tessera::text::make_tokenizer(kind, tokenizer_bytes, tokenizer_path);
-  const std::string text = read_whole_file(input, "input");
-  if (text.empty()) fail("input ", input, " is empty: no tokens to write");
-  std::vector<int32_t> tokens;
-  try {
-    tokens = tokenizer->encode(text);
-  } catch (const tessera::Error& e) {
-    fail("cannot tokenise input ", input, ": ", e.what());
-  }
   const int64_t vocab = tokenizer->vocab_size();
-
-  const auto n = static_cast<int64_t>(tokens.size());
-  const auto n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
-  const int64_t n_train = n - n_val;
-  if (n < 2 || (val_fraction > 0 && (n_val < 2 || n_train < 2)))
-    fail("input ", input, " has only ", n, " tokens: too few to split into train and val with --val-fraction ",
-         val_fraction, " (each split needs at least 2 tokens)");
+  if (!vm.count("eos-id") && kind == "hf-byte-level-bpe") {
+    const std::vector<int32_t> e = tokenizer->encode("<|endoftext|>");
+    if (e.size() == 1) eos_id = e[0];
+  }
+  if (vm.count("eos-id") && (eos_id < 0 || eos_id >= vocab))
+    throw UsageError("--eos-id " + std::to_string(eos_id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  DocumentSource docs(inputs_given, text_key);
+  const bool one_document = docs.files().size() == 1 && !docs.jsonl(docs.files()[0]);
 
   AtomicOutput out(output, overwrite, inputs);
+  int64_t n_train = 0, n_val = 0, d_train = 0, d_val = 0;
   {
     H5File f = H5File::create(out.tmp());
-    f.write("/train/tokens", token_tensor({tokens.begin(), tokens.begin() + n_train}, vocab));
-    if (n_val > 0) f.write("/val/tokens", token_tensor({tokens.begin() + n_train, tokens.end()}, vocab));
+    tessera::io::TokenWriter train(f, "/train", vocab, chunk, deflate);
+    std::optional<tessera::io::TokenWriter> val;
+    if (val_fraction > 0) val.emplace(f, "/val", vocab, chunk, deflate);
+    std::string text, where;
+    int64_t index = 0;
+    while (docs.next(text, where)) {
+      if (one_document && text.empty()) fail("input ", where, " is empty: no tokens to write");
+      std::vector<int32_t> tokens;
+      try {
+        tokens = tokenizer->encode(text);
+      } catch (const tessera::Error& e) {
+        fail("cannot tokenise input ", where, ": ", e.what());
+      }
+      if (one_document) {
+        // One document: the last F of its tokens are the validation split (as always).
+        const auto n = static_cast<int64_t>(tokens.size());
+        const auto nv = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
+        if (n < 2 || (val_fraction > 0 && (nv < 2 || n - nv < 2)))
+          fail("input ", where, " has only ", n, " tokens: too few to split into train and val with --val-fraction ",
+               val_fraction, " (each split needs at least 2 tokens)");
+        train.start_document();
+        train.append(tokens.data(), n - nv);
+        if (val) {
+          val->start_document();
+          val->append(tokens.data() + (n - nv), nv);
+        }
+      } else {
+        // Several: document i goes to /val when Philox (0, "data_prep.val", i) falls below F.
+        const tessera::PhiloxCounter w = tessera::philox_bits(0, tessera::stream_id("data_prep.val"), index++);
+        const bool to_val = val && static_cast<double>(w[0]) / 4294967296.0 < val_fraction;
+        tessera::io::TokenWriter& into = to_val ? *val : train;
+        // The end-of-document token closes the split's previous document: it goes between documents.
+        if (eos_id >= 0 && into.size() > 0) {
+          const auto eos = static_cast<int32_t>(eos_id);
+          into.append(&eos, 1);
+        }
+        into.start_document();
+        into.append(tokens);
+      }
+    }
+    n_train = train.finish();
+    d_train = train.documents();
+    if (val) {
+      n_val = val->finish();
+      d_val = val->documents();
+    }
+    if (n_train < 2) fail("the inputs give ", n_train, " training tokens: too few (at least 2)");
+    if (val && n_val == 0) fail("no document went to /val: use more documents, or --val-fraction 0");
     f.set_attr("/", "vocab_size", vocab);
+    if (eos_id >= 0) f.set_attr("/", "eos_id", eos_id);
     tessera::text::store_tokenizer(f, kind, tokenizer_bytes, fs::path(tokenizer_path).filename().string());
-    f.set_attr("/", "source", fs::path(input).filename().string());
+    f.set_attr("/", "source", fs::path(inputs_given[0]).filename().string());
     f.flush();
   }
   out.commit();
-  std::cout << "wrote " << output << ": " << n_train << " train and " << n_val << " val tokens ("
-            << (tokenizer_path.empty() ? kind : kind + " " + tokenizer_path) << ", vocab " << vocab << ")\n";
+  std::cout << "wrote " << output << ": " << n_train << " train and " << n_val << " val tokens";
+  if (!one_document) std::cout << " in " << d_train << " and " << d_val << " documents";
+  std::cout << " (" << (tokenizer_path.empty() ? kind : kind + " " + tokenizer_path) << ", vocab " << vocab << ")\n";
   return 0;
 }
 
@@ -283,11 +407,204 @@ int run_decode(const std::vector<std::string>& args) {
   if (count > data.size() - start)
     throw UsageError("--start " + std::to_string(start) + " --count " + std::to_string(count) + " passes the end of " +
                      data.dataset + " (" + std::to_string(data.size()) + " tokens)");
-  const std::vector<int32_t> ids(data.tokens.begin() + start, data.tokens.begin() + start + count);
+  const std::vector<int32_t> ids = data.read(start, count);
   const std::string text = tokenizer->decode(ids);
   std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
   std::cout.flush();
   if (!std::cout) fail("cannot write the decoded text to standard output");
+  return 0;
+}
+
+// Scans one split of one file: every token in the vocabulary, /doc_offsets 1-D int64, starting at
+// 0, increasing, inside the tokens. Returns the problems found (at most a few of each kind).
+std::vector<std::string> verify_split(const std::string& path, const std::string& split, int64_t& tokens,
+                                      int64_t& documents) {
+  std::vector<std::string> problems;
+  tessera::io::TokenDataset data;
+  try {
+    data = tessera::io::TokenDataset::open(path, split);
+  } catch (const tessera::Error& e) {
+    problems.push_back(e.what());
+    return problems;
+  }
+  tokens = data.size();
+  constexpr int64_t kBlock = int64_t{1} << 22;
+  std::vector<int32_t> block(static_cast<size_t>(std::min(kBlock, tokens)));
+  for (int64_t first = 0; first < tokens; first += kBlock) {
+    const int64_t n = std::min(kBlock, tokens - first);
+    try {
+      data.read(first, n, block.data());
+    } catch (const tessera::Error& e) {
+      // The reader names the first bad token of the block; scan on after it.
+      problems.push_back(e.what());
+      if (problems.size() >= 5) {
+        problems.push_back("(stopped after 5 problems)");
+        return problems;
+      }
+    }
+  }
+  const H5File f = H5File::open_read(path);
+  const std::string offsets = data.dataset.substr(0, data.dataset.size() - 6) + "doc_offsets";
+  documents = 0;
+  if (f.has(offsets)) {
+    const int64_t n = f.shape(offsets)[0];
+    documents = n;
+    int64_t previous = -1;
+    int reported = 0;
+    for (int64_t first = 0; first < n && reported < 5; first += kBlock) {
+      const std::vector<int64_t> o = f.read_i64(offsets, first, std::min(kBlock, n - first));
+      for (size_t i = 0; i < o.size() && reported < 5; ++i) {
+        const int64_t at = first + static_cast<int64_t>(i);
+        std::string why;
+        if (at == 0 && o[i] != 0) why = "the first document must start at token 0";
+        else if (o[i] <= previous) why = "not after the previous offset " + std::to_string(previous) + " (offsets must increase)";
+        else if (o[i] >= tokens) why = "past the last token (" + std::to_string(tokens) + " tokens)";
+        if (!why.empty()) {
+          problems.push_back(path + ": " + offsets + "[" + std::to_string(at) + "] = " + std::to_string(o[i]) + ": " + why);
+          ++reported;
+        }
+        previous = o[i];
+      }
+    }
+  }
+  return problems;
+}
+
+int run_verify(const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  po::options_description desc("Options");
+  desc.add_options()("help,h", "show this help")
+      ("input", po::value(&files)->multitoken()->value_name("FILE.h5 ..."), "token data sets to scan");
+  po::positional_options_description positional;
+  positional.add("input", -1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: data_prep verify FILE.h5 ...\n\nReads every token of every split (/train, /val or /tokens)"
+                 " and checks it against vocab_size, and every /doc_offsets entry (int64, from 0, increasing,\n"
+                 "inside the tokens). Prints a report; exit code 1 when anything is wrong.\n\n" << desc;
+    return 0;
+  }
+  po::notify(vm);
+  if (files.empty()) throw UsageError("verify: give the token data set(s) to scan");
+  bool ok = true;
+  for (const std::string& pattern : files)
+    for (const std::string& path : tessera::io::TokenDataset::expand(pattern)) {
+      const H5File f = H5File::open_read(path);
+      std::vector<std::string> splits;
+      for (const char* s : {"train", "val"})
+        if (f.has(std::string("/") + s + "/tokens")) splits.push_back(s);
+      if (splits.empty()) splits.push_back("train");  // /tokens, or the error naming what is missing
+      for (const std::string& split : splits) {
+        int64_t tokens = 0, documents = 0;
+        const std::vector<std::string> problems = verify_split(path, split, tokens, documents);
+        std::cout << path << " " << split << ": " << tokens << " tokens, " << documents << " documents: "
+                  << (problems.empty() ? "ok" : "FAILED") << "\n";
+        for (const std::string& p : problems) std::cout << "  " << p << "\n";
+        ok = ok && problems.empty();
+      }
+    }
+  if (!ok) {
+    std::cerr << "error: verify found problems (listed above)\n";
+    return 1;
+  }
+  return 0;
+}
+
+int run_merge(const std::vector<std::string>& args) {
+  std::vector<std::string> inputs;
+  std::string output;
+  int64_t chunk = int64_t{1} << 20;
+  int deflate = 0;
+  bool overwrite = false;
+  po::options_description desc("Options");
+  desc.add_options()
+      ("help,h", "show this help")
+      ("input", po::value(&inputs)->required()->multitoken()->value_name("FILE.h5|GLOB ..."),
+       "token data sets (shards), joined in the order given (a glob's files in name order)")
+      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
+      ("chunk-tokens", po::value(&chunk)->default_value(int64_t{1} << 20)->value_name("N"), "tokens per HDF5 chunk")
+      ("deflate", po::value(&deflate)->default_value(0)->value_name("0-9"), "compression level of the chunks (0: none)")
+      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
+  po::variables_map vm;
+  if (!parse(args, desc,
+             "usage: data_prep merge --input FILE.h5|GLOB ... --output FILE.h5 [--chunk-tokens N] [--deflate L]\n\n"
+             "Joins token data sets: each split's tokens one after the other, /doc_offsets shifted to\n"
+             "match (a shard without them counts as one document). The shards must share vocab_size and\n"
+             "tokenizer; the first one's tokenizer is stored. Streams: never holds a shard.\n",
+             vm))
+    return 0;
+  if (chunk < 1) throw UsageError("--chunk-tokens must be at least 1, got " + std::to_string(chunk));
+  if (deflate < 0 || deflate > 9) throw UsageError("--deflate must be 0 to 9, got " + std::to_string(deflate));
+  std::vector<std::string> files;
+  for (const std::string& in : inputs)
+    for (const std::string& f : tessera::io::TokenDataset::expand(in)) files.push_back(f);
+  // Every shard's splits opened first: a vocabulary that differs stops the merge before writing.
+  std::vector<std::string> splits;
+  for (const char* s : {"train", "val"})
+    if (H5File::open_read(files[0]).has(std::string("/") + s + "/tokens")) splits.push_back(s);
+  if (splits.empty()) splits.push_back("train");
+  std::vector<std::vector<tessera::io::TokenDataset>> shards(splits.size());
+  for (size_t s = 0; s < splits.size(); ++s)
+    for (const std::string& f : files) {
+      shards[s].push_back(tessera::io::TokenDataset::open(f, splits[s]));
+      const tessera::io::TokenDataset& first = shards[s].front();
+      const tessera::io::TokenDataset& d = shards[s].back();
+      if (d.vocab_size != first.vocab_size || d.tokenizer != first.tokenizer)
+        fail("cannot merge: the shards' vocabularies differ: ", files[0], " has vocab_size ", first.vocab_size,
+             " (tokenizer ", first.tokenizer, "), ", f, " has vocab_size ", d.vocab_size, " (tokenizer ", d.tokenizer,
+             ")");
+    }
+  const int64_t vocab = shards[0][0].vocab_size;
+  AtomicOutput out(output, overwrite, files);
+  std::vector<int64_t> totals;
+  {
+    H5File f = H5File::create(out.tmp());
+    constexpr int64_t kBlock = int64_t{1} << 22;
+    std::vector<int32_t> block;
+    for (size_t s = 0; s < splits.size(); ++s) {
+      tessera::io::TokenWriter w(f, "/" + splits[s], vocab, chunk, deflate);
+      for (const tessera::io::TokenDataset& d : shards[s]) {
+        // Its documents, shifted (none recorded: the shard is one document).
+        const H5File in = H5File::open_read(d.path);
+        const std::string offsets = d.dataset.substr(0, d.dataset.size() - 6) + "doc_offsets";
+        std::vector<int64_t> starts{0};
+        if (in.has(offsets)) starts = in.read_i64(offsets, 0, in.shape(offsets)[0]);
+        size_t next_doc = 0;
+        for (int64_t first = 0; first < d.size(); first += kBlock) {
+          const int64_t n = std::min(kBlock, d.size() - first);
+          block.resize(static_cast<size_t>(n));
+          d.read(first, n, block.data());
+          int64_t done = 0;
+          while (next_doc < starts.size() && starts[next_doc] < first + n) {
+            const int64_t at = starts[next_doc] - first;
+            w.append(block.data() + done, at - done);
+            w.start_document();
+            done = at;
+            ++next_doc;
+          }
+          w.append(block.data() + done, n - done);
+        }
+      }
+      totals.push_back(w.finish());
+    }
+    // The first shard's attributes (vocabulary, tokenizer and its file).
+    const H5File first = H5File::open_read(files[0]);
+    f.set_attr("/", "vocab_size", vocab);
+    for (const char* key : {"tokenizer", "tokenizer_file", "tokenizer_checksum", "eos_id", "entropy_rate"})
+      if (first.has_attr("/", key)) {
+        if (std::string(key) == "eos_id") f.set_attr("/", key, first.attr_int("/", key));
+        else if (std::string(key) == "entropy_rate") f.set_attr("/", key, first.attr_double("/", key));
+        else f.set_attr("/", key, first.attr_string("/", key));
+      }
+    if (first.has("/tokenizer_file")) f.write("/tokenizer_file", first.read("/tokenizer_file", DType::u8));
+    f.set_attr("/", "source", "merge of " + std::to_string(files.size()) + " shards");
+    f.flush();
+  }
+  out.commit();
+  std::cout << "wrote " << output << ": " << files.size() << " shards";
+  for (size_t s = 0; s < splits.size(); ++s) std::cout << ", " << totals[s] << " " << splits[s] << " tokens";
+  std::cout << "\n";
   return 0;
 }
 
@@ -325,12 +642,28 @@ int run_synth(const std::vector<std::string>& args) {
 
   AtomicOutput out(output, overwrite, {});
   const tessera::io::MarkovSource source = tessera::io::MarkovSource::random(vocab, branching, seed);
-  const std::vector<int32_t> train = source.sample(tokens, seed, tessera::stream_id("markov.sample.train"));
-  const std::vector<int32_t> val = source.sample(val_tokens, seed, tessera::stream_id("markov.sample.val"));
+  // Sampled and written a block at a time (the corpus is never held); the empirical entropy of
+  // the train tokens is summed as they go.
+  double nll = 0;
+  auto write_split = [&](H5File& f, const char* group, int64_t n, const char* stream, bool count_nll) {
+    tessera::io::TokenWriter w(f, group, vocab);
+    std::vector<int32_t> block(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 20)));
+    int32_t previous = 0;
+    for (int64_t first = 0; first < n; first += static_cast<int64_t>(block.size())) {
+      const int64_t m = std::min<int64_t>(n - first, static_cast<int64_t>(block.size()));
+      source.sample_block(first, m, previous, seed, tessera::stream_id(stream), block.data());
+      if (count_nll)
+        for (int64_t i = 0; i < m; ++i)
+          if (first + i > 0) nll -= std::log(source.prob(i == 0 ? previous : block[i - 1], block[i]));
+      w.append(block.data(), m);
+      previous = block[static_cast<size_t>(m - 1)];
+    }
+    w.finish();
+  };
   {
     H5File f = H5File::create(out.tmp());
-    f.write("/train/tokens", token_tensor(train, vocab));
-    if (val_tokens > 0) f.write("/val/tokens", token_tensor(val, vocab));
+    write_split(f, "/train", tokens, "markov.sample.train", true);
+    if (val_tokens > 0) write_split(f, "/val", val_tokens, "markov.sample.val", false);
     f.set_attr("/", "vocab_size", vocab);
     f.set_attr("/", "tokenizer", "synthetic-markov");
     f.set_attr("/", "entropy_rate", source.entropy_rate());
@@ -339,7 +672,7 @@ int run_synth(const std::vector<std::string>& args) {
     f.flush();
   }
   out.commit();
-  const double empirical = source.mean_nll(train);
+  const double empirical = nll / static_cast<double>(tokens - 1);
   std::printf("wrote %s: %lld train and %lld val tokens, vocab %lld, branching %lld\n", output.c_str(),
               static_cast<long long>(tokens), static_cast<long long>(val_tokens),
               static_cast<long long>(vocab), static_cast<long long>(std::min(branching, vocab)));
@@ -458,6 +791,8 @@ int main(int argc, char** argv) {
     }
     if (command == "text") return run_text(args);
     if (command == "decode") return run_decode(args);
+    if (command == "verify") return run_verify(args);
+    if (command == "merge") return run_merge(args);
     if (command == "synth") return run_synth(args);
     if (command == "cifar10") return run_cifar10(args);
     if (command == "synth-images") return run_synth_images(args);

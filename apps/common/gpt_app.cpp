@@ -16,6 +16,8 @@
 #include "core/allocator.h"
 #include "core/log.h"
 #include "io/hdf5_file.h"
+#include "io/loader_throughput.h"
+#include "io/token_loader.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
 #include "text/stored_tokenizer.h"
@@ -30,7 +32,7 @@ namespace po = boost::program_options;
 // The training data's vocabulary size alone (all --dry-run reads of it): the vocab_size attribute
 // on /train or on the root, where TokenDataset looks.
 int64_t vocab_size_of(const std::string& path) {
-  const io::H5File file = io::H5File::open_read(path);
+  const io::H5File file = io::H5File::open_read(io::TokenDataset::expand(path).front());
   for (const char* holder : {"/train", "/"})
     if (file.has(holder) && file.has_attr(holder, "vocab_size")) return file.attr_int(holder, "vocab_size");
   fail(path, ": missing attribute vocab_size (looked on /train and /)");
@@ -101,7 +103,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     const char* name = moe ? "moe_train" : "gpt_train";
     models::GptConfig mc;
     std::string input, val_input;
-    int64_t seq_len = 64;
+    int64_t seq_len = 64, benchmark_loader = 0;
     std::string arch = "gpt2";
     bool tie_embeddings = false;
     std::string router_norm = "auto";
@@ -133,7 +135,8 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     }
     opts.section(kData).add_options()
         ("input", po::value(&input)->required()->value_name("DATA.h5"), "training token data set (HDF5: /tokens, or /train/tokens)")
-        ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)");
+        ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)")
+        ("benchmark-loader", po::value(&benchmark_loader)->default_value(0)->value_name("N"), "benchmark (N > 0): each rank reads its share of N global batches of training rows (as dp ranks, on the loader's background thread, no model), prints tokens/s per rank and exits");
     o.add_to(opts, "sequences", moe ? TrainOptions::App::moe : TrainOptions::App::gpt);
     opts.section(kCheckpoints).add_options()
         ("init-from", po::value(&o.train.init_from)->value_name("FILE.h5"), "start from this checkpoint's weights (any layout's; ckpt_tool import-hf makes one from a Hugging Face model) with a fresh optimizer at step 1: fine-tuning. The model options come from it (one given that contradicts it is refused); a gpt2 position table longer than --seq-len is used in part. Not with --resume FILE, nor with --resume auto once --checkpoint-dir holds checkpoints");
@@ -231,10 +234,28 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       return 0;
     }
     const io::TokenDataset train_data = io::TokenDataset::open(input, "train");
+    TESSERA_CHECK(benchmark_loader >= 0, "--benchmark-loader must be >= 0 (0: train), got ", benchmark_loader);
+    if (benchmark_loader > 0) {
+      // Every rank a dp rank: rows [rank x G / world, ...) of each global batch, streamed.
+      const int world = mpi.world_size(), rank = mpi.world_rank();
+      TESSERA_CHECK(tc.global_batch % world == 0, "--benchmark-loader: --global-batch ", tc.global_batch,
+                    " must divide by the ", world, " ranks");
+      const io::TokenLoader loader(train_data, seq_len, tc.global_batch, tc.seed, io::parse_sampling(tc.sampling));
+      const int64_t rows = tc.global_batch / world;
+      const double rate = io::loader_tokens_per_second(loader, rank * rows, rows, benchmark_loader);
+      comm::Communicator all = comm::Communicator::world();
+      const double slowest = -all.all_reduce_max(-rate), fastest = all.all_reduce_max(rate);
+      if (rank == 0)
+        std::cout << "loader: " << slowest << " tokens/s on the slowest rank, " << fastest << " on the fastest (" << world
+                  << " ranks, " << rows << " rows of " << seq_len + 1 << " tokens a step, " << benchmark_loader
+                  << " steps, --sampling " << tc.sampling << ", " << train_data.size() << " tokens in " << input
+                  << ")\n";
+      return 0;
+    }
     std::optional<io::TokenDataset> val_data;
     if (!val_input.empty()) {
       val_data = io::TokenDataset::open(val_input, "val");
-    } else if (io::H5File::open_read(input).has("/val/tokens")) {
+    } else if (io::TokenDataset::has_split(input, "val")) {
       val_data = io::TokenDataset::open(input, "val");
     }
     TESSERA_CHECK(tc.eval_every == 0 || val_data, "--eval-every needs validation data: pass --val-input or use a",

@@ -13,6 +13,7 @@
 #include "core/allocator.h"
 #include "core/log.h"
 #include "io/file_identity.h"
+#include "io/token_dataset.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 #include "memory/scratch_file.h"
@@ -69,7 +70,8 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
   // naming the trainer that has them, and --help leaves them out (OptionSections::foreign).
   po::options_description& gpt_only = gpt ? sections.section(kTraining) : sections.foreign();
   gpt_only.add_options()
-      ("eval-batches", po::value(&tc.eval_batches)->default_value(8)->value_name("N"), "validation global batches per evaluation: the same windows under every layout");
+      ("eval-batches", po::value(&tc.eval_batches)->default_value(8)->value_name("N"), "validation global batches per evaluation: the same windows under every layout")
+      ("sampling", po::value(&tc.sampling)->default_value("random")->value_name("random|epoch"), "training windows: random (anywhere, with replacement) or epoch (the data cut into windows of seq-len + 1, each visited once per epoch in a shuffled order)");
   po::options_description& layout = sections.section(kLayout);
   layout.add_options()
       ("dp", po::value(&mesh.dp)->default_value(0)->value_name("N"), "data-parallel ranks (0: world / (pp x ep x sp x tp))")
@@ -256,7 +258,15 @@ std::string check_ranks_started_alike(const po::variables_map& vm, const std::ve
     if (vm.count(option)) {
       const std::string path = vm[option].as<std::string>();
       if (path.empty()) continue;
-      entries.emplace_back("the file of --" + option, io::file_identity(path));
+      // A glob (a split over several shards): the identities of the files it matches, in order.
+      std::string identity;
+      try {
+        for (const std::string& file : io::TokenDataset::expand(path))
+          identity += (identity.empty() ? "" : "; ") + io::file_identity(file);
+      } catch (const Error&) {
+        identity = "missing";
+      }
+      entries.emplace_back("the file of --" + option, identity);
       if (option == data_options.front()) training_data = entries.back().second;
     }
   comm::Communicator world = comm::Communicator::world();

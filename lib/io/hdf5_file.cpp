@@ -310,6 +310,27 @@ Tensor H5File::read(const std::string& dataset, DType as) const {
   return out;
 }
 
+std::vector<int64_t> H5File::read_i64(const std::string& dataset, int64_t start, int64_t count) const {
+  const std::string obj = normalize(dataset);
+  Hid d = open_dataset(id_, path_, obj, has(obj));
+  Hid space(H5Dget_space(d.get()), H5Sclose);
+  const std::vector<int64_t> dims = dataspace_dims(space.get());
+  if (dims.size() != 1) fail(path_, ": ", obj, " is not 1-D");
+  if (start < 0 || count < 0 || start + count > dims[0])
+    fail(path_, ": elements [", start, ", ", start + count, ") are outside ", obj, " (", dims[0], " elements)");
+  Hid stored(H5Dget_type(d.get()), H5Tclose);
+  if (H5Tget_class(stored.get()) != H5T_INTEGER)
+    fail(path_, ": ", obj, " holds ", type_name(stored.get()), ", not integers");
+  std::vector<int64_t> out(static_cast<size_t>(count));
+  if (count == 0) return out;
+  const hsize_t offset = static_cast<hsize_t>(start), n = static_cast<hsize_t>(count);
+  H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, &offset, nullptr, &n, nullptr);
+  Hid mem(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  if (H5Dread(d.get(), H5T_NATIVE_INT64, mem.get(), space.get(), H5P_DEFAULT, out.data()) < 0)
+    fail(with_detail(path_ + ": cannot read elements of " + obj));
+  return out;
+}
+
 void H5File::read_into(const std::string& dataset, Tensor& out) const {
   const std::string obj = normalize(dataset);
   TESSERA_CHECK(out.defined(), path_, ": read_into ", obj, ": the output tensor is undefined");

@@ -30,6 +30,8 @@ class H5File {
   ~H5File();
 
   const std::string& path() const { return path_; }
+  // The open file's hid_t, for lib/io's own HDF5 code beyond these operations (token_reader.cpp).
+  int64_t raw_id() const { return id_; }
 
   // A dataset or group at `object`; false if it or any parent is missing.
   bool has(const std::string& object) const;
@@ -43,6 +45,8 @@ class H5File {
   Tensor read(const std::string& dataset, DType as) const;
   // The whole dataset into `out` (any device): shapes must match exactly; converts to out.dtype().
   void read_into(const std::string& dataset, Tensor& out) const;
+  // Elements [start, start + count) of a 1-D integer dataset as int64 (one hyperslab read).
+  std::vector<int64_t> read_i64(const std::string& dataset, int64_t start, int64_t count) const;
   // A new dataset (intermediate groups are created); an existing object is an error.
   void write(const std::string& dataset, const Tensor& t);
 

@@ -128,16 +128,28 @@ double MarkovSource::prob(int64_t from, int64_t to) const {
 std::vector<int32_t> MarkovSource::sample(int64_t n, uint64_t seed, uint64_t stream) const {
   TESSERA_CHECK(n >= 0, "Markov source: cannot sample ", n, " tokens");
   std::vector<int32_t> out(static_cast<size_t>(n));
-  if (n == 0) return out;
-  out[0] = static_cast<int32_t>(
-      pick<double>(stationary_, uniform53(seed, stream, 0), [](const double& p) { return p; }));
-  for (int64_t t = 1; t < n; ++t) {
-    const auto& row = rows_[static_cast<size_t>(out[t - 1])];
+  sample_block(0, n, 0, seed, stream, out.data());
+  return out;
+}
+
+void MarkovSource::sample_block(int64_t first, int64_t n, int32_t previous, uint64_t seed, uint64_t stream,
+                                int32_t* out) const {
+  TESSERA_CHECK(first >= 0 && n >= 0, "Markov source: cannot sample tokens [", first, ", ", first + n, ")");
+  TESSERA_CHECK(first == 0 || (previous >= 0 && previous < vocab()), "Markov source: previous token ", previous,
+                " is not a state");
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = first + i;
+    if (t == 0) {
+      out[i] = static_cast<int32_t>(
+          pick<double>(stationary_, uniform53(seed, stream, 0), [](const double& p) { return p; }));
+      continue;
+    }
+    const int32_t prev = i == 0 ? previous : out[i - 1];
+    const auto& row = rows_[static_cast<size_t>(prev)];
     const int64_t j = pick<Edge>(row, uniform53(seed, stream, static_cast<uint64_t>(t)),
                                  [](const Edge& e) { return e.prob; });
-    out[t] = row[static_cast<size_t>(j)].next;
+    out[i] = row[static_cast<size_t>(j)].next;
   }
-  return out;
 }
 
 double MarkovSource::mean_nll(const std::vector<int32_t>& tokens) const {

@@ -36,6 +36,9 @@ class MarkovSource {
   // n tokens of the chain started from its stationary distribution; token t uses Philox
   // (seed, stream, t), so a stream gives one reproducible sequence.
   std::vector<int32_t> sample(int64_t n, uint64_t seed, uint64_t stream) const;
+  // Tokens [first, first + n) of that sequence into out[n], given token first - 1 (`previous`,
+  // unused when first is 0): a corpus sampled block by block, never held whole.
+  void sample_block(int64_t first, int64_t n, int32_t previous, uint64_t seed, uint64_t stream, int32_t* out) const;
   // -mean over t >= 1 of log P(x_t | x_{t-1}): the empirical entropy of a sampled sequence.
   double mean_nll(const std::vector<int32_t>& tokens) const;
 

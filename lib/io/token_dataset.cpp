@@ -1,18 +1,24 @@
-// TokenDataset::open: finds the split's tokens in an HDF5 file, reads them whole as int32 and
-// validates shape, type, vocabulary and range, naming the file and dataset in every error.
+// TokenDataset::open: finds the split's tokens in one HDF5 file or in the files a glob matches,
+// validates shape, type, vocabulary and /doc_offsets' ends, naming the file and dataset in every
+// error, and keeps a TokenReader per file; read() walks the parts.
 #include "io/token_dataset.h"
 
+#include <glob.h>
+
+#include <algorithm>
 #include <limits>
 
-#include "core/allocator.h"
 #include "core/error.h"
 #include "io/hdf5_file.h"
+#include "io/token_reader.h"
 
 namespace tessera::io {
+namespace {
 
-TokenDataset TokenDataset::open(const std::string& path, const std::string& split) {
-  if (split != "train" && split != "val")
-    fail(path, ": unknown data split '", split, "' (expected train or val)");
+bool is_glob(const std::string& path) { return path.find_first_of("*?[") != std::string::npos; }
+
+// One file's split: metadata checked, a reader made, no token read.
+TokenDataset open_one(const std::string& path, const std::string& split) {
   const H5File file = H5File::open_read(path);
 
   // The tokens: the split's group, else a single /tokens (a file per split).
@@ -53,8 +59,8 @@ TokenDataset TokenDataset::open(const std::string& path, const std::string& spli
   if (shape.size() != 1)
     fail(path, ": ", where, " must be 1-D, but has shape ", Shape(shape).str());
   const std::string type = file.stored_type(where);
-  if (type != "u16" && type != "i32")
-    fail(path, ": ", where, " must hold uint16 or int32 tokens, but holds ", type);
+  if (type != "u16" && type != "u32" && type != "i32")
+    fail(path, ": ", where, " must hold uint16 or int32 (or uint32) tokens, but holds ", type);
   if (shape[0] == 0) fail(path, ": ", where, " is empty (no tokens)");
 
   const std::string vocab_at = holder_of("vocab_size");
@@ -72,22 +78,113 @@ TokenDataset TokenDataset::open(const std::string& path, const std::string& spli
   const std::string rate_at = holder_of("entropy_rate");
   if (!rate_at.empty()) ds.entropy_rate = file.attr_double(rate_at, "entropy_rate");
 
-  // The split is read whole (4 bytes a token, twice while it is converted): refused before the
-  // read when this machine's free memory cannot hold it.
-  const int64_t needed = shape[0] * 8, available = available_host_bytes();
-  if (available >= 0 && needed > available)
-    fail(path, ": ", where, " holds ", shape[0], " tokens, which take ", needed, " bytes to read, more than the ",
-         available, " bytes of memory available");
-  const Tensor t = file.read(where, DType::i32);
-  const int32_t* p = t.data<int32_t>();
-  ds.tokens.assign(p, p + t.numel());
-  for (size_t i = 0; i < ds.tokens.size(); ++i) {
-    const int32_t v = ds.tokens[i];
-    if (v < 0 || v >= ds.vocab_size)
-      fail(path, ": ", where, "[", i, "] = ", v, " is outside the vocabulary [0, ", ds.vocab_size,
-           ") (first bad token)");
+  auto reader = std::make_shared<const TokenReader>(file, where, ds.vocab_size);
+
+  // Document starts beside the tokens: type, shape and both ends (two offsets read); every offset
+  // is checked by `data_prep verify`.
+  const std::string offsets = where.substr(0, where.size() - std::string("tokens").size()) + "doc_offsets";
+  if (file.has(offsets)) {
+    const std::string otype = file.stored_type(offsets);
+    const std::vector<int64_t> oshape = file.shape(offsets);
+    if ((otype != "i64" && otype != "i32" && otype != "u32") || oshape.size() != 1)
+      fail(path, ": ", offsets, " must be 1-D int64 (the first token of each document), but is ", otype, " ",
+           Shape(oshape).str());
+    if (oshape[0] > 0) {
+      const int64_t first = file.read_i64(offsets, 0, 1)[0], last = file.read_i64(offsets, oshape[0] - 1, 1)[0];
+      if (first != 0) fail(path, ": ", offsets, "[0] = ", first, ": the first document must start at token 0");
+      if (last < first || last >= shape[0])
+        fail(path, ": ", offsets, "[", oshape[0] - 1, "] = ", last, " is outside the ", shape[0], " tokens of ",
+             where, " (document starts must increase and lie inside the tokens)");
+    }
+  }
+  ds.parts.push_back({0, std::move(reader)});
+  return ds;
+}
+
+}  // namespace
+
+std::vector<std::string> TokenDataset::expand(const std::string& path) {
+  if (!is_glob(path)) return {path};
+  glob_t g{};
+  const int rc = ::glob(path.c_str(), 0, nullptr, &g);
+  std::vector<std::string> files;
+  for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  if (files.empty()) fail("--input ", path, ": the pattern matches no file");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool TokenDataset::has_split(const std::string& path, const std::string& split) {
+  return H5File::open_read(expand(path).front()).has("/" + split + "/tokens");
+}
+
+TokenDataset TokenDataset::open(const std::string& path, const std::string& split) {
+  if (split != "train" && split != "val")
+    fail(path, ": unknown data split '", split, "' (expected train or val)");
+  const std::vector<std::string> files = expand(path);
+  TokenDataset ds = open_one(files[0], split);
+  ds.path = path;
+  for (size_t i = 1; i < files.size(); ++i) {
+    TokenDataset next = open_one(files[i], split);
+    if (next.vocab_size != ds.vocab_size || next.tokenizer != ds.tokenizer)
+      fail(path, ": the shards disagree on their vocabulary: ", files[0], " has vocab_size ", ds.vocab_size,
+           " (tokenizer ", ds.tokenizer, "), ", files[i], " has vocab_size ", next.vocab_size, " (tokenizer ",
+           next.tokenizer, ")");
+    if (next.dataset != ds.dataset)
+      fail(path, ": the shards keep their tokens apart: ", ds.dataset, " in ", files[0], ", ", next.dataset, " in ",
+           files[i]);
+    next.parts[0].first = ds.size();
+    ds.parts.push_back(next.parts[0]);
   }
   return ds;
+}
+
+int64_t TokenDataset::size() const {
+  if (parts.empty()) return static_cast<int64_t>(tokens.size());
+  return parts.back().first + parts.back().reader->size();
+}
+
+void TokenDataset::read(int64_t start, int64_t count, int32_t* out) const {
+  TESSERA_CHECK(start >= 0 && count >= 0 && start + count <= size(), path, ": tokens [", start, ", ", start + count,
+                ") are outside its ", size(), " tokens");
+  if (parts.empty()) {
+    for (int64_t i = 0; i < count; ++i) {
+      const int32_t v = tokens[static_cast<size_t>(start + i)];
+      if (v < 0 || v >= vocab_size)
+        fail(path, ": token ", start + i, " = ", v, " is outside the vocabulary [0, ", vocab_size, ")");
+      out[i] = v;
+    }
+    return;
+  }
+  // The part holding `start`, then on through the following ones.
+  auto it = std::upper_bound(parts.begin(), parts.end(), start,
+                             [](int64_t s, const TokenPart& p) { return s < p.first; });
+  for (--it; count > 0; ++it) {
+    const int64_t in = start - it->first, take = std::min(count, it->reader->size() - in);
+    it->reader->read(in, take, out);
+    start += take;
+    count -= take;
+    out += take;
+  }
+}
+
+std::vector<int32_t> TokenDataset::read(int64_t start, int64_t count) const {
+  std::vector<int32_t> out(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  read(start, count, out.data());
+  return out;
+}
+
+int64_t TokenDataset::bytes_read() const {
+  int64_t n = 0;
+  for (const TokenPart& p : parts) n += p.reader->bytes_read();
+  return n;
+}
+
+int64_t TokenDataset::reads() const {
+  int64_t n = 0;
+  for (const TokenPart& p : parts) n += p.reader->reads();
+  return n;
 }
 
 }  // namespace tessera::io

@@ -1,26 +1,52 @@
-// TokenDataset: a token data set read whole from HDF5 (/tokens or /<split>/tokens, with vocab_size,
-// tokenizer and optional entropy_rate), validated with errors that name the file and dataset.
+// TokenDataset: a token data set's metadata (size, vocab_size, tokenizer, entropy_rate) and a way
+// to read any range of its tokens on demand. A split is /<split>/tokens or /tokens of one HDF5 file,
+// or of several (a glob "dir/shard_*.h5", files in name order, one token sequence); errors name the
+// file and dataset. Opening reads metadata only: tokens are read, and checked, as they are asked for.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace tessera::io {
 
+class TokenReader;
+
+// One file's part of a split: its tokens are [first, first + reader->size()) of the split.
+struct TokenPart {
+  int64_t first = 0;
+  std::shared_ptr<const TokenReader> reader;
+};
+
 struct TokenDataset {
   // split "train" or "val": /<split>/tokens if present, else /tokens. Attributes are looked up on
-  // the split's group first, then on the root.
+  // the split's group first, then on the root. `path` may be a glob matching several files (shards):
+  // they must agree on vocab_size and tokenizer. /doc_offsets beside the tokens, when present, must be
+  // 1-D int64, start at 0 and end inside the tokens (`data_prep verify` checks every offset).
   static TokenDataset open(const std::string& path, const std::string& split);
+  // Whether `path` (or the first file a glob matches) has tokens for `split` of its own: /<split>/tokens.
+  static bool has_split(const std::string& path, const std::string& split);
+  // The files a path names: itself, or a glob's matches in name order (none: an error naming it).
+  static std::vector<std::string> expand(const std::string& path);
 
   std::string path, split;
-  std::string dataset;  // the HDF5 path the tokens came from, e.g. "/train/tokens"
+  std::string dataset;  // the HDF5 path the tokens come from, e.g. "/train/tokens"
   int64_t vocab_size = 0;
   std::string tokenizer;
   std::optional<double> entropy_rate;  // nats/token, when the source is known (synthetic data)
-  std::vector<int32_t> tokens;         // loaded whole (data sets here are small)
+  // Tokens held in memory: only for data sets built in code (tests); empty for one opened from files.
+  std::vector<int32_t> tokens;
+  std::vector<TokenPart> parts;  // the files of an opened data set, in order
 
-  int64_t size() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t size() const;
+  // Tokens [start, start + count) into out[count], each checked against the vocabulary (a token
+  // outside it throws naming the file, dataset and index). Thread-safe.
+  void read(int64_t start, int64_t count, int32_t* out) const;
+  std::vector<int32_t> read(int64_t start, int64_t count) const;
+  // Bytes and pread calls spent reading tokens so far (all parts).
+  int64_t bytes_read() const;
+  int64_t reads() const;
 };
 
 }  // namespace tessera::io

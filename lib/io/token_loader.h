@@ -1,24 +1,37 @@
 // TokenLoader: cuts the global batch of a step from a token data set, as a pure function of
-// (seed, step, row), so any split of the rows over ranks sees exactly the serial run's rows.
+// (seed, step, row), so any split of the rows over ranks sees exactly the serial run's rows. It
+// reads only the rows asked for (TokenDataset::read): no copy of the corpus.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "io/token_dataset.h"
+#include "io/window_permutation.h"
 
 namespace tessera::io {
+
+// How training windows are drawn: `random` windows start anywhere (drawn with replacement);
+// `epoch` cuts the data into non-overlapping windows of seq_len + 1 and visits each exactly once
+// per epoch, in a Philox permutation per epoch.
+enum class Sampling { random, epoch };
+Sampling parse_sampling(const std::string& name);  // "random" or "epoch", else an error naming it
+const char* sampling_name(Sampling s);
 
 // A row is seq_len + 1 consecutive tokens: inputs = row[0..T-1], targets = row[1..T].
 class TokenLoader {
  public:
-  // Copies the tokens (data sets here are small), so `data` need not outlive the loader.
-  // Throws if the data has fewer than seq_len + 1 tokens.
-  TokenLoader(const TokenDataset& data, int64_t seq_len, int64_t global_batch, uint64_t seed);
+  // Shares the data set's readers (cheap to copy). Throws if the data has fewer than seq_len + 1 tokens.
+  TokenLoader(const TokenDataset& data, int64_t seq_len, int64_t global_batch, uint64_t seed,
+              Sampling sampling = Sampling::random);
 
   // Rows [first_row, first_row + count) of the global batch of `step` (0-based) into
-  // out[count * (seq_len + 1)]. Row r starts at a uniform integer in [0, size - seq_len - 1] drawn
-  // from Philox at (seed, stream_id("loader.train"), step * global_batch + r).
+  // out[count * (seq_len + 1)]. random: row r starts at a uniform integer in [0, size - seq_len - 1]
+  // drawn from Philox at (seed, stream_id("loader.train"), step * global_batch + r). epoch: sample
+  // s = step * global_batch + r is position s mod W of epoch s / W (W = size / (seq_len + 1)
+  // windows), whose window is WindowPermutation(W, seed, stream_id("loader.epoch")).at(epoch, pos)
+  // and starts at window * (seq_len + 1).
   void train_rows(int64_t step, int64_t first_row, int64_t count, int32_t* out) const;
 
   // Evaluation rows, deterministic and in order: row r of eval batch i starts at
@@ -32,19 +45,26 @@ class TokenLoader {
   int64_t train_start(int64_t step, int64_t row) const;
   int64_t eval_start(int64_t batch_index, int64_t row) const;
 
+  // Epoch sampling: windows per epoch, and the epoch and position in it of a sample count.
+  int64_t epoch_windows() const { return (size()) / (seq_len_ + 1); }
+  int64_t epoch_of_sample(int64_t sample) const { return sample / epoch_windows(); }
+
+  Sampling sampling() const { return sampling_; }
   int64_t seq_len() const { return seq_len_; }
   int64_t global_batch() const { return global_batch_; }
   int64_t row_len() const { return seq_len_ + 1; }
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t size() const { return data_.size(); }
+  const TokenDataset& data() const { return data_; }
 
  private:
   void check_rows(const char* what, int64_t first_row, int64_t count, const int32_t* out) const;
   void copy_row(int64_t start, int32_t* out) const;
 
-  std::string path_, split_;
-  std::vector<int32_t> tokens_;
+  TokenDataset data_;
   int64_t seq_len_, global_batch_;
   uint64_t seed_, stream_;
+  Sampling sampling_;
+  std::optional<WindowPermutation> permutation_;  // epoch sampling
 };
 
 }  // namespace tessera::io

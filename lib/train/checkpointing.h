@@ -27,6 +27,8 @@ struct CheckpointInfo {
   std::vector<std::pair<std::string, int64_t>> model_config;  // e.g. {"layers", 12}: must match to load
   std::string precision = "fp32";   // what the run trained in
   std::string data_identity;        // io::file_identity of the training data ("": not recorded)
+  std::string data_sampling;        // token windows: "random" or "epoch" ("": not recorded)
+  int64_t data_epoch = -1;          // epoch sampling: the epoch of the next sample (-1: none)
   optim::LossScalerState loss_scaler;  // fp16's loss scale and its counters
   // The tokenizer of the training data (text/stored_tokenizer.h: the data set's layout), so that
   // later tools decode without being told; not recorded for data that names none.

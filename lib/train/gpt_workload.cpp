@@ -21,7 +21,7 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
       shares_(mesh.batch_shares()),
       micro_batches_(config.micro_batches(mesh.shape().dp * shares_)),
       mesh_(mesh),
-      train_loader_(train_data, config.seq_len, config.global_batch, config.seed),
+      train_loader_(train_data, config.seq_len, config.global_batch, config.seed, io::parse_sampling(config.sampling)),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
   // An evaluation batch is a global batch, cut into this rank's rows as a training batch is.
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.global_batch, config.seed);
@@ -44,14 +44,17 @@ int64_t GptWorkload::first_row(int64_t micro) const {
 }
 
 std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
-  if (model_.config().moe_every == 0) return {};
+  // Token bytes the job's loaders have read so far (summed over ranks): the rows of the steps
+  // trained and of the few prefetched, never more of the file.
+  const StepMetric data_bytes{"data_bytes_read", static_cast<double>(train_loader_.data().bytes_read()), false};
+  if (model_.config().moe_every == 0) return {data_bytes};
   // Contributions that add up over the job: the auxiliary terms are loss shares (replicated over
   // tp, averaged over dp and micro-batches like the loss); the drops are the ep group's, the same
   // on its ep x tp ranks; loads are maxima.
   const models::Gpt::MoeStepStats s = model_.take_moe_stats();
   std::vector<StepMetric> metrics{
       {"aux_loss", s.aux_loss / static_cast<double>(micro_batches_ * dp_ * tp_), false},
-      {"dropped_tokens", s.dropped / static_cast<double>(ep_ * tp_), false}};
+      {"dropped_tokens", s.dropped / static_cast<double>(ep_ * tp_), false}, data_bytes};
   int64_t index = 0;
   for (int64_t i = 0; i < model_.config().layers; ++i)
     if (model_.config().is_moe_block(i))
@@ -78,9 +81,48 @@ void GptWorkload::load_eval_rows(int64_t index) {
   val_loader_->eval_rows(index / micro_batches_, first_row(index % micro_batches_), config_.micro_batch, rows_.data());
 }
 
+bool GptWorkload::needs_rows() const {
+  for (int c = 0; c < model_.chunks(); ++c)
+    if (model_.has_embedding(c) || model_.has_head(c)) return true;
+  return false;
+}
+
+void GptWorkload::fill_step(int64_t step0, int32_t* out) const {
+  const int64_t rows = config_.micro_batch * train_loader_.row_len();
+  try {
+    for (int64_t m = 0; m < micro_batches_; ++m)
+      train_loader_.train_rows(step0, first_row(m), config_.micro_batch, out + m * rows);
+  } catch (const Error& e) {
+    fail("training step ", step0 + 1, ": ", e.what());
+  }
+}
+
+void GptWorkload::start_prefetch(int64_t step0) {
+  current_ = nullptr;
+  prefetcher_.reset();
+  prefetcher_ = std::make_unique<io::TokenPrefetcher>(
+      [this](int64_t s, int32_t* out) { fill_step(s, out); }, step0,
+      micro_batches_ * config_.micro_batch * train_loader_.row_len());
+}
+
+void GptWorkload::start(int64_t first_step) {
+  if (needs_rows()) start_prefetch(first_step - 1);
+}
+
+int64_t GptWorkload::data_epoch(int64_t consumed_samples) const {
+  return train_loader_.sampling() == io::Sampling::epoch ? train_loader_.epoch_of_sample(consumed_samples) : -1;
+}
+
 void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
   const kernels::KernelTimer timer(kernels::KernelKind::data, "data_wait");
-  train_loader_.train_rows(step - 1, first_row(micro), config_.micro_batch, rows_.data());
+  const int64_t step0 = step - 1;
+  if (current_ == nullptr || current_->step != step0) {
+    // The prefetcher hands out steps in order; a step out of that order starts a new one there.
+    if (!prefetcher_ || prefetcher_->next_step() != step0) start_prefetch(step0);
+    current_ = &prefetcher_->next();
+  }
+  const int64_t rows = config_.micro_batch * train_loader_.row_len();
+  std::copy(current_->tokens.begin() + micro * rows, current_->tokens.begin() + (micro + 1) * rows, rows_.begin());
 }
 
 float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {

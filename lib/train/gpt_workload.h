@@ -13,6 +13,7 @@
 #include "comm/process_mesh.h"
 #include "io/token_dataset.h"
 #include "io/token_loader.h"
+#include "io/token_prefetcher.h"
 #include "models/gpt/gpt.h"
 #include "train/train_config.h"
 #include "train/pipeline_runner.h"
@@ -29,6 +30,9 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   ~GptWorkload() override;
 
   nn::ParamStore& params() override { return model_.params(); }
+  void start(int64_t first_step) override;
+  std::string data_sampling() const override { return io::sampling_name(train_loader_.sampling()); }
+  int64_t data_epoch(int64_t consumed_samples) const override;
   float train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) override;
   bool can_evaluate() const override { return val_loader_.has_value(); }
   Evaluation evaluate() override;
@@ -53,6 +57,10 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   TrainConfig config_;
   int64_t first_row(int64_t micro) const;  // of this rank's rows of micro-batch `micro` of a global batch
   void load_train_rows(int64_t step, int64_t micro);  // into rows_, timed as the step's data
+  // This rank's rows of every micro-batch of a (0-based) step, micro-batch after micro-batch.
+  void fill_step(int64_t step0, int32_t* out) const;
+  bool needs_rows() const;
+  void start_prefetch(int64_t step0);  // a new prefetcher whose first step is step0 (0-based)  // whether any chunk here embeds tokens or computes the loss
   void load_eval_rows(int64_t index);  // micro-batch `index` of an evaluation (evaluate(index, chunk))
   int dp_rank_, dp_, ep_, tp_;
   // The ranks splitting each micro-batch's sequences (ep x the tp grid's rows) and this one's share.
@@ -62,6 +70,10 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]
+  // This rank's rows of the coming steps, read on a background thread (made by start, or anew when
+  // a step is asked for out of order); current_ is the step (0-based) being trained.
+  std::unique_ptr<io::TokenPrefetcher> prefetcher_;
+  const io::TokenBatch* current_ = nullptr;
   std::unique_ptr<parallel::TiedWeights> tied_;
   std::unique_ptr<PipelineRunner> runner_;  // pp > 1
 };

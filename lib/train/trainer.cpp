@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -52,6 +53,15 @@ int64_t checkpoint_step(const std::string& path, comm::Communicator& world) {
     }
   }
   return world.all_reduce_max(step);
+}
+
+// This process's peak resident memory (VmHWM of /proc/self/status) in bytes; -1 where unknown.
+int64_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   1234 kB"
+  return -1;
 }
 
 // A CPU step's time split as metric names and milliseconds (kernels/kernel_timing.h).
@@ -346,7 +356,8 @@ TrainResult Trainer::run() {
         .add("state_bytes", optimizer_.state_bytes())
         .add("allocations", memory_stats(device).allocations - allocations_before)
         .add("loss_scale", loss_scale)
-        .add("skipped_steps", result.skipped_steps);
+        .add("skipped_steps", result.skipped_steps)
+        .add("rss_peak_bytes", world_.all_reduce_max(peak_resident_bytes()));  // the largest rank's
     // The step's time split: CPU kernels timed on the host, CUDA ops on the device (events).
     const auto split = time_split(kernel_times);
     for (const auto& [key, value] : split) line.add(key, value);
@@ -493,6 +504,8 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.consumed_samples = step * config_.global_batch;
   info.seed = config_.seed;
   info.data_identity = config_.data_identity;
+  info.data_sampling = work_.data_sampling();
+  info.data_epoch = work_.data_epoch(info.consumed_samples);
   info.model = work_.model_name();
   info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = work_.model_config();
@@ -600,6 +613,10 @@ CheckpointInfo Trainer::resume(const std::string& path) {
   if (!info.data_identity.empty() && info.data_identity != config_.data_identity)
     differs += (differs.empty() ? "" : "; ") + std::string("training data of ") + info.data_identity + " there, " +
                config_.data_identity + " here";
+  const std::string sampling = work_.data_sampling();
+  if (!info.data_sampling.empty() && info.data_sampling != sampling)
+    differs += (differs.empty() ? "" : "; ") + std::string("--sampling ") + info.data_sampling + " there, " + sampling +
+               " here";
   TESSERA_CHECK(differs.empty() || config_.resume != "auto", "--resume auto: ", path, " belongs to another run (",
                 differs, "): pass another --checkpoint-dir, or --resume ", path, " to continue from it deliberately");
   if (!differs.empty() && world_.rank() == 0) log::warn("resuming ", path, " of another run: ", differs);

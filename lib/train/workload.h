@@ -23,6 +23,10 @@ class Workload {
   virtual nn::ParamStore& params() = 0;
   // Called once before the first step trained (step 1, or the step after a resumed checkpoint).
   virtual void start(int64_t first_step) { (void)first_step; }
+  // How training data is sampled ("random", "epoch"; "" where it does not apply) and, for epochs,
+  // the epoch the sample after `consumed_samples` falls in (-1: none). Recorded in checkpoints.
+  virtual std::string data_sampling() const { return ""; }
+  virtual int64_t data_epoch(int64_t consumed_samples) const { (void)consumed_samples; return -1; }
   // Micro-batch `micro` of this rank's slice of the step's global batch: forward and backward,
   // gradients added with grad_scale as the models do; with a GradSync, its buckets start as the
   // gradients become final. Returns this rank's share of the micro-batch's mean loss.

@@ -95,7 +95,7 @@ TEST_F(BadInputData, GoodInputsSucceed) {
   const auto bytes = tessera::io::TokenDataset::open(tout, "train");
   EXPECT_EQ(bytes.vocab_size, 256);
   EXPECT_EQ(bytes.tokenizer, "bytes");
-  EXPECT_EQ(bytes.tokens[0], 'h');
+  EXPECT_EQ(bytes.read(0, 1)[0], 'h');
 
   EXPECT_EQ(data_prep("--help").exit_code, 0);
   EXPECT_EQ(data_prep("synth --help").exit_code, 0);

@@ -83,7 +83,7 @@ TEST_F(BadInputTokenizers, GoodTokenizerEncodesStoresAndDecodes) {
   const auto data = tessera::io::TokenDataset::open(out, "train");
   EXPECT_EQ(data.vocab_size, 258);
   EXPECT_EQ(data.tokenizer, "hf-byte-level-bpe");
-  EXPECT_EQ(data.tokens[0], 257);  // "the"
+  EXPECT_EQ(data.read(0, 1)[0], 257);  // "the"
   fs::remove(json);
   const CommandResult all = data_prep("decode --input " + shell_quote(out));
   ASSERT_EQ(all.exit_code, 0) << all.err;

@@ -1,7 +1,10 @@
 // libFuzzer target for io::TokenDataset::open, structure-aware: the input bytes choose a
 // well-formed HDF5 file's layout (split groups or a root /tokens, dtype, rank, shape, the
 // vocab_size attribute's presence, type, place and value, the token values), written with H5File,
-// then opened for both splits. Only tessera::Error may come out, and what opens must be valid.
+// then opened for both splits and every token read (reads are streamed: a token outside the
+// vocabulary is refused when read). Or the tokens are written as data_prep writes them
+// (TokenWriter: chunked, maybe deflated, with /doc_offsets the input chooses, in or out of range).
+// Only tessera::Error may come out, and what opens and reads must be valid.
 // (Raw bytes would mostly fuzz the HDF5 library's own parser, whose 1.10 bugs on corrupt files are
 // outside tessera: see validation/fuzz/README.md.)
 #include <cstdint>
@@ -11,6 +14,7 @@
 #include "fuzz_common.h"
 #include "io/hdf5_file.h"
 #include "io/token_dataset.h"
+#include "io/token_writer.h"
 
 namespace {
 // Reads the input a byte at a time, 0 once it is used up.
@@ -40,7 +44,30 @@ void write_file(const std::string& path, Bytes& in) {
       default: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
     }
   }
-  if (!(layout & 8)) f.write(group + "/tokens", t);
+  if ((layout & 16) && rank == 1 && !(layout & 8)) {
+    // data_prep's way: chunks of 1 to 16 tokens, deflated when bit 5 is set, documents where the
+    // input says (TokenWriter keeps them increasing), then maybe a hand-written bad /doc_offsets.
+    std::vector<int32_t> values(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<int32_t>(in.next16()) % 300;
+    try {
+      tessera::io::TokenWriter w(f, group, 300, 1 + in.next() % 16, (layout & 32) ? 1 + in.next() % 9 : 0);
+      for (int64_t i = 0; i < n; ++i) {
+        if (in.next() & 1) w.start_document();
+        w.append(&values[static_cast<size_t>(i)], 1);
+      }
+      w.finish();
+    } catch (const tessera::Error&) {
+      // a negative value: the writer refuses it, as it should
+    }
+    if (layout & 64) {
+      tessera::Tensor o = tessera::Tensor::empty({2}, DType::i32);
+      o.data<int32_t>()[0] = static_cast<int32_t>(in.next16()) - 8;
+      o.data<int32_t>()[1] = static_cast<int32_t>(in.next16()) - 8;
+      f.write("/bad/doc_offsets", o);  // beside no tokens: never read
+    }
+  } else if (!(layout & 8)) {
+    f.write(group + "/tokens", t);
+  }
   if (layout & 2) f.write("/val/tokens", t);
   const uint8_t attr = in.next();
   const bool group_exists = !group.empty() && !(layout & 8);
@@ -68,7 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       const tessera::io::TokenDataset ds = tessera::io::TokenDataset::open(path, split);
       if (ds.size() <= 0 || ds.vocab_size < 1) tessera::fuzz::unexpected("opened an invalid data set");
-      for (int32_t token : ds.tokens)
+      if (ds.bytes_read() != 0) tessera::fuzz::unexpected("opening read tokens");
+      for (int32_t token : ds.read(0, ds.size()))
         if (token < 0 || token >= ds.vocab_size) tessera::fuzz::unexpected("a token outside the vocabulary passed");
     } catch (const tessera::Error&) {
       // the expected way to refuse a bad file

@@ -58,6 +58,19 @@ void expect_open_error(const std::string& path, const std::string& split,
   }
 }
 
+// Opening reads no token; reading them all fails with a message holding all of `words`.
+void expect_read_error(const std::string& path, const std::string& split, std::initializer_list<std::string> words) {
+  const TokenDataset d = TokenDataset::open(path, split);
+  EXPECT_EQ(d.bytes_read(), 0) << "opening read tokens";
+  try {
+    d.read(0, d.size());
+    ADD_FAILURE() << "expected an error reading " << path;
+  } catch (const tessera::Error& e) {
+    const std::string msg = e.what();
+    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+  }
+}
+
 }  // namespace
 
 TEST_F(TokenDatasetTest, SplitGroupsWithRootAttributes) {
@@ -78,9 +91,9 @@ TEST_F(TokenDatasetTest, SplitGroupsWithRootAttributes) {
   EXPECT_EQ(train.tokenizer, "bytes");
   ASSERT_TRUE(train.entropy_rate.has_value());
   EXPECT_DOUBLE_EQ(*train.entropy_rate, 1.25);
-  EXPECT_EQ(train.tokens, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(train.read(0, train.size()), (std::vector<int32_t>{1, 2, 3, 4, 5}));
   const TokenDataset val = TokenDataset::open(path, "val");
-  EXPECT_EQ(val.tokens, (std::vector<int32_t>{9, 8}));
+  EXPECT_EQ(val.read(0, val.size()), (std::vector<int32_t>{9, 8}));
 }
 
 TEST_F(TokenDatasetTest, GroupAttributesTakePrecedence) {
@@ -109,7 +122,7 @@ TEST_F(TokenDatasetTest, SingleTokensDatasetServesAnySplit) {
     f.set_attr("/", "tokenizer", "t");
   }
   EXPECT_EQ(TokenDataset::open(path, "val").dataset, "/tokens");
-  EXPECT_EQ(TokenDataset::open(path, "train").tokens.size(), 3u);
+  EXPECT_EQ(TokenDataset::open(path, "train").size(), 3);
 }
 
 TEST_F(TokenDatasetTest, MissingFile) {
@@ -206,28 +219,28 @@ TEST_F(TokenDatasetTest, InvalidVocabSize) {
   expect_open_error(spath, "train", {spath, "vocab_size", "string"});
 }
 
-TEST_F(TokenDatasetTest, TokenOutOfRangeReportsFirstOffender) {
+TEST_F(TokenDatasetTest, TokenOutOfRangeReportedWhenRead) {
   const std::string path = file("o.h5");
   {
     H5File f = H5File::create(path);
     f.write("/train/tokens", u16_tokens({1, 2, 3, 300, 4, 500}));
     f.set_attr("/", "vocab_size", 256);
   }
-  expect_open_error(path, "train", {path, "/train/tokens", "[3]", "300", "256"});
+  expect_read_error(path, "train", {path, "/train/tokens", "[3]", "300", "256"});
   const std::string neg = file("neg.h5");
   {
     H5File f = H5File::create(neg);
     f.write("/tokens", i32_tokens({0, 5, -1, 2}));
     f.set_attr("/", "vocab_size", 10);
   }
-  expect_open_error(neg, "val", {neg, "/tokens", "[2]", "-1"});
+  expect_read_error(neg, "val", {neg, "/tokens", "[2]", "-1"});
   const std::string edge = file("edge.h5");
   {
     H5File f = H5File::create(edge);
     f.write("/tokens", i32_tokens({0, 9, 10}));  // 10 == vocab_size is outside
     f.set_attr("/", "vocab_size", 10);
   }
-  expect_open_error(edge, "train", {edge, "[2]", "10"});
+  expect_read_error(edge, "train", {edge, "[2]", "10"});
 }
 
 TEST_F(TokenDatasetTest, EmptyDataset) {
