@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/gpt/gpt.h"
@@ -24,6 +25,10 @@ HfModel model_from_config(const nlohmann::json& config, const std::string& where
 // One parameter: tessera's name and shape, the Hugging Face name, and whether the Hugging Face
 // tensor is the transpose (gpt2's Conv1D weights, stored [in, out]).
 struct TensorPair {
+  TensorPair(std::string tessera_name, std::string hf_name, std::vector<int64_t> tessera_shape,
+             bool is_transposed = false, std::vector<std::string> stacked_names = {})
+      : tessera(std::move(tessera_name)), hf(std::move(hf_name)), shape(std::move(tessera_shape)),
+        transposed(is_transposed), stacked(std::move(stacked_names)) {}
   std::string tessera, hf;
   std::vector<int64_t> shape;  // tessera's
   bool transposed = false;

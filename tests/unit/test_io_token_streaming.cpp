@@ -214,7 +214,7 @@ TEST_F(TokenStreaming, BadTokenDeepInsideIsNamedWhenItsWindowIsRead) {
     ADD_FAILURE() << "the bad token was not found";
   } catch (const tessera::Error& e) {
     const std::string msg = e.what();
-    for (const std::string w : {path, std::string("/train/tokens[150001] = 5000"), std::string("[0, 1000)")})
+    for (const std::string& w : {path, std::string("/train/tokens[150001] = 5000"), std::string("[0, 1000)")})
       EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
   }
 }
