@@ -9,7 +9,7 @@ set -euo pipefail
 what=${1:-build}
 pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
       libboost-program-options-dev libopenblas-dev libopenblas0-openmp libdnnl-dev libgtest-dev
-      nlohmann-json3-dev libpcre2-dev libsentencepiece-dev libutf8proc-dev)
+      nlohmann-json3-dev libpcre2-dev libsentencepiece-dev libutf8proc-dev zlib1g-dev)
 case $what in build|test|validation) ;; *) echo "error: unknown part '$what' (build, test or validation)" >&2; exit 2 ;; esac
 if [ "$what" != build ]; then
   pkgs+=(python3-torch python3-h5py python3-numpy python3-matplotlib slurmd slurmctld slurm-client munge libpmix-dev
