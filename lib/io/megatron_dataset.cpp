@@ -211,7 +211,7 @@ void MegatronDataset::for_each_document(int64_t vocab_size, const std::function<
         }
         if (v < 0 || v >= vocab_size)
           fail(bin_path_, ": token ", at + i, " (document ", d, ") = ", v, " is outside the vocabulary [0, ", vocab_size,
-               ") (give the tokenizer's --vocab-size)");
+               ") (is --vocab-size the vocabulary that made the ids?)");
         ids[static_cast<size_t>(i)] = static_cast<int32_t>(v);
       }
       block(ids.data(), n);

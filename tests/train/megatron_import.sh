@@ -40,7 +40,7 @@ for dtype in uint16 int32; do
   grep -q "15 train and 0 val tokens in 3 and 0 documents (from 6 sequences, $dtype, vocab 1000); 1 empty documents dropped" <<<"$out" \
     || { echo "FAIL: unexpected summary for $dtype: $out"; exit 1; }
   check "$tmp/$dtype.h5" train "$expect_train" "$expect_offsets" 1000
-  "$build/apps/data_prep" verify "$tmp/$dtype.h5" | grep -q "ok" || { echo "FAIL: data_prep verify of $dtype.h5"; exit 1; }
+  "$build/apps/data_prep" verify "$tmp/$dtype.h5" >/dev/null || { echo "FAIL: data_prep verify of $dtype.h5"; exit 1; }
 done
 
 # A vocabulary past uint16 (ids stored as uint32), int32 ids above 65535.
@@ -64,7 +64,7 @@ $make_mg --prefix "$tmp/corpus" --dtype uint16 --docs "$(cat "$tmp/train_docs.js
 "$build/apps/data_prep" import-megatron --input "$tmp/corpus" --vocab-size 50 --val-fraction 0.2 --output "$tmp/corpus.h5"
 "$build/apps/gpt_train" --input "$tmp/corpus.h5" --layers 1 --hidden 16 --heads 2 --seq-len 16 --global-batch 2 \
   --threads 1 --steps 2 > "$tmp/train.log" 2>&1 || { cat "$tmp/train.log"; echo "FAIL: gpt_train on the imported set"; exit 1; }
-grep -qi "step 2" "$tmp/train.log" || { cat "$tmp/train.log"; echo "FAIL: gpt_train did not report step 2"; exit 1; }
+grep -q "step 2/2 .*loss [0-9]" "$tmp/train.log" || { cat "$tmp/train.log"; echo "FAIL: gpt_train did not report step 2"; exit 1; }
 
 echo "PASS: megatron import round trip"
 keep=0
