@@ -2,7 +2,8 @@
 # data_prep import-megatron round trip: Megatron indexed data sets written by an independent numpy
 # writer (tests/tools/make_megatron_dataset.py), uint16 and int32 (several sequences a document, an
 # empty document), import to exactly the expected tokens and /doc_offsets (read back with h5py),
-# pass `data_prep verify`, split one document's tail into /val, and gpt_train runs 2 steps on one.
+# pass `data_prep verify`, split one document's tail into /val, carry a --tokenizer that decodes them,
+# and gpt_train runs 2 steps on one.
 set -euo pipefail
 source "$(dirname "$0")/../tools/script_prelude.sh"
 script_args "$@"
@@ -53,6 +54,22 @@ $make_mg --prefix "$tmp/one" --dtype uint16 --docs '[[[1, 2, 3, 4, 5], [6, 7, 8]
 "$build/apps/data_prep" import-megatron --input "$tmp/one" --vocab-size 16 --val-fraction 0.25 --output "$tmp/one.h5" >/dev/null
 check "$tmp/one.h5" train '[1, 2, 3, 4, 5, 6]' '[0]' 16
 check "$tmp/one.h5" val '[7, 8]' '[0]' 16
+
+# --tokenizer: a SentencePiece model (Debian's spm_train) travels into the data set and decodes its
+# ids; a --vocab-size below the tokenizer's is refused.
+command -v spm_train >/dev/null || { echo "FAIL: spm_train not found (Debian's sentencepiece: jobscripts/install_deps.sh)"; exit 1; }
+spm_train --input "$src/README.md" --model_prefix "$tmp/spm" --vocab_size 200 --model_type bpe --minloglevel 2 >/dev/null 2>&1 \
+  || { echo "FAIL: spm_train failed"; exit 1; }
+ids=$(printf 'hello world\n' | spm_encode --model "$tmp/spm.model" --output_format id | tr ' ' ',')
+$make_mg --prefix "$tmp/spm_corpus" --dtype uint16 --docs "[[[${ids}]], [[${ids}]]]"
+"$build/apps/data_prep" import-megatron --input "$tmp/spm_corpus" --vocab-size 200 --tokenizer "$tmp/spm.model" \
+  --output "$tmp/spm.h5" >/dev/null
+"$py" -c "import h5py, sys; a = h5py.File(sys.argv[1], 'r').attrs; sys.exit(0 if a['tokenizer'] == 'sentencepiece' and a['tokenizer_file'] == 'spm.model' else 'FAIL: tokenizer attributes ' + str(dict(a)))" "$tmp/spm.h5"
+decoded=$("$build/apps/data_prep" decode --input "$tmp/spm.h5" --split train --start 0 --count "$(tr ',' '\n' <<<"$ids" | wc -l)")
+[[ $decoded == "hello world" ]] || { echo "FAIL: decoded '$decoded', expected 'hello world'"; exit 1; }
+if "$build/apps/data_prep" import-megatron --input "$tmp/spm_corpus" --vocab-size 100 --tokenizer "$tmp/spm.model" \
+    --output "$tmp/small.h5" 2>"$tmp/small.err"; then echo "FAIL: --vocab-size 100 below the tokenizer's 200 accepted"; exit 1; fi
+grep -q "smaller than the vocabulary of --tokenizer" "$tmp/small.err" || { cat "$tmp/small.err"; echo "FAIL: wrong error"; exit 1; }
 
 # gpt_train trains 2 steps on an imported set of 2000 tokens in 20 documents.
 "$py" - "$tmp/train_docs.json" <<'EOF'
