@@ -112,6 +112,9 @@ MegatronDataset MegatronDataset::open(const std::string& prefix) {
   std::memcpy(&docs, header + 26, 8);
   // Bounded by what the file could hold before any product is formed (no overflow).
   const auto avail = static_cast<uint64_t>(idx_bytes - kHeaderBytes);
+  if (seqs > 0 && seqs <= avail / 13 && docs <= avail / 8 && seqs * 13 + docs * 8 == avail)
+    fail(idx, ": a multimodal index (an int8 sequence mode per sequence after the document indices): not supported,",
+         " token data sets hold text only");
   if (seqs > avail / 12 || docs > avail / 8 || seqs * 12 + docs * 8 != avail)
     fail(idx, ": the header's counts disagree with the file size: sequence count ", seqs, " and document index count ",
          docs, " need ", kHeaderBytes, " + 12 x ", seqs, " + 8 x ", docs, " bytes, the file has ", idx_bytes,

@@ -1,5 +1,5 @@
 // Bad Megatron indexed data sets fed to `data_prep import-megatron`, each case a test: a bad magic,
-// version or dtype code, header counts that disagree with the .idx size, a truncated .bin,
+// version or dtype code, header counts that disagree with the .idx size, a multimodal index, a truncated .bin,
 // decreasing pointers, document indices out of range, a token outside --vocab-size; and an existing
 // output is not overwritten. Each names the file and the field, exits 1 and leaves no output.
 // The files are made by tests/tools/make_megatron_dataset.py (numpy), not by tessera's reader.
@@ -82,6 +82,10 @@ TEST_F(BadMegatron, UnknownDtypeCode) {
 TEST_F(BadMegatron, CountsDisagreeWithIdxSize) {
   expect_refused(import(make("int32", "count-mismatch")),
                  {file("mg.idx"), "counts disagree with the file size", "sequence count 4"});
+}
+
+TEST_F(BadMegatron, MultimodalIndexRefused) {
+  expect_refused(import(make("uint16", "multimodal")), {file("mg.idx"), "a multimodal index", "not supported"});
 }
 
 TEST_F(BadMegatron, TruncatedBin) {

@@ -8,7 +8,8 @@ usage: make_megatron_dataset.py --prefix PREFIX --dtype uint16|int32|... --docs 
 --corrupt spoils the result for bad-input tests: bad-magic, bad-version, bad-dtype,
 truncate-bin (the .bin loses its last byte), decreasing-pointers (pointers[1] < pointers[0]),
 doc-index-range (the last document index past the sequence count), count-mismatch (the header's
-sequence count one more than the arrays).
+sequence count one more than the arrays), multimodal (an int8 sequence mode per sequence after the
+document indices, as Megatron's multimodal indices have).
 
 Written from the format's public description with numpy, independently of tessera's C++ reader:
 magic "MMIDIDX\\0\\0", version u64, dtype code u8, sequence count u64, document index count u64,
@@ -30,7 +31,7 @@ def main():
     ap.add_argument("--dtype", required=True, choices=sorted(CODES))
     ap.add_argument("--docs", required=True, help="JSON: documents, each a list of sequences of ids")
     ap.add_argument("--corrupt", choices=["bad-magic", "bad-version", "bad-dtype", "truncate-bin",
-                                          "decreasing-pointers", "doc-index-range", "count-mismatch"])
+                                          "decreasing-pointers", "doc-index-range", "count-mismatch", "multimodal"])
     a = ap.parse_args()
     docs = json.loads(a.docs)
     dtype = np.dtype(a.dtype).newbyteorder("<")
@@ -63,6 +64,8 @@ def main():
         f.write(sizes.tobytes())
         f.write(pointers.tobytes())
         f.write(doc_index.tobytes())
+        if a.corrupt == "multimodal":
+            f.write(np.zeros(len(sequences), dtype=np.int8).tobytes())
 
 
 if __name__ == "__main__":
