@@ -1,7 +1,8 @@
 // data_prep: makes the trainers' HDF5 data sets: token sets `text` (a file's tokens: bytes, or a
 // SentencePiece / Hugging Face tokenizer's, stored with them; `decode` turns them back into text) and
 // `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it); image
-// sets `cifar10` (the official binary files) and `synth-images` (learnable class patterns).
+// sets `cifar10` (the official binary files) and `synth-images` (learnable class patterns); `merge` joins
+// token shards and `import-megatron` converts Megatron-LM indexed data sets (.bin/.idx).
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
