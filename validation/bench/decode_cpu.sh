@@ -25,6 +25,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[[ $new_tokens =~ ^[0-9]+$ && $rounds =~ ^[0-9]+$ ]] || { echo "error: --new-tokens and --rounds take whole numbers" >&2; exit 2; }
 (( new_tokens >= 8 )) || { echo "error: --new-tokens $new_tokens: at least 8" >&2; exit 2; }
 (( rounds >= 1 )) || { echo "error: --rounds $rounds: at least 1" >&2; exit 2; }
 for exe in apps/data_prep apps/gpt_train apps/ckpt_tool apps/generate kernels/bench_quant_gemv; do
@@ -87,7 +88,8 @@ for ((r = 1; r <= rounds; ++r)); do
         --max-batch $batch --max-len $((prompt_len + new_tokens)) --max-new-tokens $new_tokens \
         --output "$work/runs/r${r}_b${batch}_$precision.jsonl" >"$work/runs/r${r}_b${batch}_$precision.log" 2>&1 ||
         { tail -3 "$work/runs/r${r}_b${batch}_$precision.log"; exit 1; }
-      grep -m1 '^generate: decode:' "$work/runs/r${r}_b${batch}_$precision.log"
+      grep -m1 '^generate: decode:' "$work/runs/r${r}_b${batch}_$precision.log" ||
+        { echo "error: generate printed no 'decode:' line ($work/runs/r${r}_b${batch}_$precision.log)" >&2; exit 1; }
     done
     echo "+ [round $r] transformers batch $batch"
     "${one[@]}" "$py" "$here/hf_decode_bench.py" --model "$work/hf" --prompts "$work/prompts_b$batch.jsonl" \
