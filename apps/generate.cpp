@@ -177,6 +177,9 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
          " prompt tokens) in ", s.steps, " steps, ", s.seconds, " s: ",
          s.seconds > 0 ? static_cast<double>(s.generated_tokens) / s.seconds : 0.0, " tokens/s",
          o.output.empty() ? "" : "; written to " + o.output);
+  if (s.decode_tokens > 0)
+    report("decode: ", s.decode_tokens, " tokens in the steps without a prefill, ", s.decode_seconds, " s: ",
+           s.decode_seconds > 0 ? static_cast<double>(s.decode_tokens) / s.decode_seconds : 0.0, " tokens/s");
   return 0;
 }
 

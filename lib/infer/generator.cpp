@@ -97,6 +97,10 @@ void Generator::run(std::deque<Request> queue, const std::function<void(const Co
       owner.push_back(s);
     }
     if (chunks.empty()) break;
+    const bool decode_only = std::all_of(chunks.begin(), chunks.end(), [&](const SlotTokens& c) {
+      return slots[static_cast<size_t>(c.slot)]->prefilled;
+    });
+    const auto step_start = std::chrono::steady_clock::now();
     Tensor logits = decoder_.forward(chunks, cache_);
     ++stats_.steps;
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -109,6 +113,10 @@ void Generator::run(std::deque<Request> queue, const std::function<void(const Co
         on_done(std::move(a.c));
         slots[owner[i]].reset();
       }
+    }
+    if (decode_only) {
+      stats_.decode_tokens += static_cast<int64_t>(chunks.size());
+      stats_.decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     }
   }
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

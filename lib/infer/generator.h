@@ -40,6 +40,9 @@ using Detokenize = std::function<std::string(const std::vector<int32_t>&)>;
 struct GenerationStats {
   int64_t steps = 0, prompt_tokens = 0, generated_tokens = 0;
   double seconds = 0;
+  // The steps in which every busy slot decoded one token (no prefill): their tokens and time.
+  int64_t decode_tokens = 0;
+  double decode_seconds = 0;
 };
 
 class Generator {

@@ -342,4 +342,14 @@ TEST(InferGenerator, StopTokensAndStringsEndACompletion) {
   EXPECT_EQ(s.finish_reason, "stop");
   EXPECT_EQ(s.text, c.text.substr(0, cut));
   EXPECT_EQ(s.ids.size(), cut + 2);
+
+  // The stats count the steps with a prefill apart: both prompts prefill in step 1 (their first
+  // tokens), then 11 steps decode one token in each slot.
+  infer::Generator g(decoder, cache, infer::SamplingOptions{}, plain, letters);
+  g.run({{0, {3, 1, 4, 1, 5}}, {1, {9, 2, 6}}}, [](const infer::Completion&) {}, [](infer::Completion&&) {});
+  EXPECT_EQ(g.stats().steps, 12);
+  EXPECT_EQ(g.stats().generated_tokens, 24);
+  EXPECT_EQ(g.stats().decode_tokens, 22);
+  EXPECT_GT(g.stats().decode_seconds, 0.0);
+  EXPECT_LE(g.stats().decode_seconds, g.stats().seconds);
 }
