@@ -25,7 +25,7 @@ a, b = last["blend_tokens.0"], last["blend_tokens.1"]
 assert a + b == 12 * 8 * 16, (a, b)
 assert a > b > 0, (a, b)
 assert all(s["blend_tokens.0"] + s["blend_tokens.1"] == s["step"] * 8 * 16 for s in steps), "per-step sums"
-print(f"blend tokens after 12 steps: {a} of a.h5 (weight 0.7), {b} of b.h5 (weight 0.3)")
+print(f"blend tokens after 12 steps: {a:.0f} of a.h5 (weight 0.7), {b:.0f} of b.h5 (weight 0.3)")
 PY
 # The same blend from a file gives the same run; one source alone is another run.
 printf '# the blend of this test\n%s 0.7\n%s 0.3\n' "$tmp/a.h5" "$tmp/b.h5" > "$tmp/blend.txt"
@@ -55,7 +55,7 @@ test -f "$tmp/ck/step_4.h5"
 read -r samples epochs < <(python3 - "$tmp/ref.jsonl" <<'PY'
 import json, sys
 s = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][3]
-n = [s["blend_tokens.0"] // 16, s["blend_tokens.1"] // 16]
+n = [int(s["blend_tokens.0"]) // 16, int(s["blend_tokens.1"]) // 16]
 print(f"{n[0]},{n[1]} {n[0] // 47},{n[1] // 17}")
 PY
 )
