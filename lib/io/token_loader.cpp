@@ -39,6 +39,8 @@ constexpr int64_t kCountStride = 16;  // steps between cached per-source sample 
 struct TokenLoader::Counts {
   std::mutex mutex;
   std::vector<int64_t> at;  // snapshot j: samples per source over steps [0, j * kCountStride)
+  int64_t last_step = -1;   // the step last asked for and its counts: steps in order cost one batch
+  std::vector<int64_t> last;
 };
 
 TokenLoader::TokenLoader(const std::vector<BlendSource>& sources, const std::vector<TokenDataset>& data,
@@ -67,6 +69,7 @@ TokenLoader::TokenLoader(const std::vector<BlendSource>& sources, const std::vec
   }
   cumulative_.back() = 1.0;  // every draw in [0, 1) finds a source
   blend_ = sources;
+  blend_stream_ = stream_id("loader.blend");
   counts_ = std::make_shared<Counts>();
   counts_->at.assign(sources.size(), 0);
 }
@@ -75,7 +78,7 @@ int64_t TokenLoader::train_source(int64_t step, int64_t row) const {
   if (!blended()) return 0;
   const uint64_t index = static_cast<uint64_t>(step) * static_cast<uint64_t>(global_batch_) +
                          static_cast<uint64_t>(row);
-  const PhiloxCounter w = philox_bits(seed_, stream_id("loader.blend"), index);
+  const PhiloxCounter w = philox_bits(seed_, blend_stream_, index);
   const double u = static_cast<double>(((static_cast<uint64_t>(w[1]) << 32) | w[0]) >> 11) * 0x1p-53;
   const auto k = std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin();
   return std::min<int64_t>(k, sources() - 1);
@@ -88,18 +91,25 @@ void TokenLoader::source_samples_at(int64_t step, int64_t* counts) const {
       for (int64_t r = 0; r < global_batch_; ++r) ++c[train_source(s, r)];
   };
   const int64_t snapshot = step / kCountStride;
-  {
-    const std::lock_guard<std::mutex> lock(counts_->mutex);
-    std::vector<int64_t>& at = counts_->at;
-    while (static_cast<int64_t>(at.size() / n) <= snapshot) {
-      const int64_t last = static_cast<int64_t>(at.size() / n) - 1;
-      std::vector<int64_t> next(at.end() - static_cast<std::ptrdiff_t>(n), at.end());
-      advance(last * kCountStride, (last + 1) * kCountStride, next.data());
-      at.insert(at.end(), next.begin(), next.end());
-    }
+  const std::lock_guard<std::mutex> lock(counts_->mutex);
+  std::vector<int64_t>& at = counts_->at;
+  while (static_cast<int64_t>(at.size() / n) <= snapshot) {
+    const int64_t last = static_cast<int64_t>(at.size() / n) - 1;
+    std::vector<int64_t> next(at.end() - static_cast<std::ptrdiff_t>(n), at.end());
+    advance(last * kCountStride, (last + 1) * kCountStride, next.data());
+    at.insert(at.end(), next.begin(), next.end());
+  }
+  // From the step last asked for when it lies between the snapshot and this step, else the snapshot.
+  int64_t from = snapshot * kCountStride;
+  if (counts_->last_step >= from && counts_->last_step <= step) {
+    from = counts_->last_step;
+    std::copy_n(counts_->last.begin(), n, counts);
+  } else {
     std::copy_n(at.begin() + static_cast<std::ptrdiff_t>(snapshot * static_cast<int64_t>(n)), n, counts);
   }
-  advance(snapshot * kCountStride, step, counts);
+  advance(from, step, counts);
+  counts_->last_step = step;
+  counts_->last.assign(counts, counts + n);
 }
 
 std::vector<int64_t> TokenLoader::source_samples(int64_t step) const {

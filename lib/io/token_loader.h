@@ -34,7 +34,8 @@ class TokenLoader {
   // earlier rows (all steps before, then rows before r) that chose it, drawn as a one-source loader
   // with its own seed (Philox (seed, stream_id("loader.blend.seed"), k)) and global batch 1 would
   // draw its sample n: random windows, or its own permutation and epoch counter under epoch sampling.
-  // n is a pure function of (seed, step, row); counts at every 16th step are cached as asked for.
+  // n is a pure function of (seed, step, row); counts at every 16th step (and at the step last asked
+  // for) are cached as asked for.
   TokenLoader(const std::vector<BlendSource>& sources, const std::vector<TokenDataset>& data, int64_t seq_len,
               int64_t global_batch, uint64_t seed, Sampling sampling = Sampling::random);
 
@@ -94,6 +95,7 @@ class TokenLoader {
   std::vector<TokenLoader> sources_;
   std::vector<BlendSource> blend_;
   std::vector<double> cumulative_;
+  uint64_t blend_stream_ = 0;  // stream_id("loader.blend"): the rows' source draws
   struct Counts;  // samples per source at every 16th step, shared by copies (thread-safe)
   std::shared_ptr<Counts> counts_;
   void source_samples_at(int64_t step, int64_t* counts) const;

@@ -143,8 +143,12 @@ std::vector<std::pair<std::string, std::string>> GptWorkload::data_state(int64_t
   for (int64_t k = 0; k < train_loader_.sources(); ++k) {
     sources.push_back(train_loader_.blend_source(k));
     const int64_t n = samples[static_cast<size_t>(k)];
-    counts += (k ? "," : "") + std::to_string(n);
-    epochs += (k ? "," : "") + std::to_string(train_loader_.source(k).epoch_of_sample(n));
+    if (k > 0) {
+      counts += ',';
+      epochs += ',';
+    }
+    counts += std::to_string(n);
+    epochs += std::to_string(train_loader_.source(k).epoch_of_sample(n));
   }
   std::vector<std::pair<std::string, std::string>> state{{"data_blend", io::blend_text(sources)},
                                                          {"data_blend_samples", counts}};

@@ -26,7 +26,7 @@ namespace {
 // Source k's token i is k * 1000 + i (n <= 1000), so a row's first token names its source and start.
 TokenDataset source(int64_t k, int64_t n, int64_t vocab = 4000) {
   TokenDataset d;
-  d.path = "source" + std::to_string(k) + ".h5";
+  d.path = k == 0 ? "source0.h5" : k == 1 ? "source1.h5" : "source2.h5";
   d.split = "train";
   d.vocab_size = vocab;
   d.tokenizer = "test";
