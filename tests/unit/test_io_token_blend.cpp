@@ -127,7 +127,7 @@ TEST(TokenBlend, ZeroWeightSourceIsNeverRead) {
   EXPECT_EQ(l.source_samples(50), (std::vector<int64_t>{500, 0}));
 }
 
-TEST(TokenBlend, SourcesWithDifferentVocabulariesAreRefusedNamingBoth) {
+TEST(TokenBlend, SourcesWithDifferentVocabulariesOrTokenizersAreRefusedNamingBoth) {
   std::vector<TokenDataset> d{source(0, 100), source(1, 100, 5000)};
   try {
     TokenLoader(std::vector<BlendSource>{{"source0.h5", 1}, {"source1.h5", 1}}, d, 8, 4, 1);
@@ -136,6 +136,15 @@ TEST(TokenBlend, SourcesWithDifferentVocabulariesAreRefusedNamingBoth) {
     const std::string what = e.what();
     EXPECT_NE(what.find("source0.h5 has vocab_size 4000"), std::string::npos) << what;
     EXPECT_NE(what.find("source1.h5 has vocab_size 5000"), std::string::npos) << what;
+  }
+  d[1] = source(1, 100);
+  d[1].tokenizer = "other";
+  try {
+    TokenLoader(std::vector<BlendSource>{{"source0.h5", 1}, {"source1.h5", 1}}, d, 8, 4, 1);
+    FAIL() << "sources of different tokenizers were blended";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("source1.h5 has vocab_size 4000 (tokenizer other)"), std::string::npos)
+        << e.what();
   }
 }
 
