@@ -187,9 +187,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     const comm::MeshShape& m = o.mesh;
     o.finish(dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size(), vm);
     TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
-    std::vector<OptionPath> read_files{{"--input", first_input}};
-    if (blend)
-      for (const io::BlendSource& source : *blend) read_files.push_back({"--input", source.path});
+    std::vector<OptionPath> read_files;  // --input's files: a blend's every source
+    for (const io::BlendSource& source : blend ? *blend : std::vector<io::BlendSource>{{input, 1}})
+      read_files.push_back({"--input", source.path});
     read_files.insert(read_files.end(), {{"--val-input", val_input}, {"--init-from", o.train.init_from},
                         {"--resume", o.train.resume == "none" || o.train.resume == "auto" ? "" : o.train.resume}});
     check_output_files(read_files,
@@ -291,7 +291,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     // The data's tokenizer travels into every checkpoint (text/stored_tokenizer.h), where it decodes
     // ids: bytes, SentencePiece or byte-level BPE (synthetic ids have no text, and a checkpoint that
     // names a tokenizer is one generate decodes with).
-    tc.tokenizer = text::read_stored_tokenizer_file(io::H5File::open_read(first_input));
+    tc.tokenizer = text::read_stored_tokenizer_file(io::H5File::open_read(io::TokenDataset::expand(first_input).front()));
     if (!tc.tokenizer.recorded()) tc.tokenizer.kind = train_data.tokenizer;
     if (!text::decodes(tc.tokenizer.kind)) tc.tokenizer = {};
     mc.validate(o.split_model(mc.heads, mc.hidden));
