@@ -3,6 +3,7 @@
 # tp2 and pp2 equal one rank's, so each step's global batch (each row's source and window) is the
 # same; the metrics count each source's tokens; a checkpoint saved under tp2 x dp2 records each
 # source's samples and epoch, and resumed under pp2 it continues the straight run's losses exactly.
+# --resume auto refuses a checkpoint of another blend.
 set -euo pipefail
 build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -69,4 +70,12 @@ mpirun -np 2 "$build/apps/gpt_train" --input "$blend" "${common[@]}" --pp 2 --mi
   --metrics "$tmp/resumed.jsonl" >/dev/null
 cat "$tmp/first.jsonl" "$tmp/resumed.jsonl" > "$tmp/all.jsonl"
 $compare "$tmp/ref.jsonl" "$tmp/all.jsonl"
+# The blend is part of the run's identity: --resume auto refuses a checkpoint of other weights.
+rm -f "$tmp/ck/step_8.h5" "$tmp/ck/step_12.h5"
+if "$build/apps/gpt_train" --input "$tmp/a.h5:0.5,$tmp/b.h5:0.5" "${common[@]}" --micro-batch 8 --checkpoint-dir "$tmp/ck" \
+     --resume auto --metrics "$tmp/other.jsonl" > "$tmp/other.out" 2>&1; then
+  echo "error: --resume auto continued a checkpoint of another blend"; exit 1
+fi
+grep -q "belongs to another run" "$tmp/other.out" && grep -q "data_blend_samples" "$tmp/other.out" ||
+  { cat "$tmp/other.out"; exit 1; }
 echo "token blend: ok"
