@@ -18,6 +18,7 @@
 #include "io/hdf5_file.h"
 #include "io/loader_throughput.h"
 #include "io/token_loader.h"
+#include "io/token_blend.h"
 #include "io/token_dataset.h"
 #include "models/gpt/gpt.h"
 #include "text/stored_tokenizer.h"
@@ -134,7 +135,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
           ("z-loss-coef", po::value(&r.z_loss_coef)->default_value(0.001f, "0.001")->value_name("X"), "weight of the router z-loss");
     }
     opts.section(kData).add_options()
-        ("input", po::value(&input)->required()->value_name("DATA.h5"), "training token data set (HDF5: /tokens, or /train/tokens)")
+        ("input", po::value(&input)->required()->value_name("DATA.h5"), "training token data set (HDF5: /tokens, or /train/tokens; 'dir/shard_*.h5' for shards), or a blend of several by weight: 'a.h5:0.7,b.h5:0.3' or @blend.txt (a 'PATH WEIGHT' a line)")
         ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)")
         ("benchmark-loader", po::value(&benchmark_loader)->default_value(0)->value_name("N"), "benchmark (N > 0): each rank reads its share of N global batches of training rows (as dp ranks, on the loader's background thread, no model), prints tokens/s per rank and exits");
     o.add_to(opts, "sequences", moe ? TrainOptions::App::moe : TrainOptions::App::gpt);
@@ -159,6 +160,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
             : "  mpirun -np 4 gpt_train --config inputs/gpt_tiny.ini --input data.h5 --tp 2 --zero 1 --steps 20 --metrics m.jsonl"};
     if (!parse(run_argc, run_argv, opts, vm, help, TrainOptions::renamed())) return 0;
     const std::string data_identity = check_ranks_started_alike(vm, {"input", "val-input"});
+    // A blend of data sets by weight (io/token_blend.h), else one data set as always.
+    const std::optional<std::vector<io::BlendSource>> blend = io::parse_blend(input);
+    const std::string first_input = blend ? blend->front().path : input;
     mc.arch = models::parse_arch(arch);
     mc.tie_embeddings = !mc.llama() || tie_embeddings;
     std::optional<InitFromModel> init;  // --init-from's model, which the options then describe
@@ -183,8 +187,12 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     const comm::MeshShape& m = o.mesh;
     o.finish(dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size(), vm);
     TESSERA_CHECK(seq_len >= 1, "--seq-len must be >= 1, got ", seq_len);
-    check_output_files({{"--input", input}, {"--val-input", val_input}, {"--init-from", o.train.init_from},
-                        {"--resume", o.train.resume == "none" || o.train.resume == "auto" ? "" : o.train.resume}},
+    std::vector<OptionPath> read_files;  // --input's files: a blend's every source
+    for (const io::BlendSource& source : blend ? *blend : std::vector<io::BlendSource>{{input, 1}})
+      read_files.push_back({"--input", source.path});
+    read_files.insert(read_files.end(), {{"--val-input", val_input}, {"--init-from", o.train.init_from},
+                        {"--resume", o.train.resume == "none" || o.train.resume == "auto" ? "" : o.train.resume}});
+    check_output_files(read_files,
                        {{"--metrics", o.train.metrics_path}, {"--trace", o.train.trace_path}, {"--dump", o.train.dump_path}});
     if (moe) {
       nn::RouterOptions& r = mc.moe.router;
@@ -216,7 +224,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     if (dry_run || o.auto_placement()) {
       TESSERA_CHECK(!o.grid(), dry_run ? "--dry-run" : "--placement auto", ": the memory planner does not cover",
                     " --tp-mode ", o.tp_mode, " yet");
-      mc.vocab = init ? init->vocab : vocab_size_of(input);
+      mc.vocab = init ? init->vocab : vocab_size_of(first_input);
       mc.max_seq = init && init->positions > 0 ? init->positions : seq_len;
       mc.validate(o.mesh.tp);
     }
@@ -233,14 +241,22 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       if (mpi.world_rank() == 0) std::cout << plan::describe(plan::plan_memory(run), run);
       return 0;
     }
-    const io::TokenDataset train_data = io::TokenDataset::open(input, "train");
+    // A blend's sources are opened and checked (one vocabulary, one tokenizer) before any collective.
+    std::vector<io::TokenDataset> blend_data;
+    if (blend)
+      for (const io::BlendSource& source : *blend) blend_data.push_back(io::TokenDataset::open(source.path, "train"));
+    const io::TokenDataset train_data = blend ? blend_data.front() : io::TokenDataset::open(input, "train");
+    const io::Sampling sampling = io::parse_sampling(tc.sampling);
+    const io::TokenLoader train_loader =
+        blend ? io::TokenLoader(*blend, blend_data, seq_len, tc.global_batch, tc.seed, sampling)
+              : io::TokenLoader(train_data, seq_len, tc.global_batch, tc.seed, sampling);
     TESSERA_CHECK(benchmark_loader >= 0, "--benchmark-loader must be >= 0 (0: train), got ", benchmark_loader);
     if (benchmark_loader > 0) {
       // Every rank a dp rank: rows [rank x G / world, ...) of each global batch, streamed.
       const int world = mpi.world_size(), rank = mpi.world_rank();
       TESSERA_CHECK(tc.global_batch % world == 0, "--benchmark-loader: --global-batch ", tc.global_batch,
                     " must divide by the ", world, " ranks");
-      const io::TokenLoader loader(train_data, seq_len, tc.global_batch, tc.seed, io::parse_sampling(tc.sampling));
+      const io::TokenLoader& loader = train_loader;
       const int64_t rows = tc.global_batch / world;
       const double rate = io::loader_tokens_per_second(loader, rank * rows, rows, benchmark_loader);
       comm::Communicator all = comm::Communicator::world();
@@ -255,11 +271,11 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     std::optional<io::TokenDataset> val_data;
     if (!val_input.empty()) {
       val_data = io::TokenDataset::open(val_input, "val");
-    } else if (io::TokenDataset::has_split(input, "val")) {
+    } else if (!blend && io::TokenDataset::has_split(input, "val")) {  // a blend's comes from --val-input
       val_data = io::TokenDataset::open(input, "val");
     }
     TESSERA_CHECK(tc.eval_every == 0 || val_data, "--eval-every needs validation data: pass --val-input or use a",
-                  " file with a /val split");
+                  blend ? " file with a /val split (a blend takes its validation data from --val-input)" : " file with a /val split");
     if (val_data)
       TESSERA_CHECK(val_data->vocab_size == train_data.vocab_size, "validation vocab_size ", val_data->vocab_size,
                     " differs from training vocab_size ", train_data.vocab_size);
@@ -275,11 +291,11 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     // The data's tokenizer travels into every checkpoint (text/stored_tokenizer.h), where it decodes
     // ids: bytes, SentencePiece or byte-level BPE (synthetic ids have no text, and a checkpoint that
     // names a tokenizer is one generate decodes with).
-    tc.tokenizer = text::read_stored_tokenizer_file(io::H5File::open_read(input));
+    tc.tokenizer = text::read_stored_tokenizer_file(io::H5File::open_read(io::TokenDataset::expand(first_input).front()));
     if (!tc.tokenizer.recorded()) tc.tokenizer.kind = train_data.tokenizer;
     if (!text::decodes(tc.tokenizer.kind)) tc.tokenizer = {};
     mc.validate(o.split_model(mc.heads, mc.hidden));
-    if (!o.grid() && o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), input);
+    if (!o.grid() && o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), first_input);
 
     if (mpi.world_rank() == 0)
       log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", models::arch_name(mc.arch), ", ",
@@ -293,6 +309,11 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
                           (mc.moe.shared_experts > 0 ? ", " + std::to_string(mc.moe.shared_experts) + " shared" : "") +
                           ", gates " + nn::router_norm_name(mc.moe.router.norm)
                     : std::string());
+    if (blend && mpi.world_rank() == 0)
+      for (int64_t k = 0; k < train_loader.sources(); ++k)
+        log::info("blend source ", k, " (blend_tokens.", k, " in the metrics): ", blend_data[static_cast<size_t>(k)].path,
+                  ", weight ", (*blend)[static_cast<size_t>(k)].weight, ", ", blend_data[static_cast<size_t>(k)].size(),
+                  " tokens");
     ParallelSetup parallel(o, mc.heads, mc.hidden / mc.heads);
     comm::ProcessMesh& mesh = parallel.mesh();
     models::Gpt model(mc, o.device(), tc.seed, tc.micro_batch, seq_len, parallel.layout());
@@ -300,7 +321,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       log::info("parameters: ", model.model_numel());
       log_run_environment();
     }
-    train::GptWorkload workload(model, train_data, val_data ? &*val_data : nullptr, tc, mesh);
+    train::GptWorkload workload(model, train_loader, val_data ? &*val_data : nullptr, tc, mesh);
     tc.data_identity = data_identity;  // the run's identity, recorded in its checkpoints
     train::Trainer trainer(workload, tc, mesh);
     train::install_preemption_handlers();

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "io/file_identity.h"
 #include "io/token_dataset.h"
+#include "io/token_blend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 #include "memory/scratch_file.h"
@@ -259,12 +260,24 @@ std::string check_ranks_started_alike(const po::variables_map& vm, const std::ve
       const std::string path = vm[option].as<std::string>();
       if (path.empty()) continue;
       // A glob (a split over several shards): the identities of the files it matches, in order.
+      // A blend (io/token_blend.h): each source's files and its weight.
+      const auto files_identity = [](const std::string& files) {
+        std::string identity;
+        try {
+          for (const std::string& file : io::TokenDataset::expand(files))
+            identity += (identity.empty() ? "" : "; ") + io::file_identity(file);
+        } catch (const Error&) {
+          identity = "missing";
+        }
+        return identity;
+      };
       std::string identity;
-      try {
-        for (const std::string& file : io::TokenDataset::expand(path))
-          identity += (identity.empty() ? "" : "; ") + io::file_identity(file);
-      } catch (const Error&) {
-        identity = "missing";
+      if (const std::optional<std::vector<io::BlendSource>> blend = io::parse_blend(path)) {
+        for (const io::BlendSource& source : *blend)
+          identity += (identity.empty() ? "blend " : " + ") + files_identity(source.path) + " x " +
+                      io::blend_text({{"", source.weight}}).substr(1);
+      } else {
+        identity = files_identity(path);
       }
       entries.emplace_back("the file of --" + option, identity);
       if (option == data_options.front()) training_data = entries.back().second;

@@ -3,10 +3,12 @@
 // reads only the rows asked for (TokenDataset::read): no copy of the corpus.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "io/token_blend.h"
 #include "io/token_dataset.h"
 #include "io/window_permutation.h"
 
@@ -25,6 +27,17 @@ class TokenLoader {
   // Shares the data set's readers (cheap to copy). Throws if the data has fewer than seq_len + 1 tokens.
   TokenLoader(const TokenDataset& data, int64_t seq_len, int64_t global_batch, uint64_t seed,
               Sampling sampling = Sampling::random);
+  // A blend of several data sets (they must agree on vocab_size and tokenizer: else an error naming
+  // both). Row r of step s takes source k, the first whose normalised cumulative weight exceeds a
+  // uniform draw from Philox (seed, stream_id("loader.blend"), s * global_batch + r); it then takes
+  // that source's next window in the source's own order: the source's n-th window, n the number of
+  // earlier rows (all steps before, then rows before r) that chose it, drawn as a one-source loader
+  // with its own seed (Philox (seed, stream_id("loader.blend.seed"), k)) and global batch 1 would
+  // draw its sample n: random windows, or its own permutation and epoch counter under epoch sampling.
+  // n is a pure function of (seed, step, row); counts at every 16th step (and at the step last asked
+  // for) are cached as asked for.
+  TokenLoader(const std::vector<BlendSource>& sources, const std::vector<TokenDataset>& data, int64_t seq_len,
+              int64_t global_batch, uint64_t seed, Sampling sampling = Sampling::random);
 
   // Rows [first_row, first_row + count) of the global batch of `step` (0-based) into
   // out[count * (seq_len + 1)]. random: row r starts at a uniform integer in [0, size - seq_len - 1]
@@ -41,8 +54,20 @@ class TokenLoader {
   // Eval batches that cover every full window of the data once (at least 1).
   int64_t eval_batches() const;
 
-  // Window starts (the first token of row r), exposed for tests and tracing.
+  // Window starts (the first token of row r), exposed for tests and tracing. For a blend, the start
+  // in train_source(step, row)'s data.
   int64_t train_start(int64_t step, int64_t row) const;
+
+  // Blends: the sources (none for one data set), the source of a row, and the windows each source
+  // has given to the rows of steps [0, step) (consumed samples per source).
+  bool blended() const { return !sources_.empty(); }
+  int64_t sources() const { return static_cast<int64_t>(sources_.size()); }
+  const TokenLoader& source(int64_t k) const { return sources_[static_cast<size_t>(k)]; }
+  const BlendSource& blend_source(int64_t k) const { return blend_[static_cast<size_t>(k)]; }
+  int64_t train_source(int64_t step, int64_t row) const;
+  std::vector<int64_t> source_samples(int64_t step) const;
+  // Token bytes read so far by this loader's data (every source of a blend).
+  int64_t bytes_read() const;
   int64_t eval_start(int64_t batch_index, int64_t row) const;
 
   // Epoch sampling: windows per epoch, and the epoch and position in it of a sample count.
@@ -54,6 +79,7 @@ class TokenLoader {
   int64_t global_batch() const { return global_batch_; }
   int64_t row_len() const { return seq_len_ + 1; }
   int64_t size() const { return data_.size(); }
+  // One data set's; a blend's first source's (its vocabulary and tokenizer are every source's).
   const TokenDataset& data() const { return data_; }
 
  private:
@@ -65,6 +91,16 @@ class TokenLoader {
   uint64_t seed_, stream_;
   Sampling sampling_;
   std::optional<WindowPermutation> permutation_;  // epoch sampling
+  // Blends: each source as a one-row loader, the weights as given and their normalised running sums.
+  std::vector<TokenLoader> sources_;
+  std::vector<BlendSource> blend_;
+  std::vector<double> cumulative_;
+  uint64_t blend_stream_ = 0;  // stream_id("loader.blend"): the rows' source draws
+  struct Counts;  // samples per source at every 16th step, shared by copies (thread-safe)
+  std::shared_ptr<Counts> counts_;
+  void source_samples_at(int64_t step, int64_t* counts) const;
+  // Blend rows: (source, that source's sample index) of rows [0, end) of `step`, by row.
+  void blend_rows(int64_t step, int64_t end, std::vector<std::pair<int64_t, int64_t>>& out) const;
 };
 
 }  // namespace tessera::io

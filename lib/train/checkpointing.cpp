@@ -167,6 +167,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   if (!info.data_identity.empty()) w.set_attr("data_identity", info.data_identity);
   if (!info.data_sampling.empty()) w.set_attr("data_sampling", info.data_sampling);
   if (info.data_epoch >= 0) w.set_attr("data_epoch", info.data_epoch);
+  for (const auto& [key, value] : info.data_state) w.set_attr(key, value);
   for (const auto& [key, value] : info.model_config) w.set_attr("model." + key, value);
   w.set_attr("precision", info.precision);
   const optim::LossScalerState& ls = info.loss_scaler;
@@ -248,6 +249,8 @@ CheckpointInfo load(const std::string& path, const CheckpointInfo& expected, Che
   if (r.has_attr("data_identity")) info.data_identity = r.attr_string("data_identity");
   if (r.has_attr("data_sampling")) info.data_sampling = r.attr_string("data_sampling");
   if (r.has_attr("data_epoch")) info.data_epoch = r.attr_int("data_epoch");
+  for (const char* key : {"data_blend", "data_blend_samples", "data_blend_epochs"})
+    if (r.has_attr(key)) info.data_state.emplace_back(key, r.attr_string(key));
   if (r.has_attr("precision")) {  // checkpoints from before mixed precision: fp32, no scaler
     info.precision = r.attr_string("precision");
     info.loss_scaler = {r.attr_double("loss_scaler.scale"), r.attr_int("loss_scaler.good_steps"),

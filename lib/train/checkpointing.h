@@ -29,6 +29,9 @@ struct CheckpointInfo {
   std::string data_identity;        // io::file_identity of the training data ("": not recorded)
   std::string data_sampling;        // token windows: "random" or "epoch" ("": not recorded)
   int64_t data_epoch = -1;          // epoch sampling: the epoch of the next sample (-1: none)
+  // Workload::data_state: string attributes of the data's position (a blend's data_blend,
+  // data_blend_samples, data_blend_epochs); loading reads those three when present.
+  std::vector<std::pair<std::string, std::string>> data_state;
   optim::LossScalerState loss_scaler;  // fp16's loss scale and its counters
   // The tokenizer of the training data (text/stored_tokenizer.h: the data set's layout), so that
   // later tools decode without being told; not recorded for data that names none.

@@ -10,6 +10,13 @@ namespace tessera::train {
 
 GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
                          const TrainConfig& config, comm::ProcessMesh& mesh)
+    : GptWorkload(model,
+                  io::TokenLoader(train_data, config.seq_len, config.global_batch, config.seed,
+                                  io::parse_sampling(config.sampling)),
+                  val_data, config, mesh) {}
+
+GptWorkload::GptWorkload(models::Gpt& model, io::TokenLoader train_loader, const io::TokenDataset* val_data,
+                         const TrainConfig& config, comm::ProcessMesh& mesh)
     : ModelStage(model),
       model_(model),
       config_(config),
@@ -21,7 +28,7 @@ GptWorkload::GptWorkload(models::Gpt& model, const io::TokenDataset& train_data,
       shares_(mesh.batch_shares()),
       micro_batches_(config.micro_batches(mesh.shape().dp * shares_)),
       mesh_(mesh),
-      train_loader_(train_data, config.seq_len, config.global_batch, config.seed, io::parse_sampling(config.sampling)),
+      train_loader_(std::move(train_loader)),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
   // An evaluation batch is a global batch, cut into this rank's rows as a training batch is.
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.global_batch, config.seed);
@@ -46,8 +53,18 @@ int64_t GptWorkload::first_row(int64_t micro) const {
 std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
   // Token bytes the job's loaders have read so far (summed over ranks): the rows of the steps
   // trained and of the few prefetched, never more of the file.
-  const StepMetric data_bytes{"data_bytes_read", static_cast<double>(train_loader_.data().bytes_read()), false};
-  if (model_.config().moe_every == 0) return {data_bytes};
+  const StepMetric data_bytes{"data_bytes_read", static_cast<double>(train_loader_.bytes_read()), false};
+  // A blend: the tokens each source has given the run so far (the same on every rank: a maximum).
+  std::vector<StepMetric> blend;
+  if (train_loader_.blended()) {
+    const std::vector<int64_t> samples = train_loader_.source_samples(trained_step_);
+    for (size_t k = 0; k < samples.size(); ++k)
+      blend.push_back({"blend_tokens." + std::to_string(k), static_cast<double>(samples[k] * config_.seq_len), true});
+  }
+  if (model_.config().moe_every == 0) {
+    blend.insert(blend.begin(), data_bytes);
+    return blend;
+  }
   // Contributions that add up over the job: the auxiliary terms are loss shares (replicated over
   // tp, averaged over dp and micro-batches like the loss); the drops are the ep group's, the same
   // on its ep x tp ranks; loads are maxima.
@@ -55,6 +72,7 @@ std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
   std::vector<StepMetric> metrics{
       {"aux_loss", s.aux_loss / static_cast<double>(micro_batches_ * dp_ * tp_), false},
       {"dropped_tokens", s.dropped / static_cast<double>(ep_ * tp_), false}, data_bytes};
+  metrics.insert(metrics.end(), blend.begin(), blend.end());
   int64_t index = 0;
   for (int64_t i = 0; i < model_.config().layers; ++i)
     if (model_.config().is_moe_block(i))
@@ -65,6 +83,7 @@ std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
 GptWorkload::~GptWorkload() = default;
 
 float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) {
+  trained_step_ = step;
   const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
   if (needs_rows) load_train_rows(step, micro);
   return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync);
@@ -110,7 +129,31 @@ void GptWorkload::start(int64_t first_step) {
 }
 
 int64_t GptWorkload::data_epoch(int64_t consumed_samples) const {
+  if (train_loader_.blended()) return -1;  // each source its own epoch: data_state's data_blend_epochs
   return train_loader_.sampling() == io::Sampling::epoch ? train_loader_.epoch_of_sample(consumed_samples) : -1;
+}
+
+std::vector<std::pair<std::string, std::string>> GptWorkload::data_state(int64_t step) const {
+  if (!train_loader_.blended()) return {};
+  // What a resume continues from: the windows each source has given (and, for epochs, the epoch each
+  // source is in). All are functions of (seed, step), recomputed on resume and checked against these.
+  const std::vector<int64_t> samples = train_loader_.source_samples(step);
+  std::vector<io::BlendSource> sources;
+  std::string counts, epochs;
+  for (int64_t k = 0; k < train_loader_.sources(); ++k) {
+    sources.push_back(train_loader_.blend_source(k));
+    const int64_t n = samples[static_cast<size_t>(k)];
+    if (k > 0) {
+      counts += ',';
+      epochs += ',';
+    }
+    counts += std::to_string(n);
+    epochs += std::to_string(train_loader_.source(k).epoch_of_sample(n));
+  }
+  std::vector<std::pair<std::string, std::string>> state{{"data_blend", io::blend_text(sources)},
+                                                         {"data_blend_samples", counts}};
+  if (train_loader_.sampling() == io::Sampling::epoch) state.emplace_back("data_blend_epochs", epochs);
+  return state;
 }
 
 void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
@@ -126,6 +169,7 @@ void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
 }
 
 float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
+  trained_step_ = step;
   load_train_rows(step, micro);
   return model_.forward_backward(rows_.data(), grad_scale, sync);
 }

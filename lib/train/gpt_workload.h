@@ -27,12 +27,16 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   // config.pp_schedule) and the data group (dp x sp) the tied table's gradient is summed over.
   GptWorkload(models::Gpt& model, const io::TokenDataset& train_data, const io::TokenDataset* val_data,
               const TrainConfig& config, comm::ProcessMesh& mesh);
+  // Training rows from a loader made by the caller (a blend of several data sets: io/token_blend.h).
+  GptWorkload(models::Gpt& model, io::TokenLoader train_loader, const io::TokenDataset* val_data,
+              const TrainConfig& config, comm::ProcessMesh& mesh);
   ~GptWorkload() override;
 
   nn::ParamStore& params() override { return model_.params(); }
   void start(int64_t first_step) override;
   std::string data_sampling() const override { return io::sampling_name(train_loader_.sampling()); }
   int64_t data_epoch(int64_t consumed_samples) const override;
+  std::vector<std::pair<std::string, std::string>> data_state(int64_t step) const override;
   float train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) override;
   bool can_evaluate() const override { return val_loader_.has_value(); }
   Evaluation evaluate() override;
@@ -63,6 +67,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   void start_prefetch(int64_t step0);  // a new prefetcher whose first step is step0 (0-based)  // whether any chunk here embeds tokens or computes the loss
   void load_eval_rows(int64_t index);  // micro-batch `index` of an evaluation (evaluate(index, chunk))
   int dp_rank_, dp_, ep_, tp_;
+  int64_t trained_step_ = 0;  // the last step (1-based) whose rows were asked for: blend metrics
   // The ranks splitting each micro-batch's sequences (ep x the tp grid's rows) and this one's share.
   int share_rank_, shares_;
   int64_t micro_batches_;  // per step on each dp x shares rank

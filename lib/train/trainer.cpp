@@ -506,6 +506,7 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.data_identity = config_.data_identity;
   info.data_sampling = work_.data_sampling();
   info.data_epoch = work_.data_epoch(info.consumed_samples);
+  info.data_state = work_.data_state(step);
   info.model = work_.model_name();
   info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = work_.model_config();
@@ -617,6 +618,12 @@ CheckpointInfo Trainer::resume(const std::string& path) {
   if (!info.data_sampling.empty() && info.data_sampling != sampling)
     differs += (differs.empty() ? "" : "; ") + std::string("--sampling ") + info.data_sampling + " there, " + sampling +
                " here";
+  // A blend's position (its samples per source, each source's epoch) as this run computes it there
+  // (data_blend, the sources as named, is informational: the data identity compares the files).
+  for (const auto& [key, value] : work_.data_state(info.step))
+    for (const auto& [saved_key, saved] : info.data_state)
+      if (saved_key == key && key != "data_blend" && saved != value)
+        differs += (differs.empty() ? "" : "; ") + key + " " + saved + " there, " + value + " here";
   TESSERA_CHECK(differs.empty() || config_.resume != "auto", "--resume auto: ", path, " belongs to another run (",
                 differs, "): pass another --checkpoint-dir, or --resume ", path, " to continue from it deliberately");
   if (!differs.empty() && world_.rank() == 0) log::warn("resuming ", path, " of another run: ", differs);

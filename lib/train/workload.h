@@ -27,6 +27,12 @@ class Workload {
   // the epoch the sample after `consumed_samples` falls in (-1: none). Recorded in checkpoints.
   virtual std::string data_sampling() const { return ""; }
   virtual int64_t data_epoch(int64_t consumed_samples) const { (void)consumed_samples; return -1; }
+  // More of the data's position after `step` steps, as checkpoint attributes (a blend: its sources,
+  // the samples and epoch of each); a resume compares the values it computes with those recorded.
+  virtual std::vector<std::pair<std::string, std::string>> data_state(int64_t step) const {
+    (void)step;
+    return {};
+  }
   // Micro-batch `micro` of this rank's slice of the step's global batch: forward and backward,
   // gradients added with grad_scale as the models do; with a GradSync, its buckets start as the
   // gradients become final. Returns this rank's share of the micro-batch's mean loss.
