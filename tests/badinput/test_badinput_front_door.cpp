@@ -97,7 +97,7 @@ TEST(FrontDoorHelp, TrainersListTheirOptionsInSectionsAndNoOtherTrainers) {
   const auto vit = expect_help_options_accepted(app("vit_train"));
   for (const char* common : {"input", "steps", "dp", "tp", "pp", "pp-schedule", "micro-batch", "global-batch",
                              "precision", "recompute-every-k-blocks", "checkpoint-dir", "resume", "metrics",
-                             "dry-run", "comm-backend", "log-level", "check-collectives"})
+                             "dry-run", "comm-backend", "log-level", "check-collectives", "benchmark-loader"})
     for (const auto* options : {&gpt, &moe, &vit}) EXPECT_TRUE(lists(*options, common)) << "--" << common;
   // moe_train's, gpt_train's and vit_train's own options stay with their tool.
   for (const char* moe_only : {"ep", "experts", "top-k"}) {
@@ -107,7 +107,7 @@ TEST(FrontDoorHelp, TrainersListTheirOptionsInSectionsAndNoOtherTrainers) {
   }
   for (const char* lm_only : {"eval-batches", "seq-len", "val-input", "dump", "placement"})
     EXPECT_FALSE(lists(vit, lm_only)) << "vit_train --help lists the language models' --" << lm_only;
-  for (const char* vit_only : {"patch", "crop-pad", "epochs", "benchmark-loader"})
+  for (const char* vit_only : {"patch", "crop-pad", "epochs"})
     EXPECT_FALSE(lists(gpt, vit_only)) << "gpt_train --help lists vit_train's --" << vit_only;
   // The old names are not offered.
   for (const auto* options : {&gpt, &moe, &vit}) EXPECT_FALSE(lists(*options, "checkpoint-every-k-blocks"));

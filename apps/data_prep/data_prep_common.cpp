@@ -1,0 +1,48 @@
+// data_prep's option parsing and whole-file reads.
+#include "apps/data_prep/data_prep_common.h"
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "apps/common/cli.h"
+
+namespace data_prep {
+
+// Renamed options: the old name still works, with a warning (cli::RenamedOption).
+const std::vector<tessera::cli::RenamedOption> kRenamed = {{"force", "overwrite"}};
+
+bool parse(const std::vector<std::string>& args, const po::options_description& desc,
+           const char* usage, po::variables_map& vm) {
+  po::options_description parsing;
+  parsing.add(desc);
+  po::options_description hidden;
+  std::vector<tessera::cli::RenamedOption> renamed;  // those whose new name this command has
+  for (const tessera::cli::RenamedOption& r : kRenamed)
+    if (desc.find_nothrow(r.name, false) != nullptr) renamed.push_back(r);
+  tessera::cli::add_renamed(hidden, desc, renamed);
+  parsing.add(hidden);
+  po::parsed_options parsed = po::command_line_parser(args).options(parsing).run();
+  tessera::cli::apply_renames(parsed, renamed, tessera::cli::kOnCommandLine);
+  tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);  // repeats, nan, negative seeds
+  po::store(parsed, vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n" << desc << "\nExample:\n" << kExample << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
+std::string read_whole_file(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("cannot read ", what, " ", path, ": no such file");
+  if (fs::is_directory(path, ec)) fail("cannot read ", what, " ", path, ": it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read ", what, " ", path, ": permission denied or unreadable");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("cannot read ", what, " ", path, ": read error");
+  return bytes;
+}
+
+}  // namespace data_prep

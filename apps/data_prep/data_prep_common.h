@@ -1,0 +1,95 @@
+// data_prep's shared pieces: the command-line mistake (exit 2), the output written aside and renamed
+// into place (AtomicOutput), option parsing, and whole-file reads. Each command is in its own file
+// (commands.h lists them).
+#pragma once
+#include <boost/program_options.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace data_prep {
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+using tessera::fail;
+
+extern const char* const kExample;  // every command's examples (data_prep.cpp)
+
+// A mistake on the command line: reported as "error: ..." with exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The output file is written under a temporary name of its own next to it (<output>.tmp.XXXXXX,
+// created exclusively, so no other file is touched) and renamed into place only when complete; on
+// any failure the temporary is removed, so no partial output is ever left behind and an output that
+// --overwrite replaces stays as it was. The output is never one of the command's inputs (the same file,
+// whatever the path), and an existing output is replaced only with --overwrite.
+class AtomicOutput {
+ public:
+  AtomicOutput(const std::string& output, bool overwrite, const std::vector<std::string>& inputs) : output_(output) {
+    const fs::path parent = fs::path(output).parent_path();
+    std::error_code ec;
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+      fail("cannot write ", output, ": directory ", parent.string(), " does not exist");
+    if (fs::is_directory(output, ec)) fail("cannot write ", output, ": it is a directory");
+    const bool exists = fs::exists(output, ec);
+    for (const std::string& input : inputs)
+      if (exists && fs::exists(input, ec) && fs::equivalent(input, output, ec))
+        fail("cannot write ", output, ": it is the input ", input, " (data_prep never writes over its input,",
+             " even with --overwrite; give another --output)");
+    if (exists && !overwrite)
+      fail("cannot write ", output, ": it exists (give --overwrite to replace it; the new file is written aside",
+           " and renamed over the old one only when complete)");
+    // Create the temporary now, so an unwritable folder is reported before any work is done.
+    std::string name = output + ".tmp.XXXXXX";
+    const int fd = mkstemp(name.data());
+    if (fd < 0) fail("cannot write ", output, ": ", std::strerror(errno), " (creating ", name, ")");
+    const mode_t mask = umask(0);  // mkstemp makes it 0600: give it the mode a new file would have
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    close(fd);
+    tmp_ = name;
+  }
+  AtomicOutput(const AtomicOutput&) = delete;
+  AtomicOutput& operator=(const AtomicOutput&) = delete;
+  ~AtomicOutput() {
+    if (!committed_) {
+      std::error_code ec;
+      fs::remove(tmp_, ec);
+    }
+  }
+  const std::string& tmp() const { return tmp_; }
+  void commit() {
+    std::error_code ec;
+    fs::rename(tmp_, output_, ec);  // atomic: readers see the old file or the new one
+    if (ec) fail("cannot rename ", tmp_, " to ", output_, ": ", ec.message());
+    committed_ = true;
+  }
+
+ private:
+  std::string output_, tmp_;
+  bool committed_ = false;
+};
+
+// Every command's --overwrite (once --force: tools name it as the trainers do).
+inline constexpr const char* kOverwriteHelp =
+    "replace an existing --output (written aside first and renamed over it only when complete; never an input)";
+
+// Parses a subcommand's options; returns false when --help was printed (its usage, the options
+// and the commands' examples). Renamed options still work, with a warning (cli::RenamedOption).
+bool parse(const std::vector<std::string>& args, const po::options_description& desc, const char* usage,
+           po::variables_map& vm);
+
+// A whole file's bytes; `what` names it in errors ("input", "--tokenizer").
+std::string read_whole_file(const std::string& path, const char* what);
+
+}  // namespace data_prep
