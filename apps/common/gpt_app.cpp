@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "apps/common/auto_layout.h"
+#include "apps/common/gpt_model_options.h"
 #include "apps/common/init_from.h"
 #include "apps/common/train_cli.h"
 #include "comm/mpi_runtime.h"
@@ -102,24 +103,14 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     OptionSections opts;
     TrainOptions o;
     const char* name = moe ? "moe_train" : "gpt_train";
-    models::GptConfig mc;
+    GptModelOptions model_options;
+    models::GptConfig& mc = model_options.config;
+    std::string& arch = model_options.arch;
+    int64_t& seq_len = model_options.seq_len;
     std::string input, val_input;
-    int64_t seq_len = 64, benchmark_loader = 0;
-    std::string arch = "gpt2";
-    bool tie_embeddings = false;
+    int64_t benchmark_loader = 0;
     std::string router_norm = "auto";
-    opts.section(kModel).add_options()
-        ("arch", po::value(&arch)->default_value("gpt2")->value_name("gpt2|llama"), "model family: gpt2 (learned positions, LayerNorm, GELU MLP, tied head) or llama (RMSNorm, rotary positions, grouped-query attention, SwiGLU MLP, no biases, untied head)")
-        ("kv-heads", po::value(&mc.kv_heads)->default_value(0, "--heads")->value_name("K"), "llama: key/value heads of grouped-query attention (must divide --heads; 1: multi-query)")
-        ("ffn-hidden", po::value(&mc.ffn_hidden)->default_value(0, "8/3 x --hidden, rounded up to 256")->value_name("N"), "llama: hidden size of the SwiGLU MLP (moe_train: the dense blocks', and the experts' default)")
-        ("norm-eps", po::value(&mc.norm_eps)->default_value(1e-5f, "1e-5")->value_name("X"), "llama: RMSNorm epsilon")
-        ("rope-theta", po::value(&mc.rope_theta)->default_value(10000.0f, "10000")->value_name("X"), "llama: base of the rotary position angles")
-        ("tie-embeddings", po::bool_switch(&tie_embeddings), "llama: tie the LM head to the token embedding (gpt2's always is)");
-    opts.section(kModel).add_options()
-        ("layers", po::value(&mc.layers)->default_value(4)->value_name("N"), "transformer blocks")
-        ("hidden", po::value(&mc.hidden)->default_value(128)->value_name("N"), "hidden size")
-        ("heads", po::value(&mc.heads)->default_value(4)->value_name("N"), "attention heads (must divide --hidden)")
-        ("seq-len", po::value(&seq_len)->default_value(64)->value_name("N"), "tokens per sequence");
+    model_options.add_to(opts);
     if (moe) {
       nn::RouterOptions& r = mc.moe.router;
       mc.moe_every = 2;
@@ -163,18 +154,14 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     // A blend of data sets by weight (io/token_blend.h), else one data set as always.
     const std::optional<std::vector<io::BlendSource>> blend = io::parse_blend(input);
     const std::string first_input = blend ? blend->front().path : input;
-    mc.arch = models::parse_arch(arch);
-    mc.tie_embeddings = !mc.llama() || tie_embeddings;
+    model_options.resolve_arch();
     std::optional<InitFromModel> init;  // --init-from's model, which the options then describe
     if (!o.train.init_from.empty()) {
       TESSERA_CHECK(std::filesystem::is_regular_file(o.train.init_from), "--init-from ", o.train.init_from,
                     ": no such checkpoint file");
       init = take_model_from_checkpoint(o.train.init_from, moe, vm, mc, arch, router_norm, seq_len);
     }
-    if (!mc.llama())
-      for (const char* llama_only : {"kv-heads", "ffn-hidden", "norm-eps", "rope-theta", "tie-embeddings"})
-        TESSERA_CHECK(!vm.count(llama_only) || vm[llama_only].defaulted(), "--", llama_only,
-                      " is an option of --arch llama (this run is --arch gpt2)");
+    model_options.check_llama_options(vm);
     o.train.options = option_values(vm);
     // What --layout auto leaves here: manual (it was replaced by the chosen flags), or a bad value.
     TESSERA_CHECK(layout_choice == "manual" || layout_choice == "auto", "--layout ", layout_choice,

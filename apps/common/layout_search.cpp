@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "apps/common/gpt_app.h"
+#include "apps/common/gpt_model_options.h"
 #include "apps/common/train_cli.h"
 #include "core/error.h"
 #include "models/model_layout.h"
@@ -15,25 +16,12 @@
 namespace tessera::cli {
 namespace {
 
-// gpt_train's model and data options (apps/common/gpt_app.cpp), so that the trainer's flags parse
-// here as they do there.
-struct GptModelOptions {
-  models::GptConfig mc;
-  std::string arch = "gpt2", input, val_input, dump;
-  bool tie_embeddings = false;
-  int64_t seq_len = 64;
+// gpt_train's model and data options, so that the trainer's flags parse here as they do there.
+struct GptModelOptionsAndData {
+  GptModelOptions shape;
+  std::string input, val_input, dump;
   void add_to(OptionSections& opts) {
-    opts.section(kModel).add_options()
-        ("arch", po::value(&arch)->default_value("gpt2"), "")
-        ("kv-heads", po::value(&mc.kv_heads)->default_value(0), "")
-        ("ffn-hidden", po::value(&mc.ffn_hidden)->default_value(0), "")
-        ("norm-eps", po::value(&mc.norm_eps)->default_value(1e-5f), "")
-        ("rope-theta", po::value(&mc.rope_theta)->default_value(10000.0f), "")
-        ("tie-embeddings", po::bool_switch(&tie_embeddings), "")
-        ("layers", po::value(&mc.layers)->default_value(4), "")
-        ("hidden", po::value(&mc.hidden)->default_value(128), "")
-        ("heads", po::value(&mc.heads)->default_value(4), "")
-        ("seq-len", po::value(&seq_len)->default_value(64), "");
+    shape.add_to(opts);
     opts.section(kData).add_options()
         ("input", po::value(&input), "")
         ("val-input", po::value(&val_input), "");
@@ -45,7 +33,7 @@ struct GptModelOptions {
 struct ParsedTrainer {
   OptionSections opts;
   TrainOptions o;
-  GptModelOptions model;
+  GptModelOptionsAndData model;
   po::variables_map vm;
   explicit ParsedTrainer(const std::vector<std::string>& args) {
     model.add_to(opts);
@@ -55,8 +43,7 @@ struct ParsedTrainer {
     std::vector<char*> argv;
     for (std::string& t : tokens) argv.push_back(t.data());
     parse(static_cast<int>(argv.size()), argv.data(), opts, vm, {"gpt_train", "", ""}, TrainOptions::renamed());
-    model.mc.arch = models::parse_arch(model.arch);
-    model.mc.tie_embeddings = !model.mc.llama() || model.tie_embeddings;
+    model.shape.resolve_arch();
   }
 };
 
@@ -117,12 +104,9 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
   args.insert(args.end(), layout_args.begin(), layout_args.end());
   ParsedTrainer p(args);
   TrainOptions& o = p.o;
-  models::GptConfig& mc = p.model.mc;
-  const int64_t seq = p.model.seq_len;
-  if (!mc.llama())
-    for (const char* llama_only : {"kv-heads", "ffn-hidden", "norm-eps", "rope-theta", "tie-embeddings"})
-      TESSERA_CHECK(!p.vm.count(llama_only) || p.vm[llama_only].defaulted(), "--", llama_only,
-                    " is an option of --arch llama (this run is --arch gpt2)");
+  models::GptConfig& mc = p.model.shape.config;
+  const int64_t seq = p.model.shape.seq_len;
+  p.model.shape.check_llama_options(p.vm);
   o.finish(input.ranks, p.vm);  // the trainer's own checks of the layout and the batch
   TESSERA_CHECK(seq >= 1, "--seq-len must be >= 1, got ", seq);
   TESSERA_CHECK(seq % o.mesh.sp == 0, "--seq-len ", seq, " is not divisible by --sp ", o.mesh.sp,
@@ -152,7 +136,7 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
                     " is a layout choice: the search makes it (leave it out, or use --explain to plan one layout)");
   // The model's size and the batch, from the trainer's flags alone.
   const ParsedTrainer base(input.trainer_args);
-  const int64_t layers = base.model.mc.layers, global_batch = base.o.train.global_batch;
+  const int64_t layers = base.model.shape.config.layers, global_batch = base.o.train.global_batch;
   TESSERA_CHECK(layers >= 1 && global_batch >= 1, "--layers and --global-batch must be >= 1");
   if (input.vocab == 0 && !base.model.input.empty()) input.vocab = vocab_size_of(base.model.input);  // read once
 
