@@ -139,7 +139,8 @@ TEST_F(Quantize, EndToEndOnAGptTrainCheckpoint) {
                            Variant{4, 16, "bf16", "int4, group size 16, bf16 scales"},
                            Variant{4, 32, "f32", "int4, group size 32, f32 scales"}}) {
     SCOPED_TRACE(v.text);
-    const std::string out = file("q" + std::to_string(v.bits) + "_" + std::to_string(v.group) + v.scales + ".h5");
+    const std::string out =
+        file(std::string("q") + std::to_string(v.bits) + "_" + std::to_string(v.group) + v.scales + ".h5");
     const CommandResult r = quantize(source_, out,
                                      "--bits " + std::to_string(v.bits) + " --group-size " + std::to_string(v.group) +
                                          " --scale-dtype " + v.scales);
@@ -218,6 +219,27 @@ TEST_F(Quantize, TrainerRefusesAQuantisedCheckpoint) {
   const CommandResult moe = run_command(kEnv + kApps + "moe_train --input " + shell_quote(data_) + " " + kModel +
                                         " --steps 4 --resume " + shell_quote(q));
   expect_refused(moe, {"is quantised for inference (int4, group size 32, f32 scales): use generate"});
+  // --init-from (fine-tuning) reads the same checkpoint the same way.
+  const CommandResult init = run_command(train + "--init-from " + shell_quote(q));
+  expect_refused(init, {"cannot initialise from it", "is quantised for inference (int4, group size 32"});
+}
+
+// vit_train resumes through the same checkpoint loading: a quantised ViT checkpoint is refused too.
+TEST_F(Quantize, VitTrainRefusesAQuantisedCheckpoint) {
+  const std::string images = file("images.h5");
+  const std::string vit =
+      std::string("vit_train --input ") + shell_quote(images) + " --layers 2 --hidden 32 --heads 2 --patch 4 --threads 1 ";
+  ASSERT_EQ(run_command(kApps + "data_prep synth-images --classes 4 --train 32 --test 8 --size 8 --seed 1 --output " +
+                        shell_quote(images))
+                .exit_code,
+            0);
+  const CommandResult made =
+      run_command(kEnv + kApps + vit + "--steps 1 --checkpoint-dir " + shell_quote(file("vit_ck")));
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string q = file("vit_q.h5");
+  ASSERT_EQ(quantize(file("vit_ck/step_1.h5"), q, "--bits 8 --group-size 16").exit_code, 0);
+  const CommandResult r = run_command(kEnv + kApps + vit + "--steps 2 --resume " + shell_quote(q));
+  expect_refused(r, {"cannot resume", "is quantised for inference (int8, group size 16, f32 scales): use generate"});
 }
 
 // export-hf of a quantised checkpoint: refused with the reason, no folder written.
