@@ -15,10 +15,10 @@ fail() { echo "error: $*"; exit 1; }
 # Normal traffic passes the check.
 timeout -k 10 60 mpirun --oversubscribe -np 4 "$build/apps/gpt_train" "${common[@]}" --check-collectives \
   >"$tmp/ok.out" 2>"$tmp/ok.err" || { cat "$tmp/ok.err"; fail "a clean run failed under --check-collectives"; }
-# The 4th collective is step 2's gradient all-reduce (per step: one bucket, the loss's all-reduce,
-# the preemption flag's).
+# The 6th collective is step 2's gradient all-reduce (per step: one bucket, the loss's all-reduce,
+# the preemption flag's, and the metrics' largest resident memory and data bytes read).
 start=$SECONDS
-TESSERA_FAULT_MISMATCH_COLLECTIVE=1:4 timeout -k 10 60 mpirun --oversubscribe -np 4 \
+TESSERA_FAULT_MISMATCH_COLLECTIVE=1:6 timeout -k 10 60 mpirun --oversubscribe -np 4 \
   "$build/apps/gpt_train" "${common[@]}" --check-collectives >"$tmp/out" 2>"$tmp/err"
 rc=$?
 elapsed=$((SECONDS - start))
