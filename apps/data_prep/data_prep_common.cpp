@@ -34,6 +34,17 @@ bool parse(const std::vector<std::string>& args, const po::options_description& 
   return true;
 }
 
+void TokenStorage::add_to(po::options_description& desc) {
+  desc.add_options()
+      ("chunk-tokens", po::value(&chunk)->default_value(int64_t{1} << 20)->value_name("N"), "tokens per HDF5 chunk")
+      ("deflate", po::value(&deflate)->default_value(0)->value_name("0-9"), "compression level of the chunks (0: none)");
+}
+
+void TokenStorage::check() const {
+  if (chunk < 1) throw UsageError(std::string("--chunk-tokens must be at least 1, got ") + std::to_string(chunk));
+  if (deflate < 0 || deflate > 9) throw UsageError(std::string("--deflate must be 0 to 9, got ") + std::to_string(deflate));
+}
+
 std::string read_whole_file(const std::string& path, const char* what) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("cannot read ", what, " ", path, ": no such file");

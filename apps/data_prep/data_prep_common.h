@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -88,6 +89,15 @@ inline constexpr const char* kOverwriteHelp =
 // and the commands' examples). Renamed options still work, with a warning (cli::RenamedOption).
 bool parse(const std::vector<std::string>& args, const po::options_description& desc, const char* usage,
            po::variables_map& vm);
+
+// How written tokens are stored (--chunk-tokens, --deflate): the commands that write token data
+// sets (text, merge, import-megatron) take both.
+struct TokenStorage {
+  int64_t chunk = int64_t{1} << 20;  // tokens per HDF5 chunk
+  int deflate = 0;                   // 0-9
+  void add_to(po::options_description& desc);
+  void check() const;  // UsageError naming the option out of range
+};
 
 // A whole file's bytes; `what` names it in errors ("input", "--tokenizer").
 std::string read_whole_file(const std::string& path, const char* what);

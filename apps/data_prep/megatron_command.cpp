@@ -22,9 +22,9 @@ using tessera::io::H5File;
 
 int run_import_megatron(const std::vector<std::string>& args) {
   std::string prefix, output, tokenizer_path;
-  int64_t vocab = 0, chunk = int64_t{1} << 20;
+  int64_t vocab = 0;
   double val_fraction = 0.0;
-  int deflate = 0;
+  TokenStorage storage;
   bool overwrite = false;
   po::options_description desc("Options");
   desc.add_options()
@@ -37,9 +37,8 @@ int run_import_megatron(const std::vector<std::string>& args) {
        "the tokenizer that made the ids (a SentencePiece *.model or a tokenizer.json), stored in the data set")
       ("val-fraction", po::value(&val_fraction)->default_value(0.0, "0")->value_name("F"),
        "one document: the last F of its tokens go to /val; several: each document goes to /val with probability F")
-      ("chunk-tokens", po::value(&chunk)->default_value(int64_t{1} << 20)->value_name("N"), "tokens per HDF5 chunk")
-      ("deflate", po::value(&deflate)->default_value(0)->value_name("0-9"), "compression level of the chunks (0: none)")
       ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
+  storage.add_to(desc);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep import-megatron --input PREFIX --output FILE.h5 --vocab-size V [--tokenizer PATH]\n"
@@ -55,8 +54,7 @@ int run_import_megatron(const std::vector<std::string>& args) {
     throw UsageError("--vocab-size must be in [1, 2^31], got " + std::to_string(vocab));
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
-  if (chunk < 1) throw UsageError("--chunk-tokens must be at least 1, got " + std::to_string(chunk));
-  if (deflate < 0 || deflate > 9) throw UsageError("--deflate must be 0 to 9, got " + std::to_string(deflate));
+  storage.check();
   std::string kind = "megatron", tokenizer_bytes;
   std::vector<std::string> inputs = {prefix + ".idx", prefix + ".bin"};
   if (!tokenizer_path.empty()) {
@@ -76,9 +74,9 @@ int run_import_megatron(const std::vector<std::string>& args) {
   int64_t n_train = 0, n_val = 0, d_train = 0, d_val = 0, empty = 0;
   {
     H5File f = H5File::create(out.tmp());
-    tessera::io::TokenWriter train(f, "/train", vocab, chunk, deflate);
+    tessera::io::TokenWriter train(f, "/train", vocab, storage.chunk, storage.deflate);
     std::optional<tessera::io::TokenWriter> val;
-    if (val_fraction > 0) val.emplace(f, "/val", vocab, chunk, deflate);
+    if (val_fraction > 0) val.emplace(f, "/val", vocab, storage.chunk, storage.deflate);
     // The document's tokens go to `into`; with one document, the last F of them go to /val.
     tessera::io::TokenWriter* into = &train;
     int64_t to_train = 0;  // one document: tokens still for /train

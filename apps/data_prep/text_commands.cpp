@@ -100,8 +100,8 @@ int run_text(const std::vector<std::string>& args) {
   std::vector<std::string> inputs_given;
   std::string output, tokenizer_path, text_key;
   double val_fraction = 0.1;
-  int64_t eos_id = -1, chunk = int64_t{1} << 20;
-  int deflate = 0;
+  int64_t eos_id = -1;
+  TokenStorage storage;
   bool overwrite = false;
   po::options_description desc("Options");
   desc.add_options()
@@ -115,9 +115,8 @@ int run_text(const std::vector<std::string>& args) {
       ("eos-id", po::value(&eos_id)->value_name("ID"), "token put between documents (default: see below)")
       ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"),
        "one document: the last F of its tokens go to /val; several: each document goes to /val with probability F")
-      ("chunk-tokens", po::value(&chunk)->default_value(int64_t{1} << 20)->value_name("N"), "tokens per HDF5 chunk")
-      ("deflate", po::value(&deflate)->default_value(0)->value_name("0-9"), "compression level of the chunks (0: none)")
       ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
+  storage.add_to(desc);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep text --input FILE|DIR ... --output FILE.h5 [--tokenizer PATH] [--text-key KEY]\n"
@@ -137,8 +136,7 @@ int run_text(const std::vector<std::string>& args) {
     return 0;
   if (!(val_fraction >= 0.0 && val_fraction < 1.0))
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
-  if (chunk < 1) throw UsageError("--chunk-tokens must be at least 1, got " + std::to_string(chunk));
-  if (deflate < 0 || deflate > 9) throw UsageError("--deflate must be 0 to 9, got " + std::to_string(deflate));
+  storage.check();
 
   std::string kind = "bytes", tokenizer_bytes;
   std::vector<std::string> inputs = inputs_given;
@@ -163,9 +161,9 @@ int run_text(const std::vector<std::string>& args) {
   int64_t n_train = 0, n_val = 0, d_train = 0, d_val = 0;
   {
     H5File f = H5File::create(out.tmp());
-    tessera::io::TokenWriter train(f, "/train", vocab, chunk, deflate);
+    tessera::io::TokenWriter train(f, "/train", vocab, storage.chunk, storage.deflate);
     std::optional<tessera::io::TokenWriter> val;
-    if (val_fraction > 0) val.emplace(f, "/val", vocab, chunk, deflate);
+    if (val_fraction > 0) val.emplace(f, "/val", vocab, storage.chunk, storage.deflate);
     std::string text, where;
     int64_t index = 0;
     while (docs.next(text, where)) {

@@ -114,8 +114,7 @@ int run_verify(const std::vector<std::string>& args) {
 int run_merge(const std::vector<std::string>& args) {
   std::vector<std::string> inputs;
   std::string output;
-  int64_t chunk = int64_t{1} << 20;
-  int deflate = 0;
+  TokenStorage storage;
   bool overwrite = false;
   po::options_description desc("Options");
   desc.add_options()
@@ -123,9 +122,8 @@ int run_merge(const std::vector<std::string>& args) {
       ("input", po::value(&inputs)->required()->multitoken()->value_name("FILE.h5|GLOB ..."),
        "token data sets (shards), joined in the order given (a glob's files in name order)")
       ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
-      ("chunk-tokens", po::value(&chunk)->default_value(int64_t{1} << 20)->value_name("N"), "tokens per HDF5 chunk")
-      ("deflate", po::value(&deflate)->default_value(0)->value_name("0-9"), "compression level of the chunks (0: none)")
       ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
+  storage.add_to(desc);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep merge --input FILE.h5|GLOB ... --output FILE.h5 [--chunk-tokens N] [--deflate L]\n\n"
@@ -134,8 +132,7 @@ int run_merge(const std::vector<std::string>& args) {
              "tokenizer; the first one's tokenizer is stored. Streams: never holds a shard.\n",
              vm))
     return 0;
-  if (chunk < 1) throw UsageError("--chunk-tokens must be at least 1, got " + std::to_string(chunk));
-  if (deflate < 0 || deflate > 9) throw UsageError("--deflate must be 0 to 9, got " + std::to_string(deflate));
+  storage.check();
   std::vector<std::string> files;
   for (const std::string& in : inputs)
     for (const std::string& f : tessera::io::TokenDataset::expand(in)) files.push_back(f);
@@ -163,7 +160,7 @@ int run_merge(const std::vector<std::string>& args) {
     constexpr int64_t kBlock = int64_t{1} << 22;
     std::vector<int32_t> block;
     for (size_t s = 0; s < splits.size(); ++s) {
-      tessera::io::TokenWriter w(f, "/" + splits[s], vocab, chunk, deflate);
+      tessera::io::TokenWriter w(f, "/" + splits[s], vocab, storage.chunk, storage.deflate);
       for (const tessera::io::TokenDataset& d : shards[s]) {
         // Its documents, shifted (none recorded: the shard is one document).
         const H5File in = H5File::open_read(d.path);

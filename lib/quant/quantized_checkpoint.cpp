@@ -24,9 +24,10 @@ constexpr const char* kParams = "/params/";
 
 bool tied_head(const std::string& name) { return name == "embed.tokens.weight"; }
 
-bool quantized_tensor(const std::string& name, const Shape& shape, bool head) {
+bool quantized_tensor(const std::string& name, const Shape& shape, bool head, bool untied_head) {
   if (shape.rank() != 2) return false;
-  if (head && (name == "head.weight" || tied_head(name))) return true;
+  if (head && name == "head.weight") return true;
+  if (head && tied_head(name)) return !untied_head;  // an untied model's table is its embedding only
   return starts_with(name, "blocks.") && ends_with(name, ".weight") && name.find(".router.") == std::string::npos;
 }
 
@@ -66,7 +67,7 @@ QuantizeSummary quantize_checkpoint(const std::string& input, const std::string&
     const std::string name = path.substr(std::strlen(kParams));
     const Shape shape = r.shape(path);
     params.push_back(name);
-    if (!quantized_tensor(name, shape, o.head) || (untied_head && tied_head(name))) continue;
+    if (!quantized_tensor(name, shape, o.head, untied_head)) continue;
     TESSERA_CHECK(shape[1] % o.group_size == 0, "--group-size ", o.group_size, " does not divide the input dimension ",
                   shape[1], " of ", name, " ", shape.str(), " (choose a divisor of every block weight's columns)");
     quantized.push_back(name);

@@ -18,9 +18,9 @@ struct QuantizeOptions {
 };
 
 // Whether the /params tensor `name` (without the prefix) of that shape is quantised: a 2-D weight
-// of a block ("blocks.<i>....weight"), not the MoE router's; with `head`, also the head's table
-// (an untied head.weight, or the tied embed.tokens.weight).
-bool quantized_tensor(const std::string& name, const Shape& shape, bool head);
+// of a block ("blocks.<i>....weight"), not the MoE router's; with `head`, also the head's table:
+// head.weight when the checkpoint has one (untied_head), else the tied embed.tokens.weight.
+bool quantized_tensor(const std::string& name, const Shape& shape, bool head, bool untied_head = false);
 // Whether the head table `name` is the tied token embedding (kept in f32 beside its quantised copy).
 bool tied_head(const std::string& name);
 

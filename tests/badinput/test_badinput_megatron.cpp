@@ -12,6 +12,7 @@
 #include <string>
 
 #include "run_command.h"
+#include "scratch_test.h"
 
 namespace fs = std::filesystem;
 using tessera::testing::CommandResult;
@@ -24,17 +25,13 @@ const std::string kBuild = TESSERA_BUILD_DIR;
 const std::string kSource = TESSERA_SOURCE_DIR;
 const std::string kDocs = "[[[1, 2, 3], [4, 5]], [[6, 7, 8, 9]]]";
 
-class BadMegatron : public ::testing::Test {
+class BadMegatron : public tessera::testing::ScratchTest {
  protected:
   void SetUp() override {
+    ScratchTest::SetUp();
     ASSERT_EQ(run_command("/usr/bin/python3 -c 'import numpy'").exit_code, 0)
         << "/usr/bin/python3 cannot import numpy (Debian: apt-get install python3-numpy)";
-    dir_ = fs::temp_directory_path() / ("tessera_badinput_megatron_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
 
   // PREFIX of a data set of `docs` in `dtype`, spoiled by `corrupt` ("" for none).
   std::string make(const std::string& dtype, const std::string& corrupt, const std::string& docs = kDocs) {
@@ -58,7 +55,6 @@ class BadMegatron : public ::testing::Test {
       EXPECT_EQ(e.path().filename().string().find("out.h5.tmp"), std::string::npos) << "left " << e.path();
   }
 
-  fs::path dir_;
 };
 
 TEST_F(BadMegatron, GoodFileImports) {  // the control: the same files unspoiled import

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "run_command.h"
+#include "scratch_test.h"
 
 namespace fs = std::filesystem;
 using tessera::testing::CommandResult;
@@ -21,15 +22,8 @@ namespace {
 const std::string kBuild = TESSERA_BUILD_DIR;
 const std::string kEnv = "env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 ";
 
-class BadBlend : public ::testing::Test {
+class BadBlend : public tessera::testing::ScratchTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessera_badinput_blend_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
 
   std::string synth(const std::string& name, int vocab) {
     const std::string path = file(name);
@@ -50,7 +44,6 @@ class BadBlend : public ::testing::Test {
     EXPECT_EQ(r.out.find("loss"), std::string::npos) << "a step was trained: " << r.out;
     EXPECT_FALSE(fs::exists(metrics) && fs::file_size(metrics) > 0) << "metrics were written";
   }
-  fs::path dir_;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "io/token_loader.h"
 #include "io/token_writer.h"
 #include "run_command.h"
+#include "scratch_test.h"
 
 namespace fs = std::filesystem;
 using tessera::io::H5File;
@@ -27,15 +28,8 @@ namespace {
 const std::string kBuild = TESSERA_BUILD_DIR;
 const std::string kEnv = "env OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 ";
 
-class BadTokenData : public ::testing::Test {
+class BadTokenData : public tessera::testing::ScratchTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("tessera_badinput_tokdata_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
 
   // n tokens (i * 5 + 1) mod 64 under vocab_size `label`; `bad` (index, value) pairs replace some.
   // Written under a vocabulary wide enough for the bad values, then labelled `label`.
@@ -58,7 +52,6 @@ class BadTokenData : public ::testing::Test {
     }
     return path;
   }
-  fs::path dir_;
 };
 
 void expect_words(const std::string& text, std::initializer_list<std::string> words) {
@@ -201,4 +194,27 @@ TEST_F(BadTokenData, TextOfManyDocumentsFromFilesFoldersAndJsonl) {
   EXPECT_EQ(b.exit_code, 1) << b.err;
   expect_words(b.err, {"error:", "bad.jsonl:2", "'body'"});
   EXPECT_FALSE(fs::exists(file("bad.h5")));
+}
+
+// Every command that writes token data sets (text, merge, import-megatron) refuses a chunk of no
+// tokens and a compression level outside 0-9 by name (exit 2), before writing anything.
+TEST_F(BadTokenData, ChunkAndDeflateOutOfRangeAreRefusedByEveryWriter) {
+  const std::string text = file("book.txt");
+  { std::ofstream(text) << "to be or not to be\n"; }
+  const std::string shard = tokens("shard.h5", 3000, 64);
+  const std::vector<std::string> commands = {
+      "text --input " + shell_quote(text), "merge --input " + shell_quote(shard),
+      "import-megatron --input " + shell_quote(file("absent")) + " --vocab-size 64"};
+  for (const std::string& command : commands) {
+    for (const auto& [option, words] : std::vector<std::pair<std::string, std::string>>{
+             {"--chunk-tokens 0", "--chunk-tokens must be at least 1, got 0"},
+             {"--deflate 10", "--deflate must be 0 to 9, got 10"}}) {
+      SCOPED_TRACE(command + " " + option);
+      const CommandResult r = run_command(kBuild + "/apps/data_prep " + command + " " + option + " --output " +
+                                          shell_quote(file("out.h5")));
+      EXPECT_EQ(r.exit_code, 2) << r.err;
+      expect_words(r.err, {"error:", words});
+      EXPECT_FALSE(fs::exists(file("out.h5")));
+    }
+  }
 }

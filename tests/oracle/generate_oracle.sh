@@ -10,16 +10,6 @@ script_args "$@"
 need_debian_python torch:python3-torch h5py:python3-h5py numpy:python3-numpy
 need_apps data_prep gpt_train generate
 make_scratch generate-oracle
-run() {
-  echo "+ $*"
-  local rc=0
-  "$@" >"$tmp/log" 2>&1 || rc=$?
-  if [[ $rc -ne 0 ]]; then
-    cat "$tmp/log"
-    echo "FAIL: command exited with status $rc: $*" >&2
-    exit 1
-  fi
-}
 
 run "$build/apps/data_prep" synth --vocab 97 --tokens 20000 --seed 3 --output "$tmp/data.h5"
 printf '%s\n' '{"ids": [1, 2, 3]}' '{"ids": [5]}' '{"ids": [10, 20, 30, 40, 50, 60, 70, 80, 90, 11, 12]}' \

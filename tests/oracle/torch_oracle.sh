@@ -12,17 +12,6 @@ need_debian_python torch:python3-torch h5py:python3-h5py numpy:python3-numpy
 need_apps data_prep gpt_train
 make_scratch torch_oracle
 
-run() {
-  echo "+ $*"
-  local rc=0
-  "$@" >"$tmp/log" 2>&1 || rc=$?
-  if [[ $rc -ne 0 ]]; then
-    cat "$tmp/log"
-    echo "FAIL: command exited with status $rc: $*" >&2
-    exit 1
-  fi
-}
-
 run "$build/apps/data_prep" synth --vocab 97 --tokens 20000 --seed 3 --output "$tmp/data.h5"
 
 # One model per case: gpt_train trains it 5 steps, dumping step 1, and the oracle rebuilds it.

@@ -6,6 +6,8 @@
 #                                         sets py=/usr/bin/python3, which must import each module
 #   make_scratch NAME                     sets tmp, a fresh folder removed at exit once the script
 #                                         sets keep=0 (at its end), else kept and named for a look
+#   run COMMAND ...                       echoes and runs it, its output in $tmp/log; on failure
+#                                         prints that log and exits 1 naming the command
 
 script_args() {
   if [[ $# -ne 2 ]]; then
@@ -45,4 +47,15 @@ make_scratch() {
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-$1.XXXXXX")
   keep=1
   trap 'if [[ $keep -eq 0 ]]; then rm -rf "$tmp"; else echo "$scratch_name: files kept in $tmp" >&2; fi' EXIT
+}
+
+run() {
+  echo "+ $*"
+  local rc=0
+  "$@" >"$tmp/log" 2>&1 || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    cat "$tmp/log"
+    echo "FAIL: command exited with status $rc: $*" >&2
+    exit 1
+  fi
 }

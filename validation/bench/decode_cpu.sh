@@ -6,7 +6,8 @@
 # PyPI) on the same weights written by ckpt_tool export-hf; side by side, 1 thread per process.
 # Decode tokens/s at batch 1 and batch 32 (16-token prompts, --new-tokens greedy tokens), and
 # batch 1 against the copy-bandwidth limit measured in the same run (bytes of the weights and KV
-# cache read per token / bandwidth). Table: $OUT_DIR/decode_cpu_results.txt. Not a test.
+# cache read per token / bandwidth). Each run works in a new folder $OUT_DIR/decode_cpu.XXXXXX (nothing
+# of an earlier run is touched); the table is results.txt there. Not a test.
 #
 # usage: decode_cpu.sh [--build DIR] [--new-tokens N] [--rounds R] [--venv DIR]
 #   --build: default <repo>/build (apps/{data_prep,gpt_train,ckpt_tool,generate}, kernels/bench_quant_gemv)
@@ -39,9 +40,8 @@ if ! "$py" -c 'import transformers, safetensors' 2>/dev/null; then
 fi
 
 OUT_DIR=${OUT_DIR:-/tmp/tessera-bench}
-work=$OUT_DIR/decode_cpu
-mkdir -p "$work"
-rm -rf "$work"/runs "$work"/ck "$work"/hf "$work"/*.h5
+mkdir -p "$OUT_DIR"
+work=$(mktemp -d "$OUT_DIR/decode_cpu.XXXXXX")
 mkdir -p "$work/runs"
 one=(env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false)
 L=12 C=768 H=12 T=1024 V=50257 prompt_len=16
@@ -98,5 +98,5 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done
 { cat "$work/header.txt"; /usr/bin/python3 "$here/decode_cpu_report.py" "$work" $prompt_len $new_tokens; } \
-  | tee "$OUT_DIR/decode_cpu_results.txt"
-echo "results: $OUT_DIR/decode_cpu_results.txt (runs in $work)"
+  | tee "$work/results.txt"
+echo "results: $work/results.txt"
