@@ -2,9 +2,9 @@
 # validation/finetune/run.sh kept working, at a few steps: on tinyshakespeare the whole chain runs
 # (spm_train, data_prep text --tokenizer, gpt_train pretraining under dp 2, export-hf, import-hf with
 # the tensors bit-identical, generate --score equal for both, --init-from and from-scratch runs under
-# tp 2, the plot) into a new folder with curves.png and results.md, and the fine-tuned model ends
-# below the from-scratch one on the held-apart eval split. A missing spm_train, text or build stops it
-# before anything runs, each with a message naming it.
+# tp 2, the plot) into a new folder with curves.png and results.md; config.json's floats are written
+# as transformers writes them; the fine-tuned model ends below the from-scratch one on the held-apart
+# eval split. A missing spm_train, text or build stops it before anything runs, each named.
 # usage: finetune_smoke.sh BUILD_DIR SOURCE_DIR --text PATH/tinyshakespeare.txt
 set -euo pipefail
 if [[ $# -ne 4 || $3 != --text ]]; then
@@ -41,6 +41,9 @@ for f in curves.png results.md spm.model hf/config.json hf/model.safetensors hf/
 done
 grep -q '^- export-hf then import-hf: all [0-9]* tensors of /params bit-identical (h5diff)$' "$d/results.md" ||
   { cat "$d/results.md"; echo "FAIL: results.md does not report the bit-identical round trip" >&2; exit 1; }
+# export-hf writes gpt_train's float defaults as transformers does (1e-05, not 9.999999747378752e-06).
+grep -q '"rms_norm_eps": 1e-05,$' "$d/hf/config.json" && grep -q '"rope_theta": 10000.0,$' "$d/hf/config.json" ||
+  { cat "$d/hf/config.json"; echo "FAIL: config.json's rms_norm_eps or rope_theta is not 1e-05 / 10000.0" >&2; exit 1; }
 # The fine-tuned and the from-scratch run's final eval loss on the held-apart split.
 read -r tuned scratch < <(/usr/bin/python3 - "$d" <<'PY'
 import json, sys
