@@ -12,7 +12,7 @@
 #            [--vocab N] [--pretrain-steps N] [--finetune-steps N] [--finetune-lr LR]
 #   --out    each run writes a new folder DIR/run-<UTC time>.XXXX (default DIR /tmp/tessera-finetune);
 #            nothing earlier is overwritten
-#   defaults: vocab 1000, 500 pretraining steps, 200 fine-tuning steps at lr 1e-3 (about 20 minutes
+#   defaults: vocab 1000, 500 pretraining steps, 200 fine-tuning steps at lr 1e-3 (about 12 minutes
 #   on 2 busy cores)
 # Needs spm_train (Debian: sentencepiece), a build with libsentencepiece (libsentencepiece-dev),
 # h5diff (hdf5-tools), mpirun and /usr/bin/python3 with matplotlib (python3-matplotlib):
