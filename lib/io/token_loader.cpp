@@ -200,10 +200,6 @@ void TokenLoader::eval_rows(int64_t batch_index, int64_t first_row, int64_t coun
     copy_row(eval_start(batch_index, first_row + i), out + i * row_len());
 }
 
-}  // namespace tessera::io
-
-namespace tessera::io {
-
 void TokenLoader::copy_mask_row(int64_t start, uint8_t* out) const {
   if (data_.has_mask()) {
     data_.read_mask(start, seq_len_ + 1, out);

@@ -25,10 +25,6 @@ TokenPrefetcher::TokenPrefetcher(FillTokens fill, int64_t first_step, int64_t to
     : StepPrefetcher<TokenBatch>([fill = std::move(fill)](TokenBatch& b) { fill(b.step, b.tokens.data()); }, first_step,
                                  token_slots(first_step, tokens_per_step, depth)) {}
 
-}  // namespace tessera::io
-
-namespace tessera::io {
-
 TokenPrefetcher::TokenPrefetcher(FillBatch fill, int64_t first_step, int64_t tokens_per_step, bool with_mask,
                                  int depth)
     : StepPrefetcher<TokenBatch>(std::move(fill), first_step,

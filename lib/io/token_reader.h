@@ -1,5 +1,5 @@
-// TokenReader: one 1-D integer token dataset (uint16, uint32 or int32; uint8 for a loss mask) of an HDF5 file, read by
-// element range. HDF5 (built without thread safety here) is asked once, on the opening thread,
+// TokenReader: one 1-D integer token dataset (uint16, uint32 or int32; uint8 for a loss mask) of
+// an HDF5 file, read by element range. HDF5 (built without thread safety here) is asked once, on the opening thread,
 // where the dataset's bytes lie; reads are then pread calls (plus zlib for deflated chunks) that any
 // thread may make, e.g. a loader's prefetch thread while the trainer writes a checkpoint.
 #pragma once

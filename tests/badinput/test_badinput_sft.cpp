@@ -145,3 +145,40 @@ TEST_F(BadInputSft, TrainerRefusesAMaskShorterThanTheTokens) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   expect_words(r.err, {"error:", data, "/train/loss_mask has 499 values", "/train/tokens has 500 tokens"});
 }
+
+TEST_F(BadInputSft, MergeJoinsMasksAndVerifyChecksThem) {
+  const std::string a = file("a.h5"), b = file("b.h5"), merged = file("merged.h5");
+  ASSERT_EQ(sft(write("a.jsonl", kGood + "\n"), a).exit_code, 0);
+  ASSERT_EQ(sft(write("b.jsonl", R"({"prompt": "x", "response": "yz"})" "\n"), b).exit_code, 0);
+  const std::string data_prep = shell_quote(kBuild + "/apps/data_prep");
+  const CommandResult m = run_command(data_prep + " merge --input " + shell_quote(a) + " " + shell_quote(b) +
+                                      " --output " + shell_quote(merged));
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  const tessera::io::TokenDataset d = tessera::io::TokenDataset::open(merged, "train");
+  ASSERT_TRUE(d.has_mask());
+  std::vector<uint8_t> mask(8);
+  d.read_mask(0, 8, mask.data());
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 1, 1, 0, 1, 1}));
+  // A shard without a mask is not joined to one with a mask.
+  const std::string plain = file("plain.h5");
+  ASSERT_EQ(run_command(data_prep + " text --input " + shell_quote(write("t.txt", "abcdef")) + " --val-fraction 0 --output " +
+                        shell_quote(plain)).exit_code, 0);
+  const CommandResult mixed = run_command(data_prep + " merge --input " + shell_quote(a) + " " + shell_quote(plain) +
+                                          " --output " + shell_quote(file("mixed.h5")));
+  EXPECT_EQ(mixed.exit_code, 1) << mixed.err;
+  expect_words(mixed.err, {"cannot merge", "a.h5 has a loss mask", "plain.h5 has none"});
+  EXPECT_FALSE(fs::exists(file("mixed.h5")));
+  // verify reads every mask value.
+  const std::string bad = file("bad_mask.h5");
+  {
+    tessera::io::H5File f = tessera::io::H5File::create(bad);
+    tessera::Tensor t = tessera::Tensor::zeros({20}, tessera::DType::u16), mk = tessera::Tensor::zeros({20}, tessera::DType::u8);
+    mk.data<uint8_t>()[7] = 3;
+    f.write("/train/tokens", t);
+    f.write("/train/loss_mask", mk);
+    f.set_attr("/", "vocab_size", int64_t{8});
+  }
+  const CommandResult v = run_command(data_prep + " verify " + shell_quote(bad));
+  EXPECT_EQ(v.exit_code, 1) << v.out;
+  expect_words(v.out, {"FAILED", "/train/loss_mask[7] = 3"});
+}
