@@ -69,8 +69,8 @@ struct Case {
 // group ends inside a step (6, 10, 24, 40).
 const Case kCases[] = {{1, 7, 96, 32},  {1, 13, 40, 10},  {1, 64, 256, 64}, {1, 5, 48, 6},    {2, 9, 120, 24},
                        {3, 17, 64, 16}, {4, 12, 160, 40}, {5, 33, 96, 96},  {7, 6, 256, 128}, {11, 19, 80, 8},
-                       // several panels of the batched path (48 rows each at 1024 columns) and a tail
-                       {6, 70, 1024, 64}, {1, 9, 1024, 32}};
+                       // several panels of the batched path (128 rows each at 1024 columns) and a tail
+                       {6, 150, 1024, 64}, {1, 9, 1024, 32}};
 
 TEST(QuantKernels, RoundTripWithinHalfAStep) {
   for (int bits : {8, 4})
