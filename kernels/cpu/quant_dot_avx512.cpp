@@ -2,7 +2,7 @@
 // rows, 16 columns a step (masked at a group's end), each weight dequantised in registers and
 // multiply-added into MR x NR f32 accumulators, summed across lanes at the end. int4: a group's 16
 // levels dequantised once into a table, (l - zero) * scale, and each weight looked up in it (one
-// vpermps per 16 weights). int8: (q * scale) per weight, except in the GEMV (MR = 1), which sums
+// vpermps per 16 weights), 32 columns a step inside a group. int8: (q * scale) per weight, except in the GEMV (MR = 1), which sums
 // x_k q_k over a group and applies the scale in one fused multiply-add per group (one rounding
 // fewer, one instruction per 16 weights fewer). A weight row is dequantised once per step for all
 // MR activation rows, an activation vector loaded once for all NR weight rows. Also the
@@ -105,6 +105,25 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
       }
     }
   };
+  // int4, 32 columns from k (whole, inside one group): 16 bytes widened to one byte per 32-bit lane;
+  // vpermps reads an index's low 4 bits, so the lanes look up the even columns' levels (low
+  // nibbles) as they are and the odd columns' after a shift by 4, and the activations are split into
+  // even and odd columns once for all NR rows.
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  auto step32 = [&](int64_t k, const __m512* table) {
+    __m512 we[NR], wo[NR];
+    for (int r = 0; r < NR; ++r) {
+      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + k / 2)));
+      we[r] = _mm512_permutexvar_ps(b, table[r]);
+      wo[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table[r]);
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m512 x0 = _mm512_loadu_ps(xs[i] + k), x1 = _mm512_loadu_ps(xs[i] + k + 16);
+      const __m512 xe = _mm512_permutex2var_ps(x0, even, x1), xo = _mm512_permutex2var_ps(x0, odd, x1);
+      for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xo, wo[r], _mm512_fmadd_ps(xe, we[r], acc[i][r]));
+    }
+  };
   for (int64_t g = 0; g < groups; ++g) {
     __m512 factor[NR];
     for (int r = 0; r < NR; ++r) {
@@ -116,6 +135,8 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
     }
     const int64_t end = (g + 1) * group;
     int64_t k = g * group;
+    if constexpr (Bits == 4)
+      for (; k + 32 <= end; k += 32) step32(k, factor);
     for (; k + 16 <= end; k += 16) step(Full{}, k, kAll, factor);
     if (k < end) step(Part{}, k, static_cast<__mmask16>((1u << (end - k)) - 1u), factor);
     if constexpr (kGroupSums)
