@@ -23,7 +23,9 @@ N = embed + L * block + ln_f
 chunk = -(-N // dp); S = -(-chunk // 16) * 16            # rank 0's shard (FlatShards)
 f = 4
 expect_state = {0: f * 4 * N, 1: f * (2 * N + 2 * S), 2: f * (2 * N + 3 * S), 3: f * 4 * S}
-loss, norm = 8 + 8, 8    # all-reduced: the loss (a double) and the preemption flag (an int64); the shard norm
+# All-reduced doubles: the loss; the step's figures (trainer.cpp: a max of the preemption flag and the
+# largest resident memory, a sum of the data bytes read); and under ZeRO 2 and 3 the shard norm.
+loss, norm = 8 + 8 * 2 + 8, 8
 expect_comm = {
     0: f * N + loss,                                       # all-reduce of the gradients
     1: f * N + loss + f * N,                               # + all-gather of the parameters
