@@ -41,7 +41,10 @@ struct CommHandle::Pending {
   std::shared_ptr<const std::string> peers, context;  // for the watchdog's message
   bool record = true;  // false: not an operation of the caller's (a fingerprint exchange)
   double timeout_s = 0;
-  Timer timer;  // started when the operation was
+  Timer timer;  // started when the operation was (the watchdog's clock)
+  // The time the caller spent inside the operation's calls (comm_stats.h): posting it, testing
+  // and waiting for it. What ran in flight while the caller computed is not counted.
+  double exposed_ms = 0;
   // For a receive: the elements the message must carry (-1: no check) and their MPI type.
   int64_t expect_count = -1;
   MPI_Datatype type = MPI_BYTE;
@@ -56,6 +59,7 @@ struct CommHandle::Pending {
 };
 
 void CommHandle::Pending::finish() {
+  const Timer waited;
   MPI_Status status;
   int rc = MPI_SUCCESS;
   if (timeout_s > 0) {
@@ -78,13 +82,16 @@ void CommHandle::Pending::finish() {
     rc = MPI_Wait(&request, &status);
   }
   mpi_check(rc, what, timeout_s > 0 ? "MPI_Test" : "MPI_Wait");
+  exposed_ms += waited.millis();
   completed(status);
 }
 
 bool CommHandle::Pending::test() {
+  const Timer tested;
   MPI_Status status;
   int done = 0;
   mpi_check(MPI_Test(&request, &done, &status), what, "MPI_Test");
+  exposed_ms += tested.millis();
   if (done) completed(status);
   return done != 0;
 }
@@ -97,11 +104,13 @@ void CommHandle::Pending::completed(const MPI_Status& status) {
                   " elements from rank ", status.MPI_SOURCE, ", got ", got);
   }
   write_back();  // (a short message leaves the staged tensor as it was)
-  if (record) stats->record(op, bytes, timer.millis());
+  if (record) stats->record(op, bytes, exposed_ms);
 }
 
 CommHandle::CommHandle() = default;
-CommHandle::CommHandle(std::unique_ptr<Pending> pending) : pending_(std::move(pending)) {}
+CommHandle::CommHandle(std::unique_ptr<Pending> pending) : pending_(std::move(pending)) {
+  pending_->exposed_ms = pending_->timer.millis();  // posting it (and staging a device tensor)
+}
 
 CommHandle::CommHandle(CommHandle&& other) noexcept : pending_(std::move(other.pending_)) {}
 

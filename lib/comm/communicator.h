@@ -17,8 +17,9 @@
 
 namespace tessera::comm {
 
-// An operation in flight. wait() completes it and records it in its communicator's stats (time
-// from the start to wait()'s return); the destructor waits when nobody did. Move-only; the buffers
+// An operation in flight. wait() completes it and records it in its communicator's stats with
+// its exposed time: the time the caller spent posting it, in test() and in wait(), not the time
+// it ran while the caller computed (comm_stats.h); the destructor waits when nobody did. Move-only; the buffers
 // it was started on stay alive until it completes. An empty handle (default, or an operation on a
 // group of one rank) is already complete.
 class CommHandle {
