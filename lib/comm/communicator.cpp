@@ -53,21 +53,22 @@ struct CommHandle::Pending {
   std::vector<int> ints[4];
   WriteBack write_back;  // a device tensor's result, received on the host (comm/host_staging.h)
 
-  void finish();  // waits (under the watchdog's timeout)
+  // Waits (under the watchdog's timeout): in MPI_Wait, or testing with `pause` between tests.
+  void finish(std::chrono::microseconds pause = std::chrono::microseconds(0));
   bool test();    // completes it if it is done
   void completed(const MPI_Status& status);
 };
 
-void CommHandle::Pending::finish() {
+void CommHandle::Pending::finish(std::chrono::microseconds pause) {
   const Timer waited;
   MPI_Status status;
   int rc = MPI_SUCCESS;
-  if (timeout_s > 0) {
+  if (timeout_s > 0 || pause.count() > 0) {
     int done = 0;
     while (true) {
       rc = MPI_Test(&request, &done, &status);
       if (rc != MPI_SUCCESS || done) break;
-      if (timer.seconds() > timeout_s) {
+      if (timeout_s > 0 && timer.seconds() > timeout_s) {
         int world_rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
         const std::string line = timeout_message(world_rank, what, peers ? *peers : "",
@@ -76,12 +77,16 @@ void CommHandle::Pending::finish() {
         std::fflush(stderr);
         abort_job(1);
       }
-      std::this_thread::yield();
+      if (pause.count() > 0) {
+        std::this_thread::sleep_for(pause);
+      } else {
+        std::this_thread::yield();
+      }
     }
   } else {
     rc = MPI_Wait(&request, &status);
   }
-  mpi_check(rc, what, timeout_s > 0 ? "MPI_Test" : "MPI_Wait");
+  mpi_check(rc, what, timeout_s > 0 || pause.count() > 0 ? "MPI_Test" : "MPI_Wait");
   exposed_ms += waited.millis();
   completed(status);
 }
@@ -145,6 +150,12 @@ void CommHandle::wait() {
   if (!pending_) return;
   std::unique_ptr<Pending> p = std::move(pending_);  // complete (or failed) either way
   p->finish();
+}
+
+void CommHandle::wait_sleeping(std::chrono::microseconds pause) {
+  if (!pending_) return;
+  std::unique_ptr<Pending> p = std::move(pending_);
+  p->finish(pause);
 }
 
 // --- checks --------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -32,6 +33,10 @@ class CommHandle {
   ~CommHandle();
 
   void wait();
+  // wait(), testing every `pause` and sleeping between: the core goes to whoever shares it (ranks
+  // of an oversubscribed node: MPI's own wait spins) at up to `pause` of latency. The whole wait
+  // counts as exposed.
+  void wait_sleeping(std::chrono::microseconds pause);
   bool test();  // true (and completed, recorded) when the operation is done; never blocks
   bool pending() const { return pending_ != nullptr; }
 

@@ -2,11 +2,17 @@
 #include "parallel/sharded_params.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "kernels/ops.h"
 
 namespace tessera::parallel {
+namespace {
+// Overlapped waits test every 50 us and sleep between: the rank's core goes to ranks still
+// computing (on a node with more ranks than cores MPI's own wait would spin on it).
+constexpr std::chrono::microseconds kWaitPause{50};
+}  // namespace
 
 int ShardedParams::Pool::take_free(int64_t n) {
   for (size_t i = 0; i < buffers.size(); ++i)
@@ -109,7 +115,7 @@ void ShardedParams::gather(Range unit, bool with_grads) {
     if (!prefetched_.count(unit.begin)) prefetch(unit);  // not prefetched: posted now, waited at once
     auto it = prefetched_.find(unit.begin);
     const double start = trace_ ? trace_->now() : 0.0;
-    it->second.handle.wait();
+    it->second.handle.wait_sleeping(kWaitPause);
     if (progress_) progress_->let_go();
     trace_slice("wait all_gather ", unit, "zero3", start, 0);
     trace_slice("all_gather ", unit, "zero3", it->second.posted_ms, 1);
@@ -175,7 +181,7 @@ void ShardedParams::complete_oldest_reduction() {
   Reduction r = std::move(reductions_.front());
   reductions_.pop_front();
   const double start = trace_ ? trace_->now() : 0.0;
-  r.handle.wait();
+  r.handle.wait_sleeping(kWaitPause);
   if (progress_) progress_->let_go();
   trace_slice("wait reduce_scatter ", r.unit, "zero3", start, 0);
   trace_slice("reduce_scatter ", r.unit, "zero3", r.posted_ms, 1);
