@@ -62,7 +62,10 @@ std::vector<std::pair<std::string, Shape>> model_tensors(const nn::ParamStore& p
   std::string mine;
   for (const nn::ParamSpec& s : params.specs()) {
     mine += s.name;
-    for (int64_t d : s.global_shape.dims()) mine += " " + std::to_string(d);
+    for (int64_t d : s.global_shape.dims()) {
+      mine += ' ';
+      mine += std::to_string(d);
+    }
     mine += "\n";
   }
   std::vector<std::pair<std::string, Shape>> all;
