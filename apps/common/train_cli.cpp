@@ -91,6 +91,7 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
       ("ep", po::value(&mesh.ep)->default_value(1)->value_name("N"), "expert-parallel ranks: they split the experts, and the batch like dp");
   layout.add_options()
       ("zero", po::value(&tc.zero_stage)->default_value(0)->value_name("0|1|2|3"), "ZeRO stage: 0 replicated, 1 shard optimizer states, 2 also gradients, 3 also parameters")
+      ("zero3-overlap", po::value(&zero3_overlap)->default_value("on")->value_name("on|off"), "with --zero 3: on posts each unit's all-gather while the unit before it computes (forward and backward, into reused buffers) and its gradients' reduce-scatter without waiting; off gathers and reduce-scatters each unit when it is reached, waiting for each; the results are the same to the bit")
       ("bucket-mb", po::value(&tc.bucket_mb)->default_value(25.0, "25")->value_name("MIB"), "data-parallel gradient bucket size in MiB (> 0)")
       ("device", po::value(&device_name)->default_value("cpu")->value_name("cpu|cuda"), "where to compute: the CPU, or a node's GPUs (each rank takes one, by its node-local rank)")
       ("threads", po::value(&threads)->default_value(0)->value_name("N"), "CPU threads per rank (0: OMP_NUM_THREADS, else Slurm's --cpus-per-task, else all cores)")
@@ -207,6 +208,11 @@ void TrainOptions::finish(int world_size, const po::variables_map& vm) {
                 " itself: it takes no --offload ", offload, " (--offload cpu is --offload-optim-frac 1)");
   TESSERA_CHECK(frac == 0.0 || device() == Device::cpu, "--offload-optim-frac: not implemented for --device cuda yet");
   train.device_memory_limit = parse_bytes(device_memory_limit, "--device-memory-limit");
+  TESSERA_CHECK(zero3_overlap == "on" || zero3_overlap == "off", "--zero3-overlap ", zero3_overlap,
+                ": expected on or off");
+  TESSERA_CHECK(train.zero_stage == 3 || !given(vm, "zero3-overlap"), "--zero3-overlap ", zero3_overlap,
+                " overlaps ZeRO-3's gathers: it takes --zero 3 (got --zero ", train.zero_stage, ")");
+  train.zero3_overlap = zero3_overlap == "on";
   TESSERA_CHECK(!train.offload_params || train.zero_stage == 3, "--offload-params moves ZeRO-3's shard of the",
                 " parameters: it needs --zero 3 (with --dp 1 the shard is the whole model)");
   TESSERA_CHECK(!train.offload_params || device() == Device::cpu, "--offload-params: not implemented for --device cuda yet");
@@ -367,6 +373,7 @@ models::ModelLayout ParallelSetup::layout() {
   if (sequence_) layout.sequence = &*sequence_;
   if (options_.train.zero_stage == 3) layout.zero3 = &mesh_.data_group();
   layout.offload_params = options_.train.offload_params;
+  layout.zero3_overlap = options_.train.zero3_overlap;
   layout.pipeline = {mesh_.coord(comm::Axis::pp), options_.mesh.pp, options_.train.virtual_stages, options_.train.pp_layers};
   if (experts_) layout.experts = &*experts_;
   layout.checkpointing = options_.checkpointing();

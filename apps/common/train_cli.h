@@ -30,6 +30,7 @@ struct TrainOptions {
   double placement_chunk_mb = 4.0;                // parsed into train.adamw.placement_chunk
   int64_t recompute_every_k_blocks = 1;            // --recompute-every-k-blocks (was --checkpoint-every-k-blocks)
   std::string comm_backend = "host";              // host or nccl: device tensors' collectives (comm/device_route.h)
+  std::string zero3_overlap = "on";               // on or off: parsed into train.zero3_overlap
   bool dry_run = false;                           // print the plan and exit
   int threads = 0;
   double comm_timeout = 600;

@@ -25,7 +25,7 @@ const char* comm_op_name(CommOp op);  // "all_reduce", "reduce_scatter", ...
 struct OpStats {
   int64_t calls = 0;
   int64_t bytes = 0;  // payload bytes, by the convention below
-  double ms = 0;      // wall time as the caller saw it
+  double ms = 0;      // exposed time: the caller's time inside the operation's calls
 };
 
 // Payload bytes per call, from this rank's point of view:
@@ -37,9 +37,11 @@ struct OpStats {
 //   reduce          the tensor's size, on the root and on every sender
 //   send, recv      the message's size
 //   barrier         0
-// Wall time runs from the call's start to its completion as the caller sees it: for a blocking
-// call, until it returns; for an asynchronous one, until its handle's wait() returns. A group of
-// one rank exchanges nothing and records nothing.
+// Time is exposed time: what the caller spent inside the operation's calls. For a blocking call,
+// from its start until it returns; for an asynchronous one, posting it plus its handle's test()
+// and wait() calls, so the time it ran in flight while the caller computed is not counted (an
+// operation that overlapped fully records about the cost of posting it). A group of one rank
+// exchanges nothing and records nothing.
 class CommStats {
  public:
   explicit CommStats(std::string group = "") : group_(std::move(group)) {}

@@ -41,7 +41,10 @@ struct CommHandle::Pending {
   std::shared_ptr<const std::string> peers, context;  // for the watchdog's message
   bool record = true;  // false: not an operation of the caller's (a fingerprint exchange)
   double timeout_s = 0;
-  Timer timer;  // started when the operation was
+  Timer timer;  // started when the operation was (the watchdog's clock)
+  // The time the caller spent inside the operation's calls (comm_stats.h): posting it, testing
+  // and waiting for it. What ran in flight while the caller computed is not counted.
+  double exposed_ms = 0;
   // For a receive: the elements the message must carry (-1: no check) and their MPI type.
   int64_t expect_count = -1;
   MPI_Datatype type = MPI_BYTE;
@@ -50,20 +53,22 @@ struct CommHandle::Pending {
   std::vector<int> ints[4];
   WriteBack write_back;  // a device tensor's result, received on the host (comm/host_staging.h)
 
-  void finish();  // waits (under the watchdog's timeout)
+  // Waits (under the watchdog's timeout): in MPI_Wait, or testing with `pause` between tests.
+  void finish(std::chrono::microseconds pause = std::chrono::microseconds(0));
   bool test();    // completes it if it is done
   void completed(const MPI_Status& status);
 };
 
-void CommHandle::Pending::finish() {
+void CommHandle::Pending::finish(std::chrono::microseconds pause) {
+  const Timer waited;
   MPI_Status status;
   int rc = MPI_SUCCESS;
-  if (timeout_s > 0) {
+  if (timeout_s > 0 || pause.count() > 0) {
     int done = 0;
     while (true) {
       rc = MPI_Test(&request, &done, &status);
       if (rc != MPI_SUCCESS || done) break;
-      if (timer.seconds() > timeout_s) {
+      if (timeout_s > 0 && timer.seconds() > timeout_s) {
         int world_rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
         const std::string line = timeout_message(world_rank, what, peers ? *peers : "",
@@ -72,19 +77,26 @@ void CommHandle::Pending::finish() {
         std::fflush(stderr);
         abort_job(1);
       }
-      std::this_thread::yield();
+      if (pause.count() > 0) {
+        std::this_thread::sleep_for(pause);
+      } else {
+        std::this_thread::yield();
+      }
     }
   } else {
     rc = MPI_Wait(&request, &status);
   }
-  mpi_check(rc, what, timeout_s > 0 ? "MPI_Test" : "MPI_Wait");
+  mpi_check(rc, what, timeout_s > 0 || pause.count() > 0 ? "MPI_Test" : "MPI_Wait");
+  exposed_ms += waited.millis();
   completed(status);
 }
 
 bool CommHandle::Pending::test() {
+  const Timer tested;
   MPI_Status status;
   int done = 0;
   mpi_check(MPI_Test(&request, &done, &status), what, "MPI_Test");
+  exposed_ms += tested.millis();
   if (done) completed(status);
   return done != 0;
 }
@@ -97,11 +109,13 @@ void CommHandle::Pending::completed(const MPI_Status& status) {
                   " elements from rank ", status.MPI_SOURCE, ", got ", got);
   }
   write_back();  // (a short message leaves the staged tensor as it was)
-  if (record) stats->record(op, bytes, timer.millis());
+  if (record) stats->record(op, bytes, exposed_ms);
 }
 
 CommHandle::CommHandle() = default;
-CommHandle::CommHandle(std::unique_ptr<Pending> pending) : pending_(std::move(pending)) {}
+CommHandle::CommHandle(std::unique_ptr<Pending> pending) : pending_(std::move(pending)) {
+  pending_->exposed_ms = pending_->timer.millis();  // posting it (and staging a device tensor)
+}
 
 CommHandle::CommHandle(CommHandle&& other) noexcept : pending_(std::move(other.pending_)) {}
 
@@ -136,6 +150,12 @@ void CommHandle::wait() {
   if (!pending_) return;
   std::unique_ptr<Pending> p = std::move(pending_);  // complete (or failed) either way
   p->finish();
+}
+
+void CommHandle::wait_sleeping(std::chrono::microseconds pause) {
+  if (!pending_) return;
+  std::unique_ptr<Pending> p = std::move(pending_);
+  p->finish(pause);
 }
 
 // --- checks --------------------------------------------------------------------------------------

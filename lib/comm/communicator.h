@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -17,8 +18,9 @@
 
 namespace tessera::comm {
 
-// An operation in flight. wait() completes it and records it in its communicator's stats (time
-// from the start to wait()'s return); the destructor waits when nobody did. Move-only; the buffers
+// An operation in flight. wait() completes it and records it in its communicator's stats with
+// its exposed time: the time the caller spent posting it, in test() and in wait(), not the time
+// it ran while the caller computed (comm_stats.h); the destructor waits when nobody did. Move-only; the buffers
 // it was started on stay alive until it completes. An empty handle (default, or an operation on a
 // group of one rank) is already complete.
 class CommHandle {
@@ -31,6 +33,10 @@ class CommHandle {
   ~CommHandle();
 
   void wait();
+  // wait(), testing every `pause` and sleeping between: the core goes to whoever shares it (ranks
+  // of an oversubscribed node: MPI's own wait spins) at up to `pause` of latency. The whole wait
+  // counts as exposed.
+  void wait_sleeping(std::chrono::microseconds pause);
   bool test();  // true (and completed, recorded) when the operation is done; never blocks
   bool pending() const { return pending_ != nullptr; }
 

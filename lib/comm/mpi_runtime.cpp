@@ -9,8 +9,10 @@
 namespace tessera::comm {
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  // MPI_THREAD_MULTIPLE: ZeRO-3's overlapped gathers are moved forward by a helper thread
+  // (comm/progress_thread.h); every other MPI call stays on the main thread.
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);

@@ -1,5 +1,6 @@
-// MpiRuntime: MPI_Init_thread / MPI_Finalize as an RAII object owned by main(). A failure on any
-// rank ends the whole job through abort_job(), so no rank waits forever for a failed peer.
+// MpiRuntime: MPI_Init_thread (asking for MPI_THREAD_MULTIPLE, for comm/progress_thread.h) /
+// MPI_Finalize as an RAII object owned by main(). A failure on any rank ends the whole job through
+// abort_job(), so no rank waits forever for a failed peer.
 #pragma once
 
 namespace tessera::comm {

@@ -22,6 +22,7 @@ float forward_blocks(const StageBlocks& s, const ModelChunk& c, BlockActivations
   for (int64_t j = 0; j < c.blocks(); ++j) {
     const size_t b = c.block_base + static_cast<size_t>(j);
     s.units.gather(s.first_unit + b, false);
+    if (j + 1 < c.blocks()) s.units.prefetch(s.first_unit + b + 1);  // ZeRO-3: gathered while this block computes
     aux += s.blocks[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], s.scratch);
     rounding.round(a.residual[j + 1]);
     s.units.release(s.first_unit + b);
@@ -37,11 +38,13 @@ void backward_blocks(const StageBlocks& s, const ModelChunk& c, BlockActivations
     const size_t unit = s.first_unit + b;
     if (defer_weights) {  // the parameters' values only (ZeRO-3): their gradients wait for W
       s.units.gather(unit, false);
+      if (j > 0) s.units.prefetch(unit - 1);  // ZeRO-3: gathered while this block computes
       s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, &a.block_weight_grads[j]);
       s.units.release(unit);
       continue;
     }
     s.units.gather(unit, true);
+    if (j > 0) s.units.prefetch(unit - 1);  // ZeRO-3: gathered while this block computes
     s.blocks[b].recompute(a.residual[j], a.saved[j], s.scratch);  // activation checkpointing
     s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, nullptr, aux_loss_scale);
     s.units.grads_done(unit, sync);
@@ -52,6 +55,7 @@ void backward_block_weights(const StageBlocks& s, const ModelChunk& c, BlockActi
   for (int64_t j = c.blocks(); j-- > 0;) {
     const size_t unit = s.first_unit + c.block_base + static_cast<size_t>(j);
     s.units.gather(unit, true);
+    if (j > 0) s.units.prefetch(unit - 1);  // ZeRO-3: gathered while this block computes
     a.block_weight_grads[static_cast<size_t>(j)].run();
     s.units.grads_done(unit, sync);
   }

@@ -1,5 +1,6 @@
 // The loops every block model runs over one pipeline chunk of its transformer blocks: forward,
-// backward (each block gathered around its use under ZeRO-3, recomputed first under activation
+// backward (each block gathered around its use under ZeRO-3, the next block's gather posted as
+// it starts so that it runs while this one computes; recomputed first under activation
 // checkpointing) and the deferred weight gradients of a zero-bubble schedule. Gpt and Vit share
 // them; what differs between the models (embedding, head) stays in each model.
 #pragma once

@@ -42,6 +42,7 @@ struct ModelLayout {
   nn::SequenceLayout* sequence = &nn::SequenceLayout::single();
   comm::Communicator* zero3 = nullptr;  // shard the parameters over this group (ZeRO-3)
   bool offload_params = false;          // ZeRO-3: the shard (values, gradients) on the host tier
+  bool zero3_overlap = true;            // ZeRO-3: gathers and reduce-scatters overlap compute
   PipelinePlacement pipeline;
   // Mixed precision: the activations kept between blocks (the residual stream, which pipeline
   // stages also send) are rounded to this storage type (f32: kept as they are).

@@ -4,12 +4,12 @@
 namespace tessera::parallel {
 
 ParamUnits::ParamUnits(nn::ParamStore& store, std::vector<int> first_params, Device device, uint64_t seed,
-                       comm::Communicator* zero3, bool shard_on_host_tier) {
+                       comm::Communicator* zero3, bool shard_on_host_tier, bool overlap) {
   TESSERA_CHECK(zero3 || !shard_on_host_tier, "--offload-params moves ZeRO-3's shard: it needs --zero 3");
   if (zero3) {
     const Range mine = FlatShards(store.numel(), zero3->size()).shard(zero3->rank());
     store.allocate_shard(device, seed, mine.begin, mine.end, shard_on_host_tier);
-    sharded_ = std::make_unique<ShardedParams>(store, *zero3);
+    sharded_ = std::make_unique<ShardedParams>(store, *zero3, overlap);
   } else {
     store.allocate(device, seed);
   }

@@ -53,6 +53,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
   std::vector<std::pair<std::string, double>> model_values() const override;
   PipelineRunner* pipeline() override { return runner_.get(); }
+  void set_trace(TraceSink* trace) override { model_.units().set_trace(trace); }
   parallel::TiedWeights* tied_weights() override { return tied_.get(); }
   void dump_initial(const std::string& path) override;
   void dump_first_step(const std::string& path) override;

@@ -19,8 +19,8 @@ RunTrace::RunTrace(comm::Communicator& world) {
   clock_.reset();
 }
 
-void RunTrace::add(const std::string& name, const char* category, double start_ms, double end_ms) {
-  slices_.push_back({name, category, start_ms, end_ms});
+void RunTrace::add(const std::string& name, const char* category, double start_ms, double end_ms, int track) {
+  slices_.push_back({name, category, start_ms, end_ms, track});
 }
 
 void RunTrace::add_counters(const std::string& name, double at_ms, std::vector<std::pair<std::string, double>> values) {
@@ -32,7 +32,7 @@ double RunTrace::compute_fraction() const {
   bool any = false;
   for (const Slice& s : slices_) {
     const std::string category = s.category;
-    if (category == "step") continue;
+    if (category != "compute" && category != "comm") continue;
     if (category == "compute") busy += s.end - s.start;
     first = any ? std::min(first, s.start) : s.start;
     last = any ? std::max(last, s.end) : s.end;
@@ -46,9 +46,16 @@ void RunTrace::write(const std::string& path, comm::Communicator& world) const {
   using Json = nlohmann::ordered_json;
   const auto micros = [](double ms) { return std::round(ms * 1e4) / 10.0; };  // to 0.1 us
   std::string events;
-  for (const Slice& s : slices_)
-    events += json_text(Json{{"name", s.name}, {"cat", s.category}, {"ph", "X"}, {"pid", world.rank()}, {"tid", 0},
-                             {"ts", micros(s.start)}, {"dur", micros(s.end - s.start)}}) + ",\n";
+  bool in_flight_track = false;
+  for (const Slice& s : slices_) {
+    events += json_text(Json{{"name", s.name}, {"cat", s.category}, {"ph", "X"}, {"pid", world.rank()},
+                             {"tid", s.track}, {"ts", micros(s.start)}, {"dur", micros(s.end - s.start)}}) + ",\n";
+    in_flight_track |= s.track == 1;
+  }
+  if (in_flight_track)  // the tracks' names in the viewer
+    for (const auto& [tid, name] : {std::pair<int, const char*>{0, "training"}, {1, "ZeRO-3 communication in flight"}})
+      events += json_text(Json{{"name", "thread_name"}, {"ph", "M"}, {"pid", world.rank()}, {"tid", tid},
+                               {"args", {{"name", name}}}}) + ",\n";
   for (const Counters& c : counters_) {
     Json args = Json::object();
     for (const auto& [key, value] : c.values) args[key] = std::round(value * 1e3) / 1e3;

@@ -44,6 +44,7 @@ struct TrainConfig {
   std::string trace_path;            // Chrome trace of the pipeline's compute and messages
   std::string dump_path;        // debug: initial params, batches, step-1 logits and gradients
   bool offload_params = false;       // ZeRO-3's parameter shard on the host tier
+  bool zero3_overlap = true;         // ZeRO-3: next unit's gather and the reduce-scatters overlap compute
   int64_t device_memory_limit = 0;   // bytes per rank on the compute device (0: none), checked every step
   // Every option of the app as given (name -> value, defaults included), recorded in the metrics
   // file's run and resume lines.

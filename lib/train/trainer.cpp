@@ -335,6 +335,7 @@ TrainResult Trainer::run() {
   if (!config_.trace_path.empty()) {
     trace = std::make_unique<RunTrace>(world_);
     if (PipelineRunner* pipeline = work_.pipeline()) pipeline->set_trace(trace.get());
+    work_.set_trace(trace.get());
   }
   // TESSERA_OP_PROFILE=1: each op's time over the steps after the first (which holds one-time
   // set-up), printed by rank 0 at the end (kernels/op_profile.h).
@@ -435,6 +436,7 @@ TrainResult Trainer::run() {
   if (profile_ops && root) std::fputs(kernels::format_op_profile(op_profile).c_str(), stderr);
   if (trace) {
     if (PipelineRunner* pipeline = work_.pipeline()) pipeline->set_trace(nullptr);
+    work_.set_trace(nullptr);
     trace->write(config_.trace_path, world_);
     if (root) log::info("trace: ", config_.trace_path, " (open in https://ui.perfetto.dev)");
   }

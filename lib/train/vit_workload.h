@@ -44,6 +44,7 @@ class VitWorkload final : public Workload, private ModelStage<models::Vit> {
   std::string model_name() const override { return "vit"; }
   std::vector<std::pair<std::string, int64_t>> model_config() const override;
   PipelineRunner* pipeline() override { return runner_.get(); }
+  void set_trace(TraceSink* trace) override { model_.units().set_trace(trace); }
   // The ViT ties no weights across stages: a TiedWeights that does nothing on every stage.
   parallel::TiedWeights* tied_weights() override { return tied_.get(); }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/trace_sink.h"
 #include "nn/param_store.h"
 #include "parallel/grad_sync.h"
 #include "parallel/tied_weights.h"
@@ -71,6 +72,8 @@ class Workload {
   // (nullptr: the whole model is on this rank, and train_micro_batch runs it).
   virtual PipelineRunner* pipeline() { return nullptr; }
   virtual parallel::TiedWeights* tied_weights() { return nullptr; }
+  // --trace: where the model records its own slices (ZeRO-3's gathers; nullptr: none).
+  virtual void set_trace(TraceSink* trace) { (void)trace; }
 
   // Debug dumps (--dump): initial parameters and batches, then step 1's outputs and gradients.
   virtual void dump_initial(const std::string& path) { (void)path; }

@@ -333,6 +333,13 @@ TEST_F(GptTrainBadOption, ConfigThatIsNotAFile) {
   expect_refused("--config " + shell_quote(ini), 2, "config file " + ini + " sets config");
 }
 
+// --zero3-overlap is on or off, and only ZeRO-3's.
+TEST_F(GptTrainBadOption, Zero3OverlapTakesOnOrOffAndZero3) {
+  expect_refused("--zero 3 --zero3-overlap maybe", 1, "--zero3-overlap maybe: expected on or off");
+  expect_refused("--zero 2 --zero3-overlap off", 1,
+                 "--zero3-overlap off overlaps ZeRO-3's gathers: it takes --zero 3 (got --zero 2)");
+}
+
 // Options that need another one, or exclude it.
 TEST_F(GptTrainBadOption, OptionsThatContradictEachOther) {
   expect_refused("--checkpoint-every 2", 1, "--checkpoint-every 2 needs --checkpoint-dir");

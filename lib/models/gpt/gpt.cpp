@@ -169,7 +169,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   block_unit_base_ = first_stage ? 1 : 0;
   ln_f_unit_ = block_unit_base_ + blocks_.size();
   units_ = std::make_unique<parallel::ParamUnits>(store_, m.unit_first_param, device, seed, layout.zero3,
-                                                  layout.offload_params);
+                                                  layout.offload_params, layout.zero3_overlap);
   if (mirror_->size() > 0) {
     mirror_->allocate(device, seed);  // the same values as the first stage's table
   } else {
@@ -251,7 +251,9 @@ void Gpt::load_batch(Activations& a, const int32_t* rows, const uint8_t* mask) {
 // Under ZeRO-3 each block is gathered for its forward and again for its backward. Without a
 // pipeline the embedding (also the tied head) and the final norm stay gathered from their forward
 // to their backward; on a pipeline the embedding is gathered again for its backward, as the
-// stage holds several micro-batches in flight.
+// stage holds several micro-batches in flight. Overlapped, the first block's gather is posted as
+// the embedding starts and, without a pipeline (backward follows at once), the last block's as the
+// head starts.
 float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale,
                          parallel::GradSync* sync, const LossMask& mask) {
   const ModelChunk& c = chunks_[chunk];
@@ -262,6 +264,7 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   float aux = 0.0f;
   if (c.embedding) {
     units_->gather(embed_unit_, training && keep_embedding);
+    if (c.blocks() > 0) units_->prefetch(block_unit_base_ + c.block_base);
     embed_.forward(a.residual[0], a.inputs, first_position_, scratch_.region);
     activation_rounding_.round(a.residual[0]);
     if (!keep_embedding) units_->release(embed_unit_);
@@ -273,6 +276,7 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   if (!training) aux = 0.0f;  // evaluation reports the language-model loss alone
   if (!c.head) return aux;
   units_->gather(ln_f_unit_, training);
+  if (training && keep_embedding && c.blocks() > 0) units_->prefetch(block_unit_base_ + c.block_base + c.blocks() - 1);
   ln_f_.forward(lnf_, lnf_mean_, lnf_rstd_, a.residual.back());
   const int32_t* host_targets = host_rows_.data<int32_t>() + batch_ * local_seq_;
   const Tensor& losses = head_.forward(lnf_, targets_, host_targets, scratch_.region);  // tied to the embedding
@@ -315,14 +319,14 @@ void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
   const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
   backward_blocks(stage_blocks(), c, a, sync, defer_weights, a.grad_scale);
-  if (!c.embedding) return;
-  if (defer_weights) {
+  if (c.embedding && defer_weights) {
     a.embedding_weight_grads.embedding(embed_, a.dres, a.inputs, first_position_, scratch_.region);
-    return;
+  } else if (c.embedding) {
+    if (!c.head) units_->gather(embed_unit_, true);
+    embed_.backward(a.dres, a.inputs, first_position_, scratch_.region);
+    units_->grads_done(embed_unit_, sync);
   }
-  if (!c.head) units_->gather(embed_unit_, true);
-  embed_.backward(a.dres, a.inputs, first_position_, scratch_.region);
-  units_->grads_done(embed_unit_, sync);
+  units_->finish_grads();  // ZeRO-3: the reduce-scatters still in flight, into the shard
 }
 
 void Gpt::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync) {
@@ -334,6 +338,7 @@ void Gpt::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync)
     a.embedding_weight_grads.run();
     units_->grads_done(embed_unit_, sync);
   }
+  units_->finish_grads();  // ZeRO-3: the reduce-scatters still in flight, into the shard
 }
 
 float Gpt::forward(const int32_t* rows, const LossMask& mask) {

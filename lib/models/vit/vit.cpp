@@ -113,7 +113,7 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
     std::tie(ln_f_, head_) = add_head(store_);
   }
   units_ = std::make_unique<parallel::ParamUnits>(store_, first_param, device, seed, layout.zero3,
-                                                  layout.offload_params);
+                                                  layout.offload_params, layout.zero3_overlap);
   if (layout.pipeline.pipelined()) {  // the whole model's size, from its parameter list alone
     nn::ParamStore whole;
     add_embedding(whole);
@@ -296,6 +296,7 @@ void Vit::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
   Activations& a = slots_.at(chunk, micro);
   backward_blocks(stage_blocks(), c, a, sync, defer_weights, 0.0f);
   if (c.embedding && !defer_weights) embed_backward(a, c.head, sync);
+  units_->finish_grads();  // ZeRO-3: the reduce-scatters still in flight, into the shard
 }
 
 void Vit::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync) {
@@ -303,6 +304,7 @@ void Vit::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync)
   Activations& a = slots_.at(chunk, micro);
   backward_block_weights(stage_blocks(), c, a, sync);
   if (c.embedding) embed_backward(a, false, sync);
+  units_->finish_grads();  // ZeRO-3: the reduce-scatters still in flight, into the shard
 }
 
 // gathered: the embedding unit is still gathered, with gradients, from its forward.

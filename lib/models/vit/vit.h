@@ -104,6 +104,7 @@ class Vit {
   void release(int chunk, int micro) { slots_.release(chunk, micro); }  // the activations are free for reuse
 
   nn::ParamStore& params() { return store_; }
+  parallel::ParamUnits& units() { return *units_; }
   parallel::ShardedParams* sharded() { return units_->sharded(); }
   const VitConfig& config() const { return config_; }
   int64_t micro_batch() const { return batch_; }
