@@ -122,7 +122,7 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
   c.args = layout_args;
   c.run = planned_run(o, mc, seq);
   c.memory = plan::plan_memory(c.run);
-  c.time = plan::predict_step(c.run, machine, input.ranks_per_node);
+  c.time = plan::predict_step(c.run, machine, input.ranks_per_node, input.wire_bytes);
   return c;
 }
 

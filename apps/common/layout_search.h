@@ -23,6 +23,7 @@ struct SearchInput {
   int64_t device_memory = 0;
   std::vector<std::string> trainer_args;  // "--config", "inputs/gpt_tiny.ini", "--input", "d.h5", ...
   int64_t vocab = 0;                      // the vocabulary when no --input names it (search only)
+  double wire_bytes = 4;                  // per value on the wire (plan::predict_step): 4 for tessera
 };
 
 struct LayoutChoice {

@@ -15,7 +15,7 @@
 namespace tessera::plan {
 namespace {
 
-constexpr double kFloat = 4;  // bytes per value (fp32 activations and gradients)
+constexpr double kStateBytes = 4;  // bytes per fp32 master value, gradient or optimizer state copied to the host tier
 constexpr double kBlockCalls = 12;  // kernels a block's forward calls (norms, GEMMs, attention, adds, activation)
 
 // What one micro-batch costs on one stage, computing and communicating inside the layers.
@@ -80,7 +80,7 @@ struct Shapes {
 // One stage's micro-batch. `terms`, when given, receives the layers' communication (calls per step:
 // per micro-batch times `micro_batches`).
 StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankPlacement& where, int stage,
-                     PlannedLayouts& layouts, std::vector<CommTerm>* terms) {
+                     PlannedLayouts& layouts, double wire, std::vector<CommTerm>* terms) {
   const Shapes s(run);
   const std::string precision = run.precision == "bf16" ? "bf16" : "f32";
   const double micro_batches = static_cast<double>(run.micro_batches);
@@ -145,7 +145,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   // Each kernel call also costs a fixed kernel_call_s: a block's forward makes about kBlockCalls.
   const double block_elem = 2 * s.rows * s.c * norm + 2 * s.rows * s.c * elem + s.tokens * s.f / tp * elem +
                             kBlockCalls * machine.kernel_call_s;
-  const double nc = s.tokens * s.c * kFloat;
+  const double nc = s.tokens * s.c * wire;
 
   // tp (docs/parallelism.md): 1D all-reduces the attention and MLP outputs forward and the two dx
   // backward; split_gather gathers rows into both regions and reduce-scatters out, backward the
@@ -159,7 +159,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   }
   // sp: all_to_all moves q, k, v into head shards and the output back (backward the reverse); ring
   // passes key/value blocks (2E) up the ring, backward with their dk/dv partial sums (4E).
-  const double e = s.b * (s.t / sp) * (s.heads / tp) * s.hd * kFloat;
+  const double e = s.b * (s.t / sp) * (s.heads / tp) * s.hd * wire;
   if (!run.ring) {
     charge("sp all_to_all: q, k, v into head shards", "all_to_all", sp, sp_across, blocks, blocks, 3 * e);
     charge("sp all_to_all: the output back", "all_to_all", sp, sp_across, blocks, blocks, e);
@@ -177,7 +177,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     gemm(s.tokens, s.vocab_local, s.c, 1);  // the logits' vocabulary slice
     edge_elem += s.rows * s.c * norm;  // the final norm
     loss_s = s.tokens * s.vocab_local * machine.kernel_seconds("softmax");
-    charge("tp: the loss's row statistics", "all_reduce", tp, tp_across, 3, 0, s.tokens * kFloat);
+    charge("tp: the loss's row statistics", "all_reduce", tp, tp_across, 3, 0, s.tokens * wire);
     if (!run.split_gather) charge("tp: the head's dx", "all_reduce", tp, tp_across, 0, 1, nc);
     else charge("tp split_gather: the head", "all_gather", tp, tp_across, 1, 2, nc);
   }
@@ -186,12 +186,12 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   if (run.zero_stage == 3) {
     const double units = blocks + (embedding ? 1 : 0) + (head ? 1 : 0);
     charge("ZeRO-3: each unit gathered before forward and backward", "all_gather", data, where.data_across(), units,
-           units, static_cast<double>(cost.params) / units * kFloat);
+           units, static_cast<double>(cost.params) / units * wire);
   }
   // The pipeline's messages: the residual stream's rows to the next virtual stage, its gradient back.
   if (run.mesh.pp > 1)
     charge("pp: activations forward, gradients back", "send_recv", 2, where.pp_across(), sends_f, sends_b,
-           s.rows * s.c * kFloat);
+           s.rows * s.c * wire);
 
   // Backward: the GEMMs twice (input and weight gradients), attention kAttentionBackward times, the
   // other kernels twice; recomputation reruns the checkpointed blocks' forwards first (full: the
@@ -222,8 +222,10 @@ double StepTime::comm_exposed() const {
   return e;
 }
 
-StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node) {
+StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes) {
   TESSERA_CHECK(run.mesh.dp >= 1 && ranks_per_node >= 1, "predict_step: the mesh must be resolved");
+  TESSERA_CHECK(wire_bytes > 0, "predict_step: wire_bytes must be positive, got ", wire_bytes);
+  const double wire = wire_bytes;  // bytes per activation or gradient value on the wire
   const RankPlacement where(run.mesh, ranks_per_node);
   PlannedLayouts layouts(run.mesh.tp, run.split_gather, run.mesh.sp, run.mesh.ep);
   const int pp = run.mesh.pp;
@@ -232,7 +234,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   std::vector<StageCost> stages;
   int slowest = 0;
   for (int s = 0; s < pp; ++s) {
-    stages.push_back(stage_cost(run, machine, where, s, layouts, nullptr));
+    stages.push_back(stage_cost(run, machine, where, s, layouts, wire, nullptr));
     if (stages.back().total() > stages[slowest].total()) slowest = s;
   }
   StepTime t;
@@ -240,7 +242,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     t.stage_forward_s.push_back(c.forward);
     t.stage_backward_s.push_back(c.backward_input + c.backward_weight);
   }
-  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, &t.comm);
+  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, wire, &t.comm);
   t.forward_s = slow.forward;
   t.backward_s = slow.backward_input + slow.backward_weight;
   t.recompute_s = m * slow.recompute;
@@ -280,7 +282,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   // Per step, outside the layers: the gradient reduction over the data group dp x sp, ZeRO-1/2's
   // gather of the updated shards, the gradient norm, the tied table's gradient across the pipeline.
   const int data = run.mesh.dp * run.mesh.sp;
-  const double grad_bytes = static_cast<double>(slow.params) * kFloat;
+  const double grad_bytes = static_cast<double>(slow.params) * wire;
   const auto add = [&](const std::string& what, const std::string& op, int size, bool across, double bytes) -> CommTerm* {
     if (size <= 1) return nullptr;
     const double sec = machine.collective(op, size, across).seconds(bytes);
@@ -298,7 +300,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   add("the gradient norm", "all_reduce", where.world(), where.world_across(), 8);
   if (pp > 1 && run.model.tie_embeddings)
     add("pp: the tied token table's gradient (first and last stage)", "all_reduce", 2, where.across(comm::Axis::pp),
-        Shapes(run).vocab_local * static_cast<double>(run.model.hidden) * kFloat);
+        Shapes(run).vocab_local * static_cast<double>(run.model.hidden) * wire);
 
   // The update: AdamW over the rank's (shard of the) parameters; offloaded states cross to the
   // host tier and back (the gradient out, the parameters back), as do ZeRO-3's offloaded shards.
@@ -306,8 +308,8 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
                                              : static_cast<double>(slow.params);
   t.optimizer_s = updated * machine.kernel_seconds("adamw");
   const double host_share = run.offload == "cpu" ? 1.0 : run.offload == "none" ? run.host_fraction : 0.0;
-  t.optimizer_s += host_share * updated * 2 * kFloat / machine.copy_bytes_per_s;
-  if (run.offload_params) t.optimizer_s += updated * 2 * kFloat / machine.copy_bytes_per_s;
+  t.optimizer_s += host_share * updated * 2 * kStateBytes / machine.copy_bytes_per_s;
+  if (run.offload_params) t.optimizer_s += updated * 2 * kStateBytes / machine.copy_bytes_per_s;
 
   double outside = 0;
   for (const CommTerm& c : t.comm)
@@ -316,6 +318,20 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   const double tokens = static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.seq;
   t.tokens_per_s = tokens / t.step_s;
   return t;
+}
+
+double megatron_model_flops(const GptRun& run) {
+  const models::GptConfig& m = run.model;
+  const double batch = static_cast<double>(run.micro_batch) * static_cast<double>(run.micro_batches) * run.mesh.dp *
+                       run.mesh.ep;
+  const double s = static_cast<double>(run.seq), h = static_cast<double>(m.hidden), l = static_cast<double>(m.layers);
+  const double v = static_cast<double>(m.vocab);
+  // Full checkpointing reruns every block's forward once more; selective or every k-th block is
+  // not the paper's count, and counts the three passes only.
+  bool all_recomputed = l > 0;
+  for (int64_t i = 0; i < m.layers; ++i) all_recomputed &= run.checkpointing.of_block(i) == nn::Recompute::forward;
+  const double passes = all_recomputed ? 4 : 3;
+  return 24 * passes * batch * s * l * h * h * (1 + s / (6 * h)) + 6 * batch * s * h * v;
 }
 
 std::string describe(const StepTime& t) {

@@ -50,7 +50,16 @@ struct StepTime {
 };
 
 // ranks_per_node: how many consecutive world ranks share a node (the mesh puts tp innermost).
-StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node);
+// wire_bytes: bytes per activation and gradient value the collectives and pipeline messages move:
+// 4 for tessera (fp32 activations and gradients, whatever --precision rounds); 2 models a trainer
+// that communicates half precision (Megatron-LM's fp16 runs, validation/auto_layout).
+StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes = 4);
+// The model FLOPs of one step as Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
+// on GPU Clusters Using Megatron-LM", eq. 3) count them for the whole global batch B: each pass over a
+// block 24 B s h^2 (1 + s / 6h) (the square of causal attention counted whole), three passes (forward,
+// two backward) and a fourth under full activation checkpointing, plus the logits' 6 B s h V. With
+// full recomputation it is the paper's 96 B s l h^2 (1 + s/6h + V/(16 l h)).
+double megatron_model_flops(const GptRun& run);
 // The breakdown as text: compute, each communication term, the bubble, the step.
 std::string describe(const StepTime& t);
 

@@ -93,6 +93,38 @@ TEST(TimeModel, DoublingTheBandwidthHalvesTheCommunication) {
   EXPECT_NEAR(fast, slow / 2, 1e-12);
 }
 
+TEST(TimeModel, HalfPrecisionOnTheWireHalvesTheCommunicatedBytes) {
+  const plan::GptRun run = tiny_run(2, 2, 2, 2);
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "t");
+  const plan::StepTime fp32 = plan::predict_step(run, m, 4), half = plan::predict_step(run, m, 4, 2);
+  ASSERT_EQ(fp32.comm.size(), half.comm.size());
+  ASSERT_FALSE(fp32.comm.empty());
+  for (size_t i = 0; i < fp32.comm.size(); ++i) {
+    EXPECT_EQ(half.comm[i].what, fp32.comm[i].what);
+    if (fp32.comm[i].what == "the gradient norm") {  // one double, whatever the values' width
+      EXPECT_EQ(half.comm[i].bytes, 8.0);
+      continue;
+    }
+    EXPECT_DOUBLE_EQ(half.comm[i].bytes, fp32.comm[i].bytes / 2) << fp32.comm[i].what;
+  }
+  EXPECT_DOUBLE_EQ(half.flops, fp32.flops);  // the compute is the same
+  EXPECT_LT(half.step_s, fp32.step_s);
+  EXPECT_THROW(plan::predict_step(run, m, 4, 0), Error);
+}
+
+TEST(TimeModel, ModelFlopsAreTheMegatronPaperFormula) {
+  // 96 B s l h^2 (1 + s / 6h + V / (16 l h)) under full recomputation (Narayanan et al. 2021, eq. 3),
+  // B the global batch: here micro-batch 2 x 3 micro-batches x dp 2.
+  plan::GptRun run = tiny_run(3, 1, 1, 3);
+  run.mesh.dp = 2;
+  const double b = 12, s = 32, l = 3, h = 64, v = 64;
+  run.checkpointing.recompute = nn::Recompute::forward;
+  EXPECT_NEAR(plan::megatron_model_flops(run), 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)), 1e-3);
+  // Without recomputation three passes: 72 B s l h^2 (1 + s / 6h + V / (12 l h)).
+  run.checkpointing.recompute = nn::Recompute::nothing;
+  EXPECT_NEAR(plan::megatron_model_flops(run), 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h)), 1e-3);
+}
+
 TEST(TimeModel, ThePipelineIsTheSimulatedSchedule) {
   const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
   for (const char* schedule : {"gpipe", "1f1b"}) {
