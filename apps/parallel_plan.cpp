@@ -32,7 +32,7 @@ constexpr const char* kUsage =
     "usage: parallel_plan calibrate --output machine.json [--threads N]   (under mpirun -np N, or alone)\n"
     "       parallel_plan search --ranks N [--ranks-per-node K] --device-memory BYTES --machine machine.json\n"
     "                            [--top T] [--json] [--explain \"LAYOUT FLAGS\"] [--vocab V] [--wire-bytes 4|2]\n"
-    "                            GPT_TRAIN_OPTIONS...\n"
+    "                            [--trainer gpt_train|moe_train] TRAINER_OPTIONS...\n"
     "       parallel_plan schedule --pp P --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb] [--virtual-stages V]\n"
     "       parallel_plan schedule --pp P --global-batch G --micro-batch B [--dp D] [--pp-schedule ...]\n"
     "       parallel_plan --version\n"
@@ -46,8 +46,8 @@ constexpr const char* kUsage =
     "             precision, attention, the other kernels per element, memory copies, and each collective's\n"
     "             latency and bandwidth per group size inside a node and across nodes; writes plain JSON\n"
     "             (never over an existing file)\n"
-    "  search     every gpt_train layout of N ranks (dp, tp, pp and schedule, sp and mode, ZeRO, micro-batch,\n"
-    "             activation checkpointing, offload) checked as gpt_train checks it, its memory planned as\n"
+    "  search     every gpt_train (or --trainer moe_train) layout of N ranks (dp, tp, pp and schedule, sp and\n"
+    "             mode, moe_train's ep, ZeRO, micro-batch, activation checkpointing, offload) checked as the trainer checks it, its memory planned as\n"
     "             --dry-run plans it, its step time predicted from the machine file; prints the fastest that\n"
     "             fit in --device-memory with their command lines, and the rejected layouts by reason.\n"
     "             The model and training are gpt_train's own options (--config, --input or --vocab, --layers,\n"
@@ -223,6 +223,7 @@ int run_search(int argc, char** argv) {
   std::string memory, machine_path, explain;
   int64_t vocab = 0;
   int wire_bytes = 4;
+  std::string trainer_name;
   bool json = false;
   po::options_description search("Search");
   search.add_options()
@@ -234,6 +235,7 @@ int run_search(int argc, char** argv) {
       ("json", po::bool_switch(&json), "print the ranked list as JSON")
       ("explain", po::value(&explain)->value_name("\"LAYOUT FLAGS\""), "print the breakdown of this one layout (\"--dp 2 --tp 2 ...\")")
       ("vocab", po::value(&vocab)->default_value(0)->value_name("V"), "the vocabulary, where no --input names a data set")
+      ("trainer", po::value(&trainer_name)->default_value("gpt_train")->value_name("gpt_train|moe_train"), "whose layouts and options: moe_train adds ep and its expert options (--experts, --top-k, ...)")
       ("wire-bytes", po::value(&wire_bytes)->default_value(4)->value_name("4|2"), "bytes per activation and gradient value the collectives move (2: a half-precision trainer)");
   po::variables_map vm;
   const po::parsed_options parsed = po::command_line_parser(argc, argv).options(search).allow_unregistered().run();
@@ -256,6 +258,11 @@ int run_search(int argc, char** argv) {
   input.trainer_args = trainer;
   input.vocab = vocab;
   input.wire_bytes = wire_bytes;
+  if (trainer_name == "vit_train")
+    usage_error("--trainer vit_train: the memory planner and time model do not cover vit_train yet (gpt_train, moe_train)");
+  if (trainer_name != "gpt_train" && trainer_name != "moe_train")
+    usage_error("--trainer " + trainer_name + ": expected gpt_train or moe_train");
+  input.moe = trainer_name == "moe_train";
   const tessera::plan::MachineModel machine = tessera::plan::read_machine_file(machine_path);
   check_machine_covers(machine, machine_path, ranks, per_node);
 
@@ -264,7 +271,8 @@ int run_search(int argc, char** argv) {
     std::cout << "layout: " << c.args_text() << " on " << ranks << " rank(s), " << per_node << " per node\n\n";
     std::cout << tessera::plan::describe(c.time);
     const double model_flops = tessera::plan::megatron_model_flops(c.run);
-    std::printf("  model FLOPs per step (Narayanan et al. 2021, eq. 3): %.6g; per rank: %.1f TFLOP/s\n\n", model_flops,
+    if (!input.moe)  // the paper's count is a dense GPT's
+      std::printf("  model FLOPs per step (Narayanan et al. 2021, eq. 3): %.6g; per rank: %.1f TFLOP/s\n\n", model_flops,
                 model_flops / (c.time.step_s * ranks) / 1e12);
     std::cout << tessera::plan::describe(c.memory, c.run);
     std::cout << (c.peak() <= input.device_memory ? "fits" : "does NOT fit") << " in --device-memory "
@@ -290,9 +298,10 @@ int run_search(int argc, char** argv) {
                   " enumerated): ", why);
   }
   const size_t shown = top == 0 ? r.ranked.size() : std::min<size_t>(top, r.ranked.size());
-  const std::string prefix = "mpirun -np " + std::to_string(ranks) + " gpt_train";
+  const std::string prefix = "mpirun -np " + std::to_string(ranks) + " " + trainer_name;
   if (json) {
     nlohmann::json j;
+    j["trainer"] = trainer_name;
     j["ranks"] = ranks;
     j["ranks_per_node"] = per_node;
     j["device_memory"] = input.device_memory;

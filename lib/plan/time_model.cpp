@@ -25,6 +25,7 @@ struct StageCost {
   double comm = 0;                                              // the layers' communication, forward + backward
   double flops = 0;                                             // GEMMs and attention
   int64_t params = 0;                                           // the stage's flat buffer (elements)
+  int64_t expert_params = 0;                                    // of which this rank's experts' (moe_train)
   double total() const { return forward + backward_input + backward_weight; }
 };
 
@@ -112,13 +113,16 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   const models::Gpt::StageParams params =
       models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
   cost.params = params.store.numel();
-  double blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
+  for (const nn::ParamSpec& p : params.store.specs())
+    if (p.expert) cost.expert_params += p.local_shape.numel();
+  double blocks = 0, moe_blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
   bool embedding = false, head = false;
   for (int c = 0; c < placement.chunks; ++c) {
     const int v = placement.virtual_stage(c);
     const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v, placement.stage_layers);
     for (int64_t i = first; i < end; ++i) {
       blocks += 1;
+      moe_blocks += run.model.is_moe_block(i) ? 1 : 0;
       const nn::Recompute r = run.checkpointing.of_block(i);
       recomputed_full += r == nn::Recompute::forward ? 1 : 0;
       recomputed_core += r == nn::Recompute::attention_core ? 1 : 0;
@@ -129,11 +133,26 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     sends_b += v > 0 ? 1 : 0;
   }
 
-  // A block's GEMMs (forward): qkv, attention output, MLP up (llama: gate and up), MLP down.
+  // A block's GEMMs (forward): qkv, attention output, MLP up (llama: gate and up), MLP down; a
+  // mixture-of-experts block's router, its experts' MLPs over the rows routed to this rank's experts
+  // (top-k of each of the group's rows, balanced over the ep ranks: rows x k) and the shared experts.
+  const double dense = blocks - moe_blocks, gated = run.model.llama() ? 2 : 1;
   gemm(s.tokens, (s.heads + 2 * s.kv) * s.hd / tp, s.c, blocks);
   gemm(s.tokens, s.c, s.c / tp, blocks);
-  gemm(s.tokens, s.f / tp, s.c, blocks * (run.model.llama() ? 2 : 1));
-  gemm(s.tokens, s.c, s.f / tp, blocks);
+  gemm(s.tokens, s.f / tp, s.c, dense * gated);
+  gemm(s.tokens, s.c, s.f / tp, dense);
+  const nn::MoeConfig& moe = run.model.moe;
+  const double routed = moe_blocks > 0 ? s.rows * moe.router.top_k : 0, expert_f = static_cast<double>(moe.hidden);
+  const double shared_f = static_cast<double>(moe.shared_experts) * expert_f / tp;
+  if (moe_blocks > 0) {
+    gemm(s.rows, static_cast<double>(moe.experts), s.c, moe_blocks);
+    gemm(routed, expert_f, s.c, moe_blocks * gated);
+    gemm(routed, s.c, expert_f, moe_blocks);
+    if (shared_f > 0) {
+      gemm(s.tokens, shared_f, s.c, moe_blocks * gated);
+      gemm(s.tokens, s.c, shared_f, moe_blocks);
+    }
+  }
   const double block_gemm_s = blocks > 0 ? gemm_s / blocks : 0, block_gemm_flops = blocks > 0 ? gemm_flops / blocks : 0;
   // Causal attention of B sequences, H/tp heads, T/sp queries: 2 T^2 hd FLOPs per head (QK^T and
   // PV over half the square), over sp. Ring: its last rank attends to the most key/value blocks,
@@ -143,7 +162,10 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   const double attn_s = attn_flops / machine.attention_flops_per_s;
   // The other kernels: two norms, two residual adds, the activation.
   // Each kernel call also costs a fixed kernel_call_s: a block's forward makes about kBlockCalls.
-  const double block_elem = 2 * s.rows * s.c * norm + 2 * s.rows * s.c * elem + s.tokens * s.f / tp * elem +
+  // A mixture-of-experts block activates its routed rows' (and shared experts') hidden features
+  // instead; averaged over the stage's blocks.
+  const double activations = blocks > 0 ? (dense * s.tokens * s.f / tp + moe_blocks * (routed * expert_f + s.tokens * shared_f)) / blocks : 0;
+  const double block_elem = 2 * s.rows * s.c * norm + 2 * s.rows * s.c * elem + activations * elem +
                             kBlockCalls * machine.kernel_call_s;
   const double nc = s.tokens * s.c * wire;
 
@@ -167,6 +189,10 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     charge("sp ring: key/value blocks", "send_recv", sp, sp_across, (sp - 1) * blocks, 0, 2 * e);
     charge("sp ring: blocks with dk/dv partial sums", "send_recv", sp, sp_across, 0, (sp - 1) * blocks, 4 * e);
   }
+  // ep: each MoE block dispatches its routed rows to the experts' ranks and combines them back
+  // (all-to-all), forward and again backward (their gradients).
+  charge("ep: each MoE block's dispatch and combine", "all_to_all", run.mesh.ep, where.across(comm::Axis::ep),
+         2 * moe_blocks, 2 * moe_blocks, routed * s.c * wire);
   double loss_s = 0, edge_elem = 0;
   if (embedding) {
     edge_elem += s.rows * s.c * elem;
@@ -295,6 +321,13 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     const double bucket = std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, grad_bytes));
     g->exposed = std::max(g->seconds * bucket, g->seconds - t.backward_s);
   }
+  // Mixture of experts: the experts' gradients are whole over the ep group; every other parameter's
+  // covers this rank's tokens only and is summed over ep too (nn/moe.h), after the data group's.
+  const double shared_bytes = static_cast<double>(slow.params - slow.expert_params) * wire;
+  if (CommTerm* g = add("ep: the non-expert gradients all-reduced", "all_reduce", run.mesh.ep,
+                        where.across(comm::Axis::ep), shared_bytes))
+    g->exposed = std::max(g->seconds * std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, shared_bytes)),
+                          g->seconds - t.backward_s);
   if (run.zero_stage == 1 || run.zero_stage == 2)
     add("dp: updated shards all-gathered", "all_gather", data, where.data_across(), grad_bytes);
   add("the gradient norm", "all_reduce", where.world(), where.world_across(), 8);

@@ -125,6 +125,45 @@ TEST(TimeModel, ModelFlopsAreTheMegatronPaperFormula) {
   EXPECT_NEAR(plan::megatron_model_flops(run), 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h)), 1e-3);
 }
 
+TEST(TimeModel, MixtureOfExpertsBlocksComputeTheirRoutedRowsAndExchangeThem) {
+  const double rate = 1e10;
+  plan::GptRun run = tiny_run(2, 1, 1, 1);  // N = B T = 64 rows, C = 64
+  run.model.moe_every = 2;                  // block 1 has experts
+  run.model.moe.experts = 4;
+  run.model.moe.hidden = 96;
+  run.model.moe.router.top_k = 2;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9), "test");
+  const plan::StepTime one = plan::predict_step(run, m, 1);
+  // By hand: both blocks' attention GEMMs 8 N C^2; block 0's MLP 16 N C^2; block 1's router 2 N E C
+  // and its experts over N k routed rows, 2 x 2 (N k) H C; the head 2 N C V. Backward twice.
+  const double n = 64, c = 64, v = 64, e = 4, h = 96, k = 2;
+  const double gemm = 2 * 8 * n * c * c + 16 * n * c * c + 2 * n * e * c + 4 * n * k * h * c + 2 * n * c * v;
+  const double attention = 2 * 2 * 2 * 32.0 * 32.0 * c;
+  EXPECT_DOUBLE_EQ(one.flops, 3 * gemm + (1 + plan::kAttentionBackward) * attention);
+  EXPECT_EQ(one.comm.size(), 0u);
+  // ep 2: the same rows per rank (ep splits the batch like dp), each MoE block's dispatch and
+  // combine all-to-all forward and backward over the ep group, and the non-expert gradients summed over it.
+  run.mesh.ep = 2;
+  const plan::StepTime two = plan::predict_step(run, m, 4);
+  bool exchanged = false, reduced = false;
+  for (const plan::CommTerm& t : two.comm) {
+    if (t.what == "ep: each MoE block's dispatch and combine") {
+      exchanged = true;
+      EXPECT_EQ(t.op, "all_to_all");
+      EXPECT_EQ(t.group, 2);
+      EXPECT_DOUBLE_EQ(t.calls, 4);
+      EXPECT_DOUBLE_EQ(t.bytes, n * k * c * 4);
+    }
+    if (t.what == "ep: the non-expert gradients all-reduced") {
+      reduced = true;
+      EXPECT_EQ(t.group, 2);
+    }
+  }
+  EXPECT_TRUE(exchanged);
+  EXPECT_TRUE(reduced);
+  EXPECT_DOUBLE_EQ(two.flops, one.flops);
+}
+
 TEST(TimeModel, ThePipelineIsTheSimulatedSchedule) {
   const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
   for (const char* schedule : {"gpipe", "1f1b"}) {
