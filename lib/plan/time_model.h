@@ -1,6 +1,7 @@
-// The time model: the predicted step time of a gpt_train run (a GptRun, as the memory planner
-// takes it) on a calibrated machine (plan/machine_model.h). Compute is each op's FLOPs (GEMMs,
-// attention) or elements (norms, the loss, activations, the optimizer) over the calibrated rates;
+// The time model: the predicted step time of a gpt_train or moe_train run (a GptRun, as the memory
+// planner takes it) on a calibrated machine (plan/machine_model.h). Compute is each op's FLOPs (GEMMs,
+// attention; a mixture-of-experts block's router and experts over its routed rows) or elements
+// (norms, the loss, activations, the optimizer) over the calibrated rates;
 // communication is docs/parallelism.md's per-layout table of collectives and sizes, each timed by
 // the calibrated latency + bytes / bandwidth of its group size (inside a node or across nodes by
 // where the group's ranks sit), minus what overlaps (the data-parallel gradient reduction overlaps
