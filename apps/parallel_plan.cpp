@@ -31,7 +31,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: parallel_plan calibrate --output machine.json [--threads N]   (under mpirun -np N, or alone)\n"
     "       parallel_plan search --ranks N [--ranks-per-node K] --device-memory BYTES --machine machine.json\n"
-    "                            [--top T] [--json] [--explain \"LAYOUT FLAGS\"] [--vocab V] GPT_TRAIN_OPTIONS...\n"
+    "                            [--top T] [--json] [--explain \"LAYOUT FLAGS\"] [--vocab V] [--wire-bytes 4|2]\n"
+    "                            [--trainer gpt_train|moe_train] TRAINER_OPTIONS...\n"
     "       parallel_plan schedule --pp P --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb] [--virtual-stages V]\n"
     "       parallel_plan schedule --pp P --global-batch G --micro-batch B [--dp D] [--pp-schedule ...]\n"
     "       parallel_plan --version\n"
@@ -45,13 +46,16 @@ constexpr const char* kUsage =
     "             precision, attention, the other kernels per element, memory copies, and each collective's\n"
     "             latency and bandwidth per group size inside a node and across nodes; writes plain JSON\n"
     "             (never over an existing file)\n"
-    "  search     every gpt_train layout of N ranks (dp, tp, pp and schedule, sp and mode, ZeRO, micro-batch,\n"
-    "             activation checkpointing, offload) checked as gpt_train checks it, its memory planned as\n"
+    "  search     every gpt_train (or --trainer moe_train) layout of N ranks (dp, tp, pp and schedule, sp and\n"
+    "             mode, moe_train's ep, ZeRO, micro-batch, activation checkpointing, offload) checked as the trainer checks it, its memory planned as\n"
     "             --dry-run plans it, its step time predicted from the machine file; prints the fastest that\n"
     "             fit in --device-memory with their command lines, and the rejected layouts by reason.\n"
     "             The model and training are gpt_train's own options (--config, --input or --vocab, --layers,\n"
     "             --hidden, --heads, --seq-len, --global-batch, --arch, --precision, ...); layout flags are the\n"
-    "             search's to choose. --explain \"--dp 2 --tp 2 ...\" prints one layout's breakdown instead\n"
+    "             search's to choose. --explain \"--dp 2 --tp 2 ...\" prints one layout's breakdown instead,\n"
+    "             with its model FLOPs (Narayanan et al. 2021's count) and TFLOP/s per rank. --wire-bytes 2\n"
+    "             times collectives and pipeline messages of half-precision values (a trainer such as\n"
+    "             Megatron-LM; tessera's own, the default, move fp32: 4)\n"
     "  schedule   lays out the pipeline schedule's program for each of P stages over M micro-batches,\n"
     "             runs them together in simulation (forward 1 time unit, backward 2, or 1 + 1 where\n"
     "             zb splits it into input and weight gradient) and prints the timeline, one row per\n"
@@ -218,6 +222,8 @@ int run_search(int argc, char** argv) {
   int ranks = 0, per_node = 0, top = 10;
   std::string memory, machine_path, explain;
   int64_t vocab = 0;
+  int wire_bytes = 4;
+  std::string trainer_name;
   bool json = false;
   po::options_description search("Search");
   search.add_options()
@@ -228,7 +234,9 @@ int run_search(int argc, char** argv) {
       ("top", po::value(&top)->default_value(10)->value_name("T"), "layouts printed (0: all that fit)")
       ("json", po::bool_switch(&json), "print the ranked list as JSON")
       ("explain", po::value(&explain)->value_name("\"LAYOUT FLAGS\""), "print the breakdown of this one layout (\"--dp 2 --tp 2 ...\")")
-      ("vocab", po::value(&vocab)->default_value(0)->value_name("V"), "the vocabulary, where no --input names a data set");
+      ("vocab", po::value(&vocab)->default_value(0)->value_name("V"), "the vocabulary, where no --input names a data set")
+      ("trainer", po::value(&trainer_name)->default_value("gpt_train")->value_name("gpt_train|moe_train"), "whose layouts and options: moe_train adds ep and its expert options (--experts, --top-k, ...)")
+      ("wire-bytes", po::value(&wire_bytes)->default_value(4)->value_name("4|2"), "bytes per activation and gradient value the collectives move (2: a half-precision trainer)");
   po::variables_map vm;
   const po::parsed_options parsed = po::command_line_parser(argc, argv).options(search).allow_unregistered().run();
   tessera::cli::check_parsed(parsed, tessera::cli::kOnCommandLine);
@@ -241,6 +249,7 @@ int run_search(int argc, char** argv) {
   if (per_node < 1) usage_error("--ranks-per-node must be >= 1, got " + std::to_string(per_node));
   if (top < 0) usage_error("--top must be >= 0, got " + std::to_string(top));
   if (vocab < 0) usage_error("--vocab must be >= 1, got " + std::to_string(vocab));
+  if (wire_bytes != 4 && wire_bytes != 2) usage_error("--wire-bytes must be 4 (fp32) or 2 (half precision), got " + std::to_string(wire_bytes));
   tessera::cli::SearchInput input;
   input.ranks = ranks;
   input.ranks_per_node = per_node;
@@ -248,13 +257,24 @@ int run_search(int argc, char** argv) {
   if (input.device_memory <= 0) usage_error("--device-memory must be > 0 bytes, got " + memory);
   input.trainer_args = trainer;
   input.vocab = vocab;
+  input.wire_bytes = wire_bytes;
+  if (trainer_name == "vit_train")
+    usage_error("--trainer vit_train: the memory planner and time model do not cover vit_train yet (gpt_train, moe_train)");
+  if (trainer_name != "gpt_train" && trainer_name != "moe_train")
+    usage_error("--trainer " + trainer_name + ": expected gpt_train or moe_train");
+  input.moe = trainer_name == "moe_train";
   const tessera::plan::MachineModel machine = tessera::plan::read_machine_file(machine_path);
   check_machine_covers(machine, machine_path, ranks, per_node);
 
   if (vm.count("explain")) {
     const tessera::cli::LayoutChoice c = tessera::cli::evaluate_layout(input, machine, split_words(explain));
     std::cout << "layout: " << c.args_text() << " on " << ranks << " rank(s), " << per_node << " per node\n\n";
-    std::cout << tessera::plan::describe(c.time) << "\n" << tessera::plan::describe(c.memory, c.run);
+    std::cout << tessera::plan::describe(c.time);
+    const double model_flops = tessera::plan::megatron_model_flops(c.run);
+    if (!input.moe)  // the paper's count is a dense GPT's
+      std::printf("  model FLOPs per step (Narayanan et al. 2021, eq. 3): %.6g; per rank: %.1f TFLOP/s\n\n", model_flops,
+                model_flops / (c.time.step_s * ranks) / 1e12);
+    std::cout << tessera::plan::describe(c.memory, c.run);
     std::cout << (c.peak() <= input.device_memory ? "fits" : "does NOT fit") << " in --device-memory "
               << input.device_memory << " bytes\n";
     return 0;
@@ -278,9 +298,10 @@ int run_search(int argc, char** argv) {
                   " enumerated): ", why);
   }
   const size_t shown = top == 0 ? r.ranked.size() : std::min<size_t>(top, r.ranked.size());
-  const std::string prefix = "mpirun -np " + std::to_string(ranks) + " gpt_train";
+  const std::string prefix = "mpirun -np " + std::to_string(ranks) + " " + trainer_name;
   if (json) {
     nlohmann::json j;
+    j["trainer"] = trainer_name;
     j["ranks"] = ranks;
     j["ranks_per_node"] = per_node;
     j["device_memory"] = input.device_memory;

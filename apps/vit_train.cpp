@@ -97,6 +97,9 @@ int main(int argc, char** argv) {
         ("epochs", po::value(&epochs)->default_value(0.0, "0")->value_name("X"), "train this many epochs (sets --steps, so not with --steps; 0: use --steps)")
         ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0, "0")->value_name("X"), "evaluate on the test set every N epochs (sets --eval-every, so not with --eval-every; 0: use --eval-every)");
     o.add_to(opts, "images", cli::TrainOptions::App::vit);
+    std::string layout_choice;
+    opts.section(cli::kLayout).add_options()
+        ("layout", po::value(&layout_choice)->default_value("manual")->value_name("manual"), "manual: the layout flags as given (gpt_train and moe_train also take auto, the layout search's choice; vit_train's memory is not planned yet)");
     opts.section(cli::kDebugging).add_options()
         ("benchmark-loader", po::value(&benchmark_loader)->default_value(0)->value_name("N"), "benchmark (N > 0): time N global batches of the augmenting loader alone (its background thread, as training uses it), print images/s and exit");
     po::variables_map vm;
@@ -117,6 +120,8 @@ int main(int argc, char** argv) {
     // --dp is set, as gpt_train's does.
     const comm::MeshShape& m = o.mesh;
     o.finish(o.dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size(), vm);
+    TESSERA_CHECK(layout_choice == "manual", "vit_train --layout ", layout_choice, ": the layout search covers gpt_train",
+                  " and moe_train (the memory planner does not cover vit_train yet); give the layout flags");
     TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
                   " all_to_all or ring");
     TESSERA_CHECK(!o.auto_placement(), "vit_train: --placement auto needs the memory planner, which covers gpt_train",

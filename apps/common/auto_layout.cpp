@@ -41,8 +41,6 @@ std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& gi
   const std::optional<std::string> layout = option_value(args, "layout", false);
   if (!layout || *layout != "auto") return std::nullopt;
   option_value(args, "layout", true);
-  TESSERA_CHECK(!moe, "moe_train --layout auto: the search covers gpt_train only for now (its memory planner and time",
-                " model do not count experts yet); give the layout flags");
   for (const std::string& a : args)
     for (const std::string& name : layout_options())
       TESSERA_CHECK(a != "--" + name && a.rfind("--" + name + "=", 0) != 0, "--layout auto chooses --", name,
@@ -63,6 +61,7 @@ std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& gi
   input.ranks = world.size();
   input.ranks_per_node = comm::node_local_size();
   input.trainer_args = args;
+  input.moe = moe;
   const std::optional<std::string> limit = option_value(args, "device-memory-limit", false);
   input.device_memory = limit ? parse_bytes(*limit, "--device-memory-limit") : 0;
   if (input.device_memory <= 0) {  // the host's available memory shared by the node's ranks

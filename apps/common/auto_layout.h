@@ -1,4 +1,4 @@
-// --layout auto (gpt_train): every rank runs the same layout search (apps/common/layout_search.h)
+// --layout auto (gpt_train, moe_train): every rank runs the same layout search (apps/common/layout_search.h)
 // over the job's ranks, with the machine file --machine names or, without one, a short calibration
 // first (plan/calibration.h), and trains with the fastest layout that fits: the command line with
 // that layout's flags in place of --layout auto and --machine. Layout flags given beside it are

@@ -109,22 +109,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     int64_t& seq_len = model_options.seq_len;
     std::string input, val_input;
     int64_t benchmark_loader = 0;
-    std::string router_norm = "auto";
+    MoeModelOptions moe_options;
     model_options.add_to(opts);
-    if (moe) {
-      nn::RouterOptions& r = mc.moe.router;
-      mc.moe_every = 2;
-      opts.section(kModel).add_options()
-          ("experts", po::value(&mc.moe.experts)->default_value(8)->value_name("N"), "experts per MoE layer (a multiple of --ep)")
-          ("moe-every", po::value(&mc.moe_every)->default_value(2)->value_name("N"), "every N-th block has a mixture-of-experts feed-forward (blocks N-1, 2N-1, ...)")
-          ("expert-hidden", po::value(&mc.moe.hidden)->default_value(0)->value_name("N"), "hidden size of each expert's MLP (0: gpt2 4 x --hidden, llama the dense blocks' --ffn-hidden)")
-          ("shared-experts", po::value(&mc.moe.shared_experts)->default_value(0)->value_name("N"), "always-on experts beside the routed ones (DeepSeekMoE): a dense MLP of N x --expert-hidden added to each MoE layer's output")
-          ("router-norm", po::value(&router_norm)->default_value("auto")->value_name("auto|softmax|softmax_topk"), "gate weights: softmax (the chosen experts' probabilities), softmax_topk (renormalised over the chosen, i.e. a softmax over the top-k logits: GShard, Mixtral) or auto (top-1 softmax, top-2 softmax_topk)")
-          ("top-k", po::value(&r.top_k)->default_value(2)->value_name("1|2"), "experts per token: 1 (Switch) or 2 (GShard)")
-          ("capacity-factor", po::value(&r.capacity_factor)->default_value(1.25f, "1.25")->value_name("X"), "expert capacity = factor x tokens x top-k / experts over the ep group; tokens past it are dropped (0: no drop)")
-          ("aux-loss-coef", po::value(&r.aux_loss_coef)->default_value(0.01f, "0.01")->value_name("X"), "weight of the load-balancing loss")
-          ("z-loss-coef", po::value(&r.z_loss_coef)->default_value(0.001f, "0.001")->value_name("X"), "weight of the router z-loss");
-    }
+    if (moe) moe_options.add_to(opts, mc);
     opts.section(kData).add_options()
         ("input", po::value(&input)->required()->value_name("DATA.h5"), "training token data set (HDF5: /tokens, or /train/tokens; 'dir/shard_*.h5' for shards), or a blend of several by weight: 'a.h5:0.7,b.h5:0.3' or @blend.txt (a 'PATH WEIGHT' a line)")
         ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)")
@@ -159,7 +146,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     if (!o.train.init_from.empty()) {
       TESSERA_CHECK(std::filesystem::is_regular_file(o.train.init_from), "--init-from ", o.train.init_from,
                     ": no such checkpoint file");
-      init = take_model_from_checkpoint(o.train.init_from, moe, vm, mc, arch, router_norm, seq_len);
+      init = take_model_from_checkpoint(o.train.init_from, moe, vm, mc, arch, moe_options.router_norm, seq_len);
     }
     model_options.check_llama_options(vm);
     o.train.options = option_values(vm);
@@ -182,23 +169,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     check_output_files(read_files,
                        {{"--metrics", o.train.metrics_path}, {"--trace", o.train.trace_path}, {"--dump", o.train.dump_path}});
     if (moe) {
-      nn::RouterOptions& r = mc.moe.router;
-      TESSERA_CHECK(mc.moe.experts >= 1, "--experts must be >= 1, got ", mc.moe.experts);
-      TESSERA_CHECK(mc.moe_every >= 1, "--moe-every must be >= 1 (every N-th block has experts), got ", mc.moe_every);
-      TESSERA_CHECK(mc.moe.hidden >= 0, "--expert-hidden must be >= 0 (0: 4 x --hidden), got ", mc.moe.hidden);
-      TESSERA_CHECK(r.top_k == 1 || r.top_k == 2, "--top-k ", r.top_k, ": expected 1 (Switch) or 2 (GShard)");
-      TESSERA_CHECK(r.capacity_factor >= 0, "--capacity-factor must be >= 0 (0: no drop), got ", r.capacity_factor);
-      TESSERA_CHECK(r.aux_loss_coef >= 0, "--aux-loss-coef must be >= 0, got ", r.aux_loss_coef);
-      TESSERA_CHECK(r.z_loss_coef >= 0, "--z-loss-coef must be >= 0, got ", r.z_loss_coef);
-      TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "moe_train: sequence parallelism (--sp, --sp-mode split_gather) is",
-                    " not supported with mixture-of-experts layers yet");
-      TESSERA_CHECK(o.mesh.pp == 1 || o.train.pp_schedule != "zb", "moe_train: the zb pipeline schedule does not",
-                    " split the experts' backward yet; use 1f1b, gpipe or interleaved");
-      TESSERA_CHECK(o.device() == Device::cpu, "moe_train --device cuda: the mixture-of-experts layers have no CUDA",
-                    " kernels yet; run on cpu");
-      TESSERA_CHECK(mc.moe.shared_experts >= 0, "--shared-experts must be >= 0, got ", mc.moe.shared_experts);
-      r.norm = nn::parse_router_norm(router_norm);
-      if (mc.moe.hidden == 0) mc.moe.hidden = mc.llama() ? mc.mlp_hidden() : 4 * mc.hidden;
+      moe_options.finish(mc, o);
     } else {
       TESSERA_CHECK(o.mesh.ep == 1, "gpt_train: --ep ", o.mesh.ep, " needs mixture-of-experts layers: use moe_train");
       TESSERA_CHECK(!mc.llama() || o.device() == Device::cpu, "gpt_train --arch llama --device cuda: the Llama",

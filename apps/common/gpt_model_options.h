@@ -1,6 +1,6 @@
 // GptModelOptions: the model options gpt_train and moe_train share (--arch, the Llama options,
-// --layers, --hidden, --heads, --seq-len), declared once for the trainers and for the layout search,
-// which parses the trainers' flags as they do.
+// --layers, --hidden, --heads, --seq-len), and MoeModelOptions moe_train's experts, declared once for
+// the trainers and for the layout search, which parses the trainers' flags as they do.
 #pragma once
 #include <boost/program_options.hpp>
 
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "apps/common/cli.h"
+#include "apps/common/train_cli.h"
 #include "models/gpt/gpt.h"
 
 namespace tessera::cli {
@@ -24,6 +25,16 @@ struct GptModelOptions {
   void resolve_arch();
   // Refuses a Llama option given to a gpt2 model, naming it.
   void check_llama_options(const boost::program_options::variables_map& vm) const;
+};
+
+// moe_train's expert options (--experts, --moe-every, --expert-hidden, --shared-experts,
+// --router-norm, --top-k, --capacity-factor, the router's losses).
+struct MoeModelOptions {
+  std::string router_norm = "auto";
+  void add_to(OptionSections& opts, models::GptConfig& mc);
+  // After parsing (and --init-from): each value checked, the layouts the expert layers do not
+  // support refused (sp, split_gather, zb, cuda), the router's norm and the experts' hidden size resolved.
+  void finish(models::GptConfig& mc, const TrainOptions& o) const;
 };
 
 }  // namespace tessera::cli

@@ -16,12 +16,14 @@
 namespace tessera::cli {
 namespace {
 
-// gpt_train's model and data options, so that the trainer's flags parse here as they do there.
+// gpt_train's (moe_train's) model and data options, so that the trainer's flags parse here as they do there.
 struct GptModelOptionsAndData {
   GptModelOptions shape;
+  MoeModelOptions experts;
   std::string input, val_input, dump;
-  void add_to(OptionSections& opts) {
+  void add_to(OptionSections& opts, bool moe) {
     shape.add_to(opts);
+    if (moe) experts.add_to(opts, shape.config);
     opts.section(kData).add_options()
         ("input", po::value(&input), "")
         ("val-input", po::value(&val_input), "");
@@ -35,14 +37,15 @@ struct ParsedTrainer {
   TrainOptions o;
   GptModelOptionsAndData model;
   po::variables_map vm;
-  explicit ParsedTrainer(const std::vector<std::string>& args) {
-    model.add_to(opts);
-    o.add_to(opts, "sequences", TrainOptions::App::gpt);
-    std::vector<std::string> tokens = {"gpt_train"};
+  ParsedTrainer(const std::vector<std::string>& args, bool moe) {
+    model.add_to(opts, moe);
+    o.add_to(opts, "sequences", moe ? TrainOptions::App::moe : TrainOptions::App::gpt);
+    const char* name = moe ? "moe_train" : "gpt_train";
+    std::vector<std::string> tokens = {name};
     tokens.insert(tokens.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& t : tokens) argv.push_back(t.data());
-    parse(static_cast<int>(argv.size()), argv.data(), opts, vm, {"gpt_train", "", ""}, TrainOptions::renamed());
+    parse(static_cast<int>(argv.size()), argv.data(), opts, vm, {name, "", ""}, TrainOptions::renamed());
     model.shape.resolve_arch();
   }
 };
@@ -86,7 +89,7 @@ std::vector<std::string> grid_modes(int tp) {
 
 const std::vector<std::string>& layout_options() {
   static const std::vector<std::string> names = {
-      "dp", "tp", "tp-mode", "tp-depth", "pp", "pp-schedule", "virtual-stages", "pp-layers", "sp", "sp-mode", "zero", "micro-batch",
+      "dp", "tp", "tp-mode", "tp-depth", "pp", "ep", "pp-schedule", "virtual-stages", "pp-layers", "sp", "sp-mode", "zero", "micro-batch",
       "activation-checkpointing", "recompute-every-k-blocks", "offload", "offload-params", "offload-optim-frac",
       "placement"};
   return names;
@@ -102,7 +105,7 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
                              const std::vector<std::string>& layout_args) {
   std::vector<std::string> args = input.trainer_args;
   args.insert(args.end(), layout_args.begin(), layout_args.end());
-  ParsedTrainer p(args);
+  ParsedTrainer p(args, input.moe);
   TrainOptions& o = p.o;
   models::GptConfig& mc = p.model.shape.config;
   const int64_t seq = p.model.shape.seq_len;
@@ -113,6 +116,8 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
                 " (sequence parallelism gives each rank an equal share of the positions)");
   TESSERA_CHECK(!o.grid(), "--tp-mode ", o.tp_mode, ": the memory planner does not cover grid tensor parallelism yet");
   TESSERA_CHECK(!p.model.input.empty() || input.vocab > 0, "give --input DATA.h5 (its vocab_size) or --vocab N");
+  if (input.moe) p.model.experts.finish(mc, o);  // moe_train's own checks of the experts and the layout
+  else TESSERA_CHECK(o.mesh.ep == 1, "gpt_train: --ep ", o.mesh.ep, " needs mixture-of-experts layers: use moe_train");
   mc.vocab = input.vocab > 0 ? input.vocab : vocab_size_of(p.model.input);
   mc.max_seq = seq;
   mc.validate(o.split_model(mc.heads, mc.hidden));
@@ -122,7 +127,7 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
   c.args = layout_args;
   c.run = planned_run(o, mc, seq);
   c.memory = plan::plan_memory(c.run);
-  c.time = plan::predict_step(c.run, machine, input.ranks_per_node);
+  c.time = plan::predict_step(c.run, machine, input.ranks_per_node, input.wire_bytes);
   return c;
 }
 
@@ -135,7 +140,7 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
       TESSERA_CHECK(a != "--" + name && a.rfind("--" + name + "=", 0) != 0, "--", name,
                     " is a layout choice: the search makes it (leave it out, or use --explain to plan one layout)");
   // The model's size and the batch, from the trainer's flags alone.
-  const ParsedTrainer base(input.trainer_args);
+  const ParsedTrainer base(input.trainer_args, input.moe);
   const int64_t layers = base.model.shape.config.layers, global_batch = base.o.train.global_batch;
   TESSERA_CHECK(layers >= 1 && global_batch >= 1, "--layers and --global-batch must be >= 1");
   if (input.vocab == 0 && !base.model.input.empty()) input.vocab = vocab_size_of(base.model.input);  // read once
@@ -150,12 +155,15 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
         ++result.enumerated;
         reject("--tp-mode 2d, 2.5d, 3d: the memory planner does not cover grid tensor parallelism yet");
       }
-      for (int sp : divisors(n / pp / tp)) {
+      // moe_train: ep instead of sp (its experts route whole rows: it takes no --sp or --sp-mode).
+      for (int sp : input.moe ? std::vector<int>{1} : divisors(n / pp / tp))
+      for (int ep : input.moe ? divisors(n / pp / tp) : std::vector<int>{1}) {
         std::vector<std::string> sp_modes = sp > 1 ? std::vector<std::string>{"all_to_all", "ring"}
                                                    : std::vector<std::string>{""};
-        if (sp == 1 && tp > 1) sp_modes.push_back("split_gather");
-        const int dp = n / pp / tp / sp;
-        std::vector<int> micro = global_batch % dp == 0 ? divisors(global_batch / dp) : std::vector<int>{1};
+        if (sp == 1 && tp > 1 && !input.moe) sp_modes.push_back("split_gather");
+        const int dp = n / pp / tp / sp / ep;
+        // ep ranks split the batch like dp ranks.
+        std::vector<int> micro = global_batch % (dp * ep) == 0 ? divisors(global_batch / (dp * ep)) : std::vector<int>{1};
         // Blocks per stage: even, or (one chunk per stage) one block moved off the last stage (the
         // head's) to the first, or off the first (the embedding's) to the last (--pp-layers).
         std::vector<std::string> stage_splits = {""};
@@ -200,7 +208,9 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
                       continue;
                     }
                     std::vector<std::string> a = {"--dp", std::to_string(dp), "--tp", std::to_string(tp), "--pp",
-                                                  std::to_string(pp), "--sp", std::to_string(sp)};
+                                                  std::to_string(pp)};
+                    if (input.moe) a.insert(a.end(), {"--ep", std::to_string(ep)});
+                    else a.insert(a.end(), {"--sp", std::to_string(sp)});
                     if (!sp_mode.empty()) a.insert(a.end(), {"--sp-mode", sp_mode});
                     if (!schedule.empty()) a.insert(a.end(), {"--pp-schedule", schedule});
                     if (v > 1) a.insert(a.end(), {"--virtual-stages", std::to_string(v)});

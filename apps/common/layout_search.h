@@ -1,6 +1,6 @@
-// The layout search behind `parallel_plan search` (and, later, --layout auto): every gpt_train
+// The layout search behind `parallel_plan search` and --layout auto: every gpt_train or moe_train
 // layout of N ranks (dp, tp size and mode, pp size, schedule and virtual stages, sp size and mode,
-// ZeRO stage, micro-batch, activation checkpointing, offload), each checked by the trainer's own
+// ep for moe_train, ZeRO stage, micro-batch, activation checkpointing, offload), each checked by the trainer's own
 // option checks (TrainOptions::finish, GptConfig::validate), its memory planned by plan/memory_plan.h
 // against the device's bytes, its step time predicted by plan/time_model.h; ranked fastest first,
 // with the rejected ones counted by reason. Deterministic: the same inputs give the same ranking.
@@ -17,12 +17,14 @@
 namespace tessera::cli {
 
 // What is searched for: the ranks, the device's bytes, and the trainer's own options for the model
-// and the training (everything but the layout), as gpt_train takes them.
+// and the training (everything but the layout), as gpt_train (or moe_train) takes them.
 struct SearchInput {
   int ranks = 1, ranks_per_node = 1;
   int64_t device_memory = 0;
   std::vector<std::string> trainer_args;  // "--config", "inputs/gpt_tiny.ini", "--input", "d.h5", ...
   int64_t vocab = 0;                      // the vocabulary when no --input names it (search only)
+  double wire_bytes = 4;                  // per value on the wire (plan::predict_step): 4 for tessera
+  bool moe = false;                       // moe_train's options and layouts (ep; its expert flags)
 };
 
 struct LayoutChoice {

@@ -15,7 +15,7 @@
 namespace tessera::plan {
 namespace {
 
-constexpr double kFloat = 4;  // bytes per value (fp32 activations and gradients)
+constexpr double kStateBytes = 4;  // bytes per fp32 master value, gradient or optimizer state copied to the host tier
 constexpr double kBlockCalls = 12;  // kernels a block's forward calls (norms, GEMMs, attention, adds, activation)
 
 // What one micro-batch costs on one stage, computing and communicating inside the layers.
@@ -25,6 +25,7 @@ struct StageCost {
   double comm = 0;                                              // the layers' communication, forward + backward
   double flops = 0;                                             // GEMMs and attention
   int64_t params = 0;                                           // the stage's flat buffer (elements)
+  int64_t expert_params = 0;                                    // of which this rank's experts' (moe_train)
   double total() const { return forward + backward_input + backward_weight; }
 };
 
@@ -80,7 +81,7 @@ struct Shapes {
 // One stage's micro-batch. `terms`, when given, receives the layers' communication (calls per step:
 // per micro-batch times `micro_batches`).
 StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankPlacement& where, int stage,
-                     PlannedLayouts& layouts, std::vector<CommTerm>* terms) {
+                     PlannedLayouts& layouts, double wire, std::vector<CommTerm>* terms) {
   const Shapes s(run);
   const std::string precision = run.precision == "bf16" ? "bf16" : "f32";
   const double micro_batches = static_cast<double>(run.micro_batches);
@@ -112,13 +113,16 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   const models::Gpt::StageParams params =
       models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
   cost.params = params.store.numel();
-  double blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
+  for (const nn::ParamSpec& p : params.store.specs())
+    if (p.expert) cost.expert_params += p.local_shape.numel();
+  double blocks = 0, moe_blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
   bool embedding = false, head = false;
   for (int c = 0; c < placement.chunks; ++c) {
     const int v = placement.virtual_stage(c);
     const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v, placement.stage_layers);
     for (int64_t i = first; i < end; ++i) {
       blocks += 1;
+      moe_blocks += run.model.is_moe_block(i) ? 1 : 0;
       const nn::Recompute r = run.checkpointing.of_block(i);
       recomputed_full += r == nn::Recompute::forward ? 1 : 0;
       recomputed_core += r == nn::Recompute::attention_core ? 1 : 0;
@@ -129,11 +133,26 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     sends_b += v > 0 ? 1 : 0;
   }
 
-  // A block's GEMMs (forward): qkv, attention output, MLP up (llama: gate and up), MLP down.
+  // A block's GEMMs (forward): qkv, attention output, MLP up (llama: gate and up), MLP down; a
+  // mixture-of-experts block's router, its experts' MLPs over the rows routed to this rank's experts
+  // (top-k of each of the group's rows, balanced over the ep ranks: rows x k) and the shared experts.
+  const double dense = blocks - moe_blocks, gated = run.model.llama() ? 2 : 1;
   gemm(s.tokens, (s.heads + 2 * s.kv) * s.hd / tp, s.c, blocks);
   gemm(s.tokens, s.c, s.c / tp, blocks);
-  gemm(s.tokens, s.f / tp, s.c, blocks * (run.model.llama() ? 2 : 1));
-  gemm(s.tokens, s.c, s.f / tp, blocks);
+  gemm(s.tokens, s.f / tp, s.c, dense * gated);
+  gemm(s.tokens, s.c, s.f / tp, dense);
+  const nn::MoeConfig& moe = run.model.moe;
+  const double routed = moe_blocks > 0 ? s.rows * moe.router.top_k : 0, expert_f = static_cast<double>(moe.hidden);
+  const double shared_f = static_cast<double>(moe.shared_experts) * expert_f / tp;
+  if (moe_blocks > 0) {
+    gemm(s.rows, static_cast<double>(moe.experts), s.c, moe_blocks);
+    gemm(routed, expert_f, s.c, moe_blocks * gated);
+    gemm(routed, s.c, expert_f, moe_blocks);
+    if (shared_f > 0) {
+      gemm(s.tokens, shared_f, s.c, moe_blocks * gated);
+      gemm(s.tokens, s.c, shared_f, moe_blocks);
+    }
+  }
   const double block_gemm_s = blocks > 0 ? gemm_s / blocks : 0, block_gemm_flops = blocks > 0 ? gemm_flops / blocks : 0;
   // Causal attention of B sequences, H/tp heads, T/sp queries: 2 T^2 hd FLOPs per head (QK^T and
   // PV over half the square), over sp. Ring: its last rank attends to the most key/value blocks,
@@ -143,9 +162,12 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   const double attn_s = attn_flops / machine.attention_flops_per_s;
   // The other kernels: two norms, two residual adds, the activation.
   // Each kernel call also costs a fixed kernel_call_s: a block's forward makes about kBlockCalls.
-  const double block_elem = 2 * s.rows * s.c * norm + 2 * s.rows * s.c * elem + s.tokens * s.f / tp * elem +
+  // A mixture-of-experts block activates its routed rows' (and shared experts') hidden features
+  // instead; averaged over the stage's blocks.
+  const double activations = blocks > 0 ? (dense * s.tokens * s.f / tp + moe_blocks * (routed * expert_f + s.tokens * shared_f)) / blocks : 0;
+  const double block_elem = 2 * s.rows * s.c * norm + 2 * s.rows * s.c * elem + activations * elem +
                             kBlockCalls * machine.kernel_call_s;
-  const double nc = s.tokens * s.c * kFloat;
+  const double nc = s.tokens * s.c * wire;
 
   // tp (docs/parallelism.md): 1D all-reduces the attention and MLP outputs forward and the two dx
   // backward; split_gather gathers rows into both regions and reduce-scatters out, backward the
@@ -159,7 +181,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   }
   // sp: all_to_all moves q, k, v into head shards and the output back (backward the reverse); ring
   // passes key/value blocks (2E) up the ring, backward with their dk/dv partial sums (4E).
-  const double e = s.b * (s.t / sp) * (s.heads / tp) * s.hd * kFloat;
+  const double e = s.b * (s.t / sp) * (s.heads / tp) * s.hd * wire;
   if (!run.ring) {
     charge("sp all_to_all: q, k, v into head shards", "all_to_all", sp, sp_across, blocks, blocks, 3 * e);
     charge("sp all_to_all: the output back", "all_to_all", sp, sp_across, blocks, blocks, e);
@@ -167,6 +189,10 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     charge("sp ring: key/value blocks", "send_recv", sp, sp_across, (sp - 1) * blocks, 0, 2 * e);
     charge("sp ring: blocks with dk/dv partial sums", "send_recv", sp, sp_across, 0, (sp - 1) * blocks, 4 * e);
   }
+  // ep: each MoE block dispatches its routed rows to the experts' ranks and combines them back
+  // (all-to-all), forward and again backward (their gradients).
+  charge("ep: each MoE block's dispatch and combine", "all_to_all", run.mesh.ep, where.across(comm::Axis::ep),
+         2 * moe_blocks, 2 * moe_blocks, routed * s.c * wire);
   double loss_s = 0, edge_elem = 0;
   if (embedding) {
     edge_elem += s.rows * s.c * elem;
@@ -177,7 +203,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     gemm(s.tokens, s.vocab_local, s.c, 1);  // the logits' vocabulary slice
     edge_elem += s.rows * s.c * norm;  // the final norm
     loss_s = s.tokens * s.vocab_local * machine.kernel_seconds("softmax");
-    charge("tp: the loss's row statistics", "all_reduce", tp, tp_across, 3, 0, s.tokens * kFloat);
+    charge("tp: the loss's row statistics", "all_reduce", tp, tp_across, 3, 0, s.tokens * wire);
     if (!run.split_gather) charge("tp: the head's dx", "all_reduce", tp, tp_across, 0, 1, nc);
     else charge("tp split_gather: the head", "all_gather", tp, tp_across, 1, 2, nc);
   }
@@ -186,12 +212,12 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   if (run.zero_stage == 3) {
     const double units = blocks + (embedding ? 1 : 0) + (head ? 1 : 0);
     charge("ZeRO-3: each unit gathered before forward and backward", "all_gather", data, where.data_across(), units,
-           units, static_cast<double>(cost.params) / units * kFloat);
+           units, static_cast<double>(cost.params) / units * wire);
   }
   // The pipeline's messages: the residual stream's rows to the next virtual stage, its gradient back.
   if (run.mesh.pp > 1)
     charge("pp: activations forward, gradients back", "send_recv", 2, where.pp_across(), sends_f, sends_b,
-           s.rows * s.c * kFloat);
+           s.rows * s.c * wire);
 
   // Backward: the GEMMs twice (input and weight gradients), attention kAttentionBackward times, the
   // other kernels twice; recomputation reruns the checkpointed blocks' forwards first (full: the
@@ -222,8 +248,10 @@ double StepTime::comm_exposed() const {
   return e;
 }
 
-StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node) {
+StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes) {
   TESSERA_CHECK(run.mesh.dp >= 1 && ranks_per_node >= 1, "predict_step: the mesh must be resolved");
+  TESSERA_CHECK(wire_bytes > 0, "predict_step: wire_bytes must be positive, got ", wire_bytes);
+  const double wire = wire_bytes;  // bytes per activation or gradient value on the wire
   const RankPlacement where(run.mesh, ranks_per_node);
   PlannedLayouts layouts(run.mesh.tp, run.split_gather, run.mesh.sp, run.mesh.ep);
   const int pp = run.mesh.pp;
@@ -232,7 +260,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   std::vector<StageCost> stages;
   int slowest = 0;
   for (int s = 0; s < pp; ++s) {
-    stages.push_back(stage_cost(run, machine, where, s, layouts, nullptr));
+    stages.push_back(stage_cost(run, machine, where, s, layouts, wire, nullptr));
     if (stages.back().total() > stages[slowest].total()) slowest = s;
   }
   StepTime t;
@@ -240,7 +268,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     t.stage_forward_s.push_back(c.forward);
     t.stage_backward_s.push_back(c.backward_input + c.backward_weight);
   }
-  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, &t.comm);
+  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, wire, &t.comm);
   t.forward_s = slow.forward;
   t.backward_s = slow.backward_input + slow.backward_weight;
   t.recompute_s = m * slow.recompute;
@@ -280,7 +308,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   // Per step, outside the layers: the gradient reduction over the data group dp x sp, ZeRO-1/2's
   // gather of the updated shards, the gradient norm, the tied table's gradient across the pipeline.
   const int data = run.mesh.dp * run.mesh.sp;
-  const double grad_bytes = static_cast<double>(slow.params) * kFloat;
+  const double grad_bytes = static_cast<double>(slow.params) * wire;
   const auto add = [&](const std::string& what, const std::string& op, int size, bool across, double bytes) -> CommTerm* {
     if (size <= 1) return nullptr;
     const double sec = machine.collective(op, size, across).seconds(bytes);
@@ -293,12 +321,19 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     const double bucket = std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, grad_bytes));
     g->exposed = std::max(g->seconds * bucket, g->seconds - t.backward_s);
   }
+  // Mixture of experts: the experts' gradients are whole over the ep group; every other parameter's
+  // covers this rank's tokens only and is summed over ep too (nn/moe.h), after the data group's.
+  const double shared_bytes = static_cast<double>(slow.params - slow.expert_params) * wire;
+  if (CommTerm* g = add("ep: the non-expert gradients all-reduced", "all_reduce", run.mesh.ep,
+                        where.across(comm::Axis::ep), shared_bytes))
+    g->exposed = std::max(g->seconds * std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, shared_bytes)),
+                          g->seconds - t.backward_s);
   if (run.zero_stage == 1 || run.zero_stage == 2)
     add("dp: updated shards all-gathered", "all_gather", data, where.data_across(), grad_bytes);
   add("the gradient norm", "all_reduce", where.world(), where.world_across(), 8);
   if (pp > 1 && run.model.tie_embeddings)
     add("pp: the tied token table's gradient (first and last stage)", "all_reduce", 2, where.across(comm::Axis::pp),
-        Shapes(run).vocab_local * static_cast<double>(run.model.hidden) * kFloat);
+        Shapes(run).vocab_local * static_cast<double>(run.model.hidden) * wire);
 
   // The update: AdamW over the rank's (shard of the) parameters; offloaded states cross to the
   // host tier and back (the gradient out, the parameters back), as do ZeRO-3's offloaded shards.
@@ -306,8 +341,8 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
                                              : static_cast<double>(slow.params);
   t.optimizer_s = updated * machine.kernel_seconds("adamw");
   const double host_share = run.offload == "cpu" ? 1.0 : run.offload == "none" ? run.host_fraction : 0.0;
-  t.optimizer_s += host_share * updated * 2 * kFloat / machine.copy_bytes_per_s;
-  if (run.offload_params) t.optimizer_s += updated * 2 * kFloat / machine.copy_bytes_per_s;
+  t.optimizer_s += host_share * updated * 2 * kStateBytes / machine.copy_bytes_per_s;
+  if (run.offload_params) t.optimizer_s += updated * 2 * kStateBytes / machine.copy_bytes_per_s;
 
   double outside = 0;
   for (const CommTerm& c : t.comm)
@@ -316,6 +351,20 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   const double tokens = static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.seq;
   t.tokens_per_s = tokens / t.step_s;
   return t;
+}
+
+double megatron_model_flops(const GptRun& run) {
+  const models::GptConfig& m = run.model;
+  const double batch = static_cast<double>(run.micro_batch) * static_cast<double>(run.micro_batches) * run.mesh.dp *
+                       run.mesh.ep;
+  const double s = static_cast<double>(run.seq), h = static_cast<double>(m.hidden), l = static_cast<double>(m.layers);
+  const double v = static_cast<double>(m.vocab);
+  // Full checkpointing reruns every block's forward once more; selective or every k-th block is
+  // not the paper's count, and counts the three passes only.
+  bool all_recomputed = l > 0;
+  for (int64_t i = 0; i < m.layers; ++i) all_recomputed &= run.checkpointing.of_block(i) == nn::Recompute::forward;
+  const double passes = all_recomputed ? 4 : 3;
+  return 24 * passes * batch * s * l * h * h * (1 + s / (6 * h)) + 6 * batch * s * h * v;
 }
 
 std::string describe(const StepTime& t) {

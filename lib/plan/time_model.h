@@ -1,6 +1,7 @@
-// The time model: the predicted step time of a gpt_train run (a GptRun, as the memory planner
-// takes it) on a calibrated machine (plan/machine_model.h). Compute is each op's FLOPs (GEMMs,
-// attention) or elements (norms, the loss, activations, the optimizer) over the calibrated rates;
+// The time model: the predicted step time of a gpt_train or moe_train run (a GptRun, as the memory
+// planner takes it) on a calibrated machine (plan/machine_model.h). Compute is each op's FLOPs (GEMMs,
+// attention; a mixture-of-experts block's router and experts over its routed rows) or elements
+// (norms, the loss, activations, the optimizer) over the calibrated rates;
 // communication is docs/parallelism.md's per-layout table of collectives and sizes, each timed by
 // the calibrated latency + bytes / bandwidth of its group size (inside a node or across nodes by
 // where the group's ranks sit), minus what overlaps (the data-parallel gradient reduction overlaps
@@ -50,7 +51,16 @@ struct StepTime {
 };
 
 // ranks_per_node: how many consecutive world ranks share a node (the mesh puts tp innermost).
-StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node);
+// wire_bytes: bytes per activation and gradient value the collectives and pipeline messages move:
+// 4 for tessera (fp32 activations and gradients, whatever --precision rounds); 2 models a trainer
+// that communicates half precision (Megatron-LM's fp16 runs, validation/auto_layout).
+StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes = 4);
+// The model FLOPs of one step as Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
+// on GPU Clusters Using Megatron-LM", eq. 3) count them for the whole global batch B: each pass over a
+// block 24 B s h^2 (1 + s / 6h) (the square of causal attention counted whole), three passes (forward,
+// two backward) and a fourth under full activation checkpointing, plus the logits' 6 B s h V. With
+// full recomputation it is the paper's 96 B s l h^2 (1 + s/6h + V/(16 l h)).
+double megatron_model_flops(const GptRun& run);
 // The breakdown as text: compute, each communication term, the bubble, the step.
 std::string describe(const StepTime& t);
 

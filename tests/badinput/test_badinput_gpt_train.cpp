@@ -679,14 +679,17 @@ TEST(GptTrainBadCheckpoint, ResumeWithMoreLayers) {
 }  // namespace
 
 // --layout auto chooses the layout: layout flags beside it contradict it and are refused; --machine
-// belongs to it; --layout takes manual or auto; moe_train has no search yet.
+// belongs to it; --layout takes manual or auto; moe_train's search chooses --ep as well.
 TEST_F(GptTrainBadInput, LayoutAutoWithLayoutFlags) {
   expect_error("--input " + shell_quote(good_) + " --layout auto --tp 2", 1, "--layout auto chooses --tp itself");
   expect_error("--input " + shell_quote(good_) + " --layout auto --zero=1", 1, "--layout auto chooses --zero itself");
   expect_error("--input " + shell_quote(good_) + " --machine m.json", 1, "--machine m.json is --layout auto's");
   expect_error("--input " + shell_quote(good_) + " --layout sometimes", 1, "--layout sometimes: expected manual or auto");
-  const auto moe = run_command("timeout 60 " + shell_quote(TESSERA_BUILD_DIR "/apps/moe_train") + " --input " +
-                                        shell_quote(good_) + " --layout auto");
-  EXPECT_EQ(moe.exit_code, 1) << moe.err;
-  EXPECT_NE(moe.err.find("moe_train --layout auto: the search covers gpt_train only"), std::string::npos) << moe.err;
+  for (const char* flags : {"--ep 2", "--tp=2", "--micro-batch 1"}) {
+    const auto moe = run_command("timeout 60 " + shell_quote(TESSERA_BUILD_DIR "/apps/moe_train") + " --input " +
+                                 shell_quote(good_) + " --layout auto " + flags);
+    EXPECT_EQ(moe.exit_code, 1) << flags << "\n" << moe.err;
+    const std::string name = std::string(flags).substr(2, std::string(flags).find_first_of(" =") - 2);
+    EXPECT_NE(moe.err.find("--layout auto chooses --" + name + " itself"), std::string::npos) << moe.err;
+  }
 }

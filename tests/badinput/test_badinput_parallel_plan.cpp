@@ -157,6 +157,17 @@ TEST(BadInputParallelPlan, SearchMalformedOrForeignMachineFile) {
   expect_runtime_error(f.search("--ranks 4 --device-memory 1G --tp 2"), {"--tp is a layout choice"});
 }
 
+TEST(BadInputParallelPlan, SearchWireBytesAreFp32OrHalf) {
+  const SearchFolder f;
+  expect_usage_error(f.search("--ranks 4 --device-memory 1G --wire-bytes 3"),
+                     {"--wire-bytes must be 4 (fp32) or 2 (half precision), got 3"});
+  // --explain with half-precision values on the wire prints the model FLOPs and TFLOP/s per rank.
+  const CommandResult r = plan(f.search("--ranks 4 --device-memory 1G --wire-bytes 2 --explain '--dp 2 --tp 2'"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("model FLOPs per step (Narayanan et al. 2021, eq. 3): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TFLOP/s"), std::string::npos) << r.out;
+}
+
 TEST(BadInputParallelPlan, CalibrateRefusesAnExistingOutput) {
   const SearchFolder f;
   expect_usage_error("calibrate --output " + f.path("machine.json"),

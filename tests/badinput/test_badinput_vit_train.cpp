@@ -64,6 +64,12 @@ TEST_F(VitTrainBadInput, SequenceParallelismThatDoesNotSplitTheTokens) {
                  "vit: --sp 2 does not divide the 5 tokens of an image (4 patches + the class token");
 }
 
+// The layout search does not cover vit_train yet: --layout auto is refused, naming the trainers it covers.
+TEST_F(VitTrainBadInput, LayoutAutoIsRefused) {
+  expect_refused(1, "--input " + shell_quote(images_) + " --layout auto",
+                 "vit_train --layout auto: the layout search covers gpt_train and moe_train");
+}
+
 TEST_F(VitTrainBadInput, SplitGatherSequenceParallelismIsRefused) {
   expect_refused(2, "--input " + shell_quote(images_) + " --tp 2 --sp-mode split_gather",
                  "--sp-mode split_gather is not supported for ViT");

@@ -1,6 +1,6 @@
 // The layout search (apps/common/layout_search.h): the count of layouts for one rank by hand, every
 // layout it keeps accepted by the trainer's checks again and within the memory, the ranking
-// deterministic, and layout flags among the trainer's refused.
+// deterministic, layout flags among the trainer's refused; moe_train's layouts with ep.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,4 +84,37 @@ TEST(LayoutSearch, RefusesLayoutFlagsAndBadLayouts) {
   four.ranks = 4;
   four.ranks_per_node = 4;
   EXPECT_THROW(cli::evaluate_layout(four, machine(), {"--dp", "1", "--tp", "4"}), std::exception);
+}
+
+TEST(LayoutSearch, MoeTrainLayoutsChooseEpAndPassMoeTrainsChecks) {
+  cli::SearchInput in;
+  in.ranks = 4;
+  in.ranks_per_node = 4;
+  in.device_memory = int64_t{1} << 40;
+  in.vocab = 61;
+  in.moe = true;
+  in.trainer_args = {"--layers", "2", "--hidden", "32", "--heads", "2", "--seq-len", "16", "--global-batch", "8",
+                     "--experts", "4", "--top-k", "2"};
+  plan::MachineModel m = machine();
+  for (const std::string& op : plan::collective_names()) m.collectives["intra_node"][op][4] = {2e-5, 1e-9};
+  const cli::SearchResult r = cli::search_layouts(in, m);
+  ASSERT_FALSE(r.ranked.empty());
+  std::vector<int> eps;
+  for (const cli::LayoutChoice& c : r.ranked) {
+    const auto ep = std::find(c.args.begin(), c.args.end(), "--ep");
+    ASSERT_NE(ep, c.args.end()) << c.args_text();
+    eps.push_back(std::stoi(*(ep + 1)));
+    // moe_train takes no --sp or --sp-mode, nor the zb schedule with experts.
+    EXPECT_EQ(std::find(c.args.begin(), c.args.end(), "--sp"), c.args.end()) << c.args_text();
+    EXPECT_EQ(std::find(c.args.begin(), c.args.end(), "zb"), c.args.end()) << c.args_text();
+  }
+  for (int ep : {1, 2, 4}) EXPECT_NE(std::find(eps.begin(), eps.end(), ep), eps.end()) << "no layout with --ep " << ep;
+  // moe_train's own checks refuse zb with experts; gpt_train's layouts take no --ep.
+  EXPECT_THROW(cli::evaluate_layout(in, m, {"--dp", "2", "--pp", "2", "--pp-schedule", "zb"}), std::exception);
+  cli::SearchInput gpt = in;
+  gpt.moe = false;
+  gpt.trainer_args.resize(10);
+  EXPECT_THROW(cli::evaluate_layout(gpt, m, {"--dp", "2", "--ep", "2"}), std::exception);
+  in.trainer_args.insert(in.trainer_args.end(), {"--ep", "2"});
+  EXPECT_THROW(cli::search_layouts(in, m), Error);  // --ep is the search's choice
 }

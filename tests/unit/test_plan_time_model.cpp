@@ -93,6 +93,77 @@ TEST(TimeModel, DoublingTheBandwidthHalvesTheCommunication) {
   EXPECT_NEAR(fast, slow / 2, 1e-12);
 }
 
+TEST(TimeModel, HalfPrecisionOnTheWireHalvesTheCommunicatedBytes) {
+  const plan::GptRun run = tiny_run(2, 2, 2, 2);
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "t");
+  const plan::StepTime fp32 = plan::predict_step(run, m, 4), half = plan::predict_step(run, m, 4, 2);
+  ASSERT_EQ(fp32.comm.size(), half.comm.size());
+  ASSERT_FALSE(fp32.comm.empty());
+  for (size_t i = 0; i < fp32.comm.size(); ++i) {
+    EXPECT_EQ(half.comm[i].what, fp32.comm[i].what);
+    if (fp32.comm[i].what == "the gradient norm") {  // one double, whatever the values' width
+      EXPECT_EQ(half.comm[i].bytes, 8.0);
+      continue;
+    }
+    EXPECT_DOUBLE_EQ(half.comm[i].bytes, fp32.comm[i].bytes / 2) << fp32.comm[i].what;
+  }
+  EXPECT_DOUBLE_EQ(half.flops, fp32.flops);  // the compute is the same
+  EXPECT_LT(half.step_s, fp32.step_s);
+  EXPECT_THROW(plan::predict_step(run, m, 4, 0), Error);
+}
+
+TEST(TimeModel, ModelFlopsAreTheMegatronPaperFormula) {
+  // 96 B s l h^2 (1 + s / 6h + V / (16 l h)) under full recomputation (Narayanan et al. 2021, eq. 3),
+  // B the global batch: here micro-batch 2 x 3 micro-batches x dp 2.
+  plan::GptRun run = tiny_run(3, 1, 1, 3);
+  run.mesh.dp = 2;
+  const double b = 12, s = 32, l = 3, h = 64, v = 64;
+  run.checkpointing.recompute = nn::Recompute::forward;
+  EXPECT_NEAR(plan::megatron_model_flops(run), 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h)), 1e-3);
+  // Without recomputation three passes: 72 B s l h^2 (1 + s / 6h + V / (12 l h)).
+  run.checkpointing.recompute = nn::Recompute::nothing;
+  EXPECT_NEAR(plan::megatron_model_flops(run), 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h)), 1e-3);
+}
+
+TEST(TimeModel, MixtureOfExpertsBlocksComputeTheirRoutedRowsAndExchangeThem) {
+  const double rate = 1e10;
+  plan::GptRun run = tiny_run(2, 1, 1, 1);  // N = B T = 64 rows, C = 64
+  run.model.moe_every = 2;                  // block 1 has experts
+  run.model.moe.experts = 4;
+  run.model.moe.hidden = 96;
+  run.model.moe.router.top_k = 2;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9), "test");
+  const plan::StepTime one = plan::predict_step(run, m, 1);
+  // By hand: both blocks' attention GEMMs 8 N C^2; block 0's MLP 16 N C^2; block 1's router 2 N E C
+  // and its experts over N k routed rows, 2 x 2 (N k) H C; the head 2 N C V. Backward twice.
+  const double n = 64, c = 64, v = 64, e = 4, h = 96, k = 2;
+  const double gemm = 2 * 8 * n * c * c + 16 * n * c * c + 2 * n * e * c + 4 * n * k * h * c + 2 * n * c * v;
+  const double attention = 2 * 2 * 2 * 32.0 * 32.0 * c;
+  EXPECT_DOUBLE_EQ(one.flops, 3 * gemm + (1 + plan::kAttentionBackward) * attention);
+  EXPECT_EQ(one.comm.size(), 0u);
+  // ep 2: the same rows per rank (ep splits the batch like dp), each MoE block's dispatch and
+  // combine all-to-all forward and backward over the ep group, and the non-expert gradients summed over it.
+  run.mesh.ep = 2;
+  const plan::StepTime two = plan::predict_step(run, m, 4);
+  bool exchanged = false, reduced = false;
+  for (const plan::CommTerm& t : two.comm) {
+    if (t.what == "ep: each MoE block's dispatch and combine") {
+      exchanged = true;
+      EXPECT_EQ(t.op, "all_to_all");
+      EXPECT_EQ(t.group, 2);
+      EXPECT_DOUBLE_EQ(t.calls, 4);
+      EXPECT_DOUBLE_EQ(t.bytes, n * k * c * 4);
+    }
+    if (t.what == "ep: the non-expert gradients all-reduced") {
+      reduced = true;
+      EXPECT_EQ(t.group, 2);
+    }
+  }
+  EXPECT_TRUE(exchanged);
+  EXPECT_TRUE(reduced);
+  EXPECT_DOUBLE_EQ(two.flops, one.flops);
+}
+
 TEST(TimeModel, ThePipelineIsTheSimulatedSchedule) {
   const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
   for (const char* schedule : {"gpipe", "1f1b"}) {
