@@ -29,11 +29,14 @@ for arch in gpt2 llama moe_gpt2 moe_llama; do
   trainer=(gpt_train --config "$src/inputs/${arch/gpt2/gpt}_tiny.ini")
   [[ $arch != moe_gpt2 ]] || trainer=(moe_train --config "$src/inputs/moe_tiny.ini" --capacity-factor 4)
   [[ $arch != moe_llama ]] || trainer=(moe_train --config "$src/inputs/moe_llama_tiny.ini")
-  run "$build/apps/${trainer[0]}" "${trainer[@]:1}" --input "$tmp/text.h5" --steps 20 \
-      --eval-every 20 --eval-batches 3 --metrics "$tmp/$arch.jsonl" --checkpoint-dir "$tmp/$arch" --checkpoint-every 20
+  steps=20
+  [[ $arch != moe_* ]] || steps=6  # the experts' routing is what is checked, not training
+  run "$build/apps/${trainer[0]}" "${trainer[@]:1}" --input "$tmp/text.h5" --steps $steps \
+      --eval-every $steps --eval-batches 3 --metrics "$tmp/$arch.jsonl" --checkpoint-dir "$tmp/$arch" \
+      --checkpoint-every $steps
   want=$(grep -o '"eval_loss":[-0-9.e+]*' "$tmp/$arch.jsonl" | tail -n 1 | cut -d: -f2)
   [[ -n $want ]] || fail "$arch: ${trainer[0]} wrote no eval_loss"
-  run "$build/apps/generate" --checkpoint "$tmp/$arch/step_20.h5" --score "$tmp/text.h5" --seq-len 32 \
+  run "$build/apps/generate" --checkpoint "$tmp/$arch/step_$steps.h5" --score "$tmp/text.h5" --seq-len 32 \
       --global-batch 16 --eval-batches 3 --max-batch 5
   got=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
   [[ -n $got ]] || fail "$arch: generate --score printed no loss: $(cat "$tmp/out")"

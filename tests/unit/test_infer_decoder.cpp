@@ -290,6 +290,11 @@ TEST(InferDecoder, QuantizedInt8LlamaEqualsItsDequantizedWeights) {
 TEST(InferDecoder, QuantizedInt8MoeLlamaKeepsExpertsF32) {
   check_quantized_matches_dequantized(with_experts(llama_config(2, false), 1, 2, 1, nn::RouterNorm::softmax_topk), 8,
                                       8, "moe_llama_int8");
+  const io::CheckpointReader q((scratch_dir() / "moe_llama_int8.q.h5").string(), MPI_COMM_NULL);
+  EXPECT_TRUE(q.has(quant::quantized_path("blocks.0.moe.shared.gate.weight", "q")));
+  EXPECT_FALSE(q.has(quant::quantized_path("blocks.0.moe.experts.gate.weight", "q")));
+  EXPECT_FALSE(q.has(quant::quantized_path("blocks.0.moe.router.weight", "q")));
+  EXPECT_TRUE(q.has("/params/blocks.0.moe.experts.gate.weight"));
 }
 
 TEST(InferDecoder, RefusesTokensPositionsAndSlotsByName) {
