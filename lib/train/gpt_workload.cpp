@@ -30,8 +30,10 @@ GptWorkload::GptWorkload(models::Gpt& model, io::TokenLoader train_loader, const
       mesh_(mesh),
       train_loader_(std::move(train_loader)),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
+  if (train_loader_.has_mask()) mask_rows_.resize(rows_.size());
   // An evaluation batch is a global batch, cut into this rank's rows as a training batch is.
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.global_batch, config.seed);
+  if (val_loader_ && val_loader_->has_mask()) mask_rows_.resize(rows_.size());
   comm::Communicator& pp = mesh.group(comm::Axis::pp);
   comm::Communicator& data = mesh.data_group();
   if (pp.size() > 1) {
@@ -86,18 +88,24 @@ float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale,
   trained_step_ = step;
   const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
   if (needs_rows) load_train_rows(step, micro);
-  return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync);
+  return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync, mask_);
 }
 
 // Micro-batch `index` of an evaluation: micro-batch index % micro-batches of global batch
 // index / micro-batches.
 float GptWorkload::evaluate(int64_t index, int chunk) {
   if (model_.has_embedding(chunk) || model_.has_head(chunk)) load_eval_rows(index);
-  return model_.forward_chunk(chunk, static_cast<int>(index), rows_.data(), false);
+  return model_.forward_chunk(chunk, static_cast<int>(index), rows_.data(), false, 1.0f, nullptr, mask_);
 }
 
 void GptWorkload::load_eval_rows(int64_t index) {
-  val_loader_->eval_rows(index / micro_batches_, first_row(index % micro_batches_), config_.micro_batch, rows_.data());
+  const int64_t batch = index / micro_batches_, row = first_row(index % micro_batches_);
+  val_loader_->eval_rows(batch, row, config_.micro_batch, rows_.data());
+  mask_ = {};
+  if (val_loader_->has_mask()) {
+    val_loader_->eval_mask(batch, row, config_.micro_batch, mask_rows_.data());
+    mask_ = {mask_rows_.data(), eval_denominator_};
+  }
 }
 
 bool GptWorkload::needs_rows() const {
@@ -106,11 +114,15 @@ bool GptWorkload::needs_rows() const {
   return false;
 }
 
-void GptWorkload::fill_step(int64_t step0, int32_t* out) const {
-  const int64_t rows = config_.micro_batch * train_loader_.row_len();
+void GptWorkload::fill_step(io::TokenBatch& batch) const {
+  const int64_t step0 = batch.step, rows = config_.micro_batch * train_loader_.row_len();
   try {
-    for (int64_t m = 0; m < micro_batches_; ++m)
-      train_loader_.train_rows(step0, first_row(m), config_.micro_batch, out + m * rows);
+    for (int64_t m = 0; m < micro_batches_; ++m) {
+      train_loader_.train_rows(step0, first_row(m), config_.micro_batch, batch.tokens.data() + m * rows);
+      if (!batch.mask.empty())
+        train_loader_.train_mask(step0, first_row(m), config_.micro_batch, batch.mask.data() + m * rows);
+    }
+    if (!batch.mask.empty()) batch.mask_count = train_loader_.train_mask_count(step0);
   } catch (const Error& e) {
     fail("training step ", step0 + 1, ": ", e.what());
   }
@@ -120,8 +132,8 @@ void GptWorkload::start_prefetch(int64_t step0) {
   current_ = nullptr;
   prefetcher_.reset();
   prefetcher_ = std::make_unique<io::TokenPrefetcher>(
-      [this](int64_t s, int32_t* out) { fill_step(s, out); }, step0,
-      micro_batches_ * config_.micro_batch * train_loader_.row_len());
+      [this](io::TokenBatch& b) { fill_step(b); }, step0, micro_batches_ * config_.micro_batch * train_loader_.row_len(),
+      train_loader_.has_mask());
 }
 
 void GptWorkload::start(int64_t first_step) {
@@ -166,12 +178,17 @@ void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
   }
   const int64_t rows = config_.micro_batch * train_loader_.row_len();
   std::copy(current_->tokens.begin() + micro * rows, current_->tokens.begin() + (micro + 1) * rows, rows_.begin());
+  mask_ = {};
+  if (!current_->mask.empty()) {
+    std::copy(current_->mask.begin() + micro * rows, current_->mask.begin() + (micro + 1) * rows, mask_rows_.begin());
+    mask_ = {mask_rows_.data(), static_cast<double>(current_->mask_count) / static_cast<double>(micro_batches_ * dp_)};
+  }
 }
 
 float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
   trained_step_ = step;
   load_train_rows(step, micro);
-  return model_.forward_backward(rows_.data(), grad_scale, sync);
+  return model_.forward_backward(rows_.data(), grad_scale, sync, mask_);
 }
 
 Workload::Evaluation GptWorkload::evaluate() {
@@ -180,13 +197,16 @@ Workload::Evaluation GptWorkload::evaluate() {
   // dp x sp, ep and the grid's rows, and the micro-batch means average over micro-batches and dp.
   const int64_t batches = std::min(config_.eval_batches, val_loader_->eval_batches());
   const int64_t micro_batches = batches * micro_batches_;
+  if (val_loader_->has_mask())  // every rank counts the evaluation's targets itself: the same everywhere
+    eval_denominator_ = static_cast<double>(val_loader_->eval_mask_count(batches)) /
+                        static_cast<double>(micro_batches * dp_);
   double loss = 0.0;
   if (runner_) {
     loss = runner_->evaluate(micro_batches);  // summed over the stages: the last one's
   } else {
     for (int64_t i = 0; i < micro_batches; ++i) {
       load_eval_rows(i);
-      loss += model_.forward(rows_.data());
+      loss += model_.forward(rows_.data(), mask_);
     }
   }
   loss = mesh_.sum_batch_shares(loss, false);  // the pipeline's runner summed over its stages

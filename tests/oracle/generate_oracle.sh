@@ -33,7 +33,8 @@ decode_case() {
 }
 
 decode_case gpt_train gpt2 "" "" --heads 4
-decode_case gpt_train llama "--norm-eps 1e-6 --rope-theta 500" "--norm-eps 1e-6 --rope-theta 500" \
+# generate takes the norm epsilon and rotary base the checkpoint records; the oracle is told them.
+decode_case gpt_train llama "" "--norm-eps 1e-6 --rope-theta 500" \
   --arch llama --heads 6 --kv-heads 2 --ffn-hidden 64 --norm-eps 1e-6 --rope-theta 500
 decode_case moe_train moe_gpt2 "" "" --heads 4 --experts 4 --moe-every 2 --top-k 1 --expert-hidden 64 \
   --capacity-factor 0
