@@ -279,7 +279,13 @@ int main(int argc, char** argv) {
     infer::Decoder decoder(reader, config, split, stages);
     report(o.checkpoint, ": ", models::arch_name(config.arch), ", ", config.layers, " layers, hidden ", config.hidden,
            ", ", config.heads, " heads", o.tp > 1 ? " (" + std::to_string(decoder.local_heads()) + " per rank)" : "",
-         config.llama() ? " (" + std::to_string(config.kv()) + " kv)" : "", ", vocab ",
+         config.llama() ? " (" + std::to_string(config.kv()) + " kv)" : "",
+           config.moe_every > 0 ? ", " + std::to_string(config.moe.experts) + " experts (top-" +
+                                      std::to_string(config.moe.router.top_k) + ", " +
+                                      std::to_string(config.moe.shared_experts) + " shared, no token dropped) every " +
+                                      std::to_string(config.moe_every) + " blocks"
+                                : std::string(),
+           ", vocab ",
            config.vocab, ", ", decoder.parameter_bytes(), " bytes of weights",
            quant::is_quantized(reader) ? " (" + quant::quantization_text(reader) + ")" : std::string(), "; tokenizer ",
            tokenizer->kind(),

@@ -1,9 +1,11 @@
 // Decoder: the weights read from /params, and the forward of new tokens over the KV cache:
 // embeddings, per block norm -> q/k/v (rotary positions for Llama) -> cache -> attention per slot
-// and head -> projection, norm -> MLP, then the final norm and the head on the rows asked for.
+// and head -> projection, norm -> MLP (or a mixture of experts), then the final norm and the head
+// on the rows asked for.
 #include "infer/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -55,6 +57,24 @@ class ParamReader {
     return counted(quantized(name).columns_of(first, count));
   }
   Tensor whole(const std::string& name) { return rows(name, {{0, shapes_.at(name)[0]}}); }
+  // Expert e's slice of a stacked expert tensor [E, R, K] (or [E, R]): its rows [first, first +
+  // count), or its columns [first, first + count) of every row. Stacked tensors are always f32:
+  // ckpt_tool quantize leaves them (2-D block weights only).
+  LinearWeight expert_weight_rows(const std::string& name, int64_t e, int64_t first, int64_t count) {
+    const Shape& shape = expert_shape(name);
+    const int64_t cols = shape.rank() > 2 ? shape[2] : 1, base = e * shape[1] * cols;
+    return LinearWeight::of(read(name, {{base + first * cols, base + (first + count) * cols}},
+                                 shape.rank() > 2 ? Shape{count, cols} : Shape{count}));
+  }
+  LinearWeight expert_weight_columns(const std::string& name, int64_t e, int64_t first, int64_t count) {
+    const Shape& shape = expert_shape(name);
+    std::vector<io::FlatRange> runs;
+    for (int64_t i = 0; i < shape[1]; ++i) {
+      const int64_t row = (e * shape[1] + i) * shape[2];
+      runs.push_back({row + first, row + first + count});
+    }
+    return LinearWeight::of(read(name, runs, Shape{shape[1], count}));
+  }
   // The rows [first, first + count) of each range, one after the other ([rows, cols] or [rows]).
   Tensor rows(const std::string& name, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
     const Shape& shape = shapes_.at(name);
@@ -76,6 +96,11 @@ class ParamReader {
   }
 
  private:
+  const Shape& expert_shape(const std::string& name) const {
+    TESSERA_CHECK(!quantized_.count(name), "checkpoint ", r_.path(), ": the stacked expert tensor ", name,
+                  " is quantised; generate reads experts in f32 only");
+    return shapes_.at(name);
+  }
   quant::QuantizedMatrix quantized(const std::string& name) {
     quant::QuantizedMatrix m = quant::QuantizedMatrix::load(r_, name);
     const Shape& shape = shapes_.at(name);
@@ -105,10 +130,16 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
                  const StageSplit& stages)
     : config_(config), split_(split), stages_(stages) {
   const int64_t tp = split.size(), rank = split.rank(), C = config.hidden, D = head_dim();
-  const int64_t F = config.mlp_hidden();
-  TESSERA_CHECK(config.heads % tp == 0 && F % tp == 0 && (config.kv() % tp == 0 || tp % config.kv() == 0), "--tp ",
-                tp, " must divide the ", config.heads, " heads and the ", F, " MLP features of checkpoint ", r.path(),
-                ", and divide or be a multiple of its ", config.kv(), " kv heads");
+  // A MoE model's blocks every moe_every-th have experts of moe.hidden features (and shared ones of
+  // shared_experts x that); a model whose every block has experts has no dense MLP to split.
+  const bool dense_blocks = config.moe_every != 1;
+  const int64_t F = dense_blocks ? config.mlp_hidden() : config.moe.hidden;
+  const int64_t EH = config.moe_every > 0 ? config.moe.hidden : F;
+  TESSERA_CHECK(config.heads % tp == 0 && F % tp == 0 && EH % tp == 0 &&
+                    (config.kv() % tp == 0 || tp % config.kv() == 0),
+                "--tp ", tp, " must divide the ", config.heads, " heads and the ", F, " MLP features",
+                config.moe_every > 0 ? " and " + std::to_string(EH) + " expert features" : std::string(),
+                " of checkpoint ", r.path(), ", and divide or be a multiple of its ", config.kv(), " kv heads");
   const int64_t pp = stages.size(), stage = stages.rank();
   TESSERA_CHECK(config.layers >= pp, "--pp ", pp, " is more stages than the ", config.layers, " blocks of checkpoint ",
                 r.path());
@@ -130,6 +161,11 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
   for (int64_t i = first_layer; i < first_layer + layers; ++i) {
     const std::string b = "blocks." + std::to_string(i) + ".";
     Block k;
+    k.moe = config.is_moe_block(i);
+    // The MLP's features on this rank and its tensors' prefix: a MoE block's shared experts (if any).
+    const std::string mlp = k.moe ? b + "moe.shared." : b + "mlp.";
+    k.mlp_features = k.moe ? config.moe.shared_experts * config.moe.hidden / tp : f_rows;
+    const int64_t f = k.mlp_features;
     k.ln1_weight = p.whole(b + "ln1.weight");
     k.ln2_weight = p.whole(b + "ln2.weight");
     k.proj = own_columns(b + "attn.proj.weight", q_rows);
@@ -142,19 +178,40 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
       k.qkv = p.weight_rows(b + "attn.qkv.weight", qkv);
       k.qkv.bias = p.rows(b + "attn.qkv.bias", qkv);
       k.proj.bias = reduced_bias(b + "attn.proj.bias");
-      k.fc = own_rows(b + "mlp.fc.weight", f_rows);
-      k.fc.bias = p.rows(b + "mlp.fc.bias", {{rank * f_rows, f_rows}});
-      k.fc_proj = own_columns(b + "mlp.proj.weight", f_rows);
-      k.fc_proj.bias = reduced_bias(b + "mlp.proj.bias");
+      if (f > 0) {
+        k.fc = own_rows(mlp + "fc.weight", f);
+        k.fc.bias = p.rows(mlp + "fc.bias", {{rank * f, f}});
+        k.fc_proj = own_columns(mlp + "proj.weight", f);
+        k.fc_proj.bias = reduced_bias(mlp + "proj.bias");
+      }
     } else {
       k.q = own_rows(b + "attn.q.weight", q_rows);
       k.k = p.weight_rows(b + "attn.k.weight", {{first_kv_head() * D, kv_rows}});
       k.v = p.weight_rows(b + "attn.v.weight", {{first_kv_head() * D, kv_rows}});
-      k.gate = own_rows(b + "mlp.gate.weight", f_rows);
-      k.up = own_rows(b + "mlp.up.weight", f_rows);
-      k.down = own_columns(b + "mlp.down.weight", f_rows);
+      if (f > 0) {
+        k.gate = own_rows(mlp + "gate.weight", f);
+        k.up = own_rows(mlp + "up.weight", f);
+        k.down = own_columns(mlp + "down.weight", f);
+      }
     }
-    blocks_.push_back(k);
+    if (k.moe) {  // each expert's hidden features split over tp as the dense MLP's
+      const std::string m = b + "moe.", ex = m + "experts.";
+      const int64_t eh = config.moe.hidden / tp;
+      k.router = LinearWeight::of(p.whole(m + "router.weight"));
+      for (int64_t e = 0; e < config.moe.experts; ++e) {
+        if (!config.llama()) {
+          k.expert_fc.push_back(p.expert_weight_rows(ex + "fc.weight", e, rank * eh, eh));
+          k.expert_fc.back().bias = p.expert_weight_rows(ex + "fc.bias", e, rank * eh, eh).weight;
+          k.expert_proj.push_back(p.expert_weight_columns(ex + "proj.weight", e, rank * eh, eh));
+          if (rank == 0) k.expert_proj.back().bias = p.expert_weight_rows(ex + "proj.bias", e, 0, C).weight;
+        } else {
+          k.expert_gate.push_back(p.expert_weight_rows(ex + "gate.weight", e, rank * eh, eh));
+          k.expert_up.push_back(p.expert_weight_rows(ex + "up.weight", e, rank * eh, eh));
+          k.expert_down.push_back(p.expert_weight_columns(ex + "down.weight", e, rank * eh, eh));
+        }
+      }
+    }
+    blocks_.push_back(std::move(k));
   }
   if (last_stage()) {
     ln_f_weight_ = p.whole("ln_f.weight");
@@ -280,7 +337,6 @@ void Decoder::run_blocks(Tensor& x, const std::vector<SlotTokens>& chunks, const
   const int64_t C = config_.hidden, H = local_heads(), K = local_kv_heads(), D = head_dim();
   Tensor h = rows(ws_.h, n, C), branch = rows(ws_.branch, n, C), att = rows(ws_.att, n, H * D);
   Tensor qkv = rows(ws_.qkv, n, 3 * H * D);
-  const int64_t F = config_.mlp_hidden() / split_.size();
   for (int64_t l = 0; l < local_layers(); ++l) {
     const Block& b = blocks_[static_cast<size_t>(l)];
     norm(h, x, b.ln1_weight, b.ln1_bias, n);
@@ -314,20 +370,113 @@ void Decoder::run_blocks(Tensor& x, const std::vector<SlotTokens>& chunks, const
     reduce(branch);
     ops::add_inplace(x, branch);
     norm(h, x, b.ln2_weight, b.ln2_bias, n);
-    if (!config_.llama()) {
-      Tensor pre = rows(ws_.mlp_a, n, F), act = rows(ws_.mlp_b, n, F);
-      linear(act, h, b.fc, &pre);
-      linear(branch, act, b.fc_proj);
+    if (b.moe) {
+      moe(branch, h, b, n);
     } else {
-      Tensor gate = rows(ws_.mlp_a, n, F), up = rows(ws_.mlp_b, n, F), act = rows(ws_.mlp_c, n, F);
-      linear(gate, h, b.gate);
-      linear(up, h, b.up);
-      ops::swiglu_forward(act, gate, up);
-      linear(branch, act, b.down);
+      mlp(branch, h, b, n);
     }
     reduce(branch);
     ops::add_inplace(x, branch);
   }
+}
+
+void Decoder::mlp(Tensor& branch, const Tensor& h, const Block& b, int64_t n) {
+  const int64_t F = b.mlp_features;
+  if (!config_.llama()) {
+    Tensor pre = rows(ws_.mlp_a, n, F), act = rows(ws_.mlp_b, n, F);
+    linear(act, h, b.fc, &pre);
+    linear(branch, act, b.fc_proj);
+  } else {
+    Tensor gate = rows(ws_.mlp_a, n, F), up = rows(ws_.mlp_b, n, F), act = rows(ws_.mlp_c, n, F);
+    linear(gate, h, b.gate);
+    linear(up, h, b.up);
+    ops::swiglu_forward(act, gate, up);
+    linear(branch, act, b.down);
+  }
+}
+
+// Route (the router's softmax and top-k, as nn::MoeRouter::forward computes them), pack each
+// expert's rows (expert by expert, first choices before second, token order within), run each
+// expert on its rows, then add gate x output into the branch token by token, choice by choice (the
+// trainer's order: its eval loss is matched to rounding).
+void Decoder::moe(Tensor& branch, const Tensor& h, const Block& b, int64_t n) {
+  const int64_t C = config_.hidden, E = config_.moe.experts, k = config_.moe.router.top_k;
+  const int64_t EH = config_.moe.hidden / split_.size();
+  const bool renormalise = config_.moe.router.norm == nn::RouterNorm::softmax_topk;
+  Tensor logits = rows(ws_.router_logits, n, E);
+  linear(logits, h, b.router);
+  ws_.choice.resize(static_cast<size_t>(n * k));
+  ws_.gate.resize(static_cast<size_t>(n * k));
+  ws_.slot.resize(static_cast<size_t>(n * k));
+  const float* lg = logits.data<float>();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = lg + t * E;
+    int64_t first = 0;  // strict >: the lower index wins a tie
+    for (int64_t e = 1; e < E; ++e)
+      if (row[e] > row[first]) first = e;
+    int64_t second = -1;
+    if (k == 2)
+      for (int64_t e = 0; e < E; ++e)
+        if (e != first && (second < 0 || row[e] > row[second])) second = e;
+    const double max = row[first];
+    double sum = 0.0;
+    for (int64_t e = 0; e < E; ++e) sum += std::exp(static_cast<double>(row[e]) - max);
+    auto prob = [&](int64_t e) { return static_cast<float>(std::exp(static_cast<double>(row[e]) - max) / sum); };
+    ws_.choice[static_cast<size_t>(t * k)] = static_cast<int32_t>(first);
+    if (k == 1) {
+      ws_.gate[static_cast<size_t>(t)] = renormalise ? 1.0f : prob(first);
+    } else {
+      ws_.choice[static_cast<size_t>(t * k + 1)] = static_cast<int32_t>(second);
+      const double p1 = prob(first), p2 = prob(second), sum12 = renormalise ? p1 + p2 : 1.0;
+      ws_.gate[static_cast<size_t>(t * k)] = static_cast<float>(p1 / sum12);
+      ws_.gate[static_cast<size_t>(t * k + 1)] = static_cast<float>(p2 / sum12);
+    }
+  }
+  // Packed rows: expert e's from expert_first[e], first choices before second ones.
+  ws_.expert_first.assign(static_cast<size_t>(E + 1), 0);
+  for (int64_t a = 0; a < n * k; ++a) ++ws_.expert_first[static_cast<size_t>(ws_.choice[static_cast<size_t>(a)] + 1)];
+  for (int64_t e = 0; e < E; ++e) ws_.expert_first[static_cast<size_t>(e + 1)] += ws_.expert_first[static_cast<size_t>(e)];
+  std::vector<int64_t> next(ws_.expert_first.begin(), ws_.expert_first.end() - 1);
+  Tensor in = rows(ws_.expert_in, n * k, C), out = rows(ws_.expert_out, n * k, C);
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t row = next[static_cast<size_t>(ws_.choice[static_cast<size_t>(t * k + j)])]++;
+      ws_.slot[static_cast<size_t>(t * k + j)] = static_cast<int32_t>(row);
+      std::memcpy(in.data<float>() + row * C, h.data<float>() + t * C, static_cast<size_t>(C) * sizeof(float));
+    }
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t first = ws_.expert_first[static_cast<size_t>(e)];
+    const int64_t count = ws_.expert_first[static_cast<size_t>(e + 1)] - first;
+    if (count == 0) continue;
+    const Tensor xe = in.slice(first * C, {count, C});
+    Tensor ye = out.slice(first * C, {count, C});
+    const auto u = static_cast<size_t>(e);
+    if (!config_.llama()) {
+      Tensor pre = rows(ws_.mlp_a, count, EH), act = rows(ws_.mlp_b, count, EH);
+      linear(act, xe, b.expert_fc[u], &pre);
+      linear(ye, act, b.expert_proj[u]);
+    } else {
+      Tensor gate = rows(ws_.mlp_a, count, EH), up = rows(ws_.mlp_b, count, EH), act = rows(ws_.mlp_c, count, EH);
+      linear(gate, xe, b.expert_gate[u]);
+      linear(up, xe, b.expert_up[u]);
+      ops::swiglu_forward(act, gate, up);
+      linear(ye, act, b.expert_down[u]);
+    }
+  }
+  // The shared experts' output first, then each choice's gated output added to it.
+  if (b.mlp_features > 0) {
+    mlp(branch, h, b, n);
+  } else {
+    std::fill_n(branch.data<float>(), n * C, 0.0f);
+  }
+  float* ys = branch.data<float>();
+  const float* back = out.data<float>();
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t row = ws_.slot[static_cast<size_t>(t * k + j)];
+      const float g = ws_.gate[static_cast<size_t>(t * k + j)];
+      for (int64_t i = 0; i < C; ++i) ys[t * C + i] += g * back[row * C + i];
+    }
 }
 
 // Causal attention of each chunk's queries over its slot's cache, after writing the chunk's keys

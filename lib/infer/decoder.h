@@ -24,10 +24,21 @@ struct SlotTokens {
   bool all_logits = false;  // logits for every new position, else for the last one only
 };
 
+// Mixture-of-experts blocks (moe_train's checkpoints): the router's logits, softmax and top-k
+// (k = 1 or 2, the lower expert index on a tie) and the gates as the checkpoint's router normalised
+// them (nn/moe_router.h); the output is the shared experts' MLP plus sum over the token's k choices
+// of gate x expert(x). No capacity and no dropping: every token reaches its top-k experts. The
+// trainer's capacity factor is a training-time device that bounds an expert's rows per step; a
+// decoder's rows (one new token per slot, or a prompt) are not a training batch, and dropping
+// would make a token's output depend on the batch beside it. So the trainer's eval loss on a
+// window is reproduced (generate --score) when its capacity does not bind (--capacity-factor 0, or
+// one large enough that no assignment is dropped).
+//
 // Tensor parallelism over the heads (Megatron's 1D): rank r of `group` holds query heads
 // [r H/tp, (r+1) H/tp) and the kv heads they read (tp divides the kv heads: a share of them; the kv
 // heads divide tp: the one its query heads share, so each is held by tp / K ranks), the matching rows of the
-// q/k/v (gpt2: qkv) and first MLP weights and columns of the output projections, and its slots'
+// q/k/v (gpt2: qkv) and first MLP weights and columns of the output projections (MoE blocks: every
+// expert's hidden features split the same way, the router whole on each rank), and its slots'
 // cache for those kv heads alone. Each output projection's partial sums are all-reduced over the
 // group (forward: all-reduce(tp), twice per block); embeddings, norms and the head are whole on
 // every rank, so every rank has every logit and chooses the same tokens. No group: one rank.
@@ -82,14 +93,29 @@ class Decoder {
   struct Block {
     Tensor ln1_weight, ln1_bias, ln2_weight, ln2_bias;
     LinearWeight qkv, q, k, v, proj;  // gpt2: qkv; llama: q, k, v
-    LinearWeight fc, fc_proj;         // gpt2's MLP
-    LinearWeight gate, up, down;      // llama's SwiGLU
+    LinearWeight fc, fc_proj;         // gpt2's MLP (a MoE block: its shared experts')
+    LinearWeight gate, up, down;      // llama's SwiGLU (a MoE block: its shared experts')
+    int64_t mlp_features = 0;         // this rank's features of that MLP (0: none)
+    // A mixture-of-experts block: the router [E, C] (whole on every rank) and each expert's MLP
+    // (gpt2: fc and fc_proj; llama: gate, up and down), this rank's share of its hidden features.
+    bool moe = false;
+    LinearWeight router;
+    std::vector<LinearWeight> expert_fc, expert_proj, expert_gate, expert_up, expert_down;
   };
   // Buffers grown to the largest call so far (a step allocates nothing once they fit).
   struct Workspace {
     Tensor tokens, x, h, qkv, q, k, v, att, branch, mlp_a, mlp_b, mlp_c, stats_a, stats_b, q_heads, out_heads,
-        lse, selected, selected_norm, logits;
+        lse, selected, selected_norm, logits, router_logits, expert_in, expert_out;
+    std::vector<int32_t> choice, slot;  // [n, k]: each token's experts, best first, and its packed row
+    std::vector<float> gate;            // [n, k]
+    std::vector<int64_t> expert_first;  // [E + 1]: where each expert's packed rows start
   };
+  // A block's dense MLP (or a MoE block's shared experts) on h [n, C]: this rank's partial sums
+  // into branch [n, C].
+  void mlp(Tensor& branch, const Tensor& h, const Block& b, int64_t n);
+  // A MoE block's feed-forward on h [n, C]: shared experts (if any), plus each token's top-k
+  // experts weighted by their gates; this rank's partial sums into branch [n, C].
+  void moe(Tensor& branch, const Tensor& h, const Block& b, int64_t n);
   Tensor rows(Tensor& buffer, int64_t n, int64_t width, DType dtype = DType::f32);
   void norm(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor& bias, int64_t n);
   void attention(int64_t layer, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,

@@ -29,13 +29,16 @@ std::optional<float> recorded_llama_value(const io::CheckpointReader& r, const s
 float llama_value(const io::CheckpointReader& r, const std::string& key, float option, float fallback,
                   const char* flag);
 
-// The config of the checkpoint's model (`model` gpt or llama). Refused, naming the file and the
-// model: a vision transformer (vit), mixture-of-experts models (not yet), anything else, and a
-// checkpoint missing a model.<field> the family needs.
+// The config of the checkpoint's model (`model` gpt, llama, or moe_train's moe_gpt and moe_llama,
+// whose model.moe_every, experts, expert_hidden, top_k, shared_experts and gates_renormalised fill
+// GptConfig::moe; its capacity factor is left 0: inference drops no token). Refused, naming the
+// file and the model: a vision transformer (vit), anything else, and a checkpoint missing a
+// model.<field> the family needs.
 models::GptConfig model_config_of(const io::CheckpointReader& r, const ModelOverrides& overrides = {});
 
 // Every parameter tensor of the model (without the /params/ prefix) with its global shape, in
-// model order: the embeddings, each block, the final norm, an untied head.
+// model order: the embeddings, each block (a MoE block: its router, stacked experts [E, out, in]
+// and shared experts' MLP in place of the MLP), the final norm, an untied head.
 std::vector<std::pair<std::string, Shape>> parameter_shapes(const models::GptConfig& c);
 
 }  // namespace tessera::infer

@@ -1,5 +1,5 @@
 // Bad input to generate: each case runs the built binary on checkpoints written here (a small gpt2
-// with random weights, and a ViT's and an MoE model's attributes) and asserts a non-zero exit code
+// with random weights, and a ViT's, an unknown model's and an incomplete MoE model's attributes) and asserts a non-zero exit code
 // and one "error:" line naming the problem, with nothing written over.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -114,8 +114,11 @@ TEST_F(BadInputGenerate, ATokenIdOutsideTheVocabularyIsRefused) {
 TEST_F(BadInputGenerate, AVisionTransformerCheckpointIsRefusedNamingTheModel) {
   expect_error(generate("--checkpoint " + foreign_checkpoint("vit") + " --prompt x"),
                "holds a vision transformer (model vit): generate runs language models");
+  expect_error(generate("--checkpoint " + foreign_checkpoint("bert") + " --prompt x"),
+               "holds a bert model: generate runs gpt, llama, moe_gpt and moe_llama models");
+  // A mixture-of-experts checkpoint runs, but not one missing the attributes its model needs.
   expect_error(generate("--checkpoint " + foreign_checkpoint("moe_gpt") + " --prompt x"),
-               "generate does not run mixture-of-experts models yet");
+               "does not record model.hidden");
 }
 
 TEST_F(BadInputGenerate, AMissingOrUnreadablePromptsFileIsRefused) {

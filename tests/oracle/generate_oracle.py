@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # The decode oracle: reads a tessera checkpoint with h5py, rebuilds its model in float64 with the
-# PyTorch forwards of torch_oracle.py (written from the models' definitions, not tessera's code),
+# PyTorch forwards of torch_oracle.py (written from the models' definitions, not tessera's code;
+# moe_train's mixture-of-experts blocks with every token at its top-k experts, no capacity),
 # and replays `generate`'s greedy completions: at every step the token tessera chose must be
 # PyTorch's argmax over a full recompute of the sequence (a near tie, top two within --tie-margin,
 # is counted and accepted), and tessera's log-probability of it must agree within --logprob-tol.
@@ -30,10 +31,14 @@ def read_model(path, norm_eps, rope_theta):
         def num(k):
             return int(np.asarray(attrs[k]).ravel()[0])
         model = text("model")
-        if model not in ("gpt", "llama"):
-            raise SystemExit(f"error: {path} holds a {model} model; the oracle decodes gpt and llama")
+        if model not in ("gpt", "llama", "moe_gpt", "moe_llama"):
+            raise SystemExit(f"error: {path} holds a {model} model; the oracle decodes gpt, llama and their MoE")
         cfg = {"layers": num("model.layers"), "hidden": num("model.hidden"), "heads": num("model.heads"),
                "vocab_size": num("model.vocab")}
+        if model.startswith("moe_"):  # moe_train's routing; its blocks are found by their router tensors
+            cfg.update({"top_k": num("model.top_k"), "shared_experts": num("model.shared_experts"),
+                        "gates_renormalised": num("model.gates_renormalised")})
+            model = model[len("moe_"):]
         if model == "llama":
             cfg.update({"kv_heads": num("model.kv_heads"), "ffn_hidden": num("model.ffn_hidden"),
                         "tie_embeddings": num("model.tie_embeddings"), "norm_eps": norm_eps,

@@ -38,6 +38,34 @@ def gpt2_param_shapes(cfg):
     return shapes
 
 
+def gelu_mlp(p, prefix, h, e=None):
+    """GPT-2's MLP (prefix fc, proj with biases); with e, expert e of stacked [E, out, in] weights."""
+    w = (lambda n: p[prefix + n]) if e is None else (lambda n: p[prefix + n][e])
+    return F.gelu(h @ w("fc.weight").t() + w("fc.bias"), approximate="tanh") @ w("proj.weight").t() + w("proj.bias")
+
+
+def swiglu_mlp(p, prefix, h, e=None):
+    """Llama's MLP down(silu(gate h) * up h); with e, expert e of stacked weights."""
+    w = (lambda n: p[prefix + n]) if e is None else (lambda n: p[prefix + n][e])
+    return (F.silu(h @ w("gate.weight").t()) * (h @ w("up.weight").t())) @ w("down.weight").t()
+
+
+def moe_forward(p, cfg, prefix, h, mlp):
+    """A mixture-of-experts feed-forward (moe_train's blocks) on h [B, T, C], every token sent to its
+    top-k experts (no capacity): softmax of the router's logits, the k most probable experts,
+    gates = their probabilities (renormalised to sum to 1 when cfg["gates_renormalised"]), output =
+    the shared experts' MLP (if any) + sum of gate x expert(h)."""
+    probs = (h @ p[prefix + "router.weight"].t()).softmax(dim=-1)
+    gates, chosen = probs.topk(cfg["top_k"], dim=-1)
+    if cfg["gates_renormalised"]:
+        gates = gates / gates.sum(dim=-1, keepdim=True)
+    out = mlp(p, prefix + "shared.", h) if cfg["shared_experts"] > 0 else torch.zeros_like(h)
+    for e in range(probs.shape[-1]):
+        weight = (gates * (chosen == e)).sum(dim=-1, keepdim=True)  # 0 where e is not chosen
+        out = out + weight * mlp(p, prefix + "experts.", h, e)
+    return out
+
+
 def gpt2_forward(p, cfg, tokens):
     """Logits [B, T, V] of the GPT-2 style model for int64 tokens [B, T]."""
     B, T = tokens.shape
@@ -58,8 +86,10 @@ def gpt2_forward(p, cfg, tokens):
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p[b + "attn.proj.weight"].t() + p[b + "attn.proj.bias"]
         h = F.layer_norm(x, (C,), p[b + "ln2.weight"], p[b + "ln2.bias"], eps)
-        h = F.gelu(h @ p[b + "mlp.fc.weight"].t() + p[b + "mlp.fc.bias"], approximate="tanh")
-        x = x + h @ p[b + "mlp.proj.weight"].t() + p[b + "mlp.proj.bias"]
+        if b + "moe.router.weight" in p:
+            x = x + moe_forward(p, cfg, b + "moe.", h, gelu_mlp)
+            continue
+        x = x + gelu_mlp(p, b + "mlp.", h)
     x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], eps)
     return x @ p["embed.tokens.weight"].t()
 
@@ -126,8 +156,10 @@ def llama_forward(p, cfg, tokens):
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p[b + "attn.proj.weight"].t()
         h = rms_norm(x, p[b + "ln2.weight"], eps)
-        h = F.silu(h @ p[b + "mlp.gate.weight"].t()) * (h @ p[b + "mlp.up.weight"].t())
-        x = x + h @ p[b + "mlp.down.weight"].t()
+        if b + "moe.router.weight" in p:
+            x = x + moe_forward(p, cfg, b + "moe.", h, swiglu_mlp)
+            continue
+        x = x + swiglu_mlp(p, b + "mlp.", h)
     x = rms_norm(x, p["ln_f.weight"], eps)
     head = p["embed.tokens.weight"] if cfg["tie_embeddings"] else p["head.weight"]
     return x @ head.t()

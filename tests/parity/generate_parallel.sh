@@ -4,14 +4,16 @@
 # tokens, greedy and seeded sampling (8 prompts of mixed lengths in 3 slots, so slots are
 # refilled), log-probabilities within 1e-5, and the one-rank --score within relative 1e-6, for
 # gpt2 and for Llama with 2 kv heads (tp 2 splits them) and 1 (multi-query: each tp rank holds it),
-# and for quantised checkpoints of them (int4 with the head, int8); tp 3, which divides no head count here,
+# for moe_train's mixture-of-experts models (tp 2 splits every expert's hidden features, the
+# router whole on each rank; gpt2 top-1 and Llama top-2 with a shared expert), and for quantised
+# checkpoints of them (int4 with the head, int8); tp 3, which divides no head count here,
 # more stages than blocks, and quantisation groups a tp rank's columns would cut are refused by name.
 # usage: generate_parallel.sh <build_dir> <source_dir>
 set -euo pipefail
 source "$(dirname "$0")/../tools/script_prelude.sh"
 script_args "$@"
 launcher=${TESSERA_MPIEXEC:-mpirun}
-need_apps data_prep gpt_train generate
+need_apps data_prep gpt_train moe_train generate
 command -v "$launcher" >/dev/null || { echo "FAIL: $launcher not found (an MPI launcher is needed)" >&2; exit 1; }
 make_scratch generate-tp
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -29,9 +31,10 @@ for i in $(seq 1 8); do
 done
 
 check_case() {
-  local name=$1
+  local name=$1 trainer=gpt_train
   shift
-  run "$build/apps/gpt_train" --input "$tmp/data.h5" --layers 3 --hidden 32 --heads 4 --seq-len 48 --global-batch 8 \
+  [[ $name != moe_* ]] || trainer=moe_train
+  run "$build/apps/$trainer" --input "$tmp/data.h5" --layers 3 --hidden 32 --heads 4 --seq-len 48 --global-batch 8 \
       --steps 10 --lr 1e-2 --warmup 2 --seed 3 --checkpoint-dir "$tmp/$name" --checkpoint-every 10 "$@"
   check_checkpoint "$name" "$tmp/$name/step_10.h5"
 }
@@ -82,6 +85,9 @@ PY
 check_case gpt2
 check_case llama --arch llama --kv-heads 2 --ffn-hidden 64
 check_case llama_mqa --arch llama --kv-heads 1 --ffn-hidden 64
+check_case moe_gpt2 --experts 4 --moe-every 2 --top-k 1 --expert-hidden 32 --capacity-factor 0
+check_case moe_llama --arch llama --kv-heads 2 --ffn-hidden 64 --experts 4 --moe-every 1 --top-k 2 \
+  --router-norm softmax_topk --expert-hidden 32 --shared-experts 1 --capacity-factor 0
 check_quantized gpt2_int4_head gpt2 --bits 4 --group-size 8 --quantize-head
 check_quantized llama_int8 llama --bits 8 --group-size 16
 

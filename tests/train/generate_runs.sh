@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # CTest `train`: generate on checkpoints gpt_train trains here (byte-level text):
-# - `--score` equals gpt_train's eval_loss on the same windows within relative 1e-6 (gpt2, llama);
+# - `--score` equals gpt_train's eval_loss on the same windows within relative 1e-6 (gpt2, llama),
+#   and moe_train's (its gpt2 and Llama MoE models) where the trainer's expert capacity does not
+#   bind: generate sends every token to its top-k experts, so it reproduces an evaluation that
+#   dropped none (moe_tiny at --capacity-factor 4: an expert's capacity 2 N of the N tokens it can
+#   get at most; moe_llama_tiny's factor is 0, no limit);
 # - seeded sampling (temperature, top-k, top-p, repetition penalty) gives every prompt the same
 #   text alone (--prompt, and one slot at a time) and inside a batch of 16 prompts of mixed
 #   lengths (16 slots, and 5 slots refilled as sequences finish); another seed gives other text.
@@ -8,7 +12,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../tools/script_prelude.sh"
 script_args "$@"
-need_apps data_prep gpt_train generate
+need_apps data_prep gpt_train moe_train generate
 make_scratch generate-runs
 fail() { echo "FAIL: $*" >&2; exit 1; }
 run() {
@@ -20,20 +24,26 @@ run() {
 
 run "$build/apps/data_prep" text --input "$src/README.md" --output "$tmp/text.h5" --val-fraction 0.1
 
-# --score against gpt_train's evaluation of the same windows.
-for arch in gpt2 llama; do
-  run "$build/apps/gpt_train" --config "$src/inputs/${arch/gpt2/gpt}_tiny.ini" --input "$tmp/text.h5" --steps 20 \
-      --eval-every 20 --eval-batches 3 --metrics "$tmp/$arch.jsonl" --checkpoint-dir "$tmp/$arch" --checkpoint-every 20
+# --score against gpt_train's (moe_train's) evaluation of the same windows.
+for arch in gpt2 llama moe_gpt2 moe_llama; do
+  trainer=(gpt_train --config "$src/inputs/${arch/gpt2/gpt}_tiny.ini")
+  [[ $arch != moe_gpt2 ]] || trainer=(moe_train --config "$src/inputs/moe_tiny.ini" --capacity-factor 4)
+  [[ $arch != moe_llama ]] || trainer=(moe_train --config "$src/inputs/moe_llama_tiny.ini")
+  steps=20
+  [[ $arch != moe_* ]] || steps=6  # the experts' routing is what is checked, not training
+  run "$build/apps/${trainer[0]}" "${trainer[@]:1}" --input "$tmp/text.h5" --steps $steps \
+      --eval-every $steps --eval-batches 3 --metrics "$tmp/$arch.jsonl" --checkpoint-dir "$tmp/$arch" \
+      --checkpoint-every $steps
   want=$(grep -o '"eval_loss":[-0-9.e+]*' "$tmp/$arch.jsonl" | tail -n 1 | cut -d: -f2)
-  [[ -n $want ]] || fail "$arch: gpt_train wrote no eval_loss"
-  run "$build/apps/generate" --checkpoint "$tmp/$arch/step_20.h5" --score "$tmp/text.h5" --seq-len 32 \
+  [[ -n $want ]] || fail "$arch: ${trainer[0]} wrote no eval_loss"
+  run "$build/apps/generate" --checkpoint "$tmp/$arch/step_$steps.h5" --score "$tmp/text.h5" --seq-len 32 \
       --global-batch 16 --eval-batches 3 --max-batch 5
   got=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
   [[ -n $got ]] || fail "$arch: generate --score printed no loss: $(cat "$tmp/out")"
   grep -q 'bits per byte' "$tmp/out" || fail "$arch: no bits per byte for byte-level data: $(cat "$tmp/out")"
   python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(b) else 1)" \
-    "$got" "$want" || fail "$arch: generate --score gives $got, gpt_train's eval_loss $want (relative 1e-6)"
-  echo "$arch: --score $got = gpt_train eval_loss $want"
+    "$got" "$want" || fail "$arch: generate --score gives $got, ${trainer[0]}'s eval_loss $want (relative 1e-6)"
+  echo "$arch: --score $got = ${trainer[0]} eval_loss $want"
 done
 
 # Seeded sampling: the same text whatever the batch (prompts of 2 to 17 bytes, 12 new tokens: the

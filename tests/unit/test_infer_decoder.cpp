@@ -57,7 +57,16 @@ std::string write_checkpoint(const models::GptConfig& c, const std::string& name
     w.create(t, shape);
     w.write_range(t, 0, shape.numel(), v.data());
   }
-  w.set_attr("model", c.llama() ? "llama" : "gpt");
+  const std::string family = c.llama() ? "llama" : "gpt";
+  w.set_attr("model", c.moe_every > 0 ? "moe_" + family : family);
+  if (c.moe_every > 0) {  // moe_train's attributes (gpt_workload.cpp)
+    w.set_attr("model.moe_every", c.moe_every);
+    w.set_attr("model.experts", c.moe.experts);
+    w.set_attr("model.expert_hidden", c.moe.hidden);
+    w.set_attr("model.top_k", static_cast<int64_t>(c.moe.router.top_k));
+    w.set_attr("model.shared_experts", c.moe.shared_experts);
+    w.set_attr("model.gates_renormalised", static_cast<int64_t>(c.moe.router.norm == nn::RouterNorm::softmax_topk));
+  }
   w.set_attr("model.layers", c.layers);
   w.set_attr("model.hidden", c.hidden);
   w.set_attr("model.heads", c.heads);
@@ -94,6 +103,18 @@ models::GptConfig llama_config(int64_t kv_heads, bool tied) {
   c.kv_heads = kv_heads;
   c.ffn_hidden = 48;
   c.tie_embeddings = tied;
+  return c;
+}
+
+// moe_train's models: experts every `every` blocks, top-k routing, `shared` shared experts.
+models::GptConfig with_experts(models::GptConfig c, int64_t every, int k, int64_t shared, nn::RouterNorm norm) {
+  c.layers = 3;
+  c.moe_every = every;
+  c.moe.experts = 4;
+  c.moe.hidden = 24;
+  c.moe.router.top_k = k;
+  c.moe.shared_experts = shared;
+  c.moe.router.norm = norm;
   return c;
 }
 
@@ -161,6 +182,48 @@ TEST(InferDecoder, CacheMatchesRecomputeLlamaMultiQueryTied) {
   check_cache_matches_recompute(llama_config(1, true), "llama_mqa.h5");
 }
 
+// Mixture-of-experts blocks (routed top-k over the cache path's differently batched rows).
+TEST(InferDecoder, CacheMatchesRecomputeMoeGpt2TopOne) {
+  check_cache_matches_recompute(with_experts(gpt2_config(), 2, 1, 0, nn::RouterNorm::softmax), "moe_gpt2.h5");
+}
+TEST(InferDecoder, CacheMatchesRecomputeMoeLlamaTopTwoSharedExperts) {
+  check_cache_matches_recompute(with_experts(llama_config(2, false), 1, 2, 1, nn::RouterNorm::softmax_topk),
+                                "moe_llama.h5");
+}
+
+// The MoE blocks use every expert they route to: the logits move when one expert's weights do
+// (and an expert no token of the sequence chose changes nothing), and the shared experts count.
+TEST(InferDecoder, MoeLogitsDependOnTheChosenExpertsAndSharedExperts) {
+  const models::GptConfig c = with_experts(llama_config(2, false), 1, 2, 1, nn::RouterNorm::softmax_topk);
+  const int64_t L = 12, V = c.vocab;
+  const std::vector<int32_t> tokens = sequence(L, V, 31);
+  auto logits = [&](const std::string& name, const EditTensor& edit) {
+    const std::string path = write_checkpoint(c, name, edit);
+    const io::CheckpointReader reader(path, MPI_COMM_NULL);
+    infer::Decoder decoder(reader, infer::model_config_of(reader));
+    infer::KvCache cache = decoder.make_cache(1, L);
+    return decoder.forward({{0, tokens.data(), L, true}}, cache).clone();
+  };
+  auto moved = [&](const Tensor& a, const Tensor& b) {
+    double m = 0;
+    for (int64_t i = 0; i < L * V; ++i)
+      m = std::max(m, std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]));
+    return m;
+  };
+  const Tensor base = logits("moe_base.h5", nullptr);
+  // Every expert's down projection of block 0 scaled: some token routes to one of them.
+  const Tensor experts = logits("moe_experts.h5", [](const std::string& p, std::vector<float>& v) {
+    if (p == "blocks.0.moe.experts.down.weight")
+      for (float& x : v) x *= 2.0f;
+  });
+  EXPECT_GT(moved(base, experts), 1e-3);
+  const Tensor shared = logits("moe_shared.h5", [](const std::string& p, std::vector<float>& v) {
+    if (p == "blocks.0.moe.shared.down.weight")
+      for (float& x : v) x *= 2.0f;
+  });
+  EXPECT_GT(moved(base, shared), 1e-3);
+}
+
 // A quantised checkpoint (ckpt_tool quantize) runs its block matrices, and here the head, on the
 // int8/int4 kernels: its logits equal those of an f32 checkpoint holding the dequantised weights,
 // within f32 rounding (1e-5), in a prefill (GEMM) and one token per step (GEMV); and they are
@@ -221,6 +284,17 @@ TEST(InferDecoder, QuantizedInt4Gpt2EqualsItsDequantizedWeights) {
 }
 TEST(InferDecoder, QuantizedInt8LlamaEqualsItsDequantizedWeights) {
   check_quantized_matches_dequantized(llama_config(2, false), 8, 16, "llama_int8");
+}
+// A MoE checkpoint: ckpt_tool quantize takes its 2-D block matrices (attention, shared experts)
+// and leaves the router and the stacked [E, out, in] experts f32; generate runs it so.
+TEST(InferDecoder, QuantizedInt8MoeLlamaKeepsExpertsF32) {
+  check_quantized_matches_dequantized(with_experts(llama_config(2, false), 1, 2, 1, nn::RouterNorm::softmax_topk), 8,
+                                      8, "moe_llama_int8");
+  const io::CheckpointReader q((scratch_dir() / "moe_llama_int8.q.h5").string(), MPI_COMM_NULL);
+  EXPECT_TRUE(q.has(quant::quantized_path("blocks.0.moe.shared.gate.weight", "q")));
+  EXPECT_FALSE(q.has(quant::quantized_path("blocks.0.moe.experts.gate.weight", "q")));
+  EXPECT_FALSE(q.has(quant::quantized_path("blocks.0.moe.router.weight", "q")));
+  EXPECT_TRUE(q.has("/params/blocks.0.moe.experts.gate.weight"));
 }
 
 TEST(InferDecoder, RefusesTokensPositionsAndSlotsByName) {
