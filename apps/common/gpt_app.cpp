@@ -51,6 +51,7 @@ plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, 
   run.split_gather = o.split_gather();
   run.ring = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::ring;
   run.zero_stage = o.train.zero_stage;
+  run.zero3_overlap = o.train.zero3_overlap;
   run.pp_schedule = o.train.pp_schedule;
   run.virtual_stages = o.train.virtual_stages;
   run.pp_layers = o.train.pp_layers;

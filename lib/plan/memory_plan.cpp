@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -86,10 +87,13 @@ void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const
   }
 }
 
-// ZeRO-3: the most a rank of the stage holds gathered at once: a unit with its gradient buffer and
-// its reduce-scattered part (parallel/sharded_params.h); without a pipeline the embedding (the
-// tied head's table) stays gathered from its forward to its backward as the other units come and go.
-int64_t zero3_gathered(const models::Gpt::StageParams& params, int data_ranks, bool embedding_stays) {
+// ZeRO-3: the most a rank of the stage holds gathered at once (parallel/sharded_params.h).
+// Blocking (--zero3-overlap off): a unit with its gradient buffer and its reduce-scattered part;
+// without a pipeline the embedding (the tied head's table) stays gathered from its forward to its
+// backward as the other units come and go. Overlapped: the buffers are pooled by unit size and
+// kept, at most two of each role per size (the unit in use and the next one's gather in flight;
+// a gradient buffer and the one whose reduce-scatter is in flight): a bound over the sizes.
+int64_t zero3_gathered(const models::Gpt::StageParams& params, int data_ranks, bool embedding_stays, bool overlap) {
   const nn::ParamStore& store = params.store;
   const std::vector<int>& first = params.unit_first_param;
   std::vector<parallel::Range> units;
@@ -101,10 +105,18 @@ int64_t zero3_gathered(const models::Gpt::StageParams& params, int data_ranks, b
   for (int r = 0; r < shards.parts(); ++r) {
     const parallel::Range shard = shards.shard(r);
     int64_t peak = 0;
+    std::map<int64_t, int64_t> pooled;  // overlapped: unit size -> its largest reduced part
     for (size_t u = 0; u < units.size(); ++u) {
       const int64_t mine =
           std::max<int64_t>(0, std::min(units[u].end, shard.end) - std::max(units[u].begin, shard.begin));
       peak = std::max(peak, (embedding_stays && u == 0 ? 0 : 2 * units[u].size()) + mine);
+      pooled[units[u].size()] = std::max(pooled[units[u].size()], mine);
+    }
+    if (overlap && shards.parts() > 1) {  // one rank takes the blocking path
+      int64_t pools = 0;
+      for (const auto& [size, reduced] : pooled) pools += 2 * (2 * size + reduced);
+      worst = std::max(worst, pools);
+      continue;
     }
     worst = std::max(worst, peak + (embedding_stays ? 2 * units.front().size() : 0));
   }
@@ -203,7 +215,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
     }
   }
   // The transients come at different moments of a step: the larger counts.
-  const int64_t gathered = zero == 3 ? zero3_gathered(params, data_ranks, first_stage && last_stage) : 0;
+  const int64_t gathered = zero == 3 ? zero3_gathered(params, data_ranks, first_stage && last_stage, run.zero3_overlap) : 0;
   if (gathered >= tied_add) {
     add(m, "buffers", "transient: ZeRO-3 units gathered with gradients (the stage's worst rank)", kBytes * gathered,
         true);

@@ -23,6 +23,7 @@ struct GptRun {
   comm::MeshShape mesh;       // resolved (dp filled in)
   bool split_gather = false, ring = false;  // the sequence-parallel mode
   int zero_stage = 0;
+  bool zero3_overlap = true;  // ZeRO-3 prefetches the next unit while this one computes (--zero3-overlap)
   std::string pp_schedule = "1f1b";
   int virtual_stages = 1;
   std::vector<int64_t> pp_layers;  // blocks per virtual stage (--pp-layers; empty: even)

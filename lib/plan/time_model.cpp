@@ -207,12 +207,29 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     if (!run.split_gather) charge("tp: the head's dx", "all_reduce", tp, tp_across, 0, 1, nc);
     else charge("tp split_gather: the head", "all_gather", tp, tp_across, 1, 2, nc);
   }
-  // ZeRO-3: every unit gathered before its forward and again before its backward (blocking today).
+  // ZeRO-3: every unit gathered before its forward and again before its backward. Blocking
+  // (--zero3-overlap off), each gather is waited for in full; overlapped, the next unit's gather
+  // runs while this one computes, so the first is waited for in full and each later one only where
+  // it outlasts a block's compute (backward computes about twice as long as forward).
   const int data = run.mesh.dp * run.mesh.sp;
-  if (run.zero_stage == 3) {
+  if (run.zero_stage == 3 && data > 1) {
     const double units = blocks + (embedding ? 1 : 0) + (head ? 1 : 0);
-    charge("ZeRO-3: each unit gathered before forward and backward", "all_gather", data, where.data_across(), units,
-           units, static_cast<double>(cost.params) / units * wire);
+    const double bytes = static_cast<double>(cost.params) / units * wire;
+    if (!run.zero3_overlap) {
+      charge("ZeRO-3: each unit gathered before forward and backward", "all_gather", data, where.data_across(), units,
+             units, bytes);
+    } else {
+      const double one = machine.collective("all_gather", data, where.data_across()).seconds(bytes);
+      const double unit_fwd = block_gemm_s + attn_s + block_elem;
+      const double waited_f = one + (units - 1) * std::max(0.0, one - unit_fwd);
+      const double waited_b = one + (units - 1) * std::max(0.0, one - 2 * unit_fwd);
+      comm_f += waited_f;
+      comm_b += waited_b;
+      if (terms)
+        terms->push_back({"ZeRO-3: each unit gathered during the one before it (forward and backward)", "all_gather",
+                          data, where.data_across(), 2 * units * micro_batches, bytes,
+                          2 * units * micro_batches * one, (waited_f + waited_b) * micro_batches, true});
+    }
   }
   // The pipeline's messages: the residual stream's rows to the next virtual stage, its gradient back.
   if (run.mesh.pp > 1)

@@ -38,7 +38,8 @@ parity_case "ring-sp4-dp2-zero3" 8 ref "$data" --sp 4 --sp-mode ring --zero 3
 # values of one rank's q, k or v; all-to-all counted by what a rank sends, its own block included):
 # all_to_all 32E bytes per block; ring 24E bytes per block on rank 0 (its key/value block sent
 # forward and again backward, its dk/dv returned); plus the gradients' all-reduce over dp x sp
-# (the flat buffer: state_bytes / 16 values at ZeRO-0), the loss share and the preemption flag.
+# (the flat buffer: state_bytes / 16 values at ZeRO-0), the loss share (8) and the step's figures
+# (24: trainer.cpp's max of the preemption flag and resident memory, sum of the data bytes read).
 for case in all_to_all:2:32 all_to_all:4:32 ring:2:24 ring:4:24; do
   IFS=: read -r mode sp per_block <<< "$case"
   echo -n "$mode sp $sp communication bytes per step (rank 0): "
@@ -50,7 +51,7 @@ for line in open(sys.argv[1]):
     m = json.loads(line)
     if "loss" not in m:
         continue
-    want = 2 * per_block * e + 4 * (m["state_bytes"] // 16) + 8 + 8
+    want = 2 * per_block * e + 4 * (m["state_bytes"] // 16) + 8 + 24
     if m["comm_bytes"] != want:
         sys.exit(f"error: step {m['step']}: comm_bytes {m['comm_bytes']}, expected {want}")
 print(f"{want} as the formula gives")
@@ -62,12 +63,12 @@ done
 # all-gathers + 2 reduce-scatters, backward 2 all-gathers of dy, 2 re-gathers of x and 2
 # reduce-scatters of dx; the embedding 2, the head 3, and 3N values of the vocab-parallel loss; per
 # step the layer norms' partial gradients (2 per block + the final one, C each, summed over tp),
-# the gradient norm's share and the preemption flag.
+# the gradient norm's share (8) and the step's figures (24).
 echo -n "split_gather tp2 communication bytes per step: "
 /usr/bin/python3 - "$tmp/split_gather-tp2.jsonl" <<'PY'
 import json, sys
 n, c, layers = 8 * 16, 32, 2
-want = 4 * (layers * 10 * n * c + 5 * n * c + 3 * n + (2 * layers + 1) * 2 * c) + 8 + 8
+want = 4 * (layers * 10 * n * c + 5 * n * c + 3 * n + (2 * layers + 1) * 2 * c) + 8 + 24
 got = {json.loads(line)["comm_bytes"] for line in open(sys.argv[1]) if '"loss"' in line}
 if got != {want}:
     sys.exit(f"error: comm_bytes {sorted(got)} per step, expected {want}")

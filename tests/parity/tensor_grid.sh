@@ -33,10 +33,11 @@ parity_case 3d-tp8-dp2-zero3 16 ref "$data" --tp 8 --tp-mode 3d --zero 3
 #   split layer norms, embedding and head: 8 L N + 4 N + 5 N C + 5 V C / q + 3 N
 #   vectors summed over the ranks sharing their features: L 13 C / q + 2 C / q + T C / q
 #   weight blocks summed over the depth (2.5d): L 12 C^2 / q^2 + V C / q^2; 3d: the table, V C / q^2
-# plus per step the preemption flag, the gradient norm's share and the loss (8 bytes each).
+# plus per step the gradient norm's share and the loss (8 bytes each) and the step's figures (24:
+# trainer.cpp's max of the preemption flag and resident memory, sum of the data bytes read).
 # Parameters per rank: L (12 C^2 / q^2 + 13 C / q) + V C / q^2 + T C / q + 2 C / q (3d: 12 C^2 /
 # q^3), held as value, gradient, exp_avg and exp_avg_sq in fp32.
-for case in "2d-tp4 2d 2 1 582168 125952" "25d-tp8 2.5d 2 2 415384 125952" "3d-tp8 3d 2 2 464536 76800"; do
+for case in "2d-tp4 2d 2 1 582184 125952" "25d-tp8 2.5d 2 2 415400 125952" "3d-tp8 3d 2 2 464552 76800"; do
   read -r name mode q d want_comm want_state <<<"$case"
   echo -n "$name communication and parameter bytes per step: "
   /usr/bin/python3 - "$tmp/$name.jsonl" "$mode" "$q" "$d" "$want_comm" "$want_state" <<'PY'
@@ -51,7 +52,7 @@ linears = L * (39 * N * C + 36 * C * C // q**2) if cube else L * (21 * N * C + 3
 floats = (linears + 8 * L * N + 4 * N + 5 * N * C + 5 * V * C // q + 3 * N
           + L * 13 * C // q + 2 * C // q + T * C // q
           + (L * 12 * C * C // q**2 if d > 1 and not cube else 0) + (V * C // q**2 if d > 1 or cube else 0))
-comm = 4 * floats + 24
+comm = 4 * floats + 40
 params = L * (12 * C * C // (q**3 if cube else q**2) + 13 * C // q) + V * C // q**2 + T * C // q + 2 * C // q
 state = 4 * 4 * params
 if (comm, state) != (want_comm, want_state):

@@ -28,12 +28,13 @@ parity_case "vocab61-tp4-dp2-zero3" 8 ref61 "$tmp/v61.h5" --tp 4 --zero 3
 # Communication of tp 2 (dp 1), per step, as docs/parallelism.md gives it: per micro-batch of
 # N = 8 x 16 rows, hidden C = 32, L = 2 blocks: 4 all-reduces of N x C per block, one for the
 # embedding and one for the head's dx, plus 3N values of the vocab-parallel loss; per step the
-# preemption flag (int64) and the gradient norm's share (double).
+# gradient norm's share (a double) and the step's figures (24 bytes: trainer.cpp's max of the
+# preemption flag and resident memory, sum of the data bytes read).
 echo -n "tp2 communication bytes per step: "
 /usr/bin/python3 - "$tmp/vocab61-tp2.jsonl" <<'PY'
 import json, sys
 n, c, layers = 8 * 16, 32, 2
-want = 4 * (layers * 4 * n * c + 2 * n * c + 3 * n) + 8 + 8
+want = 4 * (layers * 4 * n * c + 2 * n * c + 3 * n) + 8 + 24
 got = {json.loads(line)["comm_bytes"] for line in open(sys.argv[1]) if '"loss"' in line}
 if got != {want}:
     sys.exit(f"error: comm_bytes {sorted(got)} per step, expected {want}")

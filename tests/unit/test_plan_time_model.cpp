@@ -93,6 +93,38 @@ TEST(TimeModel, DoublingTheBandwidthHalvesTheCommunication) {
   EXPECT_NEAR(fast, slow / 2, 1e-12);
 }
 
+// ZeRO-3 overlapped (--zero3-overlap on): each unit's gather hides behind the unit before it, so
+// with gathers shorter than a block's compute only the first of forward and of backward is waited
+// for; blocking, every gather is. The bytes moved are the same.
+TEST(TimeModel, OverlappedZero3WaitsOnlyForTheGathersComputeCannotHide) {
+  plan::GptRun run = tiny_run(4, 1, 1, 1);
+  run.mesh.dp = 4;
+  run.zero_stage = 3;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-12), "t");
+  const auto gathers = [&](bool overlap) {
+    run.zero3_overlap = overlap;
+    for (const plan::CommTerm& c : plan::predict_step(run, m, 4).comm)
+      if (c.what.starts_with("ZeRO-3")) return c;
+    ADD_FAILURE() << "no ZeRO-3 term";
+    return plan::CommTerm{};
+  };
+  const plan::CommTerm blocking = gathers(false), overlapped = gathers(true);
+  const double units = 4 + 2;  // the blocks, the embedding and the head
+  EXPECT_DOUBLE_EQ(blocking.calls, 2 * units);
+  EXPECT_DOUBLE_EQ(overlapped.calls, blocking.calls);
+  EXPECT_DOUBLE_EQ(overlapped.seconds, blocking.seconds);
+  EXPECT_DOUBLE_EQ(blocking.exposed, blocking.seconds);
+  EXPECT_NEAR(overlapped.exposed, 2 * blocking.seconds / blocking.calls, 1e-15);  // the first of each pass
+  // Gathers slower than any block's compute: each later one waits for its excess only.
+  const plan::MachineModel slow = plan::parse_machine_json(machine_json(1e10, 1e-6), "t");
+  run.zero3_overlap = true;
+  double exposed = 0, seconds = 0;
+  for (const plan::CommTerm& c : plan::predict_step(run, slow, 4).comm)
+    if (c.what.starts_with("ZeRO-3")) exposed = c.exposed, seconds = c.seconds;
+  EXPECT_GT(exposed, 2 * seconds / (2 * units));
+  EXPECT_LT(exposed, seconds);
+}
+
 TEST(TimeModel, HalfPrecisionOnTheWireHalvesTheCommunicatedBytes) {
   const plan::GptRun run = tiny_run(2, 2, 2, 2);
   const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "t");
