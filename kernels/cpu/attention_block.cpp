@@ -201,7 +201,7 @@ void forward_rows(float* acc, float* m, float* l, const float* qs, int64_t dim, 
     float tile_max = kNegInf;
 #pragma omp simd reduction(max : tile_max)
     for (int64_t j = 0; j < n; ++j) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
-    if (tile_max == kNegInf) {  // every key of the tile masked for this row (documents)
+    if (qseg && tile_max == kNegInf) {  // every key of the tile masked for this row (documents)
       std::fill(sr, sr + kTile, 0.0f);
       continue;
     }
@@ -271,7 +271,7 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
   for (int64_t i = 0; i < nq; ++i) {
     float* o = out + hv.out_at + (q0 + i) * hv.out_stride;
     float& row_lse = lse[hv.lse_at + q0 + i];
-    if (l[i] == 0.0f) {  // no key of this block in the row's document: nothing to add (merge), or none yet
+    if (hv.q_seg && l[i] == 0.0f) {  // no key of this block in the row's document: nothing to add (merge), or none yet
       if (!merge) {
         std::fill(o, o + dim, 0.0f);
         row_lse = kNegInf;

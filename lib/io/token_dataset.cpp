@@ -187,7 +187,7 @@ void TokenDataset::load_documents() {
     if (n == 0)
       fail("--document-mask: ", part.reader->path(), ": ", offsets, file.has(offsets) ? " is empty" : " is missing",
            " (beside ", where, "): document masking needs each document's first token, which data_prep text,",
-           " merge and import-megatron write (synth records none)");
+           " merge, synth and import-megatron write");
     const std::vector<int64_t> o = file.read_i64(offsets, 0, n);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t at = part.first + o[static_cast<size_t>(i)];
