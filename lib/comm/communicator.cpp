@@ -353,37 +353,39 @@ CommHandle Communicator::iall_reduce_sum(Tensor& t) {
   return all_reduce_start(t, MPI_SUM, "iall_reduce_sum");
 }
 
-double Communicator::all_reduce_sum(double value) {
-  if (size_ == 1) return value;
-  const std::string what = where("all_reduce_sum");
-  if (!enter_collective(what, "all_reduce_sum", "f64", 1)) return value;
-  auto p = begin(CommOp::all_reduce, sizeof(double), what);
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, comm_, &p->request),
-            p->what, "MPI_Iallreduce");
+void Communicator::all_reduce_values(void* values, int count, MPI_Datatype type, const char* dtype,
+                                     int64_t value_bytes, MPI_Op op, const char* op_name) {
+  if (size_ == 1 || count == 0) return;
+  const std::string what = where(op_name);
+  if (!enter_collective(what, op_name, dtype, count)) return;
+  auto p = begin(CommOp::all_reduce, value_bytes * count, what);
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, values, count, type, op, comm_, &p->request), p->what, "MPI_Iallreduce");
   CommHandle(std::move(p)).wait();
+}
+
+double Communicator::all_reduce_sum(double value) {
+  all_reduce_values(&value, 1, MPI_DOUBLE, "f64", sizeof(double), MPI_SUM, "all_reduce_sum");
   return value;
 }
 
 double Communicator::all_reduce_max(double value) {
-  if (size_ == 1) return value;
-  const std::string what = where("all_reduce_max");
-  if (!enter_collective(what, "all_reduce_max", "f64", 1)) return value;
-  auto p = begin(CommOp::all_reduce, sizeof(double), what);
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_, &p->request),
-            p->what, "MPI_Iallreduce");
-  CommHandle(std::move(p)).wait();
+  all_reduce_values(&value, 1, MPI_DOUBLE, "f64", sizeof(double), MPI_MAX, "all_reduce_max");
   return value;
 }
 
 int64_t Communicator::all_reduce_max(int64_t value) {
-  if (size_ == 1) return value;
-  const std::string what = where("all_reduce_max");
-  if (!enter_collective(what, "all_reduce_max", "i64", 1)) return value;
-  auto p = begin(CommOp::all_reduce, sizeof(int64_t), what);
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm_, &p->request),
-            p->what, "MPI_Iallreduce");
-  CommHandle(std::move(p)).wait();
+  all_reduce_values(&value, 1, MPI_INT64_T, "i64", sizeof(int64_t), MPI_MAX, "all_reduce_max");
   return value;
+}
+
+void Communicator::all_reduce_sum(std::span<double> values) {
+  all_reduce_values(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, "f64", sizeof(double), MPI_SUM,
+                    "all_reduce_sum");
+}
+
+void Communicator::all_reduce_max(std::span<double> values) {
+  all_reduce_values(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, "f64", sizeof(double), MPI_MAX,
+                    "all_reduce_max");
 }
 
 // --- reduce-scatter ---

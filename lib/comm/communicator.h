@@ -107,6 +107,9 @@ class Communicator {
   double all_reduce_sum(double value);
   int64_t all_reduce_max(int64_t value);
   double all_reduce_max(double value);
+  // Several scalars in one collective (a step's metrics), in place.
+  void all_reduce_sum(std::span<double> values);
+  void all_reduce_max(std::span<double> values);
 
   // --- reduce-scatter (sum): rank r receives the sum over ranks of block r of the input ---
   // Equal blocks: input.numel() == size() * output.numel().
@@ -157,6 +160,9 @@ class Communicator {
  private:
   std::string where(const char* op) const;  // "all_reduce(dp)"
   CommHandle all_reduce_start(Tensor& t, MPI_Op op, const char* op_name);
+  // The host scalars' all-reduce: count values of one MPI type, in place, checked and recorded.
+  void all_reduce_values(void* values, int count, MPI_Datatype type, const char* dtype, int64_t value_bytes,
+                         MPI_Op op, const char* op_name);
   CommHandle reduce_scatter_start(const Tensor& input, Tensor& output,
                                   std::span<const int64_t> counts, bool equal, const char* op_name);
   CommHandle all_gather_start(const Tensor& input, Tensor& output, std::span<const int64_t> counts,

@@ -65,6 +65,28 @@ int64_t peak_resident_bytes() {
 }
 
 // A CPU step's time split as metric names and milliseconds (kernels/kernel_timing.h).
+// A step's job-wide figures, in one max and one sum all-reduce: whether any rank was asked to stop
+// (preemption), the largest rank's resident memory, and the workload's metrics (each summed or
+// maxed over the job, in the workload's order).
+struct StepFigures {
+  bool preempted = false;
+  int64_t rss_peak_bytes = 0;
+  std::vector<std::pair<std::string, double>> metrics;
+};
+
+StepFigures reduce_step_figures(comm::Communicator& world, bool preempt, int64_t rss_bytes,
+                                const std::vector<Workload::StepMetric>& metrics) {
+  std::vector<double> maxima{preempt ? 1.0 : 0.0, static_cast<double>(rss_bytes)}, sums;
+  for (const Workload::StepMetric& m : metrics) (m.max ? maxima : sums).push_back(m.value);
+  world.all_reduce_max(std::span<double>(maxima));
+  world.all_reduce_sum(std::span<double>(sums));
+  StepFigures figures{maxima[0] != 0, static_cast<int64_t>(maxima[1]), {}};
+  size_t next_max = 2, next_sum = 0;
+  for (const Workload::StepMetric& m : metrics)
+    figures.metrics.emplace_back(m.name, m.max ? maxima[next_max++] : sums[next_sum++]);
+  return figures;
+}
+
 std::vector<std::pair<std::string, double>> time_split(const kernels::KernelTimes& times) {
   using kernels::KernelKind;
   return {{"gemm_ms", times.of(KernelKind::gemm)},
@@ -335,8 +357,10 @@ TrainResult Trainer::run() {
     const double loss_scale = scaler_.scale();  // this step's
     const double lr = schedule_.at(step);
     const double norm = update(step, loss, lr, result, progress);
-    // Preemption: every rank learns whether any rank was signalled (all-reduce max over the job).
-    result.preempted = world_.all_reduce_max(int64_t{preemption_requested()}) != 0;
+    // Preemption: every rank learns whether any rank was signalled (with the metrics' figures).
+    const StepFigures figures =
+        reduce_step_figures(world_, preemption_requested(), peak_resident_bytes(), work_.step_metrics());
+    result.preempted = figures.preempted;
     ops::synchronize(device);  // the step's queued kernels (the optimizer's) count in its time
     const double ms = timer.millis();
     const auto [comm_bytes, comm_ms] = comm_totals();
@@ -357,7 +381,7 @@ TrainResult Trainer::run() {
         .add("allocations", memory_stats(device).allocations - allocations_before)
         .add("loss_scale", loss_scale)
         .add("skipped_steps", result.skipped_steps)
-        .add("rss_peak_bytes", world_.all_reduce_max(peak_resident_bytes()));  // the largest rank's
+        .add("rss_peak_bytes", figures.rss_peak_bytes);  // the largest rank's
     // The step's time split: CPU kernels timed on the host, CUDA ops on the device (events).
     const auto split = time_split(kernel_times);
     for (const auto& [key, value] : split) line.add(key, value);
@@ -369,8 +393,7 @@ TrainResult Trainer::run() {
     }
     if (const MemoryStats host = host_tier_stats(); host.allocations > 0)  // something was offloaded there
       line.add("host_peak_bytes", host.peak_bytes).add("host_state_bytes", optimizer_.host_state_bytes());
-    for (const Workload::StepMetric& m : work_.step_metrics())  // summed or maxed over the job
-      line.add(m.name, m.max ? world_.all_reduce_max(m.value) : world_.all_reduce_sum(m.value));
+    for (const auto& [name, value] : figures.metrics) line.add(name, value);
     metrics.write(line);
     check_device_memory(step, device);
     result.last_loss = loss;

@@ -106,6 +106,21 @@ TEST(AllReduce, ScalarsSumAndMax) {
   EXPECT_EQ(world.all_reduce_max(int64_t{5'000'000'000} + r), int64_t{5'000'000'000} + n - 1);
 }
 
+TEST(AllReduce, SeveralScalarsInOneCollective) {
+  Communicator world = Communicator::world();
+  const int n = world.size(), r = world.rank();
+  const int64_t before = world.stats().total_calls();
+  std::vector<double> maxima{static_cast<double>(r), -static_cast<double>(r), 0.0};
+  std::vector<double> sums{1.0, 0.5 * r};
+  std::vector<double> none;
+  world.all_reduce_max(std::span<double>(maxima));
+  world.all_reduce_sum(std::span<double>(sums));
+  world.all_reduce_sum(std::span<double>(none));  // nothing to reduce: no collective
+  EXPECT_EQ(maxima, (std::vector<double>{n - 1.0, 0.0, 0.0}));
+  EXPECT_EQ(sums, (std::vector<double>{static_cast<double>(n), 0.25 * n * (n - 1)}));
+  EXPECT_EQ(world.stats().total_calls() - before, n > 1 ? 2 : 0);  // one collective per vector
+}
+
 // --- reduce-scatter ---
 
 TEST(ReduceScatter, EqualBlocksSumBlockOfThisRank) {

@@ -143,7 +143,7 @@ TEST(MixedPrecision, Fp16RoundsEveryParameterAndRestoresIt) { expect_round_trip(
 // of squares (the norm's local sum, from the same pass) unless told not to, under fp16 and fp32
 // nothing.
 TEST(MixedPrecision, RoundingTheGradientsSumsTheirSquaresUnderBf16) {
-  for (const auto [kind, storage] : {std::pair{Precision::bf16, DType::bf16}, std::pair{Precision::fp16, DType::f16},
+  for (const auto& [kind, storage] : {std::pair{Precision::bf16, DType::bf16}, std::pair{Precision::fp16, DType::f16},
                                       std::pair{Precision::fp32, DType::f32}}) {
     ParamStore store;
     build(store);
@@ -155,7 +155,9 @@ TEST(MixedPrecision, RoundingTheGradientsSumsTheirSquaresUnderBf16) {
     const std::optional<double> squares = precision.round_gradients(grads);
     EXPECT_EQ(0, std::memcmp(grads.raw(), want.raw(), want.nbytes())) << precision_name(kind);
     EXPECT_EQ(squares.has_value(), kind == Precision::bf16) << precision_name(kind);
-    if (squares) EXPECT_NEAR(*squares, ops::sum_squares(want), 1e-12 * ops::sum_squares(want));
+    if (squares) {
+      EXPECT_NEAR(*squares, ops::sum_squares(want), 1e-12 * ops::sum_squares(want));
+    }
   }
   // Not asked for (tp or ep: the norm sums per parameter): rounded, no sum.
   ParamStore store;
