@@ -1,5 +1,6 @@
 // data_prep: makes the trainers' HDF5 data sets: token sets `text` (a file's tokens: bytes, or a
-// SentencePiece / Hugging Face tokenizer's, stored with them; `decode` turns them back into text) and
+// SentencePiece / Hugging Face tokenizer's, stored with them; `decode` turns them back into text; `sft`
+// instruction data with a loss mask) and
 // `synth` (a random sparse Markov chain whose entropy rate, the loss floor, is stored with it); image
 // sets `cifar10` (the official binary files) and `synth-images` (learnable class patterns); `merge` joins
 // token shards and `import-megatron` converts Megatron-LM indexed data sets (.bin/.idx).
@@ -24,6 +25,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  text          tokens of text files, a folder or JSONL: bytes (vocab 256), or a tokenizer's (--tokenizer)\n"
+    "  sft           instruction data (JSONL prompt/response) as tokens with a loss mask on the responses\n"
     "  merge         joins token data sets (shards) into one\n"
     "  import-megatron  converts a Megatron-LM indexed data set (PREFIX.bin + PREFIX.idx)\n"
     "  verify        scans a whole token data set: every token in the vocabulary, /doc_offsets in order\n"
@@ -34,7 +36,7 @@ constexpr const char* kUsage =
     "\n"
     "Run `data_prep <command> --help` for the options of a command, `data_prep --version` for the build.\n";
 
-constexpr const char* kCommands = "text, merge, import-megatron, verify, decode, synth, cifar10 or synth-images";
+constexpr const char* kCommands = "text, sft, merge, import-megatron, verify, decode, synth, cifar10 or synth-images";
 
 }  // namespace
 
@@ -44,6 +46,7 @@ const char* const kExample =
     "  data_prep text --input book.txt --output book.h5 --val-fraction 0.1\n"
     "  data_prep text --input book.txt --tokenizer tokenizer.json --output book.h5\n"
     "  data_prep text --input corpus.jsonl --text-key text --output corpus.h5\n"
+    "  data_prep sft --input chat.jsonl --tokenizer tokenizer.json --output chat.h5\n"
     "  data_prep merge --input 'shards/shard_*.h5' --output all.h5\n"
     "  data_prep import-megatron --input corpus_text_document --vocab-size 50257 --output corpus.h5\n"
     "  data_prep verify all.h5\n"
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
     }
     if (command == "text") return run_text(args);
     if (command == "decode") return run_decode(args);
+    if (command == "sft") return run_sft(args);
     if (command == "verify") return run_verify(args);
     if (command == "merge") return run_merge(args);
     if (command == "import-megatron") return run_import_megatron(args);

@@ -208,10 +208,12 @@ TESSERA_OP(quant_pack, quantize_weights, cpu_only, void,
 // w [rows, cols] = the dequantised weights (the reference the matmul kernels are held to).
 TESSERA_OP(quant_pack, dequantize_weights, cpu_only, void, (float* w, const QuantMatrixView& q))
 // y[rows] = W x for one activation row x[cols] (decode), W dequantised in registers; AVX-512 or a
-// portable path (kernels/cpu/quant_paths.h), OpenMP threads over output rows. Equals the f32 product
-// of x and dequantize_weights' W up to the order of the f32 sums.
+// portable path (kernels/cpu/quant_paths.h), OpenMP threads over output rows. Within f32 rounding of
+// the product of x and dequantize_weights' W: |y - x.w| <= (gamma_K + u) sum |x_k w_k| (the AVX-512
+// int8 path applies each group's scale to its sum; the others use W's values themselves).
 TESSERA_OP(quant_gemv, quant_gemv, cpu_only, void, (float* y, const float* x, const QuantMatrixView& w))
-// y[m, rows] = x[m, cols] W^T (prefill, batched decode), the same contract; blocks of 4 x 4 rows.
+// y[m, rows] = x[m, cols] W^T (prefill, batched decode), the same contract: under 4 rows tiles of
+// m x 4 rows; from 4 rows blocks of W dequantised once into f32 panels, multiplied by gemm.
 TESSERA_OP(quant_gemm, quant_gemm, cpu_only, void,
            (float* y, const float* x, int64_t m, const QuantMatrixView& w))
 

@@ -309,6 +309,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
         log::info("blend source ", k, " (blend_tokens.", k, " in the metrics): ", blend_data[static_cast<size_t>(k)].path,
                   ", weight ", (*blend)[static_cast<size_t>(k)].weight, ", ", blend_data[static_cast<size_t>(k)].size(),
                   " tokens");
+    if (train_loader.has_mask() && mpi.world_rank() == 0)
+      log::info("loss mask: the loss averages over the targets the data's loss_mask marks (docs/data.md)",
+                val_data && val_data->has_mask() ? ", in evaluation too" : "");
     ParallelSetup parallel(o, mc.heads, mc.hidden / mc.heads);
     comm::ProcessMesh& mesh = parallel.mesh();
     models::Gpt model(mc, o.device(), tc.seed, tc.micro_batch, seq_len, parallel.layout());

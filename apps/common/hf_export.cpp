@@ -8,6 +8,7 @@
 #include "apps/common/hf_model.h"
 #include "core/error.h"
 #include "io/checkpoint_file.h"
+#include "infer/model_spec.h"
 #include "io/safetensors_folder.h"
 #include "quant/quantized_checkpoint.h"
 #include "text/stored_tokenizer.h"
@@ -20,14 +21,6 @@ namespace {
 
 // The model the checkpoint holds, from its model.<field> attributes (and hf.* where it was imported).
 // A llama value the checkpoint records (hf.<key>), else the option, else gpt_train's default.
-float llama_value(const io::CheckpointReader& r, const std::string& key, float option, float fallback, const char* flag) {
-  if (!r.has_attr("hf." + key)) return option > 0 ? option : fallback;
-  const float recorded = static_cast<float>(r.attr_double("hf." + key));
-  if (option > 0 && option != recorded)
-    fail("checkpoint ", r.path(), " records ", key, " ", recorded, "; ", flag, " ", option, " contradicts it");
-  return recorded;
-}
-
 HfModel model_of(const io::CheckpointReader& r, const ExportOptions& o) {
   const std::string where = "checkpoint " + r.path();
   if (!r.has_attr("model")) fail(where, " records no model");
@@ -56,8 +49,8 @@ HfModel model_of(const io::CheckpointReader& r, const ExportOptions& o) {
     g.tie_embeddings = field("tie_embeddings") != 0;
     m.max_positions = r.has_attr("hf.max_position_embeddings") ? r.attr_int("hf.max_position_embeddings") : 2048;
     g.max_seq = m.max_positions;
-    g.norm_eps = llama_value(r, "norm_eps", o.norm_eps, 1e-5f, "--norm-eps");
-    g.rope_theta = llama_value(r, "rope_theta", o.rope_theta, 10000.0f, "--rope-theta");
+    g.norm_eps = infer::llama_value(r, "norm_eps", o.norm_eps, 1e-5f, "--norm-eps");
+    g.rope_theta = infer::llama_value(r, "rope_theta", o.rope_theta, 10000.0f, "--rope-theta");
   }
   if (model == "moe_llama") {  // Mixtral: experts in every block, no shared ones, top-k gates renormalised
     m.model_type = "mixtral";
@@ -113,7 +106,8 @@ void export_hf(const std::string& checkpoint, const std::string& dir, const Expo
     const HfModel same = model_from_config(config, checkpoint + "'s hf.config");
     if (tessera_model_fields(same) != tessera_model_fields(m))
       fail("checkpoint ", checkpoint, ": its hf.config disagrees with its model.* attributes");
-  } else if (m.config.llama() && (options.norm_eps <= 0 || options.rope_theta <= 0)) {
+  } else if (m.config.llama() && ((options.norm_eps <= 0 && !infer::recorded_llama_value(r, "norm_eps")) ||
+                                   (options.rope_theta <= 0 && !infer::recorded_llama_value(r, "rope_theta")))) {
     std::cerr << "note: " << checkpoint << " does not record norm_eps or rope_theta; writing rms_norm_eps "
               << m.config.norm_eps << " and rope_theta " << m.config.rope_theta
               << " (--norm-eps and --rope-theta, else gpt_train's defaults)\n";

@@ -3,7 +3,9 @@
 
 #include <tuple>
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <regex>
 #include <sstream>
 
@@ -27,6 +29,15 @@ double number_field(const json& c, const std::string& key, const std::string& wh
   if (!c.contains(key) || c[key].is_null()) return fallback;
   if (!c[key].is_number()) fail(where, ": config field ", key, " = ", c[key].dump(), " is not a number");
   return c[key].get<double>();
+}
+
+// The double config.json shows for a float: its shortest decimal (1e-05, as transformers writes it),
+// not the float's exact binary value widened (9.999999747378752e-06); both read back as the same float.
+double as_written(float x) {
+  char text[32];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof(text) - 1, x);
+  *r.ptr = '\0';
+  return std::strtod(text, nullptr);
 }
 
 bool bool_field(const json& c, const std::string& key, bool fallback, const std::string& where) {
@@ -196,7 +207,7 @@ json config_json(const HfModel& m, const std::string& torch_dtype) {
          {"initializer_range", 0.02}, {"intermediate_size", g.mlp_hidden()},
          {"max_position_embeddings", m.max_positions}, {"model_type", m.model_type},
          {"num_attention_heads", g.heads}, {"num_hidden_layers", g.layers}, {"num_key_value_heads", g.kv()},
-         {"rms_norm_eps", static_cast<double>(g.norm_eps)}, {"rope_theta", static_cast<double>(g.rope_theta)},
+         {"rms_norm_eps", as_written(g.norm_eps)}, {"rope_theta", as_written(g.rope_theta)},
          {"tie_word_embeddings", g.tie_embeddings}, {"use_cache", true}, {"vocab_size", g.vocab}};
     if (mixtral) {
       c.update({{"sliding_window", nullptr}, {"num_local_experts", g.moe.experts},

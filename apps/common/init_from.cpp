@@ -2,9 +2,11 @@
 // model and model.<field> attributes (and hf.norm_eps, hf.rope_theta where it was imported).
 #include "apps/common/init_from.h"
 
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
+#include "infer/model_spec.h"
 #include "io/checkpoint_file.h"
 
 namespace tessera::cli {
@@ -61,10 +63,11 @@ InitFromModel take_model_from_checkpoint(const std::string& path, bool moe, cons
     TESSERA_CHECK(!given(vm, "tie-embeddings") || tied, "--tie-embeddings contradicts ", where,
                   ", whose model has an untied head (tie_embeddings 0)");
     mc.tie_embeddings = tied;
-    // Recorded where the model was imported; otherwise the options' values (gpt_train does not record them).
-    if (r.has_attr("hf.norm_eps")) take("norm-eps", "norm_eps", mc.norm_eps, static_cast<float>(r.attr_double("hf.norm_eps")));
-    if (r.has_attr("hf.rope_theta"))
-      take("rope-theta", "rope_theta", mc.rope_theta, static_cast<float>(r.attr_double("hf.rope_theta")));
+    // Recorded by the trainers (model.*) or an import (hf.*); a checkpoint from before either
+    // leaves the options' values.
+    if (const std::optional<float> eps = infer::recorded_llama_value(r, "norm_eps")) take("norm-eps", "norm_eps", mc.norm_eps, *eps);
+    if (const std::optional<float> theta = infer::recorded_llama_value(r, "rope_theta"))
+      take("rope-theta", "rope_theta", mc.rope_theta, *theta);
   } else {
     got.positions = field("max_seq");
     if (given(vm, "seq-len"))

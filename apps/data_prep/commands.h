@@ -8,6 +8,7 @@ namespace data_prep {
 
 int run_text(const std::vector<std::string>& args);             // text_commands.cpp
 int run_decode(const std::vector<std::string>& args);           // text_commands.cpp
+int run_sft(const std::vector<std::string>& args);              // sft_command.cpp
 int run_verify(const std::vector<std::string>& args);           // token_commands.cpp
 int run_merge(const std::vector<std::string>& args);            // token_commands.cpp
 int run_import_megatron(const std::vector<std::string>& args);  // megatron_command.cpp

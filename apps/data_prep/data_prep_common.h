@@ -91,7 +91,7 @@ bool parse(const std::vector<std::string>& args, const po::options_description& 
            po::variables_map& vm);
 
 // How written tokens are stored (--chunk-tokens, --deflate): the commands that write token data
-// sets (text, merge, import-megatron) take both.
+// sets (text, sft, merge, import-megatron) take both.
 struct TokenStorage {
   int64_t chunk = int64_t{1} << 20;  // tokens per HDF5 chunk
   int deflate = 0;                   // 0-9

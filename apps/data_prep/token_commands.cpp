@@ -15,8 +15,8 @@ namespace data_prep {
 using tessera::DType;
 using tessera::io::H5File;
 
-// Scans one split of one file: every token in the vocabulary, /doc_offsets 1-D int64, starting at
-// 0, increasing, inside the tokens. Returns the problems found (at most a few of each kind).
+// Scans one split of one file: every token in the vocabulary, every loss mask value 0 or 1,
+// /doc_offsets 1-D int64, starting at 0, increasing, inside the tokens. Returns the problems found (at most a few of each kind).
 std::vector<std::string> verify_split(const std::string& path, const std::string& split, int64_t& tokens,
                                       int64_t& documents) {
   std::vector<std::string> problems;
@@ -30,10 +30,12 @@ std::vector<std::string> verify_split(const std::string& path, const std::string
   tokens = data.size();
   constexpr int64_t kBlock = int64_t{1} << 22;
   std::vector<int32_t> block(static_cast<size_t>(std::min(kBlock, tokens)));
+  std::vector<uint8_t> mask(data.has_mask() ? block.size() : 0);
   for (int64_t first = 0; first < tokens; first += kBlock) {
     const int64_t n = std::min(kBlock, tokens - first);
     try {
       data.read(first, n, block.data());
+      if (data.has_mask()) data.read_mask(first, n, mask.data());  // every value 0 or 1
     } catch (const tessera::Error& e) {
       // The reader names the first bad token of the block; scan on after it.
       problems.push_back(e.what());
@@ -81,7 +83,7 @@ int run_verify(const std::vector<std::string>& args) {
   po::store(po::command_line_parser(args).options(desc).positional(positional).run(), vm);
   if (vm.count("help")) {
     std::cout << "usage: data_prep verify FILE.h5 ...\n\nReads every token of every split (/train, /val or /tokens)"
-                 " and checks it against vocab_size, and every /doc_offsets entry (int64, from 0, increasing,\n"
+                 " and checks it against vocab_size, every loss mask value (0 or 1), and every /doc_offsets entry (int64, from 0, increasing,\n"
                  "inside the tokens). Prints a report; exit code 1 when anything is wrong.\n\n" << desc;
     return 0;
   }
@@ -129,7 +131,8 @@ int run_merge(const std::vector<std::string>& args) {
              "usage: data_prep merge --input FILE.h5|GLOB ... --output FILE.h5 [--chunk-tokens N] [--deflate L]\n\n"
              "Joins token data sets: each split's tokens one after the other, /doc_offsets shifted to\n"
              "match (a shard without them counts as one document). The shards must share vocab_size and\n"
-             "tokenizer; the first one's tokenizer is stored. Streams: never holds a shard.\n",
+             "tokenizer; the first one's tokenizer is stored. Loss masks (data_prep sft) are joined too: the\n"
+             "shards must all have one or none. Streams: never holds a shard.\n",
              vm))
     return 0;
   storage.check();
@@ -151,6 +154,9 @@ int run_merge(const std::vector<std::string>& args) {
         fail("cannot merge: the shards' vocabularies differ: ", files[0], " has vocab_size ", first.vocab_size,
              " (tokenizer ", first.tokenizer, "), ", f, " has vocab_size ", d.vocab_size, " (tokenizer ", d.tokenizer,
              ")");
+      if (d.has_mask() != first.has_mask())
+        fail("cannot merge: ", files[0], (first.has_mask() ? " has a" : " has no"), " loss mask, ", f,
+             (first.has_mask() ? " has none" : " has one"), " (", splits[s], " split)");
     }
   const int64_t vocab = shards[0][0].vocab_size;
   AtomicOutput out(output, overwrite, files);
@@ -159,8 +165,17 @@ int run_merge(const std::vector<std::string>& args) {
     H5File f = H5File::create(out.tmp());
     constexpr int64_t kBlock = int64_t{1} << 22;
     std::vector<int32_t> block;
+    std::vector<uint8_t> mask;
     for (size_t s = 0; s < splits.size(); ++s) {
-      tessera::io::TokenWriter w(f, "/" + splits[s], vocab, storage.chunk, storage.deflate);
+      const bool masked = shards[s].front().has_mask();
+      tessera::io::TokenWriter w(f, "/" + splits[s], vocab, storage.chunk, storage.deflate, masked);
+      const auto put = [&](int64_t from, int64_t n) {
+        if (masked) {
+          w.append(block.data() + from, mask.data() + from, n);
+        } else {
+          w.append(block.data() + from, n);
+        }
+      };
       for (const tessera::io::TokenDataset& d : shards[s]) {
         // Its documents, shifted (none recorded: the shard is one document).
         const H5File in = H5File::open_read(d.path);
@@ -172,15 +187,19 @@ int run_merge(const std::vector<std::string>& args) {
           const int64_t n = std::min(kBlock, d.size() - first);
           block.resize(static_cast<size_t>(n));
           d.read(first, n, block.data());
+          if (masked) {
+            mask.resize(static_cast<size_t>(n));
+            d.read_mask(first, n, mask.data());
+          }
           int64_t done = 0;
           while (next_doc < starts.size() && starts[next_doc] < first + n) {
             const int64_t at = starts[next_doc] - first;
-            w.append(block.data() + done, at - done);
+            put(done, at - done);
             w.start_document();
             done = at;
             ++next_doc;
           }
-          w.append(block.data() + done, n - done);
+          put(done, n - done);
         }
       }
       totals.push_back(w.finish());

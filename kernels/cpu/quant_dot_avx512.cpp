@@ -1,9 +1,14 @@
 // The quantised matmuls' AVX-512 path (quant_paths.h): tiles of MR activation rows by NR weight
-// rows, 16 columns a step (masked at a group's end), each weight dequantised in registers as
-// (q [- zero]) * scale and multiply-added into MR x NR f32 accumulators, summed across lanes at the
-// end. A weight row is dequantised once per step for all MR activation rows, an activation vector
-// loaded once for all NR weight rows. Compiled with -mavx512f/bw/vl (kernels/CMakeLists.txt) and
-// chosen only on CPUs that run them. No std:: templates here (see adamw_avx512.cpp).
+// rows, 16 columns a step (masked at a group's end), each weight dequantised in registers and
+// multiply-added into MR x NR f32 accumulators, summed across lanes at the end. int4: a group's 16
+// levels dequantised once into a table, (l - zero) * scale, and each weight looked up in it (one
+// vpermps per 16 weights), 32 columns a step inside a group. int8: (q * scale) per weight, except in the GEMV (MR = 1), which sums
+// x_k q_k over a group and applies the scale in one fused multiply-add per group (one rounding
+// fewer, one instruction per 16 weights fewer). A weight row is dequantised once per step for all
+// MR activation rows, an activation vector loaded once for all NR weight rows. Also the
+// dequantisation of blocks of rows into an f32 panel for the batched products (quant_gemm.cpp).
+// Compiled with -mavx512f/bw/vl (kernels/CMakeLists.txt) and chosen only on CPUs that run them. No
+// std:: templates here (see adamw_avx512.cpp).
 #include "kernels/cpu/quant_paths.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -17,26 +22,49 @@ const bool kQuantAvx512Compiled = true;
 
 namespace {
 
-// 16 int8 weights from q (lanes in `on`; the others read as 0), times the scale.
-inline __m512 dequant8(const int8_t* q, __mmask16 on, __m512 scale) {
-  const __m128i bytes = _mm_maskz_loadu_epi8(on, q);
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), scale);
+constexpr __mmask16 kAll = 0xFFFF;
+// Tags for a step of 16 whole columns (plain loads) or a group's masked tail.
+struct Full {
+  static constexpr bool value = true;
+};
+struct Part {
+  static constexpr bool value = false;
+};
+
+// 16 int8 weights from q (lanes in `on`; the others read as 0) as f32.
+template <bool Full>
+inline __m512 int8_as_f32(const int8_t* q, __mmask16 on) {
+  const __m128i bytes = Full ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(q)) : _mm_maskz_loadu_epi8(on, q);
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
 }
 
-// 16 int4 weights from 8 bytes at q (bytes in `on`), low nibble first, minus the zero point, times
-// the scale.
-inline __m512 dequant4(const uint8_t* q, __mmask16 on, __m512i zero, __m512 scale) {
-  const __m128i bytes = _mm_maskz_loadu_epi8(on, q);
+// The 16 int4 levels (0..15, low nibble first) of the 8 bytes at q (bytes in `bytes_on`), one per
+// 32-bit lane: the indices into a group's table.
+template <bool Full>
+inline __m512i int4_levels(const uint8_t* q, __mmask16 bytes_on) {
+  const __m128i bytes = Full ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)) : _mm_maskz_loadu_epi8(bytes_on, q);
   const __m128i nibble = _mm_set1_epi8(0x0F);
   const __m128i lo = _mm_and_si128(bytes, nibble);
   const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-  const __m512i values = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), zero);
-  return _mm512_mul_ps(_mm512_cvtepi32_ps(values), scale);
+  return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+}
+
+// A group's int4 table: lane l holds (l - zero) * scale, exactly dequantize_weights' value of level l.
+inline __m512 int4_table(int zero, float scale) {
+  const __m512i levels = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(levels, _mm512_set1_epi32(zero))), _mm512_set1_ps(scale));
+}
+
+// The byte mask of an int4 step whose column mask is `on` (k and the count in `on` are even: the group is).
+inline __mmask16 int4_bytes(__mmask16 on) {
+  return static_cast<__mmask16>(on == kAll ? 0xFFu : (1u << (__builtin_popcount(on) / 2)) - 1u);
 }
 
 // y[i * ldy + n + r] for i < MR, r < NR: activation rows x + i * w.cols times weight rows n + r.
 template <int Bits, int MR, int NR>
 void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64_t n) {
+  // int8 GEMV: the scale applied to each group's sum (see the top).
+  constexpr bool kGroupSums = Bits == 8 && MR == 1;
   // Everything the loop reads, in locals: the row pointers and extents (no reloads through w).
   const int64_t cols = w.cols, group = w.group, groups = cols / group;
   const int64_t row_bytes = Bits == 8 ? cols : cols / 2;
@@ -50,36 +78,69 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
   }
   const float* xs[MR];
   for (int i = 0; i < MR; ++i) xs[i] = x + i * cols;
-  __m512 acc[MR][NR];
+  __m512 acc[MR][NR], sums[NR];
+  for (int r = 0; r < NR; ++r) sums[r] = _mm512_setzero_ps();
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
-  // 16 columns from k (those in `on`) of every row, into the accumulators.
-  auto step = [&](int64_t k, __mmask16 on, const __m512* scale, const __m512i* zero) {
+  // 16 columns from k (those in `on`) of every row, into the accumulators (or the group's sums).
+  // `factor`: the group's scale per row (int8) or its table (int4).
+  auto step = [&](auto full, int64_t k, __mmask16 on, const __m512* factor) {
+    constexpr bool kFull = decltype(full)::value;
     __m512 wv[NR];
     for (int r = 0; r < NR; ++r) {
       if constexpr (Bits == 8) {
-        wv[r] = dequant8(reinterpret_cast<const int8_t*>(q[r]) + k, on, scale[r]);
-      } else {  // k and the count in `on` are even: the group is
-        const auto bytes_on = static_cast<__mmask16>(on == 0xFFFF ? 0xFFu : (1u << (__builtin_popcount(on) / 2)) - 1u);
-        wv[r] = dequant4(q[r] + k / 2, bytes_on, zero[r], scale[r]);
+        const __m512 qf = int8_as_f32<kFull>(reinterpret_cast<const int8_t*>(q[r]) + k, on);
+        wv[r] = kGroupSums ? qf : _mm512_mul_ps(qf, factor[r]);
+      } else {
+        wv[r] = _mm512_permutexvar_ps(int4_levels<kFull>(q[r] + k / 2, int4_bytes(on)), factor[r]);
       }
     }
     for (int i = 0; i < MR; ++i) {
-      const __m512 xv = _mm512_maskz_loadu_ps(on, xs[i] + k);
-      for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+      const __m512 xv = kFull ? _mm512_loadu_ps(xs[i] + k) : _mm512_maskz_loadu_ps(on, xs[i] + k);
+      for (int r = 0; r < NR; ++r) {
+        if constexpr (kGroupSums)
+          sums[r] = _mm512_fmadd_ps(xv, wv[r], sums[r]);
+        else
+          acc[i][r] = _mm512_fmadd_ps(xv, wv[r], acc[i][r]);
+      }
+    }
+  };
+  // int4, 32 columns from k (whole, inside one group): 16 bytes widened to one byte per 32-bit lane;
+  // vpermps reads an index's low 4 bits, so the lanes look up the even columns' levels (low
+  // nibbles) as they are and the odd columns' after a shift by 4, and the activations are split into
+  // even and odd columns once for all NR rows.
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  auto step32 = [&](int64_t k, const __m512* table) {
+    __m512 we[NR], wo[NR];
+    for (int r = 0; r < NR; ++r) {
+      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + k / 2)));
+      we[r] = _mm512_permutexvar_ps(b, table[r]);
+      wo[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table[r]);
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m512 x0 = _mm512_loadu_ps(xs[i] + k), x1 = _mm512_loadu_ps(xs[i] + k + 16);
+      const __m512 xe = _mm512_permutex2var_ps(x0, even, x1), xo = _mm512_permutex2var_ps(x0, odd, x1);
+      for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_fmadd_ps(xo, wo[r], _mm512_fmadd_ps(xe, we[r], acc[i][r]));
     }
   };
   for (int64_t g = 0; g < groups; ++g) {
-    __m512 scale[NR];
-    __m512i zero[NR];
+    __m512 factor[NR];
     for (int r = 0; r < NR; ++r) {
-      scale[r] = _mm512_set1_ps(scales[r][g]);
-      zero[r] = Bits == 4 ? _mm512_set1_epi32(zeros[r][g]) : _mm512_setzero_si512();
+      if constexpr (Bits == 4)
+        factor[r] = int4_table(zeros[r][g], scales[r][g]);
+      else
+        factor[r] = _mm512_set1_ps(scales[r][g]);
+      if constexpr (kGroupSums) sums[r] = _mm512_setzero_ps();
     }
     const int64_t end = (g + 1) * group;
     int64_t k = g * group;
-    for (; k + 16 <= end; k += 16) step(k, static_cast<__mmask16>(0xFFFFu), scale, zero);
-    if (k < end) step(k, static_cast<__mmask16>((1u << (end - k)) - 1u), scale, zero);
+    if constexpr (Bits == 4)
+      for (; k + 32 <= end; k += 32) step32(k, factor);
+    for (; k + 16 <= end; k += 16) step(Full{}, k, kAll, factor);
+    if (k < end) step(Part{}, k, static_cast<__mmask16>((1u << (end - k)) - 1u), factor);
+    if constexpr (kGroupSums)
+      for (int r = 0; r < NR; ++r) acc[0][r] = _mm512_fmadd_ps(sums[r], factor[r], acc[0][r]);
   }
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
@@ -105,7 +166,37 @@ void gemm_rows(float* y, const float* x, int64_t m, const QuantMatrixView& w, in
   }
 }
 
+// Row n's dequantised values into out[cols].
+template <int Bits>
+void dequantize_row(float* out, const QuantMatrixView& w, int64_t n) {
+  const int64_t cols = w.cols, group = w.group, groups = cols / group;
+  const uint8_t* q = w.q + n * (Bits == 8 ? cols : cols / 2);
+  for (int64_t g = 0; g < groups; ++g) {
+    const float s = w.scales[n * groups + g];
+    const __m512 factor = Bits == 4 ? int4_table(w.zeros[n * groups + g], s) : _mm512_set1_ps(s);
+    const int64_t end = (g + 1) * group;
+    for (int64_t k = g * group; k < end; k += 16) {
+      const __mmask16 on = k + 16 <= end ? kAll : static_cast<__mmask16>((1u << (end - k)) - 1u);
+      __m512 v;
+      if constexpr (Bits == 8)
+        v = _mm512_mul_ps(int8_as_f32<false>(reinterpret_cast<const int8_t*>(q) + k, on), factor);
+      else
+        v = _mm512_permutexvar_ps(int4_levels<false>(q + k / 2, int4_bytes(on)), factor);
+      _mm512_mask_storeu_ps(out + k, on, v);
+    }
+  }
+}
+
 }  // namespace
+
+void quant_dequantize_rows_avx512(float* panel, const QuantMatrixView& w, int64_t n0, int64_t n1) {
+  for (int64_t n = n0; n < n1; ++n) {
+    if (w.bits == 8)
+      dequantize_row<8>(panel + (n - n0) * w.cols, w, n);
+    else
+      dequantize_row<4>(panel + (n - n0) * w.cols, w, n);
+  }
+}
 
 void quant_gemv_rows_avx512(float* y, const float* x, const QuantMatrixView& w, int64_t n0, int64_t n1) {
   if (w.bits == 8)
@@ -127,6 +218,9 @@ const bool kQuantAvx512Compiled = false;
 
 void quant_gemv_rows_avx512(float* y, const float* x, const QuantMatrixView& w, int64_t n0, int64_t n1) {
   quant_gemv_rows_scalar(y, x, w, n0, n1);
+}
+void quant_dequantize_rows_avx512(float* panel, const QuantMatrixView& w, int64_t n0, int64_t n1) {
+  quant_dequantize_rows_scalar(panel, w, n0, n1);
 }
 void quant_gemm_rows_avx512(float* y, const float* x, int64_t m, const QuantMatrixView& w, int64_t n0, int64_t n1) {
   quant_gemm_rows_scalar(y, x, m, w, n0, n1);

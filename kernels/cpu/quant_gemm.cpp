@@ -1,20 +1,55 @@
 // y = x W^T with W quantised (int8 / int4 groups), several activation rows: prefill and batched
-// decode. OpenMP threads over blocks of output rows (each thread all activation rows, so a weight
-// is dequantised once per 4 of them), each on the chosen path (quant_paths.h).
+// decode. Under kPanelRows rows, the chosen path's register tiles (each weight dequantised once per
+// tile of activation rows); from kPanelRows rows on, each block of weight rows is dequantised once
+// into an f32 panel that stays in cache and multiplied by the GEMM library's sgemm, so a batch runs at
+// the f32 GEMM's rate with a quarter (int8) or an eighth (int4) of its weight bytes. OpenMP threads
+// over blocks of output rows (quant_paths.h).
 #include <algorithm>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/quant_paths.h"
 
 namespace tessera::kernels::cpu {
+namespace {
+
+// From this many activation rows the panel path wins: the dequantisation (a few instructions per
+// weight) is shared by the rows, and the sgemm's micro-kernel runs at several times the register
+// tiles' rate (validation/bench/README.md, quant_gemv.sh's batched lines).
+constexpr int64_t kPanelRows = 4;
+
+// Weight rows per panel: about 512 KiB of f32 (half a Zen 4 L2; 192 KiB and 1 MiB were within the
+// noise of it on the shared VM), a multiple of 16, at least 16.
+int64_t panel_rows(int64_t cols) { return std::max<int64_t>(16, (131072 / std::max<int64_t>(cols, 1)) / 16 * 16); }
+
+void panel_gemm(QuantPath path, float* y, const float* x, int64_t m, const QuantMatrixView& w) {
+  const QuantDequantRowsFn dequantize =
+      path == QuantPath::avx512 ? quant_dequantize_rows_avx512 : quant_dequantize_rows_scalar;
+  const int64_t nb = panel_rows(w.cols), blocks = (w.rows + nb - 1) / nb;
+#pragma omp parallel if (blocks > 1)
+  {
+    std::vector<float> panel(static_cast<size_t>(nb * w.cols)), out(static_cast<size_t>(m * nb));
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t n0 = b * nb, n1 = std::min(w.rows, n0 + nb), count = n1 - n0;
+      dequantize(panel.data(), w, n0, n1);
+      // out [m, count] = x [m, cols] panel^T; inside the parallel region the library runs on one thread.
+      gemm(false, true, m, count, w.cols, 1.0f, x, panel.data(), 0.0f, out.data());
+      for (int64_t i = 0; i < m; ++i) std::copy_n(out.data() + i * count, count, y + i * w.rows + n0);
+    }
+  }
+}
+
+}  // namespace
 
 void quant_gemm_on_path(QuantPath path, float* y, const float* x, int64_t m, const QuantMatrixView& w) {
   check_quant_view(w, "quant_gemm");
   TESSERA_CHECK(m >= 0, "quant_gemm: a negative row count ", m);
   TESSERA_CHECK(quant_path_supported(path), "quant_gemm: the ", quant_path_name(path),
                 " path is not compiled in or not supported by this CPU");
-  if (m == 0) return;
+  if (m == 0 || w.rows == 0) return;
+  if (m >= kPanelRows && w.cols > 0) return panel_gemm(path, y, x, m, w);
   const QuantGemmRowsFn run = path == QuantPath::avx512 ? quant_gemm_rows_avx512 : quant_gemm_rows_scalar;
   constexpr int64_t kBlock = 32;  // output rows a block (a multiple of the tile's 4)
   const int64_t blocks = (w.rows + kBlock - 1) / kBlock;

@@ -1,8 +1,12 @@
 // The quantised matmuls' code paths (portable scalar, AVX-512), each in its own translation unit
 // compiled for its instruction set, and the choice among them: AVX-512 where the kernel copies run
 // AVX-512 (kernels/cpu/isa.h, so TESSERA_CPU_ISA=base|avx2 runs the portable path), else scalar.
-// Both dequantise each weight as (q [- zero]) * scale in f32 and multiply-add it into f32 sums, so
-// they differ from each other and from dequantize_weights-then-multiply only in the order of the sums.
+// Both dequantise each weight exactly as dequantize_weights does, (q [- zero]) * scale in f32 (the
+// AVX-512 int8 GEMV takes the scale out of the group's sum instead: sum_g s_g sum_k x_k q_k), and
+// sum in f32, so every result is within the rounding of K f32 sums of the dequantised product:
+// |y - sum_k x_k w_k| <= (gamma_K + u) sum_k |x_k w_k| (tests/unit/test_kernels_quant.cpp).
+// Products of 4 or more activation rows (prefill, batched decode) dequantise each block of weight
+// rows once into an f32 panel and multiply it by the GEMM library's sgemm (quant_gemm.cpp).
 #pragma once
 #include <cstdint>
 
@@ -20,6 +24,10 @@ void quant_gemv_rows_scalar(float* y, const float* x, const QuantMatrixView& w, 
 void quant_gemm_rows_scalar(float* y, const float* x, int64_t m, const QuantMatrixView& w, int64_t n0, int64_t n1);
 void quant_gemv_rows_avx512(float* y, const float* x, const QuantMatrixView& w, int64_t n0, int64_t n1);
 void quant_gemm_rows_avx512(float* y, const float* x, int64_t m, const QuantMatrixView& w, int64_t n0, int64_t n1);
+// panel[(n - n0) * w.cols + k] = W[n, k] dequantised (dequantize_weights' values) for n in [n0, n1).
+using QuantDequantRowsFn = void (*)(float* panel, const QuantMatrixView& w, int64_t n0, int64_t n1);
+void quant_dequantize_rows_scalar(float* panel, const QuantMatrixView& w, int64_t n0, int64_t n1);
+void quant_dequantize_rows_avx512(float* panel, const QuantMatrixView& w, int64_t n0, int64_t n1);
 extern const bool kQuantAvx512Compiled;  // quant_dot_avx512.cpp built with AVX-512 (x86 only)
 
 enum class QuantPath { scalar, avx512 };

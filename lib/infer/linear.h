@@ -1,6 +1,7 @@
 // The one seam through which inference multiplies by a weight: y = x w^T (+ bias), the weight in
 // f32 or, from a quantised checkpoint (ckpt_tool quantize), int8/int4 groups multiplied by the
-// quantised kernels (quant::matmul), which dequantise in registers.
+// quantised kernels (quant::matmul), which dequantise in registers (one token) or into f32 panels
+// for the GEMM library (a batch or a prefill).
 #pragma once
 #include <utility>
 

@@ -6,19 +6,20 @@
 
 namespace tessera::infer {
 
-namespace {
-
-// A Llama value: the checkpoint's hf.<key> if recorded, else the override, else the default.
-float llama_value(const io::CheckpointReader& r, const std::string& key, float given, float fallback,
-                  const char* flag) {
-  if (!r.has_attr("hf." + key)) return given > 0 ? given : fallback;
-  const float recorded = static_cast<float>(r.attr_double("hf." + key));
-  TESSERA_CHECK(given <= 0 || given == recorded, "checkpoint ", r.path(), " records ", key, " ", recorded, "; ",
-                flag, " ", given, " contradicts it");
-  return recorded;
+std::optional<float> recorded_llama_value(const io::CheckpointReader& r, const std::string& key) {
+  for (const std::string& name : {"model." + key, "hf." + key})
+    if (r.has_attr(name)) return static_cast<float>(r.attr_double(name));
+  return std::nullopt;
 }
 
-}  // namespace
+float llama_value(const io::CheckpointReader& r, const std::string& key, float option, float fallback,
+                  const char* flag) {
+  const std::optional<float> recorded = recorded_llama_value(r, key);
+  if (!recorded) return option > 0 ? option : fallback;
+  TESSERA_CHECK(option <= 0 || option == *recorded, "checkpoint ", r.path(), " records ", key, " ", *recorded, "; ",
+                flag, " ", option, " contradicts it");
+  return *recorded;
+}
 
 models::GptConfig model_config_of(const io::CheckpointReader& r, const ModelOverrides& o) {
   const std::string& path = r.path();

@@ -97,7 +97,21 @@ TokenDataset open_one(const std::string& path, const std::string& split) {
              where, " (document starts must increase and lie inside the tokens)");
     }
   }
-  ds.parts.push_back({0, std::move(reader)});
+  // The loss mask beside the tokens: one uint8 a token (its values are checked as they are read).
+  const std::string mask = where.substr(0, where.size() - std::string("tokens").size()) + "loss_mask";
+  std::shared_ptr<const TokenReader> mask_reader;
+  if (file.has(mask)) {
+    const std::string mtype = file.stored_type(mask);
+    const std::vector<int64_t> mshape = file.shape(mask);
+    if (mtype != "u8" || mshape.size() != 1)
+      fail(path, ": ", mask, " must be 1-D uint8 (1 where a token counts in the loss, else 0), but is ", mtype, " ",
+           Shape(mshape).str());
+    if (mshape[0] != shape[0])
+      fail(path, ": ", mask, " has ", mshape[0], " values but ", where, " has ", shape[0],
+           " tokens: the loss mask needs one value per token");
+    mask_reader = std::make_shared<const TokenReader>(file, mask, 2);
+  }
+  ds.parts.push_back({0, std::move(reader), std::move(mask_reader)});
   return ds;
 }
 
@@ -134,6 +148,9 @@ TokenDataset TokenDataset::open(const std::string& path, const std::string& spli
     if (next.dataset != ds.dataset)
       fail(path, ": the shards keep their tokens apart: ", ds.dataset, " in ", files[0], ", ", next.dataset, " in ",
            files[i]);
+    if ((next.parts[0].mask != nullptr) != ds.has_mask())
+      fail(path, ": the shards disagree on the loss mask: ", files[0], (ds.has_mask() ? " has" : " has no"),
+           " loss_mask, ", files[i], (ds.has_mask() ? " has none" : " has one"));
     next.parts[0].first = ds.size();
     ds.parts.push_back(next.parts[0]);
   }
@@ -199,11 +216,40 @@ void TokenDataset::load_documents() {
     }
   }
   documents = std::move(starts);
+
+bool TokenDataset::has_mask() const {
+  if (parts.empty()) return !mask.empty();
+  return parts.front().mask != nullptr;
+}
+
+void TokenDataset::read_mask(int64_t start, int64_t count, uint8_t* out) const {
+  TESSERA_CHECK(has_mask(), path, ": has no loss mask");
+  TESSERA_CHECK(start >= 0 && count >= 0 && start + count <= size(), path, ": mask values [", start, ", ",
+                start + count, ") are outside its ", size(), " tokens");
+  if (parts.empty()) {
+    TESSERA_CHECK(mask.size() == tokens.size(), path, ": its loss mask has ", mask.size(), " values for ",
+                  tokens.size(), " tokens");
+    for (int64_t i = 0; i < count; ++i) {
+      const uint8_t v = mask[static_cast<size_t>(start + i)];
+      if (v > 1) fail(path, ": loss mask value ", start + i, " = ", static_cast<int>(v), " is not 0 or 1");
+      out[i] = v;
+    }
+    return;
+  }
+  auto it = std::upper_bound(parts.begin(), parts.end(), start,
+                             [](int64_t s, const TokenPart& p) { return s < p.first; });
+  for (--it; count > 0; ++it) {
+    const int64_t in = start - it->first, take = std::min(count, it->reader->size() - in);
+    it->mask->read(in, take, out);
+    start += take;
+    count -= take;
+    out += take;
+  }
 }
 
 int64_t TokenDataset::bytes_read() const {
   int64_t n = 0;
-  for (const TokenPart& p : parts) n += p.reader->bytes_read();
+  for (const TokenPart& p : parts) n += p.reader->bytes_read() + (p.mask ? p.mask->bytes_read() : 0);
   return n;
 }
 

@@ -23,7 +23,7 @@ const char* sampling_name(Sampling s) { return s == Sampling::epoch ? "epoch" : 
 TokenLoader::TokenLoader(const TokenDataset& data, int64_t seq_len, int64_t global_batch, uint64_t seed,
                          Sampling sampling)
     : data_(data), seq_len_(seq_len), global_batch_(global_batch), seed_(seed),
-      stream_(stream_id("loader.train")), sampling_(sampling) {
+      stream_(stream_id("loader.train")), sampling_(sampling), mask_(data.has_mask()) {
   TESSERA_CHECK(seq_len >= 1, "sequence length must be at least 1, got ", seq_len);
   TESSERA_CHECK(global_batch >= 1, "global batch must be at least 1, got ", global_batch);
   if (size() < seq_len + 1)
@@ -64,6 +64,7 @@ TokenLoader::TokenLoader(const std::vector<BlendSource>& sources, const std::vec
            d.vocab_size, " (tokenizer ", d.tokenizer, ")");
     const PhiloxCounter w = philox_bits(seed, seeds, k);
     sources_.emplace_back(d, seq_len, 1, (static_cast<uint64_t>(w[1]) << 32) | w[0], sampling);
+    mask_ = mask_ || d.has_mask();
     running += sources[k].weight;
     cumulative_.push_back(running / sum);
   }
@@ -239,6 +240,62 @@ void TokenLoader::eval_rows(int64_t batch_index, int64_t first_row, int64_t coun
   check_rows("eval_rows", first_row, count, out);
   for (int64_t i = 0; i < count; ++i)
     copy_row(eval_start(batch_index, first_row + i), out + i * row_len());
+}
+
+void TokenLoader::copy_mask_row(int64_t start, uint8_t* out) const {
+  if (data_.has_mask()) {
+    data_.read_mask(start, seq_len_ + 1, out);
+  } else {
+    std::fill(out, out + seq_len_ + 1, uint8_t{1});
+  }
+}
+
+void TokenLoader::train_mask(int64_t step, int64_t first_row, int64_t count, uint8_t* out) const {
+  TESSERA_CHECK(step >= 0, "train_mask: negative step ", step);
+  TESSERA_CHECK(first_row >= 0 && count >= 0 && first_row + count <= global_batch_, "train_mask: rows [", first_row,
+                ", ", first_row + count, ") are outside the global batch of ", global_batch_);
+  if (blended()) {
+    std::vector<std::pair<int64_t, int64_t>> rows;
+    blend_rows(step, first_row + count, rows);
+    for (int64_t i = 0; i < count; ++i) {
+      const auto [k, n] = rows[static_cast<size_t>(first_row + i)];
+      source(k).copy_mask_row(source(k).train_start(n, 0), out + i * row_len());
+    }
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) copy_mask_row(train_start(step, first_row + i), out + i * row_len());
+}
+
+void TokenLoader::eval_mask(int64_t batch_index, int64_t first_row, int64_t count, uint8_t* out) const {
+  TESSERA_CHECK(batch_index >= 0, "eval_mask: negative batch index ", batch_index);
+  TESSERA_CHECK(first_row >= 0 && count >= 0 && first_row + count <= global_batch_, "eval_mask: rows [", first_row,
+                ", ", first_row + count, ") are outside the global batch of ", global_batch_);
+  for (int64_t i = 0; i < count; ++i) copy_mask_row(eval_start(batch_index, first_row + i), out + i * row_len());
+}
+
+int64_t TokenLoader::count_targets(const std::vector<uint8_t>& mask) const {
+  int64_t n = 0;
+  for (size_t r = 0; r < mask.size(); r += static_cast<size_t>(row_len()))
+    for (int64_t t = 1; t <= seq_len_; ++t) n += mask[r + static_cast<size_t>(t)];
+  return n;
+}
+
+int64_t TokenLoader::train_mask_count(int64_t step) const {
+  if (!mask_) return global_batch_ * seq_len_;
+  std::vector<uint8_t> mask(static_cast<size_t>(global_batch_ * row_len()));
+  train_mask(step, 0, global_batch_, mask.data());
+  return count_targets(mask);
+}
+
+int64_t TokenLoader::eval_mask_count(int64_t batches) const {
+  if (!mask_) return batches * global_batch_ * seq_len_;
+  std::vector<uint8_t> mask(static_cast<size_t>(global_batch_ * row_len()));
+  int64_t n = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    eval_mask(b, 0, global_batch_, mask.data());
+    n += count_targets(mask);
+  }
+  return n;
 }
 
 }  // namespace tessera::io

@@ -51,6 +51,18 @@ class TokenLoader {
   // ((i * global_batch + r) * seq_len) mod (size - seq_len), i.e. consecutive non-overlapping
   // windows, wrapping over the valid window starts [0, size - seq_len - 1].
   void eval_rows(int64_t batch_index, int64_t first_row, int64_t count, int32_t* out) const;
+  // The loss mask (io/token_dataset.h), cut into the same windows as the rows above: whether the data
+  // has one (a blend: any source; a source without one counts every token), and values
+  // [count * (seq_len + 1)] of rows [first_row, first_row + count) (row position t + 1 says whether
+  // predicting token t + 1 counts).
+  bool has_mask() const { return mask_; }
+  void train_mask(int64_t step, int64_t first_row, int64_t count, uint8_t* out) const;
+  void eval_mask(int64_t batch_index, int64_t first_row, int64_t count, uint8_t* out) const;
+  // The targets that count in the whole global batch of a step, or in eval batches [0, batches):
+  // the ones among positions 1..seq_len of every row (without a mask, all of them).
+  int64_t train_mask_count(int64_t step) const;
+  int64_t eval_mask_count(int64_t batches) const;
+
   // Eval batches that cover every full window of the data once (at least 1).
   int64_t eval_batches() const;
 
@@ -94,11 +106,14 @@ class TokenLoader {
   void check_rows(const char* what, int64_t first_row, int64_t count, const int32_t* out) const;
   void copy_row(int64_t start, int32_t* out) const;
   void row_segments(int64_t start, int32_t* out) const;  // seq_len segments of the row at start
+  void copy_mask_row(int64_t start, uint8_t* out) const;  // ones when data_ has no mask
+  int64_t count_targets(const std::vector<uint8_t>& mask) const;  // rows of mask values
 
   TokenDataset data_;
   int64_t seq_len_, global_batch_;
   uint64_t seed_, stream_;
   Sampling sampling_;
+  bool mask_ = false;  // data_ (a blend: any source) has a loss mask
   std::optional<WindowPermutation> permutation_;  // epoch sampling
   // Blends: each source as a one-row loader, the weights as given and their normalised running sums.
   std::vector<TokenLoader> sources_;

@@ -7,12 +7,15 @@ namespace tessera::io {
 
 namespace {
 
-std::vector<TokenBatch> token_slots(int64_t first_step, int64_t tokens_per_step, int depth) {
+std::vector<TokenBatch> token_slots(int64_t first_step, int64_t tokens_per_step, int depth, bool with_mask = false) {
   TESSERA_CHECK(depth >= 1, "token prefetcher: depth must be at least 1, got ", depth);
   TESSERA_CHECK(first_step >= 0 && tokens_per_step >= 0, "token prefetcher: invalid first step ", first_step,
                 " or tokens per step ", tokens_per_step);
   std::vector<TokenBatch> slots(static_cast<size_t>(depth) + 1);
-  for (TokenBatch& b : slots) b.tokens.resize(static_cast<size_t>(tokens_per_step));
+  for (TokenBatch& b : slots) {
+    b.tokens.resize(static_cast<size_t>(tokens_per_step));
+    if (with_mask) b.mask.resize(static_cast<size_t>(tokens_per_step));
+  }
   return slots;
 }
 
@@ -21,5 +24,10 @@ std::vector<TokenBatch> token_slots(int64_t first_step, int64_t tokens_per_step,
 TokenPrefetcher::TokenPrefetcher(FillTokens fill, int64_t first_step, int64_t tokens_per_step, int depth)
     : StepPrefetcher<TokenBatch>([fill = std::move(fill)](TokenBatch& b) { fill(b.step, b.tokens.data()); }, first_step,
                                  token_slots(first_step, tokens_per_step, depth)) {}
+
+TokenPrefetcher::TokenPrefetcher(FillBatch fill, int64_t first_step, int64_t tokens_per_step, bool with_mask,
+                                 int depth)
+    : StepPrefetcher<TokenBatch>(std::move(fill), first_step,
+                                 token_slots(first_step, tokens_per_step, depth, with_mask)) {}
 
 }  // namespace tessera::io

@@ -11,9 +11,12 @@
 namespace tessera::io {
 
 // One step's rows for this rank (whatever rows the fill function writes), and the step they are of.
+// With a loss mask: the rows' mask values and the targets that count in the step's global batch.
 struct TokenBatch {
   int64_t step = -1;
   std::vector<int32_t> tokens;
+  std::vector<uint8_t> mask;  // as long as tokens, or empty (no mask)
+  int64_t mask_count = 0;
 };
 
 class TokenPrefetcher : public StepPrefetcher<TokenBatch> {
@@ -22,6 +25,9 @@ class TokenPrefetcher : public StepPrefetcher<TokenBatch> {
   // ... are made up to `depth` (>= 1) ahead of the one handed out.
   using FillTokens = std::function<void(int64_t step, int32_t* out)>;
   TokenPrefetcher(FillTokens fill, int64_t first_step, int64_t tokens_per_step, int depth = 3);
+  // fill(batch) writes step batch.step's tokens and, with_mask, its mask and mask_count.
+  using FillBatch = std::function<void(TokenBatch&)>;
+  TokenPrefetcher(FillBatch fill, int64_t first_step, int64_t tokens_per_step, bool with_mask, int depth = 3);
 };
 
 }  // namespace tessera::io

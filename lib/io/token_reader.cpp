@@ -21,6 +21,7 @@ std::string type_of(hid_t type) {
   if (H5Tget_class(type) != H5T_INTEGER) return "";
   const size_t bytes = H5Tget_size(type);
   const bool is_signed = H5Tget_sign(type) != H5T_SGN_NONE;
+  if (bytes == 1 && !is_signed) return "u8";  // a loss mask (one byte has no order)
   if (H5Tget_order(type) != H5T_ORDER_LE) return "";
   if (bytes == 2 && !is_signed) return "u16";
   if (bytes == 4 && !is_signed) return "u32";
@@ -39,7 +40,7 @@ TokenReader::TokenReader(const H5File& file, const std::string& dataset, int64_t
   Hid type(H5Dget_type(d.get()), H5Tclose);
   type_ = type_of(type.get());
   if (type_.empty())
-    fail(path_, ": ", dataset, " must hold little-endian uint16, uint32 or int32 tokens, but holds ",
+    fail(path_, ": ", dataset, " must hold little-endian uint16, uint32 or int32 tokens (or uint8 mask values), but holds ",
          file.stored_type(dataset));
   es_ = static_cast<int>(H5Tget_size(type.get()));
   Hid space(H5Dget_space(d.get()), H5Sclose);
@@ -191,7 +192,19 @@ void TokenReader::read_raw(int64_t start, int64_t count, char* out) const {
   }
 }
 
+void TokenReader::read(int64_t start, int64_t count, uint8_t* out) const {
+  TESSERA_CHECK(es_ == 1, path_, ": ", dataset_, " holds ", type_, " values, not bytes");
+  TESSERA_CHECK(start >= 0 && count >= 0 && start + count <= size_, path_, ": ", dataset_, ": values [", start, ", ",
+                start + count, ") are outside its ", size_, " values");
+  if (count == 0) return;
+  read_raw(start, count, reinterpret_cast<char*>(out));
+  for (int64_t i = 0; i < count; ++i)
+    if (out[i] >= vocab_)
+      fail(path_, ": ", dataset_, "[", start + i, "] = ", static_cast<int>(out[i]), " is outside [0, ", vocab_, ")");
+}
+
 void TokenReader::read(int64_t start, int64_t count, int32_t* out) const {
+  TESSERA_CHECK(es_ != 1, path_, ": ", dataset_, " holds bytes (a mask), not tokens");
   TESSERA_CHECK(start >= 0 && count >= 0 && start + count <= size_, path_, ": ", dataset_, ": tokens [", start, ", ",
                 start + count, ") are outside its ", size_, " tokens");
   if (count == 0) return;

@@ -1,5 +1,5 @@
-// TokenReader: one 1-D integer token dataset (uint16, uint32 or int32) of an HDF5 file, read by
-// element range. HDF5 (built without thread safety here) is asked once, on the opening thread,
+// TokenReader: one 1-D integer token dataset (uint16, uint32 or int32; uint8 for a loss mask) of
+// an HDF5 file, read by element range. HDF5 (built without thread safety here) is asked once, on the opening thread,
 // where the dataset's bytes lie; reads are then pread calls (plus zlib for deflated chunks) that any
 // thread may make, e.g. a loader's prefetch thread while the trainer writes a checkpoint.
 #pragma once
@@ -24,7 +24,7 @@ class TokenReader {
   ~TokenReader();
 
   int64_t size() const { return size_; }
-  const std::string& type() const { return type_; }  // "u16", "u32" or "i32"
+  const std::string& type() const { return type_; }  // "u16", "u32", "i32" or "u8" (a loss mask)
   const std::string& path() const { return path_; }
   const std::string& dataset() const { return dataset_; }
 
@@ -32,6 +32,9 @@ class TokenReader {
   // a token outside [0, vocab_size) throws "<file>: <dataset>[<index>] = <v> is outside ...".
   // Thread-safe.
   void read(int64_t start, int64_t count, int32_t* out) const;
+  // A uint8 dataset (a loss mask, vocab_size 2): values [start, start + count), each checked to lie
+  // in [0, vocab_size). Thread-safe.
+  void read(int64_t start, int64_t count, uint8_t* out) const;
 
   // What reads cost so far: pread calls and bytes read from the file (tests: open reads nothing).
   int64_t reads() const { return reads_.load(); }

@@ -49,8 +49,9 @@ void append_to(hid_t file, const std::string& path, const std::string& name, hid
 }  // namespace
 
 TokenWriter::TokenWriter(H5File& file, const std::string& group, int64_t vocab_size, int64_t chunk_tokens,
-                         int deflate)
-    : file_(file), tokens_(group + "/tokens"), offsets_(group + "/doc_offsets"), vocab_(vocab_size),
+                         int deflate, bool loss_mask)
+    : file_(file), tokens_(group + "/tokens"), offsets_(group + "/doc_offsets"),
+      mask_(loss_mask ? group + "/loss_mask" : ""), vocab_(vocab_size),
       chunk_(chunk_tokens), deflate_(deflate), wide_(vocab_size > 65536) {
   TESSERA_CHECK(vocab_size >= 1 && vocab_size <= (int64_t{1} << 31) - 1, "token writer: invalid vocab_size ",
                 vocab_size);
@@ -60,6 +61,7 @@ TokenWriter::TokenWriter(H5File& file, const std::string& group, int64_t vocab_s
   const auto fid = static_cast<hid_t>(file.raw_id());
   create_extendible(fid, file.path(), tokens_, wide_ ? H5T_STD_U32LE : H5T_STD_U16LE, chunk_, deflate_);
   create_extendible(fid, file.path(), offsets_, H5T_STD_I64LE, kDocChunk, deflate_);
+  if (!mask_.empty()) create_extendible(fid, file.path(), mask_, H5T_STD_U8LE, chunk_, deflate_);
   buffer_.reserve(static_cast<size_t>(chunk_));
 }
 
@@ -75,13 +77,23 @@ void TokenWriter::start_document() {
 }
 
 void TokenWriter::append(const int32_t* tokens, int64_t n) {
+  TESSERA_CHECK(mask_.empty(), "token writer: ", tokens_, " has a loss mask: append each token's mask value too");
+  append(tokens, nullptr, n);
+}
+
+void TokenWriter::append(const int32_t* tokens, const uint8_t* mask, int64_t n) {
   TESSERA_CHECK(!finished_, "token writer: ", tokens_, " is finished");
+  TESSERA_CHECK(mask_.empty() == (mask == nullptr), "token writer: ", tokens_,
+                mask_.empty() ? " has no loss mask" : " needs a mask value per token");
   if (n > 0 && documents() == 0) start_document();  // the data starts a document
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_)
       fail(file_.path(), ": ", tokens_, ": token ", size(), " = ", tokens[i], " is outside the vocabulary [0, ",
            vocab_, ")");
+    if (mask && mask[i] > 1)
+      fail(file_.path(), ": ", mask_, ": value ", size(), " = ", static_cast<int>(mask[i]), " is not 0 or 1");
     buffer_.push_back(tokens[i]);
+    if (mask) mask_buffer_.push_back(mask[i]);
     if (static_cast<int64_t>(buffer_.size()) == chunk_) flush_tokens();
   }
 }
@@ -95,8 +107,10 @@ void TokenWriter::flush_tokens() {
     std::vector<uint16_t> narrow(buffer_.begin(), buffer_.end());
     append_to(fid, file_.path(), tokens_, H5T_NATIVE_UINT16, written_, n, narrow.data());
   }
+  if (!mask_.empty()) append_to(fid, file_.path(), mask_, H5T_NATIVE_UINT8, written_, n, mask_buffer_.data());
   written_ += n;
   buffer_.clear();
+  mask_buffer_.clear();
 }
 
 void TokenWriter::flush_docs() {

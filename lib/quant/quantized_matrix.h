@@ -54,7 +54,7 @@ class QuantizedMatrix {
 };
 
 // y [M, W.rows()] = x [M, W.cols()] W^T: quant_gemv for M = 1, quant_gemm otherwise; equal to x
-// times the dequantised W up to the order of the f32 sums.
+// times the dequantised W within the rounding of f32 sums (kernels/op_list.h).
 void matmul(const float* x, int64_t M, const QuantizedMatrix& W, float* y);
 
 }  // namespace tessera::quant

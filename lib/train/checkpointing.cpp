@@ -1,6 +1,7 @@
 // Checkpoint save/load: mapping the flat buffers' ranges to the tensors' global flattenings.
 #include "train/checkpointing.h"
 
+#include <charconv>
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
@@ -62,7 +63,10 @@ std::vector<std::pair<std::string, Shape>> model_tensors(const nn::ParamStore& p
   std::string mine;
   for (const nn::ParamSpec& s : params.specs()) {
     mine += s.name;
-    for (int64_t d : s.global_shape.dims()) mine += " " + std::to_string(d);
+    for (int64_t d : s.global_shape.dims()) {
+      mine += ' ';
+      mine += std::to_string(d);
+    }
     mine += "\n";
   }
   std::vector<std::pair<std::string, Shape>> all;
@@ -110,6 +114,12 @@ std::string checkpoint_problem(const std::string& path, comm::Communicator& worl
   return comm::broadcast_string(problem, world);
 }
 
+// A model value (a float, stored as a double) as the float's shortest decimal: 1e-05, 500000.
+std::string shortest_text(double x) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof text, static_cast<float>(x)).ptr);
+}
+
 // The model fields (root attributes "model.<field>") the checkpoint records that differ from the
 // run's, as "field: A in the checkpoint, B here" ("not recorded here" for a field this model does
 // not have); empty when equal. A field the checkpoint does not record (one added since it was
@@ -120,8 +130,9 @@ std::string model_field_differences(const io::CheckpointReader& r, const Checkpo
     if (key.starts_with("model."))
       saved[key.substr(6)] = r.attr_type(key) == io::CheckpointReader::AttrType::int64 ? std::to_string(r.attr_int(key))
                              : r.attr_type(key) == io::CheckpointReader::AttrType::string ? r.attr_string(key)
-                                                                                         : std::to_string(r.attr_double(key));
+                                                                                         : shortest_text(r.attr_double(key));
   for (const auto& [field, value] : expected.model_config) here[field] = std::to_string(value);
+  for (const auto& [field, value] : expected.model_values) here[field] = shortest_text(value);
   std::set<std::string> fields;
   for (const auto& [field, value] : saved) fields.insert(field);
   for (const auto& [field, value] : here) fields.insert(field);
@@ -169,6 +180,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointInfo& info, 
   if (info.data_epoch >= 0) w.set_attr("data_epoch", info.data_epoch);
   for (const auto& [key, value] : info.data_state) w.set_attr(key, value);
   for (const auto& [key, value] : info.model_config) w.set_attr("model." + key, value);
+  for (const auto& [key, value] : info.model_values) w.set_attr("model." + key, value);
   w.set_attr("precision", info.precision);
   const optim::LossScalerState& ls = info.loss_scaler;
   w.set_attr("loss_scaler.scale", ls.scale);

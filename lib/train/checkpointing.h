@@ -25,6 +25,7 @@ struct CheckpointInfo {
   std::string model;             // "gpt"
   std::string layout;            // the mesh and ZeRO stage it was saved from (informational)
   std::vector<std::pair<std::string, int64_t>> model_config;  // e.g. {"layers", 12}: must match to load
+  std::vector<std::pair<std::string, double>> model_values;   // e.g. {"rope_theta", 10000}: must match too
   std::string precision = "fp32";   // what the run trained in
   std::string data_identity;        // io::file_identity of the training data ("": not recorded)
   std::string data_sampling;        // token windows: "random" or "epoch" ("": not recorded)

@@ -30,6 +30,7 @@ GptWorkload::GptWorkload(models::Gpt& model, io::TokenLoader train_loader, const
       mesh_(mesh),
       train_loader_(std::move(train_loader)),
       rows_(static_cast<size_t>(config.micro_batch * (config.seq_len + 1))) {
+  if (train_loader_.has_mask()) mask_rows_.resize(rows_.size());
   // An evaluation batch is a global batch, cut into this rank's rows as a training batch is.
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.global_batch, config.seed);
   if (config.document_mask) {
@@ -39,6 +40,7 @@ GptWorkload::GptWorkload(models::Gpt& model, io::TokenLoader train_loader, const
                   ": --document-mask needs the validation data's documents too (/doc_offsets)");
     segments_.resize(static_cast<size_t>(config.micro_batch * config.seq_len));
   }
+  if (val_loader_ && val_loader_->has_mask()) mask_rows_.resize(rows_.size());
   comm::Communicator& pp = mesh.group(comm::Axis::pp);
   comm::Communicator& data = mesh.data_group();
   if (pp.size() > 1) {
@@ -107,19 +109,25 @@ float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale,
   const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
   if (needs_rows) load_train_rows(step, micro);
   // Every stage derives the micro-batch's segments itself (no token read: window starts and documents).
-  return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync, train_segments(step, micro));
+  return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync, mask_, train_segments(step, micro));
 }
 
 // Micro-batch `index` of an evaluation: micro-batch index % micro-batches of global batch
 // index / micro-batches.
 float GptWorkload::evaluate(int64_t index, int chunk) {
   if (model_.has_embedding(chunk) || model_.has_head(chunk)) load_eval_rows(index);
-  return model_.forward_chunk(chunk, static_cast<int>(index), rows_.data(), false, 1.0f, nullptr,
+  return model_.forward_chunk(chunk, static_cast<int>(index), rows_.data(), false, 1.0f, nullptr, mask_,
                               eval_segments(index));
 }
 
 void GptWorkload::load_eval_rows(int64_t index) {
-  val_loader_->eval_rows(index / micro_batches_, first_row(index % micro_batches_), config_.micro_batch, rows_.data());
+  const int64_t batch = index / micro_batches_, row = first_row(index % micro_batches_);
+  val_loader_->eval_rows(batch, row, config_.micro_batch, rows_.data());
+  mask_ = {};
+  if (val_loader_->has_mask()) {
+    val_loader_->eval_mask(batch, row, config_.micro_batch, mask_rows_.data());
+    mask_ = {mask_rows_.data(), eval_denominator_};
+  }
 }
 
 bool GptWorkload::needs_rows() const {
@@ -128,11 +136,15 @@ bool GptWorkload::needs_rows() const {
   return false;
 }
 
-void GptWorkload::fill_step(int64_t step0, int32_t* out) const {
-  const int64_t rows = config_.micro_batch * train_loader_.row_len();
+void GptWorkload::fill_step(io::TokenBatch& batch) const {
+  const int64_t step0 = batch.step, rows = config_.micro_batch * train_loader_.row_len();
   try {
-    for (int64_t m = 0; m < micro_batches_; ++m)
-      train_loader_.train_rows(step0, first_row(m), config_.micro_batch, out + m * rows);
+    for (int64_t m = 0; m < micro_batches_; ++m) {
+      train_loader_.train_rows(step0, first_row(m), config_.micro_batch, batch.tokens.data() + m * rows);
+      if (!batch.mask.empty())
+        train_loader_.train_mask(step0, first_row(m), config_.micro_batch, batch.mask.data() + m * rows);
+    }
+    if (!batch.mask.empty()) batch.mask_count = train_loader_.train_mask_count(step0);
   } catch (const Error& e) {
     fail("training step ", step0 + 1, ": ", e.what());
   }
@@ -142,8 +154,8 @@ void GptWorkload::start_prefetch(int64_t step0) {
   current_ = nullptr;
   prefetcher_.reset();
   prefetcher_ = std::make_unique<io::TokenPrefetcher>(
-      [this](int64_t s, int32_t* out) { fill_step(s, out); }, step0,
-      micro_batches_ * config_.micro_batch * train_loader_.row_len());
+      [this](io::TokenBatch& b) { fill_step(b); }, step0, micro_batches_ * config_.micro_batch * train_loader_.row_len(),
+      train_loader_.has_mask());
 }
 
 void GptWorkload::start(int64_t first_step) {
@@ -188,12 +200,17 @@ void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
   }
   const int64_t rows = config_.micro_batch * train_loader_.row_len();
   std::copy(current_->tokens.begin() + micro * rows, current_->tokens.begin() + (micro + 1) * rows, rows_.begin());
+  mask_ = {};
+  if (!current_->mask.empty()) {
+    std::copy(current_->mask.begin() + micro * rows, current_->mask.begin() + (micro + 1) * rows, mask_rows_.begin());
+    mask_ = {mask_rows_.data(), static_cast<double>(current_->mask_count) / static_cast<double>(micro_batches_ * dp_)};
+  }
 }
 
 float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
   trained_step_ = step;
   load_train_rows(step, micro);
-  return model_.forward_backward(rows_.data(), grad_scale, sync, train_segments(step, micro));
+  return model_.forward_backward(rows_.data(), grad_scale, sync, mask_, train_segments(step, micro));
 }
 
 Workload::Evaluation GptWorkload::evaluate() {
@@ -202,13 +219,16 @@ Workload::Evaluation GptWorkload::evaluate() {
   // dp x sp, ep and the grid's rows, and the micro-batch means average over micro-batches and dp.
   const int64_t batches = std::min(config_.eval_batches, val_loader_->eval_batches());
   const int64_t micro_batches = batches * micro_batches_;
+  if (val_loader_->has_mask())  // every rank counts the evaluation's targets itself: the same everywhere
+    eval_denominator_ = static_cast<double>(val_loader_->eval_mask_count(batches)) /
+                        static_cast<double>(micro_batches * dp_);
   double loss = 0.0;
   if (runner_) {
     loss = runner_->evaluate(micro_batches);  // summed over the stages: the last one's
   } else {
     for (int64_t i = 0; i < micro_batches; ++i) {
       load_eval_rows(i);
-      loss += model_.forward(rows_.data(), eval_segments(i));
+      loss += model_.forward(rows_.data(), mask_, eval_segments(i));
     }
   }
   loss = mesh_.sum_batch_shares(loss, false);  // the pipeline's runner summed over its stages
@@ -291,7 +311,7 @@ void GptWorkload::dump_first_step(const std::string& path) {
     f.write("/step_1/grads/" + store.spec(i).name, store.logical_copy(store.grad(i), i));
   // Logits of the same batch, without touching the gradients.
   train_loader_.train_rows(0, 0, config_.micro_batch, rows_.data());
-  const float loss = model_.forward(rows_.data(), train_segments(1, 0));
+  const float loss = model_.forward(rows_.data(), {}, train_segments(1, 0));
   const Tensor all = model_.logits().to(Device::cpu);
   const int64_t vp = all.dim(2), v = model_.config().vocab, n = all.numel() / vp;
   Tensor logits = Tensor::empty({all.dim(0), all.dim(1), v});

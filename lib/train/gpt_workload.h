@@ -5,6 +5,11 @@
 // Evaluation runs the validation set's first global batches, each split over the ranks and into
 // micro-batches as a training batch is, and reduces over every axis that splits it (dp x sp, ep,
 // the tp grid's rows, pp): the eval loss is the mean over the same windows under every layout.
+// A data set with a loss mask (io/token_dataset.h) is averaged over its counted targets only: each
+// micro-batch divides its counted losses by the global batch's count / (dp x micro-batches), the
+// count read from the global batch's mask on every rank (no collective), so the shares add up to
+// sum / count under every layout; a global batch with nothing counted trains with loss 0 and no
+// gradient. Evaluation does the same over all its batches when the validation data has a mask.
 #pragma once
 #include <memory>
 #include <optional>
@@ -62,7 +67,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   int64_t first_row(int64_t micro) const;  // of this rank's rows of micro-batch `micro` of a global batch
   void load_train_rows(int64_t step, int64_t micro);  // into rows_, timed as the step's data
   // This rank's rows of every micro-batch of a (0-based) step, micro-batch after micro-batch.
-  void fill_step(int64_t step0, int32_t* out) const;
+  void fill_step(io::TokenBatch& batch) const;  // and its mask, when the data has one
   bool needs_rows() const;
   void start_prefetch(int64_t step0);  // a new prefetcher whose first step is step0 (0-based)  // whether any chunk here embeds tokens or computes the loss
   void load_eval_rows(int64_t index);  // micro-batch `index` of an evaluation (evaluate(index, chunk))
@@ -75,6 +80,9 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   io::TokenLoader train_loader_;
   std::optional<io::TokenLoader> val_loader_;
   std::vector<int32_t> rows_;  // one micro-batch of token rows [B, T+1]
+  std::vector<uint8_t> mask_rows_;  // their loss mask, when the data has one
+  models::LossMask mask_;           // what the next forward of rows_ is given (rows: nullptr, no mask)
+  double eval_denominator_ = 0;     // an evaluation's counted targets / (its micro-batches x dp)
   // --document-mask: one micro-batch's segments [B, T] (every stage reads them: its attention masks
   // by document), cut by the loader from the window starts and /doc_offsets; empty without.
   std::vector<int32_t> segments_;

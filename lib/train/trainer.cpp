@@ -533,6 +533,7 @@ CheckpointInfo Trainer::checkpoint_info(int64_t step) const {
   info.model = work_.model_name();
   info.layout = mesh_.shape().str() + " zero=" + std::to_string(config_.zero_stage);
   info.model_config = work_.model_config();
+  info.model_values = work_.model_values();
   info.precision = config_.precision;
   info.loss_scaler = scaler_.state();
   info.tokenizer = config_.tokenizer;

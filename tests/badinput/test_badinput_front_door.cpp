@@ -129,7 +129,7 @@ TEST(FrontDoorHelp, TrainersListTheirOptionsInSectionsAndNoOtherTrainers) {
 }
 
 TEST(FrontDoorHelp, ToolsListOnlyOptionsTheyAccept) {
-  for (const char* command : {"text", "synth", "cifar10", "synth-images"})
+  for (const char* command : {"text", "sft", "synth", "cifar10", "synth-images"})
     expect_help_options_accepted(app("data_prep") + " " + command);
   const auto plan = expect_help_options_accepted(app("parallel_plan") + " schedule");
   for (const char* name : {"pp", "pp-schedule", "micro-batches", "global-batch", "micro-batch", "dp"})

@@ -196,14 +196,15 @@ TEST_F(BadTokenData, TextOfManyDocumentsFromFilesFoldersAndJsonl) {
   EXPECT_FALSE(fs::exists(file("bad.h5")));
 }
 
-// Every command that writes token data sets (text, merge, import-megatron) refuses a chunk of no
+// Every command that writes token data sets (text, sft, merge, import-megatron) refuses a chunk of no
 // tokens and a compression level outside 0-9 by name (exit 2), before writing anything.
 TEST_F(BadTokenData, ChunkAndDeflateOutOfRangeAreRefusedByEveryWriter) {
   const std::string text = file("book.txt");
   { std::ofstream(text) << "to be or not to be\n"; }
   const std::string shard = tokens("shard.h5", 3000, 64);
   const std::vector<std::string> commands = {
-      "text --input " + shell_quote(text), "merge --input " + shell_quote(shard),
+      "text --input " + shell_quote(text), "sft --input " + shell_quote(file("chat.jsonl")),
+      "merge --input " + shell_quote(shard),
       "import-megatron --input " + shell_quote(file("absent")) + " --vocab-size 64"};
   for (const std::string& command : commands) {
     for (const auto& [option, words] : std::vector<std::pair<std::string, std::string>>{

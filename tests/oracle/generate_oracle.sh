@@ -31,7 +31,8 @@ decode_case() {
 }
 
 decode_case gpt2 "" "" --heads 4
-decode_case llama "--norm-eps 1e-6 --rope-theta 500" "--norm-eps 1e-6 --rope-theta 500" \
+# generate takes the norm epsilon and rotary base the checkpoint records; the oracle is told them.
+decode_case llama "" "--norm-eps 1e-6 --rope-theta 500" \
   --arch llama --heads 6 --kv-heads 2 --ffn-hidden 64 --norm-eps 1e-6 --rope-theta 500
 
 if [[ $status -eq 0 ]]; then

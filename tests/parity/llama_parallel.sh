@@ -75,6 +75,11 @@ refused "--kv-heads is an option of --arch llama" 1 --kv-heads 2
 ck="$tmp/ref/step_10.h5"
 refused "kv_heads: 2 in the checkpoint, 1 here" 1 --resume "$ck" "${base[@]}" --ffn-hidden 64 --kv-heads 1
 refused "ffn_hidden: 64 in the checkpoint, 128 here" 1 --resume "$ck" "${base[@]}" --kv-heads 2 --ffn-hidden 128
+# The norm epsilon and rotary base are recorded too (model.norm_eps, model.rope_theta).
+refused "rope_theta: 10000 in the checkpoint, 500 here" 1 --resume "$ck" "${base[@]}" --kv-heads 2 --ffn-hidden 64 \
+  --rope-theta 500
+refused "norm_eps: 1e-05 in the checkpoint, 1e-06 here" 1 --resume "$ck" "${base[@]}" --kv-heads 2 --ffn-hidden 64 \
+  --norm-eps 1e-6
 refused "holds a llama model, not gpt" 1 --resume "$ck" --layers 4 --hidden 32 --heads 4 --seq-len 16
 
 # Rotary positions hold no table: a checkpoint resumes at another --seq-len (gpt2's is refused).

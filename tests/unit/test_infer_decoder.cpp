@@ -163,7 +163,7 @@ TEST(InferDecoder, CacheMatchesRecomputeLlamaMultiQueryTied) {
 
 // A quantised checkpoint (ckpt_tool quantize) runs its block matrices, and here the head, on the
 // int8/int4 kernels: its logits equal those of an f32 checkpoint holding the dequantised weights,
-// up to the order of the f32 sums, in a prefill (GEMM) and one token per step (GEMV); and they are
+// within f32 rounding (1e-5), in a prefill (GEMM) and one token per step (GEMV); and they are
 // not the unquantised model's (the quantised weights are the ones used).
 // (A tied table quantised for the head stays f32 for the embedding, which one f32 checkpoint cannot
 // say: the tied case quantises the blocks only.)

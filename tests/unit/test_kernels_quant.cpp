@@ -5,8 +5,10 @@
 // M > 1, several group sizes, on 1 and 3 threads; bad descriptions are refused naming the problem.
 //
 // The bound: a kernel computes with exactly dequantize_weights' W (each weight (q [- zero]) * scale
-// rounded once to f32, as the reference), so its only error is the rounding of the f32 sums of K
-// products (with or without fused multiply-adds, in any order):
+// rounded once to f32, as the reference; the panels of the batched path are those values, checked
+// bit for bit), so its only error is the rounding of the f32 sums of K products (with or without
+// fused multiply-adds, in any order). The AVX-512 int8 GEMV sums x_k q_k per group and applies the
+// scale in a fused multiply-add, fewer roundings per term than K, so the same bound holds for it:
 //   |y - sum_k x_k w_k| <= gamma_K * sum_k |x_k w_k|,  gamma_K = K u / (1 - K u), u = 2^-24
 // (Higham, Accuracy and Stability of Numerical Algorithms, 3.1), and the products once more (+ u).
 #include <gtest/gtest.h>
@@ -66,7 +68,9 @@ struct Case {
 // Odd row counts (tile tails), groups narrower than, equal to and wider than a 16-lane step, and
 // group ends inside a step (6, 10, 24, 40).
 const Case kCases[] = {{1, 7, 96, 32},  {1, 13, 40, 10},  {1, 64, 256, 64}, {1, 5, 48, 6},    {2, 9, 120, 24},
-                       {3, 17, 64, 16}, {4, 12, 160, 40}, {5, 33, 96, 96},  {7, 6, 256, 128}, {11, 19, 80, 8}};
+                       {3, 17, 64, 16}, {4, 12, 160, 40}, {5, 33, 96, 96},  {7, 6, 256, 128}, {11, 19, 80, 8},
+                       // several panels of the batched path (128 rows each at 1024 columns) and a tail
+                       {6, 150, 1024, 64}, {1, 9, 1024, 32}};
 
 TEST(QuantKernels, RoundTripWithinHalfAStep) {
   for (int bits : {8, 4})
@@ -153,6 +157,31 @@ TEST(QuantKernels, MatmulsEqualDequantisedProductWithinRounding) {
           ++checked;
         }
   EXPECT_EQ(checked, static_cast<int>(paths().size() * 2 * std::size(kCases) * 2));
+}
+
+// The batched path's panels hold exactly dequantize_weights' values, on every path.
+TEST(QuantKernels, PanelsEqualDequantisedWeightsBitForBit) {
+  int checked = 0;
+  for (QuantPath path : paths())
+    for (int bits : {8, 4})
+      for (int64_t group : {6, 16, 40, 64}) {
+        const int64_t rows = 11, cols = 960;
+        const Quantised q = quantise(random(rows * cols, 40 + group, 0.2f), rows, cols, group, bits, bits == 8);
+        std::vector<float> deq(static_cast<size_t>(rows * cols));
+        cpu::dequantize_weights(deq.data(), q.view);
+        // Rows [3, 10) into a panel one element longer, to see nothing is written past it.
+        std::vector<float> panel(static_cast<size_t>(7 * cols + 1), -7.0f);
+        if (path == QuantPath::avx512)
+          cpu::quant_dequantize_rows_avx512(panel.data(), q.view, 3, 10);
+        else
+          cpu::quant_dequantize_rows_scalar(panel.data(), q.view, 3, 10);
+        for (int64_t i = 0; i < 7 * cols; ++i)
+          ASSERT_EQ(panel[i], deq[3 * cols + i]) << cpu::quant_path_name(path) << " int" << bits << " G" << group
+                                                 << " element " << i;
+        EXPECT_EQ(panel.back(), -7.0f);
+        ++checked;
+      }
+  EXPECT_EQ(checked, static_cast<int>(paths().size() * 2 * 4));
 }
 
 TEST(QuantKernels, PublicOpsRunTheBestPath) {

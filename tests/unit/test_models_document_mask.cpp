@@ -74,7 +74,7 @@ void expect_packed_equals_alone(bool llama, const std::vector<std::vector<int64_
 
   Gpt packed(cfg, Device::cpu, seed, batch, seq);
   packed.params().zero_grads();
-  const float loss = packed.forward_backward(rows.data(), 1.0f, nullptr, segments.data());
+  const float loss = packed.forward_backward(rows.data(), 1.0f, nullptr, {}, segments.data());
   const std::vector<double> grads = gradients(packed);
 
   // Each document alone, its loss share L / (B x T) of the packed mean, its gradients scaled alike.

@@ -5,7 +5,11 @@
 // in enough copies (>= 256 MB) that successive GEMVs read from memory, not from the 32 MB last-level
 // cache, as a model's layers do in decoding. Not a test.
 //
-// usage: bench_quant_gemv [--reps N] [--group G]     threads: OMP_NUM_THREADS
+// Then the batched product (--batch M activation rows, batched decode's shape): f32 sgemm, the
+// quantised register tiles (what quant_gemm ran for every M before the panels) and quant_gemm (each
+// block of weight rows dequantised once into an f32 panel, then sgemm), in GFLOP/s.
+//
+// usage: bench_quant_gemv [--reps N] [--group G] [--batch M]     threads: OMP_NUM_THREADS
 // Figures: GEMV/s (the tokens/s one matrix alone would allow), GB/s of bytes read, % of the limit.
 #include <omp.h>
 
@@ -57,6 +61,44 @@ void line(const char* what, int64_t rows, int64_t cols, double bytes, double sec
               100.0 * (1.0 / sec) / limit, limit);
 }
 
+// The batched product y [m, rows] = x [m, cols] W^T in f32 and in int8 / int4 (the AVX-512 path
+// where this CPU runs it), one matrix (it and its panels stay in cache: this measures the arithmetic).
+void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
+  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(m * cols)), y(static_cast<size_t>(m * rows));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.02f * static_cast<float>(static_cast<int64_t>(i * 7919 % 1000) - 500) / 500.0f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
+  const double flop = 2.0 * double(m * rows * cols);
+  auto report = [&](const std::string& what, double sec, double f32_sec) {
+    std::printf("%-34s M=%-3lld [%4lld x %4lld] %8.1f GFLOP/s %6.2fx f32\n", what.c_str(), static_cast<long long>(m),
+                static_cast<long long>(rows), static_cast<long long>(cols), flop / sec / 1e9, f32_sec / sec);
+  };
+  const double f32_sec = best_per_call(8, [&](int64_t) {
+    cpu::gemm(false, true, m, rows, cols, 1.0f, x.data(), w.data(), 0.0f, y.data());
+  });
+  report(std::string("f32 sgemm (") + cpu::gemm_library_name() + ")", f32_sec, f32_sec);
+  const cpu::QuantPath path = cpu::quant_best_path();
+  for (int bits : {8, 4}) {
+    const int64_t groups = rows * (cols / group);
+    std::vector<uint8_t> q(static_cast<size_t>(bits == 8 ? rows * cols : rows * cols / 2)),
+        zeros(static_cast<size_t>(bits == 4 ? groups : 0));
+    std::vector<float> scales(static_cast<size_t>(groups));
+    cpu::quantize_weights(q.data(), scales.data(), bits == 4 ? zeros.data() : nullptr, w.data(), rows, cols, group,
+                          bits, false);
+    const tessera::kernels::QuantMatrixView v{q.data(), scales.data(), bits == 4 ? zeros.data() : nullptr,
+                                              rows, cols, group, bits};
+    const std::string name = "int" + std::to_string(bits) + " G" + std::to_string(group) + " ";
+    const double tiles = best_per_call(8, [&](int64_t) {
+      if (path == cpu::QuantPath::avx512)
+        cpu::quant_gemm_rows_avx512(y.data(), x.data(), m, v, 0, rows);
+      else
+        cpu::quant_gemm_rows_scalar(y.data(), x.data(), m, v, 0, rows);
+    });
+    report(name + "register tiles (" + cpu::quant_path_name(path) + ")", tiles, f32_sec);
+    const double panels = best_per_call(8, [&](int64_t) { cpu::quant_gemm(y.data(), x.data(), m, v); });
+    report(name + "quant_gemm (panels)", panels, f32_sec);
+  }
+}
+
 void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
   std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.02f * static_cast<float>(static_cast<int64_t>(i * 7919 % 1000) - 500) / 500.0f;
@@ -105,15 +147,17 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t group = 64;
+  int64_t group = 64, batch = 32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       g_reps = std::atoi(argv[++i]);
     } else if (a == "--group" && i + 1 < argc) {
       group = std::atoll(argv[++i]);
+    } else if (a == "--batch" && i + 1 < argc) {
+      batch = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--group G]\n");
+      std::fprintf(stderr, "usage: bench_quant_gemv [--reps N] [--group G] [--batch M]\n");
       return 2;
     }
   }
@@ -124,5 +168,10 @@ int main(int argc, char** argv) {
               bandwidth);
   matrix(768, 3072, group, bandwidth);
   matrix(3072, 768, group, bandwidth);
+  if (batch > 0) {
+    std::printf("\nbatched products (one matrix, in cache), M = %lld activation rows\n", static_cast<long long>(batch));
+    batched(batch, 768, 3072, group);
+    batched(batch, 3072, 768, group);
+  }
   return 0;
 }

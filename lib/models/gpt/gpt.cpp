@@ -234,7 +234,7 @@ std::unique_ptr<Gpt::Activations> Gpt::allocate_activations(const ModelChunk& c)
 
 void Gpt::release(int chunk, int micro) { slots_.release(chunk, micro); }
 
-void Gpt::load_batch(Activations& a, const int32_t* rows) {
+void Gpt::load_batch(Activations& a, const int32_t* rows, const uint8_t* mask) {
   int32_t* in = host_rows_.data<int32_t>();
   int32_t* tg = in + batch_ * local_seq_;
   for (int64_t b = 0; b < batch_; ++b)
@@ -242,6 +242,7 @@ void Gpt::load_batch(Activations& a, const int32_t* rows) {
       const int32_t* at = rows + b * (seq_ + 1) + first_position_ + t;
       in[b * local_seq_ + t] = at[0];
       tg[b * local_seq_ + t] = at[1];
+      if (mask && mask[at + 1 - rows] == 0) tg[b * local_seq_ + t] = -1;  // ignored by the head's loss
     }
   if (a.inputs.defined()) a.inputs.copy_from(host_rows_.rows(0, 1).reshape(a.inputs.shape()));
   if (targets_.defined()) targets_.copy_from(host_rows_.rows(1, 1).reshape(targets_.shape()));
@@ -277,10 +278,10 @@ void Gpt::load_documents(Activations& a, const int32_t* segments) const {
 // to their backward; on a pipeline the embedding is gathered again for its backward, as the
 // stage holds several micro-batches in flight.
 float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale,
-                         parallel::GradSync* sync, const int32_t* segments) {
+                         parallel::GradSync* sync, const LossMask& mask, const int32_t* segments) {
   const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
-  if (c.embedding || c.head) load_batch(a, rows);
+  if (c.embedding || c.head) load_batch(a, rows, mask.rows);
   TESSERA_CHECK(!segments || device_ == Device::cpu, "--document-mask: document masking has no CUDA kernel yet;",
                 " train with it on the CPU (--device cpu)");
   load_documents(a, segments);
@@ -305,9 +306,12 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   const Tensor& losses = head_.forward(lnf_, targets_, host_targets, scratch_.region);  // tied to the embedding
   const float* l = losses.data<float>();
   const double sum = std::accumulate(l, l + losses.numel(), 0.0);
-  // This rank's share of the mean over the micro-batch's sequences, which ep ranks split.
-  const int64_t tokens = batch_ * token_share_ * seq_;
-  const float loss = static_cast<float>(sum / static_cast<double>(tokens));
+  // This rank's share of the mean over the micro-batch's sequences, which ep ranks split; under a
+  // loss mask, over the counted positions (the caller's denominator: 0 when none counts, and then
+  // every target here is ignored and the sum is 0).
+  const double tokens = mask.rows == nullptr ? static_cast<double>(batch_ * token_share_ * seq_)
+                                             : (mask.denominator > 0 ? mask.denominator : 1.0);
+  const float loss = static_cast<float>(sum / tokens);
   if (training) {  // the head's and the final norm's backward, now: dL/d(output) into dres
     head_.backward(scratch_.d_c, lnf_, targets_, grad_scale / static_cast<float>(tokens), scratch_.region);
     a.dres.zero();
@@ -361,17 +365,17 @@ void Gpt::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync)
   }
 }
 
-float Gpt::forward(const int32_t* rows, const int32_t* segments) {
-  const float loss = forward_chunk(0, 0, rows, false, 1.0f, nullptr, segments);
+float Gpt::forward(const int32_t* rows, const LossMask& mask, const int32_t* segments) {
+  const float loss = forward_chunk(0, 0, rows, false, 1.0f, nullptr, mask, segments);
   release(0, 0);
   return loss;
 }
 
-float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync,
+float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync, const LossMask& mask,
                            const int32_t* segments) {
   TESSERA_CHECK(chunks_.size() == 1 && chunks_[0].embedding && chunks_[0].head,
                 "Gpt::forward_backward runs the whole model: on a pipeline stage use forward_chunk/backward_chunk");
-  const float loss = forward_chunk(0, 0, rows, true, grad_scale, sync, segments);
+  const float loss = forward_chunk(0, 0, rows, true, grad_scale, sync, mask, segments);
   backward_chunk(0, 0, sync);
   release(0, 0);
   return loss;

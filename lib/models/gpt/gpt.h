@@ -51,6 +51,16 @@ struct GptConfig {
   void validate(int tp = 1) const;  // throws tessera::Error naming the first bad field
 };
 
+// A loss mask for one micro-batch: rows [B, T+1] of 0/1 beside the token rows (row position t + 1
+// says whether predicting token t + 1 counts; the others are left out of the loss and its
+// gradient), and what the summed loss of the counted positions is divided by in place of the
+// micro-batch's B x T (the caller's share of the global batch's counted targets, so that every
+// layout averages over the same count). denominator 0: nothing counts (loss 0, no gradient).
+struct LossMask {
+  const uint8_t* rows = nullptr;  // nullptr: no mask, every position counts
+  double denominator = 0;
+};
+
 class Gpt {
  public:
   // This rank's parameters as the constructor registers them, nothing allocated (what the memory
@@ -81,13 +91,15 @@ class Gpt {
   // gradients become final, so their data-parallel reduction overlaps the rest of backward. Under
   // ZeRO-3 the model gathers each unit's parameters before use and reduce-scatters its gradients
   // itself (no GradSync). One rank holding the whole model (no pipeline).
+  // A LossMask leaves the unmasked positions out and divides by its denominator instead.
   // segments (document masking, --document-mask): [B, T] int32 on the host, the document of every
   // input position of each row (io::TokenLoader::train_segments), or nullptr: attention over the
   // whole window. With them attention stays inside each document and positions restart at 0 at
   // each document's start (nn::DocumentMask).
   float forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync = nullptr,
-                         const int32_t* segments = nullptr);
-  float forward(const int32_t* rows, const int32_t* segments = nullptr);  // loss only (evaluation)
+                         const LossMask& mask = {}, const int32_t* segments = nullptr);
+  // Loss only (evaluation).
+  float forward(const int32_t* rows, const LossMask& mask = {}, const int32_t* segments = nullptr);
 
   // Mixture-of-experts statistics of the training forwards since the last call, per MoE block
   // of the whole model (zero for the blocks on other pipeline stages): the auxiliary loss terms
@@ -119,7 +131,8 @@ class Gpt {
   // segments as forward_backward's, read by every chunk (its attention masks by document) and kept
   // with the micro-batch's activations for its backward.
   float forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale = 1.0f,
-                      parallel::GradSync* sync = nullptr, const int32_t* segments = nullptr);
+                      parallel::GradSync* sync = nullptr, const LossMask& mask = {},
+                      const int32_t* segments = nullptr);
   // Backward of the chunk's blocks (and the embedding's on the first virtual stage). With
   // defer_weights only the input gradients (chunk_grad) now: the weight gradients are recorded and
   // computed by backward_weights_chunk, which then hands them to the data-parallel reduction
@@ -153,7 +166,7 @@ class Gpt {
   Activations& slot(int chunk, int micro) { return slots_.at(chunk, micro); }
   void record_moe_stats(int64_t block, const nn::MoeStats& stats);
   std::unique_ptr<Activations> allocate_activations(const ModelChunk& c) const;
-  void load_batch(Activations& a, const int32_t* rows);
+  void load_batch(Activations& a, const int32_t* rows, const uint8_t* mask);  // masked-out targets: -1
   void load_documents(Activations& a, const int32_t* segments) const;  // a.documents (inactive: nullptr)
   // Units: the embedding (first stage), each block, the final norm (last stage).
   StageBlocks stage_blocks() { return {blocks_, *units_, block_unit_base_, scratch_}; }
