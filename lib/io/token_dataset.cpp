@@ -216,6 +216,7 @@ void TokenDataset::load_documents() {
     }
   }
   documents = std::move(starts);
+}
 
 bool TokenDataset::has_mask() const {
   if (parts.empty()) return !mask.empty();
