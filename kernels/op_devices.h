@@ -20,9 +20,16 @@ constexpr bool on_cuda(OpDevices d) { return d != OpDevices::cpu_only; }
 // + h * head_dim; k, v (and dk, dv) rows likewise with kv_stride; dq with q_stride; out, dout
 // [B, Tq, H, D] dense; lse [B, H, Tq]. Semantics (causal, merge, accumulation) as
 // ops::attention_block_forward/backward.
+// Document masking (variable-length attention, as flash-attention's varlen kernels): with
+// q_segments and kv_segments (host int32; nullptr: no mask) query row t of batch b, segment
+// q_segments[b * tq + t], sees key row j only where kv_segments[b * tk + j] is the same segment
+// (and, causal, j <= t). Key tiles whose segments cannot match a query group's are skipped. The
+// CPU kernels only: ops.cpp refuses segments on any other device.
 struct AttentionBlockShape {
   int64_t batch, tq, tk, heads, head_dim, q_stride, kv_stride;
   bool causal;
+  const int32_t* q_segments = nullptr;
+  const int32_t* kv_segments = nullptr;
 };
 // A weight matrix W [rows, cols] (y = x W^T: rows outputs, cols the reduction) quantised in groups
 // of `group` consecutive columns of a row (docs/checkpoints.md, "Quantised checkpoints"); `ngroups`

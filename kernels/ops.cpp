@@ -418,6 +418,10 @@ void check_rope(const char* op, const Tensor& qkv, const Tensor& q, const Tensor
   expect(s.first_head / s.group >= s.first_kv_head &&
              (s.first_head + s.heads - 1) / s.group - s.first_kv_head < s.kv_heads,
          op, "a query head's kv head is not in k and v");
+  if (s.positions)  // document masking's positions, each inside the table's [0, first_position + seq)
+    for (int64_t i = 0; i < n; ++i)
+      expect(s.positions[i] >= 0 && s.positions[i] < s.first_position + s.seq, op,
+             "a document position is outside [0, first_position + seq)");
 }
 }  // namespace
 
@@ -544,13 +548,41 @@ bool tensor_core_attention(const Tensor& t, MatmulInputs inputs) {
   }();
   return allowed && t.device() == Device::cuda && inputs == MatmulInputs::bf16;
 }
+
+// Document masking's segments: [rows, seq] int32 on the host, for tensors on the CPU (no CUDA kernel
+// masks documents); nullptr when undefined.
+const int32_t* segment_ids(const Tensor& segments, Device device, int64_t rows, int64_t seq, const char* op) {
+  if (!segments.defined()) return nullptr;
+  TESSERA_CHECK(device == Device::cpu, op, ": document masking (--document-mask) has no CUDA kernel yet: train",
+                " with it on the CPU (--device cpu)");
+  TESSERA_CHECK(segments.dtype() == DType::i32 && segments.device() == Device::cpu && segments.numel() == rows * seq,
+                op, ": segments must be int32 [", rows, ", ", seq, "] on the host, got ", dtype_name(segments.dtype()),
+                " ", segments.shape().str());
+  return segments.data<int32_t>();
+}
+
+kernels::cpu::AttentionBlockShape self_attention_shape(const AttentionDims& d) {
+  const int64_t c3 = 3 * d.heads * d.head_dim;
+  return {d.batch, d.seq, d.seq, d.heads, d.head_dim, c3, c3, true};
+}
 }  // namespace
 
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, MatmulInputs inputs) {
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads, MatmulInputs inputs,
+                       const Tensor& segments) {
   same_device("attention_forward", {&out, &lse, &qkv});
   const AttentionDims d = attention_dims(qkv, n_heads, "attention_forward");
   expect(out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
          "attention_forward", "out or lse has the wrong size");
+  if (const int32_t* seg = segment_ids(segments, qkv.device(), d.batch, d.seq, "attention_forward")) {
+    // The block kernel on the whole sequence as its diagonal block (as the CPU's attention_forward), masked.
+    kernels::cpu::AttentionBlockShape s = self_attention_shape(d);
+    s.q_segments = s.kv_segments = seg;
+    const int64_t c = d.heads * d.head_dim;
+    TESSERA_EXPECT_OP(attention_block_forward, cpu_and_cuda);
+    TESSERA_CPU_KERNEL(attention_block_forward, out.data<float>(), lse.data<float>(), qkv.data<float>(),
+                       qkv.data<float>() + c, qkv.data<float>() + 2 * c, s, false);
+    return;
+  }
   if (tensor_core_attention(out, inputs))
     TESSERA_CUDA_ONLY(attention_forward_bf16, out.data<float>(), lse.data<float>(), qkv.data<float>(), d.batch,
                       d.seq, d.heads, d.head_dim);
@@ -560,12 +592,24 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_he
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t n_heads, MatmulInputs inputs) {
+                        const Tensor& lse, int64_t n_heads, MatmulInputs inputs, const Tensor& segments) {
   same_device("attention_backward", {&dqkv, &dout, &qkv, &out, &lse});
   const AttentionDims d = attention_dims(qkv, n_heads, "attention_backward");
   expect(dqkv.numel() == qkv.numel() && dout.numel() == out.numel() &&
              out.numel() == d.batch * d.seq * d.heads * d.head_dim && lse.numel() == d.batch * d.heads * d.seq,
          "attention_backward", "shapes do not fit");
+  if (const int32_t* seg = segment_ids(segments, qkv.device(), d.batch, d.seq, "attention_backward")) {
+    kernels::cpu::AttentionBlockShape s = self_attention_shape(d);
+    s.q_segments = s.kv_segments = seg;
+    const int64_t c = d.heads * d.head_dim;
+    dqkv.zero();
+    float* g = dqkv.data<float>();
+    const float* x = qkv.data<float>();
+    TESSERA_EXPECT_OP(attention_block_backward, cpu_and_cuda);
+    TESSERA_CPU_KERNEL(attention_block_backward, g, g + c, g + 2 * c, dout.data<float>(), x, x + c, x + 2 * c,
+                       out.data<float>(), lse.data<float>(), s);
+    return;
+  }
   if (tensor_core_attention(dqkv, inputs))
     TESSERA_CUDA_ONLY(attention_backward_bf16, dqkv.data<float>(), dout.data<float>(), qkv.data<float>(),
                       out.data<float>(), lse.data<float>(), d.batch, d.seq, d.heads, d.head_dim);
@@ -596,21 +640,33 @@ kernels::cpu::AttentionBlockShape attention_block_shape(const Tensor& out, const
                 batch * n_heads * tq);
   return {batch, tq, tk, n_heads, c / n_heads, q.dim(2), kv.dim(2), causal};
 }
+
+// Both segment tensors or neither, each shaped as its block's rows.
+void block_segments(kernels::cpu::AttentionBlockShape& s, const Tensor& q_segments, const Tensor& kv_segments,
+                    Device device, const char* op) {
+  TESSERA_CHECK(q_segments.defined() == kv_segments.defined(), op,
+                ": document masking needs the segments of both the queries and the keys");
+  s.q_segments = segment_ids(q_segments, device, s.batch, s.tq, op);
+  s.kv_segments = segment_ids(kv_segments, device, s.batch, s.tk, op);
+}
 }  // namespace
 
 void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& kv, int64_t n_heads,
-                             bool causal, bool merge) {
+                             bool causal, bool merge, const Tensor& q_segments, const Tensor& kv_segments) {
   same_device("attention_block_forward", {&out, &lse, &q, &kv});
-  const auto s = attention_block_shape(out, lse, q, kv, n_heads, causal, "attention_block_forward");
+  auto s = attention_block_shape(out, lse, q, kv, n_heads, causal, "attention_block_forward");
+  block_segments(s, q_segments, kv_segments, q.device(), "attention_block_forward");
   const float* k = kv.data<float>() + s.kv_stride - 2 * s.heads * s.head_dim;
   TESSERA_DISPATCH(out.device(), attention_block_forward, out.data<float>(), lse.data<float>(), q.data<float>(), k,
                    k + s.heads * s.head_dim, s, merge);
 }
 
 void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& q, const Tensor& kv,
-                              const Tensor& out, const Tensor& lse, int64_t n_heads, bool causal) {
+                              const Tensor& out, const Tensor& lse, int64_t n_heads, bool causal,
+                              const Tensor& q_segments, const Tensor& kv_segments) {
   same_device("attention_block_backward", {&dq, &dkv, &dout, &q, &kv, &out, &lse});
-  const auto s = attention_block_shape(out, lse, q, kv, n_heads, causal, "attention_block_backward");
+  auto s = attention_block_shape(out, lse, q, kv, n_heads, causal, "attention_block_backward");
+  block_segments(s, q_segments, kv_segments, q.device(), "attention_block_backward");
   expect(dq.shape() == q.shape() && dkv.shape() == kv.shape() && dout.shape() == out.shape(),
          "attention_block_backward", "dq, dkv and dout must be shaped as q, kv and out");
   const int64_t c = s.heads * s.head_dim, kv_first = s.kv_stride - 2 * c;

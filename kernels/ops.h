@@ -158,6 +158,9 @@ struct RopeShape {
   int64_t group = 1;           // query heads per kv head (the whole model's heads / kv heads)
   int64_t first_head = 0, first_kv_head = 0, first_position = 0;
   float theta = 10000.0f;
+  // Document masking: [batch, seq] int32 on the host, each row's position (its index inside its
+  // document, in [0, first_position + seq)) in place of first_position + t; nullptr: none.
+  const int32_t* positions = nullptr;
 };
 // q [B, T, H x D], k and v [B, T, K x D] -> qkv [B, T, 3, H, D] (overwritten).
 void rope_pack_forward(Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, const RopeShape& shape);
@@ -176,11 +179,15 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
 // key/value tiles with an online softmax: no T x T matrix is held. On CUDA with inputs bf16 the
 // products run on the tensor cores with bf16 inputs (kernels/cuda/attention_mma.cu); the CPU runs
 // its fp32 kernel either way.
+// Document masking: segments [B, T] int32 on the host (the document of every position; undefined:
+// none) keeps each query inside its own document (causal and block-diagonal); CPU only, a CUDA
+// tensor with segments is refused.
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t n_heads,
-                       MatmulInputs inputs = MatmulInputs::f32);
+                       MatmulInputs inputs = MatmulInputs::f32, const Tensor& segments = Tensor());
 // dqkv [B, T, 3, H, D]: overwritten.
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t n_heads, MatmulInputs inputs = MatmulInputs::f32);
+                        const Tensor& lse, int64_t n_heads, MatmulInputs inputs = MatmulInputs::f32,
+                        const Tensor& segments = Tensor());
 
 // ---- attention between a query block and a key/value block --------------------------------------
 // The pieces of sequence-parallel (ring) attention, and non-causal attention. C = H x D is out's
@@ -192,13 +199,18 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
 // merge = true takes them as the attention over other keys (a row with lse = -inf: none yet) and
 // makes them the attention over those keys and this block's together (an online-softmax merge).
 // CPU and CUDA (head_dim <= 128 on CUDA; the CUDA twin's test passed on an H200, 2026-12-04).
+// Document masking (CPU only): q_segments [B, Tq] and kv_segments [B, Tk] int32 on the host, the
+// document of every query and key row; a query sees only keys of its own document (a row seeing no
+// key of this block: merge leaves it as it was, else it gets out 0 and lse -inf).
 void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& kv, int64_t n_heads,
-                             bool causal, bool merge);
+                             bool causal, bool merge, const Tensor& q_segments = Tensor(),
+                             const Tensor& kv_segments = Tensor());
 // out, lse: the final attention over every key block (after the last merge), dout its gradient.
 // Adds this block's share of the gradients: dq (shaped as q: its first C columns) and dkv (shaped
 // as kv: its last 2C columns) accumulate, other columns untouched; dq and dkv may be one tensor.
 void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& q, const Tensor& kv,
-                              const Tensor& out, const Tensor& lse, int64_t n_heads, bool causal);
+                              const Tensor& out, const Tensor& lse, int64_t n_heads, bool causal,
+                              const Tensor& q_segments = Tensor(), const Tensor& kv_segments = Tensor());
 
 // ---- embedding -------------------------------------------------------------------------------------
 // out[b, t, :] = wte[tokens[b, t] - vocab_start, :] + wpe[t, :] (wpe may be undefined); token ids

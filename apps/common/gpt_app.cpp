@@ -116,6 +116,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     opts.section(kData).add_options()
         ("input", po::value(&input)->required()->value_name("DATA.h5"), "training token data set (HDF5: /tokens, or /train/tokens; 'dir/shard_*.h5' for shards), or a blend of several by weight: 'a.h5:0.7,b.h5:0.3' or @blend.txt (a 'PATH WEIGHT' a line)")
         ("val-input", po::value(&val_input)->value_name("DATA.h5"), "validation data set (default: the /val split of --input, if any)")
+        ("document-mask", po::bool_switch(&o.train.document_mask), "keep attention inside each document of a packed window (causal and block-diagonal, by the data set's /doc_offsets, which data_prep writes) and restart positions (learned or rotary) at 0 at each document's first token; CPU only (no CUDA kernel yet); a data set without /doc_offsets is refused")
         ("benchmark-loader", po::value(&benchmark_loader)->default_value(0)->value_name("N"), "benchmark (N > 0): each rank reads its share of N global batches of training rows (as dp ranks, on the loader's background thread, no model), prints tokens/s per rank and exits");
     o.add_to(opts, "sequences", moe ? TrainOptions::App::moe : TrainOptions::App::gpt);
     opts.section(kCheckpoints).add_options()
@@ -176,6 +177,8 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
       TESSERA_CHECK(!mc.llama() || o.device() == Device::cpu, "gpt_train --arch llama --device cuda: the Llama",
                     " layers (RMSNorm, rotary positions, SwiGLU) have no CUDA kernels yet; run on cpu");
     }
+    TESSERA_CHECK(!o.train.document_mask || o.device() == Device::cpu, name, " --document-mask --device cuda: document",
+                  " masking has no CUDA attention kernel yet; run it on the CPU (--device cpu)");
     TESSERA_CHECK(seq_len % o.mesh.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", o.mesh.sp,
                   " (sequence parallelism gives each rank an equal share of the positions)");
     train::TrainConfig& tc = o.train;
@@ -204,7 +207,11 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     std::vector<io::TokenDataset> blend_data;
     if (blend)
       for (const io::BlendSource& source : *blend) blend_data.push_back(io::TokenDataset::open(source.path, "train"));
-    const io::TokenDataset train_data = blend ? blend_data.front() : io::TokenDataset::open(input, "train");
+    io::TokenDataset train_data = blend ? blend_data.front() : io::TokenDataset::open(input, "train");
+    if (tc.document_mask) {  // every document start, before the loaders copy the data sets
+      for (io::TokenDataset& d : blend_data) d.load_documents();
+      train_data.load_documents();
+    }
     const io::Sampling sampling = io::parse_sampling(tc.sampling);
     const io::TokenLoader train_loader =
         blend ? io::TokenLoader(*blend, blend_data, seq_len, tc.global_batch, tc.seed, sampling)
@@ -233,6 +240,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     } else if (!blend && io::TokenDataset::has_split(input, "val")) {  // a blend's comes from --val-input
       val_data = io::TokenDataset::open(input, "val");
     }
+    if (val_data && tc.document_mask) val_data->load_documents();
     TESSERA_CHECK(tc.eval_every == 0 || val_data, "--eval-every needs validation data: pass --val-input or use a",
                   blend ? " file with a /val split (a blend takes its validation data from --val-input)" : " file with a /val split");
     if (val_data)

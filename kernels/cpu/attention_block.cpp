@@ -1,7 +1,9 @@
 // Attention between a block of queries and a block of keys/values on the CPU, causal (the diagonal
 // block) or not, flash-attention style: forward with an online softmax over key tiles (no Tq x Tk
 // matrix), optionally merged into an earlier partial result over other keys; backward recomputing
-// the probabilities from the final lse. attention.cpp's causal self-attention is this kernel on one qkv.
+// the probabilities from the final lse. With segments (document masking) a query sees only the keys
+// of its own segment: key tiles that cannot match a group of query rows are skipped, the others
+// masked element by element. attention.cpp's causal self-attention is this kernel on one qkv.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,14 +24,37 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Where the rows of one (batch, head) start: q and dq at q_at, k, v, dk and dv at kv_at (each row
 // its head's head_dim columns, rows q_stride / kv_stride apart), out and dout rows at out_at
 // (heads x head_dim apart), lse at lse_at.
+// q_seg and kv_seg: the batch row's segments of queries and keys (nullptr: no document mask).
 struct HeadView {
   int64_t q_at, kv_at, out_at, out_stride, lse_at;
+  const int32_t *q_seg, *kv_seg;
 };
 
 HeadView head_view(const AttentionBlockShape& s, int64_t b, int64_t h) {
   const int64_t c = s.heads * s.head_dim;
-  return {b * s.tq * s.q_stride + h * s.head_dim, b * s.tk * s.kv_stride + h * s.head_dim,
-          b * s.tq * c + h * s.head_dim, c, (b * s.heads + h) * s.tq};
+  const bool masked = s.q_segments != nullptr;
+  return {b * s.tq * s.q_stride + h * s.head_dim,
+          b * s.tk * s.kv_stride + h * s.head_dim,
+          b * s.tq * c + h * s.head_dim,
+          c,
+          (b * s.heads + h) * s.tq,
+          masked ? s.q_segments + b * s.tq : nullptr,
+          masked ? s.kv_segments + b * s.tk : nullptr};
+}
+
+// Whether any of n segments at a can equal any of m at b (their ranges overlap): false lets a
+// whole tile or group of rows be skipped.
+bool segments_meet(const int32_t* a, int64_t n, const int32_t* b, int64_t m) {
+  if (a == nullptr) return true;
+  const auto [a_lo, a_hi] = std::minmax_element(a, a + n);
+  const auto [b_lo, b_hi] = std::minmax_element(b, b + m);
+  return *a_lo <= *b_hi && *b_lo <= *a_hi;
+}
+
+// Document mask of one query row against a tile's first n keys: scores of other segments -> -inf.
+inline void mask_segments(float* sr, int64_t n, const int32_t* kseg, int32_t qseg) {
+  for (int64_t j = 0; j < n; ++j)
+    if (kseg[j] != qseg) sr[j] = kNegInf;
 }
 
 // kt[d * kTile + j] = rows[j][d] for j < count, zero for count <= j < kTile: a tile of keys (or
@@ -161,18 +186,25 @@ inline int64_t seen(int64_t nk, int64_t sees, int r) { return std::min(nk, sees 
 // R query rows against one key tile. Each row keeps a running max m, a running sum l and an
 // unnormalised output acc; the tile rescales them by exp(m_old - m_new) and adds its own
 // exp(s - m_new) weighted values.
+// qseg, kseg (document masking; nullptr: none): the R rows' segments and the tile's keys'. A row
+// that sees no key of the tile keeps its state (and zero weights).
 template <int R>
 void forward_rows(float* acc, float* m, float* l, const float* qs, int64_t dim, const float* kt, const float* v_first,
-                  int64_t stride, int64_t nk, int64_t sees, float* s) {
+                  int64_t stride, int64_t nk, int64_t sees, float* s, const int32_t* qseg, const int32_t* kseg) {
   rows_times_tile<R>(s, qs, dim, kt, dim);
   int64_t count = 0;  // keys any of the R rows sees in this tile
   for (int r = 0; r < R; ++r) {
     const int64_t n = seen(nk, sees, r);
     count = std::max(count, n);
     float* sr = s + r * kTile;
+    if (qseg) mask_segments(sr, n, kseg, qseg[r]);
     float tile_max = kNegInf;
 #pragma omp simd reduction(max : tile_max)
     for (int64_t j = 0; j < n; ++j) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
+    if (qseg && tile_max == kNegInf) {  // every key of the tile masked for this row (documents)
+      std::fill(sr, sr + kTile, 0.0f);
+      continue;
+    }
     const float m_new = std::max(m[r], tile_max);
     const float correction = simd_exp(m[r] - m_new);  // 0 on the first tile (m = -inf)
     // Masked keys get -inf, which exp turns into 0: the exp loop itself has no condition (a call
@@ -221,18 +253,31 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
   const int64_t k_end = shape.causal ? q1 : shape.tk;
   for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
     const int64_t nk = std::min(kTile, k_end - k0);
+    const int32_t* kseg = hv.kv_seg ? hv.kv_seg + k0 : nullptr;
+    if (!segments_meet(hv.q_seg ? hv.q_seg + q0 : nullptr, nq, kseg, nk)) continue;  // no document in common
     pack_transposed(kt, k_rows + k0 * stride, stride, nk, dim);
     const float* v_tile = v_rows + k0 * stride;
     // Causal: rows before the tile see none of it, row i sees keys up to itself.
     int64_t i = shape.causal ? std::max(q0, k0) - q0 : 0;
     auto sees = [&](int64_t row) { return shape.causal ? q0 + row + 1 - k0 : nk; };
+    auto qseg = [&](int64_t row) { return hv.q_seg ? hv.q_seg + q0 + row : nullptr; };
     for (; i + kRows <= nq; i += kRows)
-      forward_rows<kRows>(acc + i * dim, m + i, l + i, qs + i * dim, dim, kt, v_tile, stride, nk, sees(i), s);
-    for (; i < nq; ++i) forward_rows<1>(acc + i * dim, m + i, l + i, qs + i * dim, dim, kt, v_tile, stride, nk, sees(i), s);
+      if (segments_meet(qseg(i), kRows, kseg, nk))
+        forward_rows<kRows>(acc + i * dim, m + i, l + i, qs + i * dim, dim, kt, v_tile, stride, nk, sees(i), s,
+                            qseg(i), kseg);
+    for (; i < nq; ++i)
+      forward_rows<1>(acc + i * dim, m + i, l + i, qs + i * dim, dim, kt, v_tile, stride, nk, sees(i), s, qseg(i), kseg);
   }
   for (int64_t i = 0; i < nq; ++i) {
     float* o = out + hv.out_at + (q0 + i) * hv.out_stride;
     float& row_lse = lse[hv.lse_at + q0 + i];
+    if (hv.q_seg && l[i] == 0.0f) {  // no key of this block in the row's document: nothing to add (merge), or none yet
+      if (!merge) {
+        std::fill(o, o + dim, 0.0f);
+        row_lse = kNegInf;
+      }
+      continue;
+    }
     const float block_lse = m[i] + std::log(l[i]);
     float keep = 0.0f, add = 1.0f / l[i], new_lse = block_lse;  // out = out * keep + acc * add
     if (merge && row_lse != kNegInf) {
@@ -266,9 +311,10 @@ struct BackwardHead {
 // R query rows (first_query ..) against one key tile [k0, k0 + nk):
 //   p = exp(scale q.k - lse), dp = dO.v, ds = scale p (dp - delta)
 //   dV_tile += p^T dO,  dK_tile += ds^T q,  dQ += ds K
+// qseg, kseg as forward_rows'; a row that sees no key at all (lse -inf) gets no gradient.
 template <int R>
 void backward_rows(const BackwardHead& h, int64_t first_query, int64_t k0, int64_t nk, int64_t sees, const float* kt,
-                   const float* vt, float* p, float* ds) {
+                   const float* vt, float* p, float* ds, const int32_t* qseg, const int32_t* kseg) {
   const int64_t dim = h.dim;
   const float* q = h.q_rows + first_query * h.q_stride;
   const float* g = h.do_rows + first_query * h.ostride;
@@ -282,6 +328,14 @@ void backward_rows(const BackwardHead& h, int64_t first_query, int64_t k0, int64
     float* pr = p + r * kTile;
     float* dsr = ds + r * kTile;
     std::fill(pr + n, pr + kTile, kNegInf);  // masked: p = 0
+    if (qseg) {
+      mask_segments(pr, n, kseg, qseg[r]);
+      if (lse_r == kNegInf) {
+        std::fill(pr, pr + kTile, 0.0f);
+        std::fill(dsr, dsr + kTile, 0.0f);
+        continue;
+      }
+    }
 #pragma omp simd
     for (int64_t j = 0; j < kTile; ++j) {
       const float pj = simd_exp(pr[j] * scale - lse_r);
@@ -333,12 +387,16 @@ void backward_head(float* dq, float* dk, float* dv, const float* dout, const flo
   }
   for (int64_t k0 = 0; k0 < tk; k0 += kTile) {
     const int64_t nk = std::min(kTile, tk - k0);
+    const int32_t* kseg = hv.kv_seg ? hv.kv_seg + k0 : nullptr;
+    if (!segments_meet(hv.q_seg, tq, kseg, nk)) continue;  // no query in the tile's documents
     pack_transposed(kt, h.k_rows + k0 * h.kv_stride, h.kv_stride, nk, dim);
     pack_transposed(vt, h.v_rows + k0 * h.kv_stride, h.kv_stride, nk, dim);
     int64_t i = shape.causal ? k0 : 0;  // causal: queries before the tile see none of it
     auto sees = [&](int64_t row) { return shape.causal ? row + 1 - k0 : nk; };
-    for (; i + kRows <= tq; i += kRows) backward_rows<kRows>(h, i, k0, nk, sees(i), kt, vt, p, ds);
-    for (; i < tq; ++i) backward_rows<1>(h, i, k0, nk, sees(i), kt, vt, p, ds);
+    auto qseg = [&](int64_t row) { return hv.q_seg ? hv.q_seg + row : nullptr; };
+    for (; i + kRows <= tq; i += kRows)
+      if (segments_meet(qseg(i), kRows, kseg, nk)) backward_rows<kRows>(h, i, k0, nk, sees(i), kt, vt, p, ds, qseg(i), kseg);
+    for (; i < tq; ++i) backward_rows<1>(h, i, k0, nk, sees(i), kt, vt, p, ds, qseg(i), kseg);
   }
 }
 

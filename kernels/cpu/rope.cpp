@@ -130,16 +130,26 @@ const RopeTable& table_for(const RopeShape& s) {
   return table;
 }
 
+// Document masking gives each row its own positions, all below first_position + seq: the table
+// then covers [0, first_position + seq) and row n reads its position's row.
+RopeShape table_shape(const RopeShape& s) {
+  if (!s.positions) return s;
+  RopeShape t = s;
+  t.seq = s.first_position + s.seq;
+  t.first_position = 0;
+  return t;
+}
+
 }  // namespace
 
 void rope_pack_forward(float* qkv, const float* q, const float* k, const float* v, const RopeShape& s) {
-  const RopeTable& table = table_for(s);
+  const RopeTable& table = table_for(table_shape(s));
   const std::vector<float>& cos_t = table.cos_t;
   const std::vector<float>& sin_t = table.sin_t;
   const int64_t D = s.head_dim, half = D / 2, H = s.heads, K = s.kv_heads, rows = s.batch * s.seq;
 #pragma omp parallel for schedule(static) if (rows * H * D > kParallelMin)
   for (int64_t n = 0; n < rows; ++n) {
-    const int64_t t = n % s.seq;
+    const int64_t t = s.positions ? s.positions[n] : n % s.seq;
     const float* c = cos_t.data() + t * half;
     const float* sn = sin_t.data() + t * half;
     float* out = qkv + n * 3 * H * D;
@@ -156,13 +166,13 @@ void rope_pack_forward(float* qkv, const float* q, const float* k, const float* 
 }
 
 void rope_pack_backward(float* dq, float* dk, float* dv, const float* dqkv, const RopeShape& s) {
-  const RopeTable& table = table_for(s);
+  const RopeTable& table = table_for(table_shape(s));
   const std::vector<float>& cos_t = table.cos_t;
   const std::vector<float>& sin_t = table.sin_t;
   const int64_t D = s.head_dim, half = D / 2, H = s.heads, K = s.kv_heads, rows = s.batch * s.seq;
 #pragma omp parallel for schedule(static) if (rows * H * D > kParallelMin)
   for (int64_t n = 0; n < rows; ++n) {
-    const int64_t t = n % s.seq;
+    const int64_t t = s.positions ? s.positions[n] : n % s.seq;
     const float* c = cos_t.data() + t * half;
     const float* sn = sin_t.data() + t * half;
     const float* in = dqkv + n * 3 * H * D;

@@ -193,6 +193,48 @@ void TokenLoader::train_rows(int64_t step, int64_t first_row, int64_t count, int
   for (int64_t i = 0; i < count; ++i) copy_row(train_start(step, first_row + i), out + i * row_len());
 }
 
+bool TokenLoader::has_documents() const {
+  if (!blended()) return data_.has_documents();
+  for (const TokenLoader& s : sources_)
+    if (!s.has_documents()) return false;
+  return true;
+}
+
+void TokenLoader::row_segments(int64_t start, int32_t* out) const {
+  const std::vector<int64_t>& docs = *data_.documents;
+  auto next = std::upper_bound(docs.begin(), docs.end(), start);  // the first document starting after `start`
+  int32_t segment = 0;
+  for (int64_t t = 0; t < seq_len_; ++t) {
+    while (next != docs.end() && *next <= start + t) {
+      ++segment;
+      ++next;
+    }
+    out[t] = segment;
+  }
+}
+
+void TokenLoader::train_segments(int64_t step, int64_t first_row, int64_t count, int32_t* out) const {
+  TESSERA_CHECK(has_documents(), data_.path, ": --document-mask needs the data set's documents (/doc_offsets)");
+  TESSERA_CHECK(step >= 0 && first_row >= 0 && count >= 0 && first_row + count <= global_batch_,
+                "train_segments: rows [", first_row, ", ", first_row + count, ") of step ", step,
+                " are outside the global batch of ", global_batch_);
+  if (blended()) {
+    std::vector<std::pair<int64_t, int64_t>> rows;
+    blend_rows(step, first_row + count, rows);
+    for (int64_t i = 0; i < count; ++i) {
+      const auto [k, n] = rows[static_cast<size_t>(first_row + i)];
+      source(k).row_segments(source(k).train_start(n, 0), out + i * seq_len_);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) row_segments(train_start(step, first_row + i), out + i * seq_len_);
+}
+
+void TokenLoader::eval_segments(int64_t batch_index, int64_t first_row, int64_t count, int32_t* out) const {
+  TESSERA_CHECK(has_documents(), data_.path, ": --document-mask needs the data set's documents (/doc_offsets)");
+  for (int64_t i = 0; i < count; ++i) row_segments(eval_start(batch_index, first_row + i), out + i * seq_len_);
+}
+
 void TokenLoader::eval_rows(int64_t batch_index, int64_t first_row, int64_t count, int32_t* out) const {
   TESSERA_CHECK(batch_index >= 0, "eval_rows: negative batch index ", batch_index);
   check_rows("eval_rows", first_row, count, out);

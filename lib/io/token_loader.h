@@ -66,6 +66,14 @@ class TokenLoader {
   // Eval batches that cover every full window of the data once (at least 1).
   int64_t eval_batches() const;
 
+  // Document masking: the segments of the same rows into out[count * seq_len]: for the input
+  // position t of a row starting at token s, the number of documents starting in (s, s + t] (0
+  // for the row's first document, counting up). Read from the data set's documents (every source's,
+  // for a blend: TokenDataset::load_documents), no token read. Throws unless has_documents().
+  void train_segments(int64_t step, int64_t first_row, int64_t count, int32_t* out) const;
+  void eval_segments(int64_t batch_index, int64_t first_row, int64_t count, int32_t* out) const;
+  bool has_documents() const;
+
   // Window starts (the first token of row r), exposed for tests and tracing. For a blend, the start
   // in train_source(step, row)'s data.
   int64_t train_start(int64_t step, int64_t row) const;
@@ -97,6 +105,7 @@ class TokenLoader {
  private:
   void check_rows(const char* what, int64_t first_row, int64_t count, const int32_t* out) const;
   void copy_row(int64_t start, int32_t* out) const;
+  void row_segments(int64_t start, int32_t* out) const;  // seq_len segments of the row at start
   void copy_mask_row(int64_t start, uint8_t* out) const;  // ones when data_ has no mask
   int64_t count_targets(const std::vector<uint8_t>& mask) const;  // rows of mask values
 

@@ -23,7 +23,7 @@ float forward_blocks(const StageBlocks& s, const ModelChunk& c, BlockActivations
     const size_t b = c.block_base + static_cast<size_t>(j);
     s.units.gather(s.first_unit + b, false);
     if (j + 1 < c.blocks()) s.units.prefetch(s.first_unit + b + 1);  // ZeRO-3: gathered while this block computes
-    aux += s.blocks[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], s.scratch);
+    aux += s.blocks[b].forward(a.residual[j + 1], a.residual[j], a.saved[j], s.scratch, a.documents);
     rounding.round(a.residual[j + 1]);
     s.units.release(s.first_unit + b);
     if (after_block) after_block(j);
@@ -39,14 +39,14 @@ void backward_blocks(const StageBlocks& s, const ModelChunk& c, BlockActivations
     if (defer_weights) {  // the parameters' values only (ZeRO-3): their gradients wait for W
       s.units.gather(unit, false);
       if (j > 0) s.units.prefetch(unit - 1);  // ZeRO-3: gathered while this block computes
-      s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, &a.block_weight_grads[j]);
+      s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, &a.block_weight_grads[j], 0.0f, a.documents);
       s.units.release(unit);
       continue;
     }
     s.units.gather(unit, true);
     if (j > 0) s.units.prefetch(unit - 1);  // ZeRO-3: gathered while this block computes
-    s.blocks[b].recompute(a.residual[j], a.saved[j], s.scratch);  // activation checkpointing
-    s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, nullptr, aux_loss_scale);
+    s.blocks[b].recompute(a.residual[j], a.saved[j], s.scratch, a.documents);  // activation checkpointing
+    s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, nullptr, aux_loss_scale, a.documents);
     s.units.grads_done(unit, sync);
   }
 }

@@ -22,6 +22,7 @@ struct BlockActivations {
   std::vector<nn::TransformerBlock::Saved> saved;
   std::vector<nn::WeightGrads> block_weight_grads;  // deferred W, per block
   Tensor dres;                                      // dL/d(residual), carried from block to block
+  nn::DocumentMask documents;                       // the micro-batch's (--document-mask), else inactive
 };
 
 // What the loops borrow from the model: this stage's blocks, their units (block i is unit

@@ -81,7 +81,7 @@ SelfAttention::Projections SelfAttention::views(Tensor& projections, int64_t row
 
 // Positions: this rank's sequence shard starts at rank x its length (SequenceLayout); heads: the
 // query heads of this tp rank, and the kv heads its k and v hold.
-ops::RopeShape SelfAttention::rope_shape(const Tensor& qkv) const {
+ops::RopeShape SelfAttention::rope_shape(const Tensor& qkv, const DocumentMask& docs) const {
   ops::RopeShape r;
   r.batch = qkv.dim(0);
   r.seq = qkv.dim(1);
@@ -93,41 +93,44 @@ ops::RopeShape SelfAttention::rope_shape(const Tensor& qkv) const {
   r.first_kv_head = first_kv_head_;
   r.first_position = sequence_->rank() * r.seq;
   r.theta = options_.rope_theta;
+  if (docs.active()) r.positions = docs.positions.data<int32_t>();  // restarting at each document
   return r;
 }
 
-void SelfAttention::recompute_core(Saved& s) const {
-  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core, store_->matmul_inputs());
+void SelfAttention::recompute_core(Saved& s, const DocumentMask& docs) const {
+  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core, store_->matmul_inputs(), docs.segments);
 }
 
-void SelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region, Tensor& projections) const {
+void SelfAttention::forward(Tensor& y, const Tensor& x, Saved& s, RegionWorkspace& region, Tensor& projections,
+                            const DocumentMask& docs) const {
   const Tensor& whole_x = layout_->enter(x, region.in);
   if (options_.llama()) {
     Projections p = views(projections, whole_x.numel() / whole_x.shape()[-1]);
     q_.forward(p.q, whole_x);
     k_.forward(p.k, whole_x);
     v_.forward(p.v, whole_x);
-    ops::rope_pack_forward(s.qkv, p.q, p.k, p.v, rope_shape(s.qkv));
+    ops::rope_pack_forward(s.qkv, p.q, p.k, p.v, rope_shape(s.qkv, docs));
   } else {
     qkv_.forward(s.qkv, whole_x);
   }
-  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core, store_->matmul_inputs());
+  sequence_->forward(s.att, s.qkv, heads_, causal_, s.core, store_->matmul_inputs(), docs.segments);
   Tensor& out = layout_->whole(y, region);
   proj_.forward(out, s.att);
   layout_->exit(y, out);
 }
 
 void SelfAttention::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s, Tensor& dqkv,
-                             Tensor& datt, RegionWorkspace& region, Tensor& projections, WeightGrads* defer) const {
+                             Tensor& datt, RegionWorkspace& region, Tensor& projections, WeightGrads* defer,
+                             const DocumentMask& docs) const {
   proj_.backward(&datt, layout_->exit_backward(dy, region.out), s.att, false, defer);
-  sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, causal_, s.core, store_->matmul_inputs());
+  sequence_->backward(dqkv, datt, s.qkv, s.att, heads_, causal_, s.core, store_->matmul_inputs(), docs.segments);
   Tensor& whole_dx = layout_->whole(dx, region);
   // Rows split: x gathered again, into the region's workspace (so a deferred W keeps a copy).
   const Tensor& whole_x = layout_->enter(x, region.in);
   const bool x_outlives = !layout_->splits_rows();
   if (options_.llama()) {
     Projections d = views(projections, whole_x.numel() / whole_x.shape()[-1]);
-    ops::rope_pack_backward(d.q, d.k, d.v, dqkv, rope_shape(s.qkv));
+    ops::rope_pack_backward(d.q, d.k, d.v, dqkv, rope_shape(s.qkv, docs));
     q_.backward(&whole_dx, d.q, whole_x, false, defer, x_outlives);
     k_.backward(&whole_dx, d.k, whole_x, true, defer, x_outlives);
     v_.backward(&whole_dx, d.v, whole_x, true, defer, x_outlives);

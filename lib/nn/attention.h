@@ -44,16 +44,18 @@ class SelfAttention {
   Tensor allocate_projections(int64_t batch, int64_t seq, Device device) const;
   // att and core again from the kept qkv: the attention core's forward (communicating over sp as
   // forward does).
-  void recompute_core(Saved& saved) const;
+  // docs: the micro-batch's document mask (nn/sequence_layout.h; inactive: none), here and below.
+  void recompute_core(Saved& saved, const DocumentMask& docs = {}) const;
 
   // x, y: the token rows this rank holds ([B, T, C], or a share of the rows when the layout splits
   // them); region: the layout's workspace; projections: allocate_projections' workspace.
-  void forward(Tensor& y, const Tensor& x, Saved& saved, RegionWorkspace& region, Tensor& projections) const;
+  void forward(Tensor& y, const Tensor& x, Saved& saved, RegionWorkspace& region, Tensor& projections,
+               const DocumentMask& docs = {}) const;
   // dx = d/dx (overwritten); dqkv_scratch and datt_scratch (the shapes of Saved's qkv and att) are
   // workspace. With `defer`, the weight gradients are recorded there instead (nn/weight_grads.h).
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Tensor& dqkv_scratch,
                 Tensor& datt_scratch, RegionWorkspace& region, Tensor& projections,
-                WeightGrads* defer = nullptr) const;
+                WeightGrads* defer = nullptr, const DocumentMask& docs = {}) const;
 
  private:
   // Llama's q, k and v (or their gradients) as views of the projections' workspace.
@@ -61,7 +63,7 @@ class SelfAttention {
     Tensor q, k, v;
   };
   Projections views(Tensor& projections, int64_t rows) const;
-  ops::RopeShape rope_shape(const Tensor& qkv) const;
+  ops::RopeShape rope_shape(const Tensor& qkv, const DocumentMask& docs) const;
 
   Linear qkv_, proj_;
   Linear q_, k_, v_;  // Llama's projections (qkv_ unused)

@@ -58,37 +58,62 @@ Tensor& Embedding::table_grad_workspace() const {
 
 int64_t Embedding::valid_rows() const { return std::clamp<int64_t>(vocab_ - vocab_start_, 0, local_rows()); }
 
-void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const {
+void Embedding::add_document_positions(Tensor& out, const Tensor& doc_positions) const {
+  const Tensor& table = store_->value(positions_);  // [max_seq, this rank's features]
+  const int64_t rows = doc_positions.numel(), cols = table.dim(1);
+  TESSERA_CHECK(out.numel() == rows * cols, "Embedding: document positions for ", rows, " tokens, but ",
+                out.numel() / cols, " token rows");
+  if (document_rows_.numel() != out.numel()) document_rows_ = Tensor::empty({rows, cols}, DType::f32, out.device());
+  ops::embedding_forward(document_rows_, doc_positions, table, Tensor(), 0);  // a lookup of the positions' rows
+  ops::add_inplace(out, document_rows_);
+}
+
+void Embedding::forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region,
+                        const Tensor& doc_positions) const {
   const int64_t seq = tokens.dim(1);
-  const Tensor positions = positions_ >= 0 ? store_->value(positions_).rows(first_position, seq) : Tensor();
+  const bool by_document = doc_positions.defined() && positions_ >= 0;
+  const Tensor positions =
+      positions_ >= 0 && !by_document ? store_->value(positions_).rows(first_position, seq) : Tensor();
   const bool grid = layout_->splits_features() && positions_ >= 0;
   const bool adds_positions = layout_->rank() == 0 && !layout_->splits_features();  // the exit sums the ranks' outputs
   Tensor& whole = layout_->vocab_whole(out, region);
   // The lookup reads the table as the step's rounding leaves it (ParamStore::lookup_operand).
   const ops::Operand wte = layout_->splits_features() ? table(table_) : store_->lookup_operand(tokens_);
   ops::embedding_forward(whole, tokens, wte, adds_positions ? positions : Tensor(), vocab_start_);
+  if (by_document && adds_positions) add_document_positions(whole, doc_positions);
   layout_->vocab_exit(out, whole);
-  if (grid)  // each rank adds its block of the positions' features
+  if (grid && by_document) {
+    add_document_positions(out, doc_positions);
+  } else if (grid) {  // each rank adds its block of the positions' features
     for (int64_t b = 0; b < tokens.dim(0); ++b) {
       Tensor rows = out.rows(b * seq, seq);
       ops::add_inplace(rows, positions);
     }
+  }
 }
 
 void Embedding::backward(const Tensor& dout, const Tensor& tokens, int64_t first_position,
-                         RegionWorkspace& region) const {
+                         RegionWorkspace& region, const Tensor& doc_positions) const {
   const int64_t seq = tokens.dim(1);
-  Tensor dpositions = positions_ >= 0 ? store_->grad(positions_).rows(first_position, seq) : Tensor();
+  const bool by_document = doc_positions.defined() && positions_ >= 0;
+  Tensor dpositions =
+      positions_ >= 0 && !by_document ? store_->grad(positions_).rows(first_position, seq) : Tensor();
+  Tensor no_positions;
   const Tensor& whole_dout = layout_->vocab_exit_backward(dout, region.out);
   if (!layout_->splits_features()) {
     ops::embedding_backward(store_->grad(tokens_), dpositions, whole_dout, tokens, vocab_start_);
+    // Document masking: the positions table's gradient as a lookup's, by each token's position.
+    if (by_document) ops::embedding_backward(store_->grad(positions_), no_positions, whole_dout, doc_positions, 0);
     return;
   }
   Tensor& dtable = table_grad_workspace();
-  Tensor no_positions;
   ops::embedding_backward(dtable, no_positions, whole_dout, tokens, vocab_start_);
   add_table_grad(dtable);
   if (positions_ < 0) return;
+  if (by_document) {
+    ops::embedding_backward(store_->grad(positions_), no_positions, dout, doc_positions, 0);
+    return;
+  }
   for (int64_t b = 0; b < tokens.dim(0); ++b) ops::add_inplace(dpositions, dout.rows(b * seq, seq));
 }
 

@@ -27,10 +27,14 @@ class Embedding {
                               int64_t pad_to, float init_std, const TensorLayout& layout = TensorLayout::single());
 
   // tokens [B, T] i32 at positions [first_position, first_position + T) -> out: the token rows
-  // this rank holds ([B x T, C], or a share of them when the layout splits rows).
-  void forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const;
+  // this rank holds ([B x T, C], or a share of them when the layout splits rows). doc_positions
+  // (document masking, nn::DocumentMask::positions: [B, T] i32, each token's index inside its
+  // document) replace first_position + t when given.
+  void forward(Tensor& out, const Tensor& tokens, int64_t first_position, RegionWorkspace& region,
+               const Tensor& doc_positions = Tensor()) const;
   // Accumulates both tables' gradients.
-  void backward(const Tensor& dout, const Tensor& tokens, int64_t first_position, RegionWorkspace& region) const;
+  void backward(const Tensor& dout, const Tensor& tokens, int64_t first_position, RegionWorkspace& region,
+                const Tensor& doc_positions = Tensor()) const;
 
   int tokens_id() const { return tokens_; }
   int64_t vocab() const { return vocab_; }
@@ -58,6 +62,9 @@ class Embedding {
   const TensorLayout* layout_ = nullptr;
   int64_t vocab_ = 0, padded_vocab_ = 0, vocab_start_ = 0;
   mutable Tensor table_, table_grad_;  // grid layouts: the gathered rows and their gradient
+  mutable Tensor document_rows_;       // document masking: the position rows each token reads
+  // Document masking: out += the positions table's rows at doc_positions (this rank's features).
+  void add_document_positions(Tensor& out, const Tensor& doc_positions) const;
 };
 
 }  // namespace tessera::nn

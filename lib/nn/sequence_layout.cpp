@@ -21,21 +21,22 @@ AttentionSaved SequenceLayout::allocate(int64_t batch, int64_t local_seq, int64_
 }
 
 void SequenceLayout::forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved,
-                             ops::MatmulInputs inputs) {
+                             ops::MatmulInputs inputs, const Tensor& segments) {
   if (causal) {
-    ops::attention_forward(out, saved.lse, qkv, heads, inputs);
+    ops::attention_forward(out, saved.lse, qkv, heads, inputs, segments);
   } else {  // q, k and v all read from the qkv rows
-    ops::attention_block_forward(out, saved.lse, qkv, qkv, heads, false, false);
+    ops::attention_block_forward(out, saved.lse, qkv, qkv, heads, false, false, segments, segments);
   }
 }
 
 void SequenceLayout::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                              int64_t heads, bool causal, const AttentionSaved& saved, ops::MatmulInputs inputs) {
+                              int64_t heads, bool causal, const AttentionSaved& saved, ops::MatmulInputs inputs,
+                              const Tensor& segments) {
   if (causal) {
-    ops::attention_backward(dqkv, dout, qkv, out, saved.lse, heads, inputs);
+    ops::attention_backward(dqkv, dout, qkv, out, saved.lse, heads, inputs, segments);
   } else {
     dqkv.zero();
-    ops::attention_block_backward(dqkv, dqkv, dout, qkv, qkv, out, saved.lse, heads, false);
+    ops::attention_block_backward(dqkv, dqkv, dout, qkv, qkv, out, saved.lse, heads, false, segments, segments);
   }
 }
 

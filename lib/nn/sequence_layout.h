@@ -18,6 +18,17 @@ struct AttentionSaved {
   Tensor qkv_heads, out_heads;  // all-to-all mode: the head-sharded q, k, v and output
 };
 
+// Document masking of one micro-batch (--document-mask; segments undefined: none): attention stays
+// inside each document of a packed window (causal and block-diagonal), and positions restart at 0
+// at each document's first token (learned positions and RoPE). Every sequence-parallel rank holds
+// the whole window's segments (4 bytes a position): a ring rank reads any block's from them, an
+// all-to-all rank attends over the whole sequence. Host tensors (no CUDA kernel masks documents).
+struct DocumentMask {
+  Tensor segments;   // [B, T] int32: the document (numbered within its row) of every position
+  Tensor positions;  // [B, Tl] int32: this rank's positions' indices inside their documents
+  bool active() const { return segments.defined(); }
+};
+
 class SequenceLayout {
  public:
   virtual ~SequenceLayout() = default;
@@ -30,12 +41,13 @@ class SequenceLayout {
   // qkv [B, Tl, 3, H, D] of this rank's positions (H: the heads this rank holds) -> out [B, Tl, H, D];
   // causal: each position attends to itself and earlier ones only (language models), else to all.
   // inputs: the precision of the attention's products (ops::attention_forward; the CPU's are fp32).
+  // segments: DocumentMask::segments (the whole sequence's), or undefined: no document mask.
   virtual AttentionSaved allocate(int64_t batch, int64_t local_seq, int64_t heads, int64_t head_dim,
                                   Device device);
   virtual void forward(Tensor& out, const Tensor& qkv, int64_t heads, bool causal, AttentionSaved& saved,
-                       ops::MatmulInputs inputs);
+                       ops::MatmulInputs inputs, const Tensor& segments);
   virtual void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t heads,
-                        bool causal, const AttentionSaved& saved, ops::MatmulInputs inputs);
+                        bool causal, const AttentionSaved& saved, ops::MatmulInputs inputs, const Tensor& segments);
 
   // Sums t over the sequence-parallel group (a model's per-sequence values from its shares of the
   // positions, e.g. a pooled image token); nothing on one rank.

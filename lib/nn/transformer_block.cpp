@@ -102,9 +102,9 @@ TransformerBlock::Scratch TransformerBlock::allocate_scratch(int64_t batch, int6
   return w;
 }
 
-float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w) const {
+float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w, const DocumentMask& docs) const {
   ln1_.forward(s.ln1, s.ln1_mean, s.ln1_rstd, x);
-  attn_.forward(y, s.ln1, s.attn, w.region, w.projections);  // y as a temporary for the attention branch
+  attn_.forward(y, s.ln1, s.attn, w.region, w.projections, docs);  // y as a temporary for the attention branch
   ln2_.add_forward(s.mid, s.ln2, s.ln2_mean, s.ln2_rstd, x, y);  // the residual, then its norm
   float aux = 0.0f;
   if (is_moe()) {
@@ -121,13 +121,13 @@ float TransformerBlock::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w
   return aux;
 }
 
-void TransformerBlock::recompute(const Tensor& x, Saved& s, Scratch& w) const {
+void TransformerBlock::recompute(const Tensor& x, Saved& s, Scratch& w, const DocumentMask& docs) const {
   switch (config_.recompute) {
     case Recompute::forward:
-      forward(w.d_c, x, s, w);  // the output is the next block's input, which is kept
+      forward(w.d_c, x, s, w, docs);  // the output is the next block's input, which is kept
       break;
     case Recompute::attention_core:
-      attn_.recompute_core(s.attn);
+      attn_.recompute_core(s.attn, docs);
       break;
     case Recompute::nothing:
       break;
@@ -135,7 +135,7 @@ void TransformerBlock::recompute(const Tensor& x, Saved& s, Scratch& w) const {
 }
 
 void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, Scratch& w, WeightGrads* defer,
-                                float aux_loss_scale) const {
+                                float aux_loss_scale, const DocumentMask& docs) const {
   TESSERA_CHECK(!defer || config_.recompute == Recompute::nothing, "a checkpointed block's weight gradients cannot",
                 " be deferred (zero-bubble): its recomputed activations are shared until its backward ends");
   // MLP branch: dres = dL/dy = dL/dmid (identity path) + the branch through ln2.
@@ -154,7 +154,7 @@ void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, S
   }
   ln2_.backward(dres, w.d_c, s.mid, s.ln2_mean, s.ln2_rstd, defer);
   // Attention branch: dres now dL/dmid.
-  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region, w.projections, defer);
+  attn_.backward(w.d_c, dres, s.ln1, s.attn, w.d_qkv, w.d_att, w.region, w.projections, defer, docs);
   ln1_.backward(dres, w.d_c, x, s.ln1_mean, s.ln1_rstd, defer);
 }
 

@@ -81,12 +81,13 @@ class TransformerBlock {
   // x, y: the token rows this rank holds ([B x T, C], T: this rank's positions under sequence
   // parallelism; a share of the rows when the tensor layout splits them); y may not alias x.
   // Returns the MoE layer's auxiliary loss term (this rank's share; 0 for a dense block).
-  float forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch) const;
+  // docs: the micro-batch's document mask (nn/sequence_layout.h; inactive: none), here and below.
+  float forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch, const DocumentMask& docs = {}) const;
   // Before backward, a checkpointed block recomputes what forward did not keep, from its input x
   // (full: the whole forward, its output into scratch.d_c and thrown away; an MoE block
   // communicates over ep as in forward and routes alike, as x and the parameters are the same).
   // Nothing to do for a block that recomputes nothing.
-  void recompute(const Tensor& x, Saved& saved, Scratch& scratch) const;
+  void recompute(const Tensor& x, Saved& saved, Scratch& scratch, const DocumentMask& docs = {}) const;
   // dres holds dL/dy on entry and dL/dx on exit (the residual stream's gradient, updated in place).
   // With `defer` only the input gradient is computed now and every weight gradient is recorded
   // there (nn/weight_grads.h: zero-bubble pipelines run them later); x and saved must then stay
@@ -94,7 +95,7 @@ class TransformerBlock {
   // aux_loss_scale: the weight of forward's auxiliary term in the loss (MoE blocks: the
   // micro-batch's gradient scale).
   void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch,
-                WeightGrads* defer = nullptr, float aux_loss_scale = 0.0f) const;
+                WeightGrads* defer = nullptr, float aux_loss_scale = 0.0f, const DocumentMask& docs = {}) const;
 
  private:
   // Every Saved tensor, the attention core's as views of shared_core when it is given.

@@ -40,10 +40,10 @@ void WeightGrads::layer_norm(const LayerNorm& layer, const Tensor& dy, const Ten
 }
 
 void WeightGrads::embedding(const Embedding& layer, const Tensor& dout, const Tensor& tokens, int64_t first_position,
-                            RegionWorkspace& region) {
+                            RegionWorkspace& region, const Tensor& doc_positions) {
   Tensor dout_kept = keep(dout);
-  pending_.push_back([&layer, dout_kept, tokens, first_position, &region] {
-    layer.backward(dout_kept, tokens, first_position, region);
+  pending_.push_back([&layer, dout_kept, tokens, first_position, &region, doc_positions] {
+    layer.backward(dout_kept, tokens, first_position, region, doc_positions);
   });
 }
 

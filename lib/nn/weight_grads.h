@@ -23,7 +23,7 @@ class WeightGrads {
   void linear(const Linear& layer, const Tensor& dy, const Tensor& x, bool x_outlives);
   void layer_norm(const LayerNorm& layer, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd);
   void embedding(const Embedding& layer, const Tensor& dout, const Tensor& tokens, int64_t first_position,
-                 RegionWorkspace& region);
+                 RegionWorkspace& region, const Tensor& doc_positions = Tensor());
   // A buffer shaped like t whose contents B throws away (a layer norm's parameter gradients).
   Tensor discard_like(const Tensor& t) { return buffer(t.shape(), t.device()); }
   void run();  // accumulates the weight gradients; then nothing is pending

@@ -3,6 +3,8 @@
 // messages.
 #include "parallel/sequence_attention.h"
 
+#include <algorithm>
+
 #include "core/allocator.h"
 #include "kernels/ops.h"
 
@@ -93,23 +95,49 @@ Tensor SequenceAttention::scratch(int i, Shape shape, Device device) {
   return scratch_[i].slice(0, std::move(shape));
 }
 
-void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal, ops::MatmulInputs inputs) {
+void SequenceAttention::cut_segments(const Tensor& segments, const Saved& saved) {
+  masked_ = segments.defined();
+  if (!masked_) return;
+  const int64_t p = sp_.size(), batch = saved.batch, tl = saved.local_seq;
+  TESSERA_CHECK(segments.dtype() == DType::i32 && segments.device() == Device::cpu && segments.numel() == batch * p * tl,
+                "sequence attention: document segments must be int32 [B = ", batch, ", T = ", p * tl,
+                "] on the host (the whole sequence's), got ", dtype_name(segments.dtype()), " ", segments.shape().str());
+  if (mode_ == SequenceMode::all_to_all) return;  // the head-shard kernel reads them whole
+  if (block_segments_.numel() != p * batch * tl) block_segments_ = Tensor::empty({p, batch, tl}, DType::i32);
+  const int32_t* src = segments.data<int32_t>();
+  int32_t* dst = block_segments_.data<int32_t>();
+  for (int64_t j = 0; j < p; ++j)
+    for (int64_t b = 0; b < batch; ++b)
+      std::copy(src + b * p * tl + j * tl, src + b * p * tl + (j + 1) * tl, dst + (j * batch + b) * tl);
+}
+
+Tensor SequenceAttention::segments_of_block(int j) const {
+  if (!masked_) return Tensor();
+  const int64_t batch = block_segments_.dim(1), tl = block_segments_.dim(2);
+  return block_segments_.slice(j * batch * tl, {batch, tl});
+}
+
+void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal, ops::MatmulInputs inputs,
+                                const Tensor& segments) {
   check_call("forward", qkv, 3, out, 1, saved);
+  cut_segments(segments, saved);
   if (mode_ == SequenceMode::ring) return ring_forward(out, qkv, saved, ring_route(causal));
   to_heads(saved.qkv_heads, qkv, 3);
   const int64_t hs = heads_ / sp_.size();
   if (causal) {
-    ops::attention_forward(saved.out_heads, saved.lse, saved.qkv_heads, hs, inputs);
+    ops::attention_forward(saved.out_heads, saved.lse, saved.qkv_heads, hs, inputs, segments);
   } else {
-    ops::attention_block_forward(saved.out_heads, saved.lse, saved.qkv_heads, saved.qkv_heads, hs, false, false);
+    ops::attention_block_forward(saved.out_heads, saved.lse, saved.qkv_heads, saved.qkv_heads, hs, false, false,
+                                 segments, segments);
   }
   to_sequence(out, saved.out_heads, 1);
 }
 
 void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                 const Saved& saved, bool causal, ops::MatmulInputs inputs) {
+                                 const Saved& saved, bool causal, ops::MatmulInputs inputs, const Tensor& segments) {
   check_call("backward", dqkv, 3, dout, 1, saved);
   check_call("backward", qkv, 3, out, 1, saved);
+  cut_segments(segments, saved);
   if (mode_ == SequenceMode::ring) return ring_backward(dqkv, dout, qkv, out, saved, ring_route(causal));
   const int64_t hs = heads_ / sp_.size(), seq = saved.local_seq * sp_.size();
   // to_heads stages through scratch 0 and 1, to_sequence likewise; see their comments for why these
@@ -118,11 +146,11 @@ void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor&
   to_heads(dout_heads, dout, 1);
   Tensor dqkv_heads = scratch(1, {saved.batch, seq, 3 * hs * head_dim_}, dout.device());
   if (causal) {
-    ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs, inputs);
+    ops::attention_backward(dqkv_heads, dout_heads, saved.qkv_heads, saved.out_heads, saved.lse, hs, inputs, segments);
   } else {
     dqkv_heads.zero();
     ops::attention_block_backward(dqkv_heads, dqkv_heads, dout_heads, saved.qkv_heads, saved.qkv_heads,
-                                  saved.out_heads, saved.lse, hs, false);
+                                  saved.out_heads, saved.lse, hs, false, segments, segments);
   }
   to_sequence(dqkv, dqkv_heads, 3);
 }
@@ -185,7 +213,9 @@ void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& save
     sending[0] = sp_.isend(kv[0], route.up, kTagKv);
   }
   if (route.steps > 0) receiving = sp_.irecv(kv[1], route.down, kTagKv);
-  ops::attention_block_forward(o, saved.lse, q, q, heads_, route.causal, /*merge=*/false);
+  const int p = sp_.size(), r = sp_.rank();
+  const Tensor own = segments_of_block(r);  // the queries' segments (document masking)
+  ops::attention_block_forward(o, saved.lse, q, q, heads_, route.causal, /*merge=*/false, own, own);
   for (int s = 1; s <= route.steps; ++s) {
     Tensor& cur = kv[s % 2];
     receiving.wait();
@@ -194,7 +224,8 @@ void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& save
       sending[(s + 1) % 2].wait();
       receiving = sp_.irecv(kv[(s + 1) % 2], route.down, kTagKv);
     }
-    ops::attention_block_forward(o, saved.lse, q, cur, heads_, /*causal=*/false, /*merge=*/true);
+    ops::attention_block_forward(o, saved.lse, q, cur, heads_, /*causal=*/false, /*merge=*/true, own,
+                                 segments_of_block((r - s + p) % p));
   }
   sending[0].wait();
   sending[1].wait();
@@ -224,7 +255,8 @@ void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Te
     returning = sp_.irecv(returned, route.last_visitor, kTagReturn);
   }
   if (route.steps > 0) kv_receiving = sp_.irecv(kv[1], route.down, kTagKv);
-  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, route.causal);
+  const Tensor own = segments_of_block(r);
+  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, route.causal, own, own);
   for (int s = 1; s <= route.steps; ++s) {
     Tensor& cur = kv[s % 2];
     Tensor& mine = partial[s % 2];
@@ -237,7 +269,8 @@ void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Te
     if (s >= 2) partial_receiving = sp_.irecv(incoming, route.down, kTagPartial);  // the visitors before this rank
     partial_sending[s % 2].wait();
     mine.zero();
-    ops::attention_block_backward(d, mine, g, q, cur, o, saved.lse, heads_, /*causal=*/false);
+    ops::attention_block_backward(d, mine, g, q, cur, o, saved.lse, heads_, /*causal=*/false, own,
+                                  segments_of_block((r - s + p) % p));
     if (s >= 2) {
       partial_receiving.wait();
       ops::add_inplace(mine, incoming);

@@ -60,12 +60,16 @@ class SequenceAttention {
   // qkv [B, Tl, 3, H, D] (or [B, Tl, 3 H D]; q, k, v of this rank's positions, heads inside) ->
   // out [B, Tl, H, D] (overwritten). causal: a position attends to itself and earlier ones only.
   // inputs: the precision of the head-shard kernel's products (ops::attention_forward).
+  // segments: document masking (nn::DocumentMask): the whole sequence's [B, T] int32 on the host,
+  // every rank the same, or undefined. Nothing more travels: all_to_all's head-shard kernel masks
+  // with them whole, and the ring's block (r - s) reads its keys' segments from them.
   void forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal = true,
-               ops::MatmulInputs inputs = ops::MatmulInputs::f32);
+               ops::MatmulInputs inputs = ops::MatmulInputs::f32, const Tensor& segments = Tensor());
   // dqkv (qkv's shape) overwritten, from dout (out's shape); qkv and out as given to / left by
   // forward, causal and inputs as there.
   void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved,
-                bool causal = true, ops::MatmulInputs inputs = ops::MatmulInputs::f32);
+                bool causal = true, ops::MatmulInputs inputs = ops::MatmulInputs::f32,
+                const Tensor& segments = Tensor());
 
   SequenceMode mode() const { return mode_; }
 
@@ -89,11 +93,17 @@ class SequenceAttention {
   void ring_forward(Tensor& out, const Tensor& qkv, Saved& saved, const RingRoute& route);
   void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved,
                      const RingRoute& route);
+  // Document masking: segments checked ([B, sp x Tl]) and cut into block_segments_ [sp, B, Tl]
+  // (undefined segments: none); block j's as a tensor (undefined without a mask).
+  void cut_segments(const Tensor& segments, const Saved& saved);
+  Tensor segments_of_block(int j) const;
 
   SequenceMode mode_;
   comm::Communicator& sp_;
   int64_t heads_, head_dim_;
   Tensor scratch_[6];
+  Tensor block_segments_;  // [sp, B, Tl] int32 (host), the last call's, when it masked documents
+  bool masked_ = false;
 };
 
 }  // namespace tessera::parallel

@@ -21,12 +21,12 @@ class SequenceParallel final : public nn::SequenceLayout {
     return attention_.allocate(batch, local_seq, device);
   }
   void forward(Tensor& out, const Tensor& qkv, int64_t, bool causal, nn::AttentionSaved& saved,
-               ops::MatmulInputs inputs) override {
-    attention_.forward(out, qkv, saved, causal, inputs);
+               ops::MatmulInputs inputs, const Tensor& segments) override {
+    attention_.forward(out, qkv, saved, causal, inputs, segments);
   }
   void backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, int64_t, bool causal,
-                const nn::AttentionSaved& saved, ops::MatmulInputs inputs) override {
-    attention_.backward(dqkv, dout, qkv, out, saved, causal, inputs);
+                const nn::AttentionSaved& saved, ops::MatmulInputs inputs, const Tensor& segments) override {
+    attention_.backward(dqkv, dout, qkv, out, saved, causal, inputs, segments);
   }
   void all_reduce(Tensor& t) const override { sp_.all_reduce_sum(t); }
 

@@ -33,6 +33,13 @@ GptWorkload::GptWorkload(models::Gpt& model, io::TokenLoader train_loader, const
   if (train_loader_.has_mask()) mask_rows_.resize(rows_.size());
   // An evaluation batch is a global batch, cut into this rank's rows as a training batch is.
   if (val_data) val_loader_.emplace(*val_data, config.seq_len, config.global_batch, config.seed);
+  if (config.document_mask) {
+    TESSERA_CHECK(train_loader_.has_documents(), train_loader_.data().path,
+                  ": --document-mask needs its documents (/doc_offsets, read by TokenDataset::load_documents)");
+    TESSERA_CHECK(!val_loader_ || val_loader_->has_documents(), val_loader_->data().path,
+                  ": --document-mask needs the validation data's documents too (/doc_offsets)");
+    segments_.resize(static_cast<size_t>(config.micro_batch * config.seq_len));
+  }
   if (val_loader_ && val_loader_->has_mask()) mask_rows_.resize(rows_.size());
   comm::Communicator& pp = mesh.group(comm::Axis::pp);
   comm::Communicator& data = mesh.data_group();
@@ -84,18 +91,33 @@ std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
 
 GptWorkload::~GptWorkload() = default;
 
+const int32_t* GptWorkload::train_segments(int64_t step, int64_t micro) {
+  if (segments_.empty()) return nullptr;
+  train_loader_.train_segments(step - 1, first_row(micro), config_.micro_batch, segments_.data());
+  return segments_.data();
+}
+
+const int32_t* GptWorkload::eval_segments(int64_t index) {
+  if (segments_.empty()) return nullptr;
+  val_loader_->eval_segments(index / micro_batches_, first_row(index % micro_batches_), config_.micro_batch,
+                             segments_.data());
+  return segments_.data();
+}
+
 float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale, parallel::GradSync* sync) {
   trained_step_ = step;
   const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
   if (needs_rows) load_train_rows(step, micro);
-  return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync, mask_);
+  // Every stage derives the micro-batch's segments itself (no token read: window starts and documents).
+  return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync, mask_, train_segments(step, micro));
 }
 
 // Micro-batch `index` of an evaluation: micro-batch index % micro-batches of global batch
 // index / micro-batches.
 float GptWorkload::evaluate(int64_t index, int chunk) {
   if (model_.has_embedding(chunk) || model_.has_head(chunk)) load_eval_rows(index);
-  return model_.forward_chunk(chunk, static_cast<int>(index), rows_.data(), false, 1.0f, nullptr, mask_);
+  return model_.forward_chunk(chunk, static_cast<int>(index), rows_.data(), false, 1.0f, nullptr, mask_,
+                              eval_segments(index));
 }
 
 void GptWorkload::load_eval_rows(int64_t index) {
@@ -188,7 +210,7 @@ void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
 float GptWorkload::train_micro_batch(int64_t step, int64_t micro, float grad_scale, parallel::GradSync* sync) {
   trained_step_ = step;
   load_train_rows(step, micro);
-  return model_.forward_backward(rows_.data(), grad_scale, sync, mask_);
+  return model_.forward_backward(rows_.data(), grad_scale, sync, mask_, train_segments(step, micro));
 }
 
 Workload::Evaluation GptWorkload::evaluate() {
@@ -206,7 +228,7 @@ Workload::Evaluation GptWorkload::evaluate() {
   } else {
     for (int64_t i = 0; i < micro_batches; ++i) {
       load_eval_rows(i);
-      loss += model_.forward(rows_.data(), mask_);
+      loss += model_.forward(rows_.data(), mask_, eval_segments(i));
     }
   }
   loss = mesh_.sum_batch_shares(loss, false);  // the pipeline's runner summed over its stages
@@ -274,6 +296,10 @@ void GptWorkload::dump_initial(const std::string& path) {
     Tensor rows = Tensor::empty({config_.global_batch, config_.seq_len + 1}, DType::i32);
     train_loader_.train_rows(step - 1, 0, config_.global_batch, rows.data<int32_t>());
     f.write("/batches/step_" + std::to_string(step), rows);
+    if (segments_.empty()) continue;
+    Tensor segments = Tensor::empty({config_.global_batch, config_.seq_len}, DType::i32);  // --document-mask
+    train_loader_.train_segments(step - 1, 0, config_.global_batch, segments.data<int32_t>());
+    f.write("/segments/step_" + std::to_string(step), segments);
   }
 }
 
@@ -285,7 +311,7 @@ void GptWorkload::dump_first_step(const std::string& path) {
     f.write("/step_1/grads/" + store.spec(i).name, store.logical_copy(store.grad(i), i));
   // Logits of the same batch, without touching the gradients.
   train_loader_.train_rows(0, 0, config_.micro_batch, rows_.data());
-  const float loss = model_.forward(rows_.data());
+  const float loss = model_.forward(rows_.data(), {}, train_segments(1, 0));
   const Tensor all = model_.logits().to(Device::cpu);
   const int64_t vp = all.dim(2), v = model_.config().vocab, n = all.numel() / vp;
   Tensor logits = Tensor::empty({all.dim(0), all.dim(1), v});

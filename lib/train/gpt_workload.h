@@ -84,6 +84,11 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   std::vector<uint8_t> mask_rows_;  // their loss mask, when the data has one
   models::LossMask mask_;           // what the next forward of rows_ is given (rows: nullptr, no mask)
   double eval_denominator_ = 0;     // an evaluation's counted targets / (its micro-batches x dp)
+  // --document-mask: one micro-batch's segments [B, T] (every stage reads them: its attention masks
+  // by document), cut by the loader from the window starts and /doc_offsets; empty without.
+  std::vector<int32_t> segments_;
+  const int32_t* train_segments(int64_t step, int64_t micro);  // of a training micro-batch (1-based step)
+  const int32_t* eval_segments(int64_t index);                 // of load_eval_rows(index)'s micro-batch
   // This rank's rows of the coming steps, read on a background thread (made by start, or anew when
   // a step is asked for out of order); current_ is the step (0-based) being trained.
   std::unique_ptr<io::TokenPrefetcher> prefetcher_;

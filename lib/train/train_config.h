@@ -23,6 +23,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int64_t eval_every = 0, eval_batches = 8, log_every = 10;
   std::string sampling = "random";  // token windows: random (with replacement) or epoch (io::Sampling)
+  bool document_mask = false;  // attention inside each document of a window, positions per document
   double peak_tflops = 0.0;     // per rank; 0: measured sgemm rate (cpu) or a device default
   std::string metrics_path;
   bool overwrite = false;       // a fresh run may replace an existing metrics file and set aside old checkpoints

@@ -2,7 +2,8 @@
 # The PyTorch oracle: rebuilds tessera's GPT (the dump's `arch`: gpt2, or llama) in float64 from a
 # `gpt_train --dump` file and checks step 1 (loss, logits, every gradient) and the loss of every
 # AdamW step against tessera's output; when the dump also holds /final/<name> (the parameters after
-# the last step) it checks those too. Both models are written here from their definitions, not
+# the last step) it checks those too. When it holds /segments/step_K (--document-mask) the
+# attention is causal and block-diagonal by document and positions restart at each document. Both models are written here from their definitions, not
 # from tessera's code.
 #
 # usage: torch_oracle.py --dump dump.h5 --metrics m.jsonl [--tol 1e-4]
@@ -66,14 +67,35 @@ def moe_forward(p, cfg, prefix, h, mlp):
     return out
 
 
-def gpt2_forward(p, cfg, tokens):
-    """Logits [B, T, V] of the GPT-2 style model for int64 tokens [B, T]."""
+def attention_mask(T, segments):
+    """Which keys each query sees: causal [T, T], or with document segments [B, T] (--document-mask)
+    causal and block-diagonal by document, [B, 1, T, T] (broadcast over the heads)."""
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if segments is None:
+        return causal
+    same = segments[:, :, None] == segments[:, None, :]
+    return (causal[None] & same)[:, None]
+
+
+def positions_of(T, segments):
+    """Each position's index: t, or with segments its distance from its document's first position."""
+    t = torch.arange(T)
+    if segments is None:
+        return t
+    starts = torch.zeros_like(segments)
+    for i in range(1, T):  # the first position of the current document
+        starts[:, i] = torch.where(segments[:, i] == segments[:, i - 1], starts[:, i - 1], torch.tensor(i))
+    return t[None, :] - starts
+
+
+def gpt2_forward(p, cfg, tokens, segments=None):
+    """Logits [B, T, V] of the GPT-2 style model for int64 tokens [B, T] (segments: document masking)."""
     B, T = tokens.shape
     C, H, L = cfg["hidden"], cfg["heads"], cfg["layers"]
     D = C // H
     eps = 1e-5
-    x = p["embed.tokens.weight"][tokens] + p["embed.positions.weight"][:T]
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    x = p["embed.tokens.weight"][tokens] + p["embed.positions.weight"][positions_of(T, segments)]
+    causal = attention_mask(T, segments)
     for i in range(L):
         b = f"blocks.{i}."
         h = F.layer_norm(x, (C,), p[b + "ln1.weight"], p[b + "ln1.bias"], eps)
@@ -121,33 +143,37 @@ def rms_norm(x, weight, eps):
     return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def rotary(x, theta):
+def rotary(x, theta, positions=None):
     """Rotary positions on [B, heads, T, D], pairing element i with i + D/2 ("rotate half"):
-    the pair turns by position * theta^(-2i/D)."""
+    the pair turns by position * theta^(-2i/D); positions [B, T] (document masking) or 0..T-1."""
     T, D = x.shape[-2], x.shape[-1]
     half = D // 2
     inv_freq = theta ** (-2.0 * torch.arange(half, dtype=DTYPE) / D)
-    angle = torch.arange(T, dtype=DTYPE)[:, None] * inv_freq[None, :]  # [T, D/2]
+    if positions is not None and positions.dim() == 2:  # [B, T] -> angles [B, 1, T, D/2]
+        angle = positions.to(DTYPE)[:, None, :, None] * inv_freq
+    else:
+        angle = torch.arange(T, dtype=DTYPE)[:, None] * inv_freq[None, :]  # [T, D/2]
     cos, sin = angle.cos(), angle.sin()
     a, b = x[..., :half], x[..., half:]
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
 
 
-def llama_forward(p, cfg, tokens):
-    """Logits [B, T, V] of the Llama model for int64 tokens [B, T]."""
+def llama_forward(p, cfg, tokens, segments=None):
+    """Logits [B, T, V] of the Llama model for int64 tokens [B, T] (segments: document masking)."""
     B, T = tokens.shape
     C, H, K, L = cfg["hidden"], cfg["heads"], cfg["kv_heads"], cfg["layers"]
     D = C // H
     eps, theta = cfg["norm_eps"], cfg["rope_theta"]
     x = p["embed.tokens.weight"][tokens]
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    causal = attention_mask(T, segments)
+    pos = positions_of(T, segments) if segments is not None else None
     for i in range(L):
         b = f"blocks.{i}."
         h = rms_norm(x, p[b + "ln1.weight"], eps)
         q = (h @ p[b + "attn.q.weight"].t()).reshape(B, T, H, D).transpose(1, 2)
         k = (h @ p[b + "attn.k.weight"].t()).reshape(B, T, K, D).transpose(1, 2)
         v = (h @ p[b + "attn.v.weight"].t()).reshape(B, T, K, D).transpose(1, 2)
-        q, k = rotary(q, theta), rotary(k, theta)
+        q, k = rotary(q, theta, pos), rotary(k, theta, pos)
         # grouped-query attention: query head j reads kv head j // (H / K)
         k = k.repeat_interleave(H // K, dim=1)
         v = v.repeat_interleave(H // K, dim=1)
@@ -294,6 +320,9 @@ def main():
                 bad.append(f"/batches/step_{k} has shape {ds.shape}, expected {want}")
             else:
                 batches[k] = torch.from_numpy(np.asarray(ds, dtype=np.int64))
+        # optional: document masking's segments [G, T] of each step's rows (--document-mask)
+        segments = {k: torch.from_numpy(np.asarray(f[f"segments/step_{k}"], dtype=np.int64))
+                    for k in batches if f"segments/step_{k}" in f}
         # optional: the parameters after the last step, when the dump carries them
         final_t = {n: np.asarray(f[f"final/{n}"], dtype=np.float64) for n in shapes
                    if f"final/{n}" in f} if "final" in f else {}
@@ -327,7 +356,9 @@ def main():
 
     # ---- step 1: loss, logits and every gradient ------------------------------------------
     tok = batches[1]
-    logits = forward(p, cfg, tok[:, :-1])
+    logits = forward(p, cfg, tok[:, :-1], segments.get(1))
+    if segments:
+        print(f"  document mask: step 1 rows hold {int(segments[1][:, -1].sum()) + len(segments[1])} documents")
     loss = loss_of(logits, tok[:, 1:])
     loss.backward()
 
@@ -383,7 +414,7 @@ def main():
         if k > 1:
             optim.zero_grad(set_to_none=True)
             tok = batches[k]
-            loss = loss_of(forward(p, cfg, tok[:, :-1]), tok[:, 1:])
+            loss = loss_of(forward(p, cfg, tok[:, :-1], segments.get(k)), tok[:, 1:])
             loss.backward()
         # the gradient norm over all parameters before clipping
         gnorm = torch.sqrt(sum((q.grad ** 2).sum() for q in p.values())).item()

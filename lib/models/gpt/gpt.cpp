@@ -248,6 +248,31 @@ void Gpt::load_batch(Activations& a, const int32_t* rows, const uint8_t* mask) {
   if (targets_.defined()) targets_.copy_from(host_rows_.rows(1, 1).reshape(targets_.shape()));
 }
 
+// The micro-batch's document segments (the whole sequence's, every sp rank the same) and this rank's
+// positions inside their documents: a position's distance from its document's first token.
+void Gpt::load_documents(Activations& a, const int32_t* segments) const {
+  if (!segments) {
+    a.documents = {};
+    return;
+  }
+  nn::DocumentMask& d = a.documents;
+  if (!d.segments.defined()) {
+    d.segments = Tensor::empty({batch_, seq_}, DType::i32);
+    d.positions = Tensor::empty({batch_, local_seq_}, DType::i32);
+  }
+  int32_t* seg = d.segments.data<int32_t>();
+  int32_t* pos = d.positions.data<int32_t>();
+  std::copy(segments, segments + batch_ * seq_, seg);
+  for (int64_t b = 0; b < batch_; ++b) {
+    const int32_t* row = seg + b * seq_;
+    int64_t start = 0;  // the first position of the current document
+    for (int64_t t = 0; t < first_position_ + local_seq_; ++t) {
+      if (t > 0 && row[t] != row[t - 1]) start = t;
+      if (t >= first_position_) pos[b * local_seq_ + t - first_position_] = static_cast<int32_t>(t - start);
+    }
+  }
+}
+
 // Under ZeRO-3 each block is gathered for its forward and again for its backward. Without a
 // pipeline the embedding (also the tied head) and the final norm stay gathered from their forward
 // to their backward; on a pipeline the embedding is gathered again for its backward, as the
@@ -255,17 +280,20 @@ void Gpt::load_batch(Activations& a, const int32_t* rows, const uint8_t* mask) {
 // the embedding starts and, without a pipeline (backward follows at once), the last block's as the
 // head starts.
 float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale,
-                         parallel::GradSync* sync, const LossMask& mask) {
+                         parallel::GradSync* sync, const LossMask& mask, const int32_t* segments) {
   const ModelChunk& c = chunks_[chunk];
   Activations& a = slot(chunk, micro);
   if (c.embedding || c.head) load_batch(a, rows, mask.rows);
+  TESSERA_CHECK(!segments || device_ == Device::cpu, "--document-mask: document masking has no CUDA kernel yet;",
+                " train with it on the CPU (--device cpu)");
+  load_documents(a, segments);
   const bool keep_embedding = c.embedding && c.head;  // the head on this chunk reads the table
   a.grad_scale = grad_scale;
   float aux = 0.0f;
   if (c.embedding) {
     units_->gather(embed_unit_, training && keep_embedding);
     if (c.blocks() > 0) units_->prefetch(block_unit_base_ + c.block_base);
-    embed_.forward(a.residual[0], a.inputs, first_position_, scratch_.region);
+    embed_.forward(a.residual[0], a.inputs, first_position_, scratch_.region, a.documents.positions);
     activation_rounding_.round(a.residual[0]);
     if (!keep_embedding) units_->release(embed_unit_);
   }
@@ -320,10 +348,11 @@ void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
   Activations& a = slot(chunk, micro);
   backward_blocks(stage_blocks(), c, a, sync, defer_weights, a.grad_scale);
   if (c.embedding && defer_weights) {
-    a.embedding_weight_grads.embedding(embed_, a.dres, a.inputs, first_position_, scratch_.region);
+    a.embedding_weight_grads.embedding(embed_, a.dres, a.inputs, first_position_, scratch_.region,
+                                       a.documents.positions);
   } else if (c.embedding) {
     if (!c.head) units_->gather(embed_unit_, true);
-    embed_.backward(a.dres, a.inputs, first_position_, scratch_.region);
+    embed_.backward(a.dres, a.inputs, first_position_, scratch_.region, a.documents.positions);
     units_->grads_done(embed_unit_, sync);
   }
   units_->finish_grads();  // ZeRO-3: the reduce-scatters still in flight, into the shard
@@ -341,16 +370,17 @@ void Gpt::backward_weights_chunk(int chunk, int micro, parallel::GradSync* sync)
   units_->finish_grads();  // ZeRO-3: the reduce-scatters still in flight, into the shard
 }
 
-float Gpt::forward(const int32_t* rows, const LossMask& mask) {
-  const float loss = forward_chunk(0, 0, rows, false, 1.0f, nullptr, mask);
+float Gpt::forward(const int32_t* rows, const LossMask& mask, const int32_t* segments) {
+  const float loss = forward_chunk(0, 0, rows, false, 1.0f, nullptr, mask, segments);
   release(0, 0);
   return loss;
 }
 
-float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync, const LossMask& mask) {
+float Gpt::forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync, const LossMask& mask,
+                           const int32_t* segments) {
   TESSERA_CHECK(chunks_.size() == 1 && chunks_[0].embedding && chunks_[0].head,
                 "Gpt::forward_backward runs the whole model: on a pipeline stage use forward_chunk/backward_chunk");
-  const float loss = forward_chunk(0, 0, rows, true, grad_scale, sync, mask);
+  const float loss = forward_chunk(0, 0, rows, true, grad_scale, sync, mask, segments);
   backward_chunk(0, 0, sync);
   release(0, 0);
   return loss;

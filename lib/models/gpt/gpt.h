@@ -92,9 +92,14 @@ class Gpt {
   // ZeRO-3 the model gathers each unit's parameters before use and reduce-scatters its gradients
   // itself (no GradSync). One rank holding the whole model (no pipeline).
   // A LossMask leaves the unmasked positions out and divides by its denominator instead.
+  // segments (document masking, --document-mask): [B, T] int32 on the host, the document of every
+  // input position of each row (io::TokenLoader::train_segments), or nullptr: attention over the
+  // whole window. With them attention stays inside each document and positions restart at 0 at
+  // each document's start (nn::DocumentMask).
   float forward_backward(const int32_t* rows, float grad_scale, parallel::GradSync* sync = nullptr,
-                         const LossMask& mask = {});
-  float forward(const int32_t* rows, const LossMask& mask = {});  // loss only (evaluation)
+                         const LossMask& mask = {}, const int32_t* segments = nullptr);
+  // Loss only (evaluation).
+  float forward(const int32_t* rows, const LossMask& mask = {}, const int32_t* segments = nullptr);
 
   // Mixture-of-experts statistics of the training forwards since the last call, per MoE block
   // of the whole model (zero for the blocks on other pipeline stages): the auxiliary loss terms
@@ -123,8 +128,11 @@ class Gpt {
   // Forward of the chunk's blocks; rows (as forward_backward's) are read by the chunks with the
   // embedding or the head. A chunk with the head computes the loss and, when training, the head's
   // and final norm's backward at once (into chunk_grad): returns the loss there, 0 elsewhere.
+  // segments as forward_backward's, read by every chunk (its attention masks by document) and kept
+  // with the micro-batch's activations for its backward.
   float forward_chunk(int chunk, int micro, const int32_t* rows, bool training, float grad_scale = 1.0f,
-                      parallel::GradSync* sync = nullptr, const LossMask& mask = {});
+                      parallel::GradSync* sync = nullptr, const LossMask& mask = {},
+                      const int32_t* segments = nullptr);
   // Backward of the chunk's blocks (and the embedding's on the first virtual stage). With
   // defer_weights only the input gradients (chunk_grad) now: the weight gradients are recorded and
   // computed by backward_weights_chunk, which then hands them to the data-parallel reduction
@@ -159,6 +167,7 @@ class Gpt {
   void record_moe_stats(int64_t block, const nn::MoeStats& stats);
   std::unique_ptr<Activations> allocate_activations(const ModelChunk& c) const;
   void load_batch(Activations& a, const int32_t* rows, const uint8_t* mask);  // masked-out targets: -1
+  void load_documents(Activations& a, const int32_t* segments) const;  // a.documents (inactive: nullptr)
   // Units: the embedding (first stage), each block, the final norm (last stage).
   StageBlocks stage_blocks() { return {blocks_, *units_, block_unit_base_, scratch_}; }
 
