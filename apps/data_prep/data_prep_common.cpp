@@ -56,4 +56,23 @@ std::string read_whole_file(const std::string& path, const char* what) {
   return bytes;
 }
 
+ChosenTokenizer choose_tokenizer(const std::string& path, const po::variables_map& vm, int64_t eos_id_given) {
+  ChosenTokenizer c;
+  if (!path.empty()) {
+    c.kind = tessera::text::tokenizer_kind_of_path(path);
+    c.bytes = read_whole_file(path, "--tokenizer");
+  }
+  c.tokenizer = tessera::text::make_tokenizer(c.kind, c.bytes, path);
+  if (vm.count("eos-id")) {
+    if (eos_id_given < 0 || eos_id_given >= c.vocab())
+      throw UsageError("--eos-id " + std::to_string(eos_id_given) + " is outside the vocabulary [0, " +
+                       std::to_string(c.vocab()) + ")");
+    c.eos_id = eos_id_given;
+  } else if (c.kind == "hf-byte-level-bpe") {
+    const std::vector<int32_t> e = c.tokenizer->encode("<|endoftext|>");
+    if (e.size() == 1) c.eos_id = e[0];
+  }
+  return c;
+}
+
 }  // namespace data_prep

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "text/tokenizer.h"
 
 namespace data_prep {
 
@@ -101,5 +103,17 @@ struct TokenStorage {
 
 // A whole file's bytes; `what` names it in errors ("input", "--tokenizer").
 std::string read_whole_file(const std::string& path, const char* what);
+
+// The tokenizer a text-writing command (text, sft) takes: --tokenizer PATH's (its kind and file
+// bytes, stored in the output), else bytes; and its end-of-document token: --eos-id when given
+// (checked against the vocabulary), else a tokenizer.json's <|endoftext|> when that is one token,
+// else none (-1).
+struct ChosenTokenizer {
+  std::string kind = "bytes", bytes;
+  std::unique_ptr<tessera::text::Tokenizer> tokenizer;
+  int64_t eos_id = -1;
+  int64_t vocab() const { return tokenizer->vocab_size(); }
+};
+ChosenTokenizer choose_tokenizer(const std::string& path, const po::variables_map& vm, int64_t eos_id_given);
 
 }  // namespace data_prep

@@ -104,22 +104,13 @@ int run_sft(const std::vector<std::string>& args) {
   if (prompt_key == response_key) throw UsageError("--prompt-key and --response-key are both '" + prompt_key + "'");
   storage.check();
 
-  std::string kind = "bytes", tokenizer_bytes;
   std::vector<std::string> inputs{input};
-  if (!tokenizer_path.empty()) {
-    kind = tessera::text::tokenizer_kind_of_path(tokenizer_path);
-    tokenizer_bytes = read_whole_file(tokenizer_path, "--tokenizer");
-    inputs.push_back(tokenizer_path);
-  }
-  const std::unique_ptr<tessera::text::Tokenizer> tokenizer =
-      tessera::text::make_tokenizer(kind, tokenizer_bytes, tokenizer_path);
-  const int64_t vocab = tokenizer->vocab_size();
-  if (!vm.count("eos-id") && kind == "hf-byte-level-bpe") {
-    const std::vector<int32_t> e = tokenizer->encode("<|endoftext|>");
-    if (e.size() == 1) eos_id = e[0];
-  }
-  if (vm.count("eos-id") && (eos_id < 0 || eos_id >= vocab))
-    throw UsageError("--eos-id " + std::to_string(eos_id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (!tokenizer_path.empty()) inputs.push_back(tokenizer_path);
+  const ChosenTokenizer chosen = choose_tokenizer(tokenizer_path, vm, eos_id);
+  const std::string& kind = chosen.kind;
+  const tessera::text::Tokenizer& tokenizer = *chosen.tokenizer;
+  const int64_t vocab = chosen.vocab();
+  eos_id = chosen.eos_id;
   std::error_code ec;
   if (!fs::is_regular_file(input, ec)) fail("cannot read input ", input, ": no such file");
   std::ifstream lines(input, std::ios::binary);
@@ -150,7 +141,7 @@ int run_sft(const std::vector<std::string>& args) {
       mask.clear();
       try {
         for (const std::string* part : {&e.prompt, &e.response}) {
-          const std::vector<int32_t> ids = tokenizer->encode(*part);
+          const std::vector<int32_t> ids = tokenizer.encode(*part);
           tokens.insert(tokens.end(), ids.begin(), ids.end());
           mask.insert(mask.end(), ids.size(), part == &e.response ? 1 : 0);
         }
@@ -186,7 +177,7 @@ int run_sft(const std::vector<std::string>& args) {
     if (masked == 0) fail("input ", input, ": no response token to train on (every response is empty)");
     f.set_attr("/", "vocab_size", vocab);
     if (eos_id >= 0) f.set_attr("/", "eos_id", eos_id);
-    tessera::text::store_tokenizer(f, kind, tokenizer_bytes, fs::path(tokenizer_path).filename().string());
+    tessera::text::store_tokenizer(f, kind, chosen.bytes, fs::path(tokenizer_path).filename().string());
     f.set_attr("/", "source", fs::path(input).filename().string());
     f.flush();
   }

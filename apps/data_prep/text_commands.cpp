@@ -138,22 +138,13 @@ int run_text(const std::vector<std::string>& args) {
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
   storage.check();
 
-  std::string kind = "bytes", tokenizer_bytes;
   std::vector<std::string> inputs = inputs_given;
-  if (!tokenizer_path.empty()) {
-    kind = tessera::text::tokenizer_kind_of_path(tokenizer_path);
-    tokenizer_bytes = read_whole_file(tokenizer_path, "--tokenizer");
-    inputs.push_back(tokenizer_path);
-  }
-  const std::unique_ptr<tessera::text::Tokenizer> tokenizer =
-      tessera::text::make_tokenizer(kind, tokenizer_bytes, tokenizer_path);
-  const int64_t vocab = tokenizer->vocab_size();
-  if (!vm.count("eos-id") && kind == "hf-byte-level-bpe") {
-    const std::vector<int32_t> e = tokenizer->encode("<|endoftext|>");
-    if (e.size() == 1) eos_id = e[0];
-  }
-  if (vm.count("eos-id") && (eos_id < 0 || eos_id >= vocab))
-    throw UsageError("--eos-id " + std::to_string(eos_id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (!tokenizer_path.empty()) inputs.push_back(tokenizer_path);
+  const ChosenTokenizer chosen = choose_tokenizer(tokenizer_path, vm, eos_id);
+  const std::string& kind = chosen.kind;
+  const tessera::text::Tokenizer& tokenizer = *chosen.tokenizer;
+  const int64_t vocab = chosen.vocab();
+  eos_id = chosen.eos_id;
   DocumentSource docs(inputs_given, text_key);
   const bool one_document = docs.files().size() == 1 && !docs.jsonl(docs.files()[0]);
 
@@ -170,7 +161,7 @@ int run_text(const std::vector<std::string>& args) {
       if (one_document && text.empty()) fail("input ", where, " is empty: no tokens to write");
       std::vector<int32_t> tokens;
       try {
-        tokens = tokenizer->encode(text);
+        tokens = tokenizer.encode(text);
       } catch (const tessera::Error& e) {
         fail("cannot tokenise input ", where, ": ", e.what());
       }
@@ -211,7 +202,7 @@ int run_text(const std::vector<std::string>& args) {
     if (val && n_val == 0) fail("no document went to /val: use more documents, or --val-fraction 0");
     f.set_attr("/", "vocab_size", vocab);
     if (eos_id >= 0) f.set_attr("/", "eos_id", eos_id);
-    tessera::text::store_tokenizer(f, kind, tokenizer_bytes, fs::path(tokenizer_path).filename().string());
+    tessera::text::store_tokenizer(f, kind, chosen.bytes, fs::path(tokenizer_path).filename().string());
     f.set_attr("/", "source", fs::path(inputs_given[0]).filename().string());
     f.flush();
   }
