@@ -115,6 +115,20 @@ TokenDataset open_one(const std::string& path, const std::string& split) {
   return ds;
 }
 
+// Positions [start, start + count) of a split made of parts: fn(part, position in it, how many)
+// for the part holding `start`, then on through the following ones.
+template <class Fn>
+void for_each_part(const std::vector<TokenPart>& parts, int64_t start, int64_t count, Fn&& fn) {
+  auto it = std::upper_bound(parts.begin(), parts.end(), start,
+                             [](int64_t s, const TokenPart& p) { return s < p.first; });
+  for (--it; count > 0; ++it) {
+    const int64_t in = start - it->first, take = std::min(count, it->reader->size() - in);
+    fn(*it, in, take);
+    start += take;
+    count -= take;
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> TokenDataset::expand(const std::string& path) {
@@ -174,16 +188,10 @@ void TokenDataset::read(int64_t start, int64_t count, int32_t* out) const {
     }
     return;
   }
-  // The part holding `start`, then on through the following ones.
-  auto it = std::upper_bound(parts.begin(), parts.end(), start,
-                             [](int64_t s, const TokenPart& p) { return s < p.first; });
-  for (--it; count > 0; ++it) {
-    const int64_t in = start - it->first, take = std::min(count, it->reader->size() - in);
-    it->reader->read(in, take, out);
-    start += take;
-    count -= take;
+  for_each_part(parts, start, count, [&](const TokenPart& p, int64_t in, int64_t take) {
+    p.reader->read(in, take, out);
     out += take;
-  }
+  });
 }
 
 std::vector<int32_t> TokenDataset::read(int64_t start, int64_t count) const {
@@ -237,15 +245,10 @@ void TokenDataset::read_mask(int64_t start, int64_t count, uint8_t* out) const {
     }
     return;
   }
-  auto it = std::upper_bound(parts.begin(), parts.end(), start,
-                             [](int64_t s, const TokenPart& p) { return s < p.first; });
-  for (--it; count > 0; ++it) {
-    const int64_t in = start - it->first, take = std::min(count, it->reader->size() - in);
-    it->mask->read(in, take, out);
-    start += take;
-    count -= take;
+  for_each_part(parts, start, count, [&](const TokenPart& p, int64_t in, int64_t take) {
+    p.mask->read(in, take, out);
     out += take;
-  }
+  });
 }
 
 int64_t TokenDataset::bytes_read() const {
