@@ -106,4 +106,15 @@ inline void report(const std::string& what, const Comparison& c) {
               static_cast<long long>(c.count), c.num_norm, c.rel_err, c.max_abs);
 }
 
+// The analytic gradient of f with respect to x against the five-point stencil with step h, on up to
+// max_checks elements of x (all by default), reported; the caller asserts on the comparison.
+template <typename F>
+Comparison compare_gradient(const std::string& what, Tensor& x, const Tensor& analytic, float h, F&& f,
+                            int64_t max_checks = -1) {
+  const std::vector<int64_t> idx = sample_indices(x.numel(), max_checks < 0 ? x.numel() : max_checks);
+  const Comparison c = compare(gather(analytic, idx), numeric_grad(x.data<float>(), idx, h, f));
+  report(what, c);
+  return c;
+}
+
 }  // namespace tessera::testing

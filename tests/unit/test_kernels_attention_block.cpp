@@ -209,9 +209,7 @@ constexpr double kTol = 1e-4;
 // Checks d/dx of f against `analytic`, every element of x.
 template <typename F>
 void check(const std::string& what, Tensor& x, const Tensor& analytic, F&& f) {
-  const std::vector<int64_t> idx = gc::sample_indices(x.numel(), x.numel());
-  const gc::Comparison cmp = gc::compare(gc::gather(analytic, idx), gc::numeric_grad(x.data<float>(), idx, kStep, f));
-  gc::report(what, cmp);
+  const gc::Comparison cmp = gc::compare_gradient(what, x, analytic, kStep, f);
   EXPECT_LT(cmp.rel_err, kTol) << what;
   EXPECT_GT(cmp.num_norm, 1e-3) << what << ": the objective barely depends on it";
 }

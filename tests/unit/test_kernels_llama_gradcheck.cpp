@@ -26,9 +26,7 @@ constexpr double kTol = 5e-5;
 
 template <typename F>
 void check(const std::string& what, Tensor& x, const Tensor& analytic, F&& f) {
-  const std::vector<int64_t> idx = gc::sample_indices(x.numel(), 1 << 20);
-  const gc::Comparison c = gc::compare(gc::gather(analytic, idx), gc::numeric_grad(x.data<float>(), idx, kStep, f));
-  gc::report(what, c);
+  const gc::Comparison c = gc::compare_gradient(what, x, analytic, kStep, f, 1 << 20);
   EXPECT_LT(c.rel_err, kTol) << what << " (checked " << c.count << " elements)";
   EXPECT_GT(c.num_norm, 1e-6) << what << ": the objective barely depends on it; the check proves nothing";
 }
