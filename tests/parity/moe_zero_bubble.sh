@@ -28,18 +28,17 @@ same_bits() {
 
 # NAME: a pp 2 zb run with its trace; the trace must hold W steps (backward_w) of every stage.
 zb_case() {
-  local name=$1; shift
+  local name=$1 ranks=$2; shift
   parity_case "$name" "$@" --pp-schedule zb --trace "$tmp/$name.trace.json"
   echo -n "    W steps in the trace: "
-  /usr/bin/python3 - "$tmp/$name.trace.json" <<'PY'
+  /usr/bin/python3 - "$tmp/$name.trace.json" "$ranks" <<'PY'
 import json, sys
-events = json.load(open(sys.argv[1]))
-events = events["traceEvents"] if isinstance(events, dict) else events
+events = json.load(open(sys.argv[1]))["traceEvents"]
 w = [e for e in events if str(e.get("name", "")).startswith("backward_w")]
-stages = {e.get("pid") for e in w}
-if not w:
-    sys.exit("error: no backward_w step in the trace: the backward was not split")
-print(f"{len(w)} over {len(stages)} ranks")
+ranks = {e["pid"] for e in w}
+if len(ranks) != int(sys.argv[2]):
+    sys.exit(f"error: backward_w steps on ranks {sorted(ranks)} of {sys.argv[2]}: the backward was not split")
+print(f"{len(w)} over all {len(ranks)} ranks")
 PY
 }
 
