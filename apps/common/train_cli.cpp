@@ -20,6 +20,7 @@
 #include "memory/scratch_file.h"
 #include "optim/mixed_precision.h"
 #include "parallel/pipeline_verifier.h"
+#include "plan/memory_plan.h"
 
 namespace tessera::cli {
 
@@ -394,6 +395,27 @@ void log_run_environment() {
   if (wait && (std::string(wait) == "PASSIVE" || std::string(wait) == "passive"))
     log::warn("OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between the step's ~30 parallel kernels per block,"
               " which cost 2-8% of a CPU step in validation/bench/gpt_cpu.sh; unset it for speed");
+}
+
+plan::RunLayout planned_layout(const TrainOptions& o, int batch_ranks) {
+  plan::RunLayout run;
+  run.micro_batch = o.train.micro_batch;
+  run.micro_batches = o.train.micro_batches(batch_ranks);
+  run.mesh = o.mesh;
+  run.ring = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::ring;
+  run.zero_stage = o.train.zero_stage;
+  run.zero3_overlap = o.train.zero3_overlap;
+  run.pp_schedule = o.train.pp_schedule;
+  run.virtual_stages = o.train.virtual_stages;
+  run.pp_layers = o.train.pp_layers;
+  run.checkpointing = o.checkpointing();
+  run.precision = o.train.precision;
+  run.offload = o.train.adamw.offload;
+  run.offload_chunk = o.train.adamw.offload_chunk;
+  run.host_fraction = o.train.adamw.host_fraction;
+  run.placement_chunk = o.train.adamw.placement_chunk;
+  run.offload_params = o.train.offload_params;
+  return run;
 }
 
 }  // namespace tessera::cli
