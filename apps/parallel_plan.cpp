@@ -270,10 +270,13 @@ int run_search(int argc, char** argv) {
     const tessera::cli::LayoutChoice c = tessera::cli::evaluate_layout(input, machine, split_words(explain));
     std::cout << "layout: " << c.args_text() << " on " << ranks << " rank(s), " << per_node << " per node\n\n";
     std::cout << tessera::plan::describe(c.time);
-    const double model_flops = tessera::plan::megatron_model_flops(c.run);
-    if (!input.moe && !input.vit)  // the paper's count is a dense GPT's
+    if (!input.moe && !input.vit) {  // the paper's count is a dense GPT's
+      const double model_flops = tessera::plan::megatron_model_flops(c.run);
       std::printf("  model FLOPs per step (Narayanan et al. 2021, eq. 3): %.6g; per rank: %.1f TFLOP/s\n\n", model_flops,
-                model_flops / (c.time.step_s * ranks) / 1e12);
+                  model_flops / (c.time.step_s * ranks) / 1e12);
+    } else {
+      std::cout << "\n";
+    }
     std::cout << c.memory_text();
     std::cout << (c.peak() <= input.device_memory ? "fits" : "does NOT fit") << " in --device-memory "
               << input.device_memory << " bytes\n";

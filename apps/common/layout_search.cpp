@@ -75,7 +75,6 @@ struct ParsedVit {
 // memory plan and the step time.
 LayoutChoice evaluate_vit_layout(const SearchInput& input, const plan::MachineModel& machine,
                                  const std::vector<std::string>& layout_args) {
-  if (input.vit) return evaluate_vit_layout(input, machine, layout_args);
   std::vector<std::string> args = input.trainer_args;
   args.insert(args.end(), layout_args.begin(), layout_args.end());
   ParsedVit p(args);
@@ -164,6 +163,7 @@ std::string LayoutChoice::args_text() const {
 
 LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel& machine,
                              const std::vector<std::string>& layout_args) {
+  if (input.vit) return evaluate_vit_layout(input, machine, layout_args);
   std::vector<std::string> args = input.trainer_args;
   args.insert(args.end(), layout_args.begin(), layout_args.end());
   ParsedTrainer p(args, input.moe);
