@@ -77,21 +77,10 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
              kBytes * params_within(store, held_begin, held_end,
                                     [](const nn::ParamSpec& s) { return s.partial != nn::PartialGrad::complete; }));
   if (schedule) {
-    // A send's copy lives until the message has left (PipelineRunner pools them), which depends on
-    // when the peer receives: bounded by the micro-batches a stage holds in flight (a forward
-    // message of one is received before its backward can come back; a gradient before the
-    // receiving stage's backward of it), the most of any stage, per direction this stage sends in.
-    int most = 0;
-    for (int other = 0; other < mesh.pp; ++other) {
-      const std::vector<int> held = activations_in_flight(*schedule, other);
-      int sum = 0;
-      for (int h : held) sum += h;
-      most = std::max(most, sum);
-    }
-    const bool one_chunk = chunks.size() == 1;
-    const int directions = (one_chunk && last_stage ? 0 : 1) + (one_chunk && first_stage ? 0 : 1);
-    add_item(m, "buffers", "pipeline message copies (a bound: per direction sent, the micro-batches in flight)",
-             kBytes * directions * most * b * t * c, true);
+    // A send's copy lives until the message has left: bounded from the schedule, as for the GPTs.
+    const int copies = message_copies_in_flight(*schedule, stage);
+    add_item(m, "buffers", "pipeline message copies (at most " + std::to_string(copies) + " in flight)",
+             kBytes * copies * b * t * c, true);
   }
   if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
     const int64_t held = zero == 3 ? shard.size() : n;
