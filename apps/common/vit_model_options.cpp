@@ -43,8 +43,6 @@ void VitModelOptions::check_layout(const TrainOptions& o) const {
   const models::ActivationCheckpointing ckpt = o.checkpointing();
   TESSERA_CHECK(ckpt.every >= 1 && (!ckpt.enabled() || ckpt.every <= config.layers), "--recompute-every-k-blocks ",
                 ckpt.every, " must be in [1, --layers ", config.layers, "]");
-  TESSERA_CHECK(config.layers >= o.mesh.pp * o.train.virtual_stages, "--pp ", o.mesh.pp, " x --virtual-stages ",
-                o.train.virtual_stages, ": more pipeline stages than the ", config.layers, " blocks");
 }
 
 plan::VitRun planned_vit_run(const TrainOptions& o, const models::VitConfig& model) {

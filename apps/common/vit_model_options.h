@@ -24,8 +24,8 @@ struct VitModelOptions {
   // The options, in their --help sections (model, data, training, debugging).
   void add_to(OptionSections& opts);
   // vit_train's checks of the layout (after TrainOptions::finish, with config's image geometry
-  // filled in): the modes ViT does not take, an sp that does not divide an image's tokens, more
-  // pipeline stages than blocks; and the model's own (VitConfig::validate).
+  // filled in): the modes ViT does not take, an sp that does not divide an image's tokens, the
+  // checkpointing's block interval; and the model's own (VitConfig::validate).
   void check_layout(const TrainOptions& o) const;
 };
 
