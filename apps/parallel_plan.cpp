@@ -32,7 +32,7 @@ constexpr const char* kUsage =
     "usage: parallel_plan calibrate --output machine.json [--threads N]   (under mpirun -np N, or alone)\n"
     "       parallel_plan search --ranks N [--ranks-per-node K] --device-memory BYTES --machine machine.json\n"
     "                            [--top T] [--json] [--explain \"LAYOUT FLAGS\"] [--vocab V] [--wire-bytes 4|2]\n"
-    "                            [--trainer gpt_train|moe_train] TRAINER_OPTIONS...\n"
+    "                            [--trainer gpt_train|moe_train|vit_train] TRAINER_OPTIONS...\n"
     "       parallel_plan schedule --pp P --micro-batches M [--pp-schedule gpipe|1f1b|interleaved|zb] [--virtual-stages V]\n"
     "       parallel_plan schedule --pp P --global-batch G --micro-batch B [--dp D] [--pp-schedule ...]\n"
     "       parallel_plan --version\n"
@@ -46,12 +46,13 @@ constexpr const char* kUsage =
     "             precision, attention, the other kernels per element, memory copies, and each collective's\n"
     "             latency and bandwidth per group size inside a node and across nodes; writes plain JSON\n"
     "             (never over an existing file)\n"
-    "  search     every gpt_train (or --trainer moe_train) layout of N ranks (dp, tp, pp and schedule, sp and\n"
-    "             mode, moe_train's ep, ZeRO, micro-batch, activation checkpointing, offload) checked as the trainer checks it, its memory planned as\n"
+    "  search     every gpt_train (or --trainer moe_train, vit_train) layout of N ranks (dp, tp, pp and schedule,\n"
+    "             sp and mode, moe_train's ep, ZeRO, micro-batch, activation checkpointing, offload) checked as the trainer checks it, its memory planned as\n"
     "             --dry-run plans it, its step time predicted from the machine file; prints the fastest that\n"
     "             fit in --device-memory with their command lines, and the rejected layouts by reason.\n"
     "             The model and training are gpt_train's own options (--config, --input or --vocab, --layers,\n"
-    "             --hidden, --heads, --seq-len, --global-batch, --arch, --precision, ...); layout flags are the\n"
+    "             --hidden, --heads, --seq-len, --global-batch, --arch, --precision, ...; vit_train's: --input\n"
+    "             IMAGES.h5, --patch, --mlp-ratio, ...); layout flags are the\n"
     "             search's to choose. --explain \"--dp 2 --tp 2 ...\" prints one layout's breakdown instead,\n"
     "             with its model FLOPs (Narayanan et al. 2021's count) and TFLOP/s per rank. --wire-bytes 2\n"
     "             times collectives and pipeline messages of half-precision values (a trainer such as\n"
@@ -236,7 +237,7 @@ int run_search(int argc, char** argv) {
       ("json", po::bool_switch(&json), "print the ranked list as JSON")
       ("explain", po::value(&explain)->value_name("\"LAYOUT FLAGS\""), "print the breakdown of this one layout (\"--dp 2 --tp 2 ...\")")
       ("vocab", po::value(&vocab)->default_value(0)->value_name("V"), "the vocabulary, where no --input names a data set")
-      ("trainer", po::value(&trainer_name)->default_value("gpt_train")->value_name("gpt_train|moe_train"), "whose layouts and options: moe_train adds ep and its expert options (--experts, --top-k, ...)")
+      ("trainer", po::value(&trainer_name)->default_value("gpt_train")->value_name("gpt_train|moe_train|vit_train"), "whose layouts and options: moe_train adds ep and its expert options (--experts, --top-k, ...); vit_train takes its model and image options (--input IMAGES.h5, --patch, ...), no ep nor split_gather")
       ("wire-bytes", po::value(&wire_bytes)->default_value(4)->value_name("4|2"), "bytes per activation and gradient value the collectives move (2: a half-precision trainer)");
   po::variables_map vm;
   const po::parsed_options parsed = po::command_line_parser(argc, argv).options(search).allow_unregistered().run();
@@ -259,11 +260,10 @@ int run_search(int argc, char** argv) {
   input.trainer_args = trainer;
   input.vocab = vocab;
   input.wire_bytes = wire_bytes;
-  if (trainer_name == "vit_train")
-    usage_error("--trainer vit_train: the memory planner and time model do not cover vit_train yet (gpt_train, moe_train)");
-  if (trainer_name != "gpt_train" && trainer_name != "moe_train")
-    usage_error("--trainer " + trainer_name + ": expected gpt_train or moe_train");
+  if (trainer_name != "gpt_train" && trainer_name != "moe_train" && trainer_name != "vit_train")
+    usage_error("--trainer " + trainer_name + ": expected gpt_train, moe_train or vit_train");
   input.moe = trainer_name == "moe_train";
+  input.vit = trainer_name == "vit_train";
   const tessera::plan::MachineModel machine = tessera::plan::read_machine_file(machine_path);
   check_machine_covers(machine, machine_path, ranks, per_node);
 
@@ -271,11 +271,14 @@ int run_search(int argc, char** argv) {
     const tessera::cli::LayoutChoice c = tessera::cli::evaluate_layout(input, machine, split_words(explain));
     std::cout << "layout: " << c.args_text() << " on " << ranks << " rank(s), " << per_node << " per node\n\n";
     std::cout << tessera::plan::describe(c.time);
-    const double model_flops = tessera::plan::megatron_model_flops(c.run);
-    if (!input.moe)  // the paper's count is a dense GPT's
+    if (!input.moe && !input.vit) {  // the paper's count is a dense GPT's
+      const double model_flops = tessera::plan::megatron_model_flops(c.run);
       std::printf("  model FLOPs per step (Narayanan et al. 2021, eq. 3): %.6g; per rank: %.1f TFLOP/s\n\n", model_flops,
-                model_flops / (c.time.step_s * ranks) / 1e12);
-    std::cout << tessera::plan::describe(c.memory, c.run);
+                  model_flops / (c.time.step_s * ranks) / 1e12);
+    } else {
+      std::cout << "\n";
+    }
+    std::cout << c.memory_text();
     std::cout << (c.peak() <= input.device_memory ? "fits" : "does NOT fit") << " in --device-memory "
               << input.device_memory << " bytes\n";
     return 0;
@@ -292,11 +295,10 @@ int run_search(int argc, char** argv) {
     if (r.smallest_peak >= 0)
       tessera::fail("no layout of ", ranks, " ranks fits in --device-memory ", input.device_memory, " bytes: the",
                     " smallest plan, ", joined(r.smallest_args), ", needs ", r.smallest_peak, " bytes per rank (",
-                    mib(r.smallest_peak), " MiB); give more memory or ranks, or a smaller model or micro-batch");
-    std::string why;
-    for (const auto& [reason, count] : r.rejected) why += (why.empty() ? "" : "; ") + std::to_string(count) + " x " + reason;
+                    mib(r.smallest_peak), " MiB); give more memory or ranks, or a smaller model or micro-batch; rejected: ",
+                    r.rejected_text());
     tessera::fail("no valid layout of --ranks ", ranks, " for this model and batch (", r.enumerated,
-                  " enumerated): ", why);
+                  " enumerated): ", r.rejected_text());
   }
   const size_t shown = top == 0 ? r.ranked.size() : std::min<size_t>(top, r.ranked.size());
   const std::string prefix = "mpirun -np " + std::to_string(ranks) + " " + trainer_name;

@@ -1,15 +1,21 @@
 // vit_train: train a vision transformer classifier on an HDF5 image data set (data_prep cifar10
 // or synth-images), with the same parallel, checkpoint and reliability options as gpt_train;
-// --dry-run prints the run's plan.
+// --dry-run prints the run's plan and its memory per rank; --layout auto trains with the layout
+// search's choice.
 #include <omp.h>
 
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "apps/common/auto_layout.h"
 #include "apps/common/train_cli.h"
+#include "apps/common/vit_model_options.h"
 #include "comm/mpi_runtime.h"
 #include "core/log.h"
 #include "io/image_dataset.h"
@@ -17,6 +23,7 @@
 #include "models/vit/vit.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_verifier.h"
+#include "plan/vit_memory_plan.h"
 #include "train/preemption.h"
 #include "train/trainer.h"
 #include "train/vit_workload.h"
@@ -27,8 +34,8 @@ namespace po = boost::program_options;
 namespace {
 
 // --dry-run: the run as the options lay it out (mesh, batch split, pipeline schedule with its
-// simulated bubble, the model and its parameter count) without training. ViT's per-rank memory is
-// not modelled by the planner yet (plan/memory_plan.h covers the GPTs): the plan says so.
+// simulated bubble, the model and its parameter count) without training, then the memory plan per
+// rank (plan/vit_memory_plan.h), as gpt_train's dry run prints it (not for the grid tp modes).
 std::string describe_plan(const cli::TrainOptions& o, const models::VitConfig& mc, const io::ImageDataset& images,
                           int64_t steps_per_epoch) {
   const train::TrainConfig& tc = o.train;
@@ -62,8 +69,12 @@ std::string describe_plan(const cli::TrainOptions& o, const models::VitConfig& m
                   schedule.name.c_str(), schedule.stages, static_cast<long long>(micro), r.bubble_fraction);
     out << line;
   }
-  out << "memory: the planner covers gpt_train and moe_train (their --dry-run prints the peak per rank by"
-         " category); ViT's is not planned yet\n";
+  if (o.grid()) {
+    out << "memory: the planner does not cover --tp-mode " << o.tp_mode << " yet\n";
+  } else {
+    const plan::VitRun run = cli::planned_vit_run(o, mc);
+    out << "\n" << plan::describe(plan::plan_memory(run), run);
+  }
   return out.str();
 }
 
@@ -73,35 +84,35 @@ int main(int argc, char** argv) {
   comm::MpiRuntime mpi(&argc, &argv);
   if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
   const int code = cli::run_main([&] {
+    // --layout auto: the search's fastest layout in place of it, on every rank alike.
+    int run_argc = argc;
+    char** run_argv = argv;
+    std::vector<std::string> chosen;
+    std::vector<char*> chosen_argv;
+    if (const std::optional<cli::AutoLayout> a =
+            cli::resolve_auto_layout(std::vector<std::string>(argv + 1, argv + argc), false, true)) {
+      chosen.push_back(argv[0]);
+      chosen.insert(chosen.end(), a->args.begin(), a->args.end());
+      for (std::string& t : chosen) chosen_argv.push_back(t.data());
+      run_argc = static_cast<int>(chosen_argv.size());
+      run_argv = chosen_argv.data();
+      if (mpi.world_rank() == 0) log::info(a->summary);
+    }
     cli::OptionSections opts;
     cli::TrainOptions o;
-    models::VitConfig mc;
-    std::string data;
-    double epochs = 0, eval_every_epochs = 0;
-    io::ImageAugment augment;
-    bool no_flip = false;
-    int64_t benchmark_loader = 0;
-    opts.section(cli::kModel).add_options()
-        ("layers", po::value(&mc.layers)->default_value(7)->value_name("N"), "transformer blocks")
-        ("hidden", po::value(&mc.hidden)->default_value(256)->value_name("N"), "hidden size")
-        ("heads", po::value(&mc.heads)->default_value(4)->value_name("N"), "attention heads (must divide --hidden)")
-        ("patch", po::value(&mc.patch)->default_value(4)->value_name("PIXELS"), "patch size in pixels (must divide the image size)")
-        ("mlp-ratio", po::value(&mc.mlp_ratio)->default_value(2)->value_name("N"), "MLP hidden size / hidden size")
-        ("pool", po::value(&mc.pool)->default_value("cls")->value_name("cls|mean"), "cls (a class token) or mean (the mean over patches)")
-        ("label-smoothing", po::value(&mc.label_smoothing)->default_value(0.1f, "0.1")->value_name("X"), "label smoothing of the cross-entropy");
-    opts.section(cli::kData).add_options()
-        ("input", po::value(&data)->required()->value_name("IMAGES.h5"), "image data set (HDF5: /train and /test images and labels; data_prep cifar10|synth-images)")
-        ("crop-pad", po::value(&augment.pad)->default_value(4)->value_name("PIXELS"), "augmentation: random crop from the image zero-padded by this many pixels (0: none; less than the image side)")
-        ("no-flip", po::bool_switch(&no_flip), "augmentation: no random horizontal flip");
-    opts.section(cli::kTraining).add_options()
-        ("epochs", po::value(&epochs)->default_value(0.0, "0")->value_name("X"), "train this many epochs (sets --steps, so not with --steps; 0: use --steps)")
-        ("eval-every-epochs", po::value(&eval_every_epochs)->default_value(0.0, "0")->value_name("X"), "evaluate on the test set every N epochs (sets --eval-every, so not with --eval-every; 0: use --eval-every)");
+    cli::VitModelOptions model_options;
+    models::VitConfig& mc = model_options.config;
+    const std::string& data = model_options.input;
+    const double& epochs = model_options.epochs;
+    const double& eval_every_epochs = model_options.eval_every_epochs;
+    io::ImageAugment& augment = model_options.augment;
+    const int64_t& benchmark_loader = model_options.benchmark_loader;
+    model_options.add_to(opts);
     o.add_to(opts, "images", cli::TrainOptions::App::vit);
-    std::string layout_choice;
+    std::string layout_choice, machine_file;
     opts.section(cli::kLayout).add_options()
-        ("layout", po::value(&layout_choice)->default_value("manual")->value_name("manual"), "manual: the layout flags as given (gpt_train and moe_train also take auto, the layout search's choice; vit_train's memory is not planned yet)");
-    opts.section(cli::kDebugging).add_options()
-        ("benchmark-loader", po::value(&benchmark_loader)->default_value(0)->value_name("N"), "benchmark (N > 0): time N global batches of the augmenting loader alone (its background thread, as training uses it), print images/s and exit");
+        ("layout", po::value(&layout_choice)->default_value("manual")->value_name("manual|auto"), "manual (the layout flags as given) or auto: every rank runs parallel_plan's search over the job's ranks and trains with the fastest layout that fits in --device-memory-limit (else the node's available memory), printed at start-up; layout flags beside it are refused")
+        ("machine", po::value(&machine_file)->value_name("machine.json"), "--layout auto: parallel_plan calibrate's file (without it, a short calibration runs first)");
     po::variables_map vm;
     const cli::HelpText help{
         "vit_train",
@@ -111,21 +122,20 @@ int main(int argc, char** argv) {
         "  mpirun -np 2 vit_train --config inputs/vit_tiny.ini --input synth.h5 --tp 2 --steps 20 --metrics vit.jsonl"};
     std::vector<cli::RenamedOption> renamed = cli::TrainOptions::renamed();
     renamed.push_back({"data", "input"});
-    if (!cli::parse(argc, argv, opts, vm, help, renamed)) return 0;
+    if (!cli::parse(run_argc, run_argv, opts, vm, help, renamed)) return 0;
     const std::string data_identity = cli::check_ranks_started_alike(vm, {"input"});
     o.train.options = cli::option_values(vm);
-    augment.flip = !no_flip;
+    augment.flip = !model_options.no_flip;
 
     // A dry run plans for the layout the options give (any number of ranks, from one process) when
     // --dp is set, as gpt_train's does.
     const comm::MeshShape& m = o.mesh;
     o.finish(o.dry_run && m.dp > 0 ? m.pp * m.dp * m.ep * m.sp * m.tp : mpi.world_size(), vm);
-    TESSERA_CHECK(layout_choice == "manual", "vit_train --layout ", layout_choice, ": the layout search covers gpt_train",
-                  " and moe_train (the memory planner does not cover vit_train yet); give the layout flags");
-    TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
-                  " all_to_all or ring");
-    TESSERA_CHECK(!o.auto_placement(), "vit_train: --placement auto needs the memory planner, which covers gpt_train",
-                  " and moe_train; use --offload-optim-frac (static) with --device-memory-limit");
+    // What --layout auto leaves here: manual (it was replaced by the chosen flags), or a bad value.
+    TESSERA_CHECK(layout_choice == "manual" || layout_choice == "auto", "--layout ", layout_choice,
+                  ": expected manual or auto");
+    TESSERA_CHECK(!vm.count("machine"), "--machine ", machine_file, " is --layout auto's machine file: it takes",
+                  " --layout auto");
     TESSERA_CHECK(epochs >= 0, "--epochs must be >= 0 (0: use --steps), got ", epochs);
     TESSERA_CHECK(eval_every_epochs >= 0, "--eval-every-epochs must be >= 0 (0: use --eval-every), got ",
                   eval_every_epochs);
@@ -154,7 +164,7 @@ int main(int argc, char** argv) {
     mc.image = train_set->height;
     mc.channels = train_set->channels;
     mc.classes = train_set->num_classes();
-    mc.validate(o.split_model(mc.heads, mc.hidden));
+    model_options.check_layout(o);  // the modes ViT takes, the model, sp against the tokens, pp against the blocks
     const int64_t steps_per_epoch = std::max<int64_t>(1, train_set->size() / tc.global_batch);
     TESSERA_CHECK(epochs * static_cast<double>(steps_per_epoch) <= 1e15, "--epochs ", epochs, " gives more than 1e15",
                   " steps (", steps_per_epoch, " per epoch)");

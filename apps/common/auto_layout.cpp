@@ -34,7 +34,7 @@ std::optional<std::string> option_value(std::vector<std::string>& args, const st
 
 }  // namespace
 
-std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& given, bool moe) {
+std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& given, bool moe, bool vit) {
   std::vector<std::string> args = given;
   for (const std::string& a : args)
     if (a == "--help" || a == "-h" || a == "--version") return std::nullopt;
@@ -62,6 +62,7 @@ std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& gi
   input.ranks_per_node = comm::node_local_size();
   input.trainer_args = args;
   input.moe = moe;
+  input.vit = vit;
   const std::optional<std::string> limit = option_value(args, "device-memory-limit", false);
   input.device_memory = limit ? parse_bytes(*limit, "--device-memory-limit") : 0;
   if (input.device_memory <= 0) {  // the host's available memory shared by the node's ranks
@@ -70,10 +71,14 @@ std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& gi
   }
   const SearchResult r = search_layouts(input, machine);
   if (r.ranked.empty()) {
+    std::string smallest;
+    for (const std::string& a : r.smallest_args) smallest += (smallest.empty() ? "" : " ") + a;
     TESSERA_CHECK(r.smallest_peak < 0, "--layout auto: no layout of ", input.ranks, " ranks fits in ",
-                  input.device_memory, " bytes per rank: the smallest plan needs ", r.smallest_peak, " bytes");
+                  input.device_memory, " bytes per rank: the smallest plan, ", smallest, ", needs ", r.smallest_peak,
+                  " bytes (--device-memory-limit, or more ranks, or a smaller model or micro-batch); rejected: ",
+                  r.rejected_text());
     fail("--layout auto: no valid layout of ", input.ranks, " ranks for this model and batch (", r.enumerated,
-         " enumerated; parallel_plan search lists the reasons)");
+         " enumerated); rejected: ", r.rejected_text());
   }
   const LayoutChoice& top = r.ranked.front();
   AutoLayout chosen;

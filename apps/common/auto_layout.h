@@ -1,4 +1,4 @@
-// --layout auto (gpt_train, moe_train): every rank runs the same layout search (apps/common/layout_search.h)
+// --layout auto (gpt_train, moe_train, vit_train): every rank runs the same layout search (apps/common/layout_search.h)
 // over the job's ranks, with the machine file --machine names or, without one, a short calibration
 // first (plan/calibration.h), and trains with the fastest layout that fits: the command line with
 // that layout's flags in place of --layout auto and --machine. Layout flags given beside it are
@@ -17,7 +17,8 @@ struct AutoLayout {
 
 // nullopt when `args` (argv without the program) do not ask for --layout auto. Collective over the
 // world when it calibrates; deterministic, so every rank chooses the same layout. Throws naming the
-// problem (a layout flag beside it, no layout that fits).
-std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& args, bool moe);
+// problem (a layout flag beside it, no layout that fits: the smallest plan and the reasons each
+// layout was rejected).
+std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& args, bool moe, bool vit = false);
 
 }  // namespace tessera::cli

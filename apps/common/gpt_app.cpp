@@ -43,25 +43,10 @@ int64_t vocab_size_of(const std::string& path) {
 // What the memory planner needs of the run (plan/memory_plan.h).
 plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, int64_t seq) {
   plan::GptRun run;
+  static_cast<plan::RunLayout&>(run) = planned_layout(o, o.mesh.dp * o.mesh.ep);
   run.model = model;
   run.seq = seq;
-  run.micro_batch = o.train.micro_batch;
-  run.micro_batches = o.train.micro_batches(o.mesh.dp * o.mesh.ep);
-  run.mesh = o.mesh;
   run.split_gather = o.split_gather();
-  run.ring = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::ring;
-  run.zero_stage = o.train.zero_stage;
-  run.zero3_overlap = o.train.zero3_overlap;
-  run.pp_schedule = o.train.pp_schedule;
-  run.virtual_stages = o.train.virtual_stages;
-  run.pp_layers = o.train.pp_layers;
-  run.checkpointing = o.checkpointing();
-  run.precision = o.train.precision;
-  run.offload = o.train.adamw.offload;
-  run.offload_chunk = o.train.adamw.offload_chunk;
-  run.host_fraction = o.train.adamw.host_fraction;
-  run.placement_chunk = o.train.adamw.placement_chunk;
-  run.offload_params = o.train.offload_params;
   return run;
 }
 

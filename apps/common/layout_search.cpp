@@ -10,6 +10,7 @@
 #include "apps/common/gpt_app.h"
 #include "apps/common/gpt_model_options.h"
 #include "apps/common/train_cli.h"
+#include "apps/common/vit_model_options.h"
 #include "core/error.h"
 #include "models/model_layout.h"
 
@@ -49,6 +50,55 @@ struct ParsedTrainer {
     model.shape.resolve_arch();
   }
 };
+
+// One parse of vit_train's flags (and a layout's), as vit_train parses them (its --layout and
+// --machine are taken out before a search).
+struct ParsedVit {
+  OptionSections opts;
+  TrainOptions o;
+  VitModelOptions model;
+  po::variables_map vm;
+  explicit ParsedVit(const std::vector<std::string>& args) {
+    model.add_to(opts);
+    o.add_to(opts, "images", TrainOptions::App::vit);
+    std::vector<std::string> tokens = {"vit_train"};
+    tokens.insert(tokens.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& t : tokens) argv.push_back(t.data());
+    std::vector<RenamedOption> renamed = TrainOptions::renamed();
+    renamed.push_back({"data", "input"});
+    parse(static_cast<int>(argv.size()), argv.data(), opts, vm, {"vit_train", "", ""}, renamed);
+  }
+};
+
+// vit_train's plan of one layout: its checks of the options, the model and the layout, then the
+// memory plan and the step time.
+LayoutChoice evaluate_vit_layout(const SearchInput& input, const plan::MachineModel& machine,
+                                 const std::vector<std::string>& layout_args) {
+  std::vector<std::string> args = input.trainer_args;
+  args.insert(args.end(), layout_args.begin(), layout_args.end());
+  ParsedVit p(args);
+  TrainOptions& o = p.o;
+  o.finish(input.ranks, p.vm);  // the trainer's own checks of the layout and the batch
+  TESSERA_CHECK(!o.grid(), "--tp-mode ", o.tp_mode, ": the memory planner does not cover grid tensor parallelism yet");
+  models::VitConfig& mc = p.model.config;
+  if (input.image > 0) {
+    mc.image = input.image;
+    mc.channels = input.channels;
+    mc.classes = input.classes;
+  } else {
+    read_image_geometry(p.model.input, mc);
+  }
+  p.model.check_layout(o);
+  o.train.validate(o.mesh.dp * o.mesh.tp_batch_parts());
+  LayoutChoice c;
+  c.args = layout_args;
+  c.vit = true;
+  c.vit_run = planned_vit_run(o, mc);
+  c.memory = plan::plan_memory(c.vit_run);
+  c.time = plan::predict_step(c.vit_run, machine, input.ranks_per_node, input.wire_bytes);
+  return c;
+}
 
 std::vector<int> divisors(int64_t n) {
   std::vector<int> d;
@@ -95,6 +145,16 @@ const std::vector<std::string>& layout_options() {
   return names;
 }
 
+std::string LayoutChoice::memory_text() const {
+  return vit ? plan::describe(memory, vit_run) : plan::describe(memory, run);
+}
+
+std::string SearchResult::rejected_text() const {
+  std::string text;
+  for (const auto& [reason, count] : rejected) text += (text.empty() ? "" : "; ") + std::to_string(count) + " x " + reason;
+  return text;
+}
+
 std::string LayoutChoice::args_text() const {
   std::string text;
   for (const std::string& a : args) text += (text.empty() ? "" : " ") + a;
@@ -103,6 +163,7 @@ std::string LayoutChoice::args_text() const {
 
 LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel& machine,
                              const std::vector<std::string>& layout_args) {
+  if (input.vit) return evaluate_vit_layout(input, machine, layout_args);
   std::vector<std::string> args = input.trainer_args;
   args.insert(args.end(), layout_args.begin(), layout_args.end());
   ParsedTrainer p(args, input.moe);
@@ -139,11 +200,26 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
     for (const std::string& name : layout_options())
       TESSERA_CHECK(a != "--" + name && a.rfind("--" + name + "=", 0) != 0, "--", name,
                     " is a layout choice: the search makes it (leave it out, or use --explain to plan one layout)");
-  // The model's size and the batch, from the trainer's flags alone.
-  const ParsedTrainer base(input.trainer_args, input.moe);
-  const int64_t layers = base.model.shape.config.layers, global_batch = base.o.train.global_batch;
+  // The model's size and the batch, from the trainer's flags alone; the data set's header read once.
+  int64_t layers = 0, global_batch = 0;
+  if (input.vit) {
+    const ParsedVit base(input.trainer_args);
+    layers = base.model.config.layers;
+    global_batch = base.o.train.global_batch;
+    if (input.image == 0) {
+      models::VitConfig geometry;
+      read_image_geometry(base.model.input, geometry);
+      input.image = geometry.image;
+      input.channels = geometry.channels;
+      input.classes = geometry.classes;
+    }
+  } else {
+    const ParsedTrainer base(input.trainer_args, input.moe);
+    layers = base.model.shape.config.layers;
+    global_batch = base.o.train.global_batch;
+    if (input.vocab == 0 && !base.model.input.empty()) input.vocab = vocab_size_of(base.model.input);  // read once
+  }
   TESSERA_CHECK(layers >= 1 && global_batch >= 1, "--layers and --global-batch must be >= 1");
-  if (input.vocab == 0 && !base.model.input.empty()) input.vocab = vocab_size_of(base.model.input);  // read once
 
   SearchResult result;
   const auto reject = [&](const std::string& reason) { ++result.rejected[reason]; };
@@ -160,7 +236,7 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
       for (int ep : input.moe ? divisors(n / pp / tp / sp) : std::vector<int>{1}) {
         std::vector<std::string> sp_modes = sp > 1 ? std::vector<std::string>{"all_to_all", "ring"}
                                                    : std::vector<std::string>{""};
-        if (sp == 1 && tp > 1) sp_modes.push_back("split_gather");
+        if (sp == 1 && tp > 1 && !input.vit) sp_modes.push_back("split_gather");
         const int dp = n / pp / tp / sp / ep;
         // ep ranks split the batch like dp ranks.
         std::vector<int> micro = global_batch % (dp * ep) == 0 ? divisors(global_batch / (dp * ep)) : std::vector<int>{1};

@@ -1,5 +1,5 @@
-// The layout search behind `parallel_plan search` and --layout auto: every gpt_train or moe_train
-// layout of N ranks (dp, tp size and mode, pp size, schedule and virtual stages, sp size and mode,
+// The layout search behind `parallel_plan search` and --layout auto: every gpt_train, moe_train or
+// vit_train layout of N ranks (dp, tp size and mode, pp size, schedule and virtual stages, sp size and mode,
 // ep for moe_train, ZeRO stage, micro-batch, activation checkpointing, offload), each checked by the trainer's own
 // option checks (TrainOptions::finish, GptConfig::validate), its memory planned by plan/memory_plan.h
 // against the device's bytes, its step time predicted by plan/time_model.h; ranked fastest first,
@@ -13,6 +13,7 @@
 #include "plan/machine_model.h"
 #include "plan/memory_plan.h"
 #include "plan/time_model.h"
+#include "plan/vit_memory_plan.h"
 
 namespace tessera::cli {
 
@@ -25,15 +26,20 @@ struct SearchInput {
   int64_t vocab = 0;                      // the vocabulary when no --input names it (search only)
   double wire_bytes = 4;                  // per value on the wire (plan::predict_step): 4 for tessera
   bool moe = false;                       // moe_train's options and layouts (ep; its expert flags)
+  bool vit = false;                       // vit_train's options and layouts (no ep, no split_gather)
+  int64_t image = 0, channels = 0, classes = 0;  // vit_train: the images' geometry when no --input is read
 };
 
 struct LayoutChoice {
   std::vector<std::string> args;  // the layout's flags: "--dp", "2", "--tp", "2", ...
-  plan::GptRun run;
+  plan::GptRun run;      // gpt_train, moe_train
+  plan::VitRun vit_run;  // vit_train
+  bool vit = false;
   plan::MemoryPlan memory;
   plan::StepTime time;
   int64_t peak() const { return memory.peak(); }
   std::string args_text() const;  // "--dp 2 --tp 2 ..."
+  std::string memory_text() const;  // the memory plan as the trainer's --dry-run prints it
 };
 
 struct SearchResult {
@@ -43,6 +49,7 @@ struct SearchResult {
   // The valid layout with the smallest planned peak, when none fits (for the message).
   std::vector<std::string> smallest_args;
   int64_t smallest_peak = -1;
+  std::string rejected_text() const;  // "12 x reason; 3 x reason"
 };
 
 // The trainer flags a search chooses: given in trainer_args they are refused (it would contradict them).

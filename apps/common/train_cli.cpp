@@ -20,6 +20,7 @@
 #include "memory/scratch_file.h"
 #include "optim/mixed_precision.h"
 #include "parallel/pipeline_verifier.h"
+#include "plan/memory_plan.h"
 
 namespace tessera::cli {
 
@@ -115,7 +116,7 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
       ("placement", po::value(&placement)->default_value("static")->value_name("static|auto"), "static (--offload, --offload-optim-frac as given) or auto (the smallest --offload-optim-frac whose planned device peak fits --device-memory-limit)");
   memory.add_options()
       ("device-memory-limit", po::value(&device_memory_limit)->default_value("0")->value_name("BYTES"), "bytes of the compute device this job may use per rank (suffix K, M, G: KiB, MiB, GiB; 0: no limit); checked after every step, the job stops naming the peak when it is passed")
-      ("dry-run", po::bool_switch(&dry_run), gpt ? "print the predicted peak memory per rank by category and exit without training (reads only the data's vocab_size); plans for --dp x ... ranks when --dp is given, else for this job's" : "print the plan (layout, batch split, pipeline schedule and its bubble, the model and its parameters) and exit without training; plans for --dp x ... ranks when --dp is given, else for this job's");
+      ("dry-run", po::bool_switch(&dry_run), gpt ? "print the predicted peak memory per rank by category and exit without training (reads only the data's vocab_size); plans for --dp x ... ranks when --dp is given, else for this job's" : "print the plan (layout, batch split, pipeline schedule and its bubble, the model and its parameters) and the predicted peak memory per rank by category, and exit without training; plans for --dp x ... ranks when --dp is given, else for this job's");
   sections.section(kCheckpoints).add_options()
       ("checkpoint-dir", po::value(&tc.checkpoint_dir)->value_name("DIR"), "write checkpoints (step_N.h5) here")
       ("checkpoint-every", po::value(&tc.checkpoint_every)->default_value(0)->value_name("N"), "steps between checkpoints (0: only at the end; needs --checkpoint-dir)")
@@ -400,6 +401,27 @@ void log_run_environment() {
   if (wait && (std::string(wait) == "PASSIVE" || std::string(wait) == "passive"))
     log::warn("OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between the step's ~30 parallel kernels per block,"
               " which cost 2-8% of a CPU step in validation/bench/gpt_cpu.sh; unset it for speed");
+}
+
+plan::RunLayout planned_layout(const TrainOptions& o, int batch_ranks) {
+  plan::RunLayout run;
+  run.micro_batch = o.train.micro_batch;
+  run.micro_batches = o.train.micro_batches(batch_ranks);
+  run.mesh = o.mesh;
+  run.ring = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::ring;
+  run.zero_stage = o.train.zero_stage;
+  run.zero3_overlap = o.train.zero3_overlap;
+  run.pp_schedule = o.train.pp_schedule;
+  run.virtual_stages = o.train.virtual_stages;
+  run.pp_layers = o.train.pp_layers;
+  run.checkpointing = o.checkpointing();
+  run.precision = o.train.precision;
+  run.offload = o.train.adamw.offload;
+  run.offload_chunk = o.train.adamw.offload_chunk;
+  run.host_fraction = o.train.adamw.host_fraction;
+  run.placement_chunk = o.train.adamw.placement_chunk;
+  run.offload_params = o.train.offload_params;
+  return run;
 }
 
 }  // namespace tessera::cli

@@ -17,6 +17,10 @@
 #include "parallel/tensor_parallel.h"
 #include "train/train_config.h"
 
+namespace tessera::plan {
+struct RunLayout;
+}
+
 namespace tessera::cli {
 
 struct TrainOptions {
@@ -99,5 +103,9 @@ class ParallelSetup {
 // The Slurm job id, node list and restart count, when under Slurm; a warning when the environment
 // slows the CPU kernels (OMP_WAIT_POLICY=PASSIVE).
 void log_run_environment();
+
+// What the memory planner and the time model take of the layout and the training options
+// (plan/memory_plan.h), for a step split over `batch_ranks` (dp x ep for the GPTs, dp for ViT).
+plan::RunLayout planned_layout(const TrainOptions& o, int batch_ranks);
 
 }  // namespace tessera::cli

@@ -149,8 +149,7 @@ int64_t recomputed_bytes(const GptActivationShape& s, const std::vector<int64_t>
   return kBytes * floats;
 }
 
-int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks, bool last_stage,
-                        int64_t local_vocab) {
+int64_t blocks_workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks) {
   const Sizes z(s);
   // TransformerBlock::Scratch: d_c, d_att, d_qkv, d_hidden, and the region's gathered rows.
   int64_t floats = z.rows * z.c + 4 * z.n * z.ct + z.n * z.mlp_t + (s.split_rows ? 2 * z.n * z.c : 0);
@@ -162,8 +161,15 @@ int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>&
               (e.swiglu ? 2 : 1) * z.n * e.shared_t +  // the shared experts' d_hidden (and d_up)
               (e.shards > 1 ? e.shards * e.counts : 0);  // the shards' counts (ExpertParallel)
   }
-  floats += 2 * z.n;  // the batch's inputs and targets on the host
   if (s.sp > 1) floats += (s.ring ? 12 : 6) * z.n * z.ct;  // ring: six key/value blocks; all_to_all: two
+  return kBytes * floats;
+}
+
+int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks, bool last_stage,
+                        int64_t local_vocab) {
+  const Sizes z(s);
+  int64_t floats = blocks_workspace_bytes(s, blocks) / kBytes;
+  floats += 2 * z.n;  // the batch's inputs and targets on the host
   if (last_stage) {
     floats += z.n + z.rows * z.c + 2 * z.rows;  // targets, final norm and its statistics
     floats += z.n * local_vocab + 3 * z.n;      // logits slice, lse, losses (device and host)

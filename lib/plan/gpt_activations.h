@@ -33,6 +33,9 @@ int64_t deferred_weight_grad_bytes(const GptActivationShape& s, int64_t first_bl
                                    bool embedding);
 // The buffers this rank's checkpointed blocks recompute into (one set per kind of block).
 int64_t recomputed_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks);
+// The blocks' share of the workspace: their backward scratch (and the experts') and
+// sequence-parallel attention's staging (what every model built of these blocks has: ViT too).
+int64_t blocks_workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks);
 // Workspace shared by the micro-batches: the blocks' backward scratch (and the experts'), the
 // host copy of the batch, sequence-parallel attention's staging, and on the last stage the final
 // norm, the LM head's logits slice (local_vocab rows of the padded vocabulary) and the loss rows.

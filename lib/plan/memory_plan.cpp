@@ -15,157 +15,22 @@
 #include "parallel/pipeline_schedule.h"
 #include "plan/gpt_activations.h"
 #include "plan/planning_layouts.h"
+#include "plan/stage_memory.h"
 
 namespace tessera::plan {
 namespace {
 
 constexpr int64_t kBytes = 4;
 
-// Micro-batches each chunk of `stage` holds activations for at once, as PipelineRunner takes and
-// frees them: a micro-batch's slot is taken by its forward or earlier, when the compute step
-// before its recv_fwd posts that receive into the slot's input (so the message arrives during
-// compute); it is free after the micro-batch's last step on the stage (its backward, the send of its
-// input gradient right after it, or its W under a split backward). Gpt keeps one pool per chunk.
-std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedule, int stage) {
-  using parallel::PipelineOp;
-  const std::vector<parallel::PipelineInstruction>& program = schedule.programs.at(stage);
-  std::vector<int> live(schedule.chunks, 0), peak(schedule.chunks, 0);
-  std::set<std::pair<int, int>> held;  // (chunk, micro-batch)
-  const auto take = [&](const parallel::PipelineInstruction& in) {
-    if (held.insert({in.chunk, in.micro_batch}).second) peak[in.chunk] = std::max(peak[in.chunk], ++live[in.chunk]);
-  };
-  for (size_t i = 0; i < program.size(); ++i) {
-    const parallel::PipelineInstruction& in = program[i];
-    if (parallel::is_compute(in.op))  // posts the next receive; a recv_fwd's lands in its slot
-      for (size_t j = i + 1; j < program.size(); ++j)
-        if (parallel::is_recv(program[j].op)) {
-          if (program[j].op == PipelineOp::recv_fwd) take(program[j]);
-          break;
-        }
-    if (in.op == PipelineOp::recv_fwd || in.op == PipelineOp::forward) take(in);
-    bool frees = in.op == PipelineOp::backward_w;
-    if (!schedule.split_backward) {
-      const bool sends_next = i + 1 < program.size() && program[i + 1].op == PipelineOp::send_bwd;
-      frees = (in.op == PipelineOp::backward && !sends_next) || in.op == PipelineOp::send_bwd;
-    }
-    if (frees && held.erase({in.chunk, in.micro_batch})) --live[in.chunk];
-  }
-  return peak;
-}
-
-// The most copies of sent messages `stage` holds at once. PipelineRunner copies each message it
-// sends and keeps the copy until the send completes, which it learns by testing after each
-// instruction; the copies are then reused. A bound from the programs alone: a send to stage q is
-// surely complete once this stage has received a message that q sent after waiting for it (q's
-// program receives it earlier than it sends the other), so every copy counts until such a receive.
-int message_copies_in_flight(const parallel::PipelineSchedule& schedule, int stage) {
-  using parallel::PipelineOp;
-  const auto position = [&](int q, PipelineOp op, int micro, int chunk) {
-    const std::vector<parallel::PipelineInstruction>& program = schedule.programs.at(q);
-    for (size_t i = 0; i < program.size(); ++i)
-      if (program[i].op == op && program[i].micro_batch == micro && program[i].chunk == chunk) return i;
-    throw Error("pipeline schedule: stage " + std::to_string(q) + " lacks the other end of a message");
-  };
-  std::vector<std::pair<int, size_t>> in_flight;  // (peer stage, where the peer receives it)
-  size_t peak = 0;
-  for (const parallel::PipelineInstruction& in : schedule.programs.at(stage)) {
-    const std::optional<parallel::StageChunk> other = parallel::peer(schedule, stage, in);
-    if (!other) continue;
-    if (parallel::is_send(in.op)) {
-      const PipelineOp receive = in.op == PipelineOp::send_fwd ? PipelineOp::recv_fwd : PipelineOp::recv_bwd;
-      in_flight.push_back({other->stage, position(other->stage, receive, in.micro_batch, other->chunk)});
-      peak = std::max(peak, in_flight.size());
-    } else if (parallel::is_recv(in.op)) {
-      const PipelineOp send = in.op == PipelineOp::recv_fwd ? PipelineOp::send_fwd : PipelineOp::send_bwd;
-      const size_t sent_at = position(other->stage, send, in.micro_batch, other->chunk);
-      std::erase_if(in_flight, [&](const std::pair<int, size_t>& f) { return f.first == other->stage && f.second < sent_at; });
-    }
-  }
-  return static_cast<int>(peak);
-}
-
-// Elements of the parameters `pick` selects inside the flat range [begin, end).
-template <typename Pick>
-int64_t params_within(const nn::ParamStore& store, int64_t begin, int64_t end, Pick pick) {
-  int64_t n = 0;
-  for (const nn::ParamSpec& s : store.specs())
-    if (pick(s)) n += std::max<int64_t>(0, std::min(end, s.offset + s.local_shape.numel()) - std::max(begin, s.offset));
-  return n;
+// The GPT stage's items (the shared add_item).
+void add(StageMemory& m, const char* category, std::string what, int64_t bytes, bool approximate = false) {
+  add_item(m, category, std::move(what), bytes, approximate);
 }
 
 struct Chunk {
   int64_t first = 0, end = 0;
   bool embedding = false, head = false;
 };
-
-// Adds an item when it is not empty.
-void add(StageMemory& m, const char* category, std::string what, int64_t bytes, bool approximate = false) {
-  if (bytes > 0) m.items.push_back({category, std::move(what), bytes, approximate});
-}
-
-// Parameters, gradients, optimizer states: ZeroOptimizer::state_bytes() term by term, with the
-// largest shard of the flat order (n elements) over the data group.
-void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const GptRun& run) {
-  const int64_t states = zero == 0 ? n : shard.size();
-  if (zero == 3 && run.offload_params) {
-    add(m, "host tier", "--offload-params: 1/dp shard of the parameters and their gradients", kBytes * 2 * shard.size());
-  } else {
-    add(m, "parameters", zero == 3 ? "1/dp shard of the stage's flat buffer" : "the stage's flat buffer",
-        kBytes * (zero == 3 ? shard.size() : n));
-    add(m, "gradients", zero == 3 ? "1/dp shard" : zero == 2 ? "flat buffer + reduced 1/dp shard" : "flat buffer",
-        kBytes * (zero == 3 ? shard.size() : zero == 2 ? n + shard.size() : n));
-  }
-  if (run.offload == "nvme") {  // in a scratch file, streamed through two buffers of both moments
-    add(m, "optimizer states", "AdamW moments: in a scratch file under --offload-dir", 0);
-    add(m, "buffers", "--offload nvme: two streaming buffers of both moments",
-        kBytes * 2 * 2 * std::min(run.offload_chunk, std::max<int64_t>(states, 1)));
-  } else {
-    optim::AdamWConfig placement;
-    placement.offload = run.offload;
-    placement.host_fraction = run.host_fraction;
-    placement.placement_chunk = run.placement_chunk;
-    const int64_t on_device = placement.device_elements(states);
-    add(m, "optimizer states", zero == 0 ? "AdamW moments" : "AdamW moments of the 1/dp shard",
-        kBytes * 2 * on_device);
-    add(m, "host tier", "AdamW moments offloaded (--offload cpu, --offload-optim-frac)", kBytes * 2 * (states - on_device));
-  }
-}
-
-// ZeRO-3: the most a rank of the stage holds gathered at once (parallel/sharded_params.h).
-// Blocking (--zero3-overlap off): a unit with its gradient buffer and its reduce-scattered part;
-// without a pipeline the embedding (the tied head's table) stays gathered from its forward to its
-// backward as the other units come and go. Overlapped: the buffers are pooled by unit size and
-// kept, at most two of each role per size (the unit in use and the next one's gather in flight;
-// a gradient buffer and the one whose reduce-scatter is in flight): a bound over the sizes.
-int64_t zero3_gathered(const models::Gpt::StageParams& params, int data_ranks, bool embedding_stays, bool overlap) {
-  const nn::ParamStore& store = params.store;
-  const std::vector<int>& first = params.unit_first_param;
-  std::vector<parallel::Range> units;
-  for (size_t u = 0; u < first.size(); ++u)
-    units.push_back(
-        {store.spec(first[u]).offset, u + 1 < first.size() ? store.spec(first[u + 1]).offset : store.numel()});
-  const parallel::FlatShards shards(store.numel(), data_ranks);
-  int64_t worst = 0;
-  for (int r = 0; r < shards.parts(); ++r) {
-    const parallel::Range shard = shards.shard(r);
-    int64_t peak = 0;
-    std::map<int64_t, int64_t> pooled;  // overlapped: unit size -> its largest reduced part
-    for (size_t u = 0; u < units.size(); ++u) {
-      const int64_t mine =
-          std::max<int64_t>(0, std::min(units[u].end, shard.end) - std::max(units[u].begin, shard.begin));
-      peak = std::max(peak, (embedding_stays && u == 0 ? 0 : 2 * units[u].size()) + mine);
-      pooled[units[u].size()] = std::max(pooled[units[u].size()], mine);
-    }
-    if (overlap && shards.parts() > 1) {  // one rank takes the blocking path
-      int64_t pools = 0;
-      for (const auto& [size, reduced] : pooled) pools += 2 * (2 * size + reduced);
-      worst = std::max(worst, pools);
-      continue;
-    }
-    worst = std::max(worst, peak + (embedding_stays ? 2 * units.front().size() : 0));
-  }
-  return worst;
-}
 
 StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
                        const std::optional<parallel::PipelineSchedule>& schedule) {
@@ -258,7 +123,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
     }
   }
   // The transients come at different moments of a step: the larger counts.
-  const int64_t gathered = zero == 3 ? zero3_gathered(params, data_ranks, first_stage && last_stage, run.zero3_overlap) : 0;
+  const int64_t gathered = zero == 3 ? zero3_gathered(params.store, params.unit_first_param, data_ranks, first_stage && last_stage, run.zero3_overlap) : 0;
   if (gathered >= tied_add) {
     add(m, "buffers", "transient: ZeRO-3 units gathered with gradients (the stage's worst rank)", kBytes * gathered,
         true);
@@ -275,6 +140,137 @@ std::string mib(int64_t bytes) {
 }
 
 }  // namespace
+
+// Micro-batches each chunk of `stage` holds activations for at once, as PipelineRunner takes and
+// frees them: a micro-batch's slot is taken by its forward or earlier, when the compute step
+// before its recv_fwd posts that receive into the slot's input (so the message arrives during
+// compute); it is free after the micro-batch's last step on the stage (its backward, the send of its
+// input gradient right after it, or its W under a split backward). Gpt keeps one pool per chunk.
+std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedule, int stage) {
+  using parallel::PipelineOp;
+  const std::vector<parallel::PipelineInstruction>& program = schedule.programs.at(stage);
+  std::vector<int> live(schedule.chunks, 0), peak(schedule.chunks, 0);
+  std::set<std::pair<int, int>> held;  // (chunk, micro-batch)
+  const auto take = [&](const parallel::PipelineInstruction& in) {
+    if (held.insert({in.chunk, in.micro_batch}).second) peak[in.chunk] = std::max(peak[in.chunk], ++live[in.chunk]);
+  };
+  for (size_t i = 0; i < program.size(); ++i) {
+    const parallel::PipelineInstruction& in = program[i];
+    if (parallel::is_compute(in.op))  // posts the next receive; a recv_fwd's lands in its slot
+      for (size_t j = i + 1; j < program.size(); ++j)
+        if (parallel::is_recv(program[j].op)) {
+          if (program[j].op == PipelineOp::recv_fwd) take(program[j]);
+          break;
+        }
+    if (in.op == PipelineOp::recv_fwd || in.op == PipelineOp::forward) take(in);
+    bool frees = in.op == PipelineOp::backward_w;
+    if (!schedule.split_backward) {
+      const bool sends_next = i + 1 < program.size() && program[i + 1].op == PipelineOp::send_bwd;
+      frees = (in.op == PipelineOp::backward && !sends_next) || in.op == PipelineOp::send_bwd;
+    }
+    if (frees && held.erase({in.chunk, in.micro_batch})) --live[in.chunk];
+  }
+  return peak;
+}
+
+// The most copies of sent messages `stage` holds at once. PipelineRunner copies each message it
+// sends and keeps the copy until the send completes, which it learns by testing after each
+// instruction; the copies are then reused. A bound from the programs alone: a send to stage q is
+// surely complete once this stage has received a message that q sent after waiting for it (q's
+// program receives it earlier than it sends the other), so every copy counts until such a receive.
+int message_copies_in_flight(const parallel::PipelineSchedule& schedule, int stage) {
+  using parallel::PipelineOp;
+  const auto position = [&](int q, PipelineOp op, int micro, int chunk) {
+    const std::vector<parallel::PipelineInstruction>& program = schedule.programs.at(q);
+    for (size_t i = 0; i < program.size(); ++i)
+      if (program[i].op == op && program[i].micro_batch == micro && program[i].chunk == chunk) return i;
+    throw Error("pipeline schedule: stage " + std::to_string(q) + " lacks the other end of a message");
+  };
+  std::vector<std::pair<int, size_t>> in_flight;  // (peer stage, where the peer receives it)
+  size_t peak = 0;
+  for (const parallel::PipelineInstruction& in : schedule.programs.at(stage)) {
+    const std::optional<parallel::StageChunk> other = parallel::peer(schedule, stage, in);
+    if (!other) continue;
+    if (parallel::is_send(in.op)) {
+      const PipelineOp receive = in.op == PipelineOp::send_fwd ? PipelineOp::recv_fwd : PipelineOp::recv_bwd;
+      in_flight.push_back({other->stage, position(other->stage, receive, in.micro_batch, other->chunk)});
+      peak = std::max(peak, in_flight.size());
+    } else if (parallel::is_recv(in.op)) {
+      const PipelineOp send = in.op == PipelineOp::recv_fwd ? PipelineOp::send_fwd : PipelineOp::send_bwd;
+      const size_t sent_at = position(other->stage, send, in.micro_batch, other->chunk);
+      std::erase_if(in_flight, [&](const std::pair<int, size_t>& f) { return f.first == other->stage && f.second < sent_at; });
+    }
+  }
+  return static_cast<int>(peak);
+}
+
+// Adds an item when it is not empty.
+void add_item(StageMemory& m, const char* category, std::string what, int64_t bytes, bool approximate) {
+  if (bytes > 0) m.items.push_back({category, std::move(what), bytes, approximate});
+}
+
+// Parameters, gradients, optimizer states: ZeroOptimizer::state_bytes() term by term, with the
+// largest shard of the flat order (n elements) over the data group.
+void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const RunLayout& run) {
+  const int64_t states = zero == 0 ? n : shard.size();
+  if (zero == 3 && run.offload_params) {
+    add_item(m, "host tier", "--offload-params: 1/dp shard of the parameters and their gradients", kBytes * 2 * shard.size());
+  } else {
+    add_item(m, "parameters", zero == 3 ? "1/dp shard of the stage's flat buffer" : "the stage's flat buffer",
+        kBytes * (zero == 3 ? shard.size() : n));
+    add_item(m, "gradients", zero == 3 ? "1/dp shard" : zero == 2 ? "flat buffer + reduced 1/dp shard" : "flat buffer",
+        kBytes * (zero == 3 ? shard.size() : zero == 2 ? n + shard.size() : n));
+  }
+  if (run.offload == "nvme") {  // in a scratch file, streamed through two buffers of both moments
+    add_item(m, "optimizer states", "AdamW moments: in a scratch file under --offload-dir", 0);
+    add_item(m, "buffers", "--offload nvme: two streaming buffers of both moments",
+        kBytes * 2 * 2 * std::min(run.offload_chunk, std::max<int64_t>(states, 1)));
+  } else {
+    optim::AdamWConfig placement;
+    placement.offload = run.offload;
+    placement.host_fraction = run.host_fraction;
+    placement.placement_chunk = run.placement_chunk;
+    const int64_t on_device = placement.device_elements(states);
+    add_item(m, "optimizer states", zero == 0 ? "AdamW moments" : "AdamW moments of the 1/dp shard",
+        kBytes * 2 * on_device);
+    add_item(m, "host tier", "AdamW moments offloaded (--offload cpu, --offload-optim-frac)", kBytes * 2 * (states - on_device));
+  }
+}
+
+// ZeRO-3: the most a rank of the stage holds gathered at once (parallel/sharded_params.h).
+// Blocking (--zero3-overlap off): a unit with its gradient buffer and its reduce-scattered part;
+// without a pipeline the embedding (the tied head's table) stays gathered from its forward to its
+// backward as the other units come and go. Overlapped: the buffers are pooled by unit size and
+// kept, at most two of each role per size (the unit in use and the next one's gather in flight;
+// a gradient buffer and the one whose reduce-scatter is in flight): a bound over the sizes.
+int64_t zero3_gathered(const nn::ParamStore& store, const std::vector<int>& first, int data_ranks,
+                       bool embedding_stays, bool overlap) {
+  std::vector<parallel::Range> units;
+  for (size_t u = 0; u < first.size(); ++u)
+    units.push_back(
+        {store.spec(first[u]).offset, u + 1 < first.size() ? store.spec(first[u + 1]).offset : store.numel()});
+  const parallel::FlatShards shards(store.numel(), data_ranks);
+  int64_t worst = 0;
+  for (int r = 0; r < shards.parts(); ++r) {
+    const parallel::Range shard = shards.shard(r);
+    int64_t peak = 0;
+    std::map<int64_t, int64_t> pooled;  // overlapped: unit size -> its largest reduced part
+    for (size_t u = 0; u < units.size(); ++u) {
+      const int64_t mine =
+          std::max<int64_t>(0, std::min(units[u].end, shard.end) - std::max(units[u].begin, shard.begin));
+      peak = std::max(peak, (embedding_stays && u == 0 ? 0 : 2 * units[u].size()) + mine);
+      pooled[units[u].size()] = std::max(pooled[units[u].size()], mine);
+    }
+    if (overlap && shards.parts() > 1) {  // one rank takes the blocking path
+      int64_t pools = 0;
+      for (const auto& [size, reduced] : pooled) pools += 2 * (2 * size + reduced);
+      worst = std::max(worst, pools);
+      continue;
+    }
+    worst = std::max(worst, peak + (embedding_stays ? 2 * units.front().size() : 0));
+  }
+  return worst;
+}
 
 int64_t StageMemory::total() const {
   int64_t t = 0;
@@ -350,11 +346,13 @@ Placement placement_for(GptRun run, int64_t limit) {
   return fitting;
 }
 
-std::string describe(const MemoryPlan& plan, const GptRun& run) {
+std::string describe(const MemoryPlan& plan, const GptRun& run) { return describe(plan, run, run.seq); }
+
+std::string describe(const MemoryPlan& plan, const RunLayout& run, int64_t tokens) {
   std::ostringstream out;
   const nn::Recompute r = run.checkpointing.recompute;
   out << "memory plan per rank (" << run.mesh.str() << ", ZeRO-" << run.zero_stage << ", micro-batch "
-      << run.micro_batch << " x " << run.seq << " tokens, activation checkpointing "
+      << run.micro_batch << " x " << tokens << " tokens, activation checkpointing "
       << (r == nn::Recompute::forward ? "full" : r == nn::Recompute::attention_core ? "selective" : "none");
   if (run.checkpointing.enabled()) out << " every " << run.checkpointing.every << " block(s)";
   out << ", " << run.precision << ")\n";

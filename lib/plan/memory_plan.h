@@ -1,4 +1,5 @@
-// MemoryPlan: the predicted peak bytes per rank of a gpt_train / moe_train run, by category, from
+// MemoryPlan: the predicted peak bytes per rank of a gpt_train / moe_train run (vit_train's:
+// plan/vit_memory_plan.h), by category, from
 // its configuration and layout alone: nothing is allocated and nothing communicated (what
 // `--dry-run` prints). One section per pipeline stage (stages hold different parts of the model);
 // within a stage the ranks differ only by their ZeRO shard, and the largest is counted.
@@ -15,13 +16,13 @@
 
 namespace tessera::plan {
 
-// What a run's memory depends on.
-struct GptRun {
-  models::GptConfig model;  // with its vocabulary
-  int64_t seq = 0, micro_batch = 0;
+// What a run's memory depends on beyond its model: the layout and the training's options, as
+// every trainer takes them.
+struct RunLayout {
+  int64_t micro_batch = 0;
   int64_t micro_batches = 1;  // per step on each rank: global batch / (micro-batch x dp x ep)
   comm::MeshShape mesh;       // resolved (dp filled in)
-  bool split_gather = false, ring = false;  // the sequence-parallel mode
+  bool ring = false;          // the sequence-parallel mode: ring (else all_to_all when sp > 1)
   int zero_stage = 0;
   bool zero3_overlap = true;  // ZeRO-3 prefetches the next unit while this one computes (--zero3-overlap)
   std::string pp_schedule = "1f1b";
@@ -34,6 +35,13 @@ struct GptRun {
   double host_fraction = 0.0;      // the optimizer states' chunks on the host tier (offload cpu: all)
   bool offload_params = false;     // ZeRO-3's shard of parameters and gradients on the host tier
   int64_t placement_chunk = int64_t{1} << 20;
+};
+
+// A gpt_train or moe_train run.
+struct GptRun : RunLayout {
+  models::GptConfig model;  // with its vocabulary
+  int64_t seq = 0;
+  bool split_gather = false;  // --sp-mode split_gather (rows split over tp)
 };
 
 struct MemoryItem {
@@ -75,5 +83,7 @@ struct Placement {
 Placement placement_for(GptRun run, int64_t limit);
 // The dry run's report: per category and stage, bytes and MiB, what is approximate, and the peak.
 std::string describe(const MemoryPlan& plan, const GptRun& run);
+// The same for any model: `tokens` per sample (a sequence's, an image's).
+std::string describe(const MemoryPlan& plan, const RunLayout& run, int64_t tokens);
 
 }  // namespace tessera::plan

@@ -11,6 +11,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_verifier.h"
 #include "plan/planning_layouts.h"
+#include "plan/vit_memory_plan.h"
 
 namespace tessera::plan {
 namespace {
@@ -80,9 +81,13 @@ struct Shapes {
 };
 
 // One stage's micro-batch. `terms`, when given, receives the layers' communication (calls per step:
-// per micro-batch times `micro_batches`).
+// per micro-batch times `micro_batches`). `vit`, when given: the run is a ViT's (`run` its blocks as
+// a GPT's, plan/vit_memory_plan.h): its attention sees every token (no causal mask), its first
+// stage embeds patches (a GEMM) and its last pools each image and classifies it, both replicated
+// over tp (no tensor-parallel communication at the edges; sp sums the pooled rows).
 StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankPlacement& where, int stage,
-                     PlannedLayouts& layouts, double wire, bool shared_cores, std::vector<CommTerm>* terms) {
+                     PlannedLayouts& layouts, double wire, bool shared_cores, std::vector<CommTerm>* terms,
+                     const models::VitConfig* vit = nullptr) {
   const Shapes s(run);
   const std::string precision = run.precision == "bf16" ? "bf16" : "f32";
   const double micro_batches = static_cast<double>(run.micro_batches);
@@ -111,14 +116,18 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
 
   // Which blocks, and whether the embedding and head, are on this stage.
   const models::PipelinePlacement placement{stage, run.mesh.pp, run.virtual_stages, run.pp_layers};
-  const models::Gpt::StageParams params =
-      models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
-  cost.params = params.store.numel();
-  for (const nn::ParamSpec& p : params.store.specs())
-    if (p.expert) cost.expert_params += p.local_shape.numel();
-  for (const nn::ParamSpec& p : params.store.specs())
-    if (p.partial == nn::PartialGrad::rows && (p.expert || p.name.find(".moe.router.") != std::string::npos))
-      cost.moe_row_partial += p.local_shape.numel();
+  if (vit) {
+    cost.params = models::Vit::stage_params(*vit, layouts.layout(placement, run.checkpointing)).store.numel();
+  } else {
+    const models::Gpt::StageParams params =
+        models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
+    cost.params = params.store.numel();
+    for (const nn::ParamSpec& p : params.store.specs()) {
+      if (p.expert) cost.expert_params += p.local_shape.numel();
+      if (p.partial == nn::PartialGrad::rows && (p.expert || p.name.find(".moe.router.") != std::string::npos))
+        cost.moe_row_partial += p.local_shape.numel();
+    }
+  }
   double blocks = 0, moe_blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
   bool embedding = false, head = false;
   for (int c = 0; c < placement.chunks; ++c) {
@@ -161,8 +170,10 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   // Causal attention of B sequences, H/tp heads, T/sp queries: 2 T^2 hd FLOPs per head (QK^T and
   // PV over half the square), over sp. Ring: its last rank attends to the most key/value blocks,
   // (2 sp - 1) / sp times the balanced share.
+  // A ViT's attention (no mask) computes the whole square: twice a causal one's, balanced over a ring.
   double attn_flops = 2 * s.b * s.t * s.t * s.hd * (s.heads / tp) / sp;
-  if (run.ring && sp > 1) attn_flops *= (2.0 * sp - 1) / sp;
+  if (vit) attn_flops *= 2;
+  else if (run.ring && sp > 1) attn_flops *= (2.0 * sp - 1) / sp;
   const double attn_s = attn_flops / machine.attention_flops_per_s;
   // The other kernels: two norms, two residual adds, the activation.
   // Each kernel call also costs a fixed kernel_call_s: a block's forward makes about kBlockCalls.
@@ -207,12 +218,26 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
            sp > 1 ? sp_across : tp_across, moe_blocks, 0, counts);
   }
   double loss_s = 0, edge_elem = 0;
-  if (embedding) {
+  if (vit) {
+    if (embedding) {  // this rank's patches projected, the class token and positions added
+      const double patches = vit->pool == "cls" ? s.tokens - s.b / sp : s.tokens;
+      gemm(patches, s.c, static_cast<double>(vit->patch_features()), 1);
+      edge_elem += s.rows * s.c * elem;
+    }
+    if (head) {  // the final norm, the pooled rows (summed over sp), the classifier and its loss
+      const double classes = static_cast<double>(vit->classes);
+      edge_elem += s.rows * s.c * norm + s.rows * s.c * elem;
+      gemm(s.b, classes, s.c, 1);
+      loss_s = s.b * classes * machine.kernel_seconds("softmax");
+      charge("sp: the pooled rows' all-reduce", "all_reduce", sp, sp_across, 1, 0, s.b * s.c * wire);
+    }
+  }
+  if (embedding && !vit) {
     edge_elem += s.rows * s.c * elem;
     if (!run.split_gather) charge("tp: embedding's all-reduce", "all_reduce", tp, tp_across, 1, 0, nc);
     else charge("tp split_gather: embedding", "reduce_scatter", tp, tp_across, 1, 1, nc);
   }
-  if (head) {
+  if (head && !vit) {
     gemm(s.tokens, s.vocab_local, s.c, 1);  // the logits' vocabulary slice
     edge_elem += s.rows * s.c * norm;  // the final norm
     loss_s = s.tokens * s.vocab_local * machine.kernel_seconds("softmax");
@@ -280,7 +305,11 @@ double StepTime::comm_exposed() const {
   return e;
 }
 
-StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes) {
+namespace {
+
+// The step of a GPT, or of a ViT (`vit`, with `run` its blocks as a GPT's).
+StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes,
+                 const models::VitConfig* vit) {
   TESSERA_CHECK(run.mesh.dp >= 1 && ranks_per_node >= 1, "predict_step: the mesh must be resolved");
   TESSERA_CHECK(wire_bytes > 0, "predict_step: wire_bytes must be positive, got ", wire_bytes);
   const double wire = wire_bytes;  // bytes per activation or gradient value on the wire
@@ -297,7 +326,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   std::vector<StageCost> stages;
   int slowest = 0;
   for (int s = 0; s < pp; ++s) {
-    stages.push_back(stage_cost(run, machine, where, s, layouts, wire, shared_cores, nullptr));
+    stages.push_back(stage_cost(run, machine, where, s, layouts, wire, shared_cores, nullptr, vit));
     if (stages.back().total() > stages[slowest].total()) slowest = s;
   }
   StepTime t;
@@ -305,7 +334,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     t.stage_forward_s.push_back(c.forward);
     t.stage_backward_s.push_back(c.backward_input + c.backward_weight);
   }
-  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, wire, shared_cores, &t.comm);
+  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, wire, shared_cores, &t.comm, vit);
   t.forward_s = slow.forward;
   t.backward_s = slow.backward_input + slow.backward_weight;
   t.recompute_s = m * slow.recompute;
@@ -408,6 +437,22 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   const double tokens = static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.seq;
   t.tokens_per_s = tokens / t.step_s;
   return t;
+}
+
+}  // namespace
+
+StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes) {
+  return predict(run, machine, ranks_per_node, wire_bytes, nullptr);
+}
+
+StepTime predict_step(const VitRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes) {
+  TESSERA_CHECK(run.mesh.tp_mode == comm::TpMode::d1, "predict_step: the time model does not cover --tp-mode ",
+                comm::tp_mode_name(run.mesh.tp_mode), " yet");
+  GptRun blocks;
+  static_cast<RunLayout&>(blocks) = run;
+  blocks.model = vit_blocks(run.model);
+  blocks.seq = run.tokens();
+  return predict(blocks, machine, ranks_per_node, wire_bytes, &run.model);
 }
 
 double megatron_model_flops(const GptRun& run) {

@@ -1,5 +1,5 @@
 // The time model: the predicted step time of a gpt_train or moe_train run (a GptRun, as the memory
-// planner takes it) on a calibrated machine (plan/machine_model.h). Compute is each op's FLOPs (GEMMs,
+// planner takes it; a vit_train run, a VitRun) on a calibrated machine (plan/machine_model.h). Compute is each op's FLOPs (GEMMs,
 // attention; a mixture-of-experts block's router and experts over its routed rows) or elements
 // (norms, the loss, activations, the optimizer) over the calibrated rates;
 // communication is docs/parallelism.md's per-layout table of collectives and sizes, each timed by
@@ -14,6 +14,7 @@
 
 #include "plan/machine_model.h"
 #include "plan/memory_plan.h"
+#include "plan/vit_memory_plan.h"
 
 namespace tessera::plan {
 
@@ -62,6 +63,10 @@ struct StepTime {
 // 4 for tessera (fp32 activations and gradients, whatever --precision rounds); 2 models a trainer
 // that communicates half precision (Megatron-LM's fp16 runs, validation/auto_layout).
 StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes = 4);
+// A vit_train run: its blocks as a GPT's without the causal mask (the whole square of attention),
+// the patch embedding's GEMM on the first stage, the pooled classifier on the last; tokens_per_s
+// counts each image's tokens (patches and the class token).
+StepTime predict_step(const VitRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes = 4);
 // The model FLOPs of one step as Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training
 // on GPU Clusters Using Megatron-LM", eq. 3) count them for the whole global batch B: each pass over a
 // block 24 B s h^2 (1 + s / 6h) (the square of causal attention counted whole), three passes (forward,

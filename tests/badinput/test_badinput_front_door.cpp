@@ -206,7 +206,7 @@ TEST_F(FrontDoor, OldNamesStillWorkWithAWarningNamingTheNewOne) {
       << uneven.err;
 }
 
-TEST_F(FrontDoor, VitDryRunPrintsThePlanAndTrainsNothing) {
+TEST_F(FrontDoor, VitDryRunPrintsThePlanAndItsMemoryAndTrainsNothing) {
   const std::string metrics = file("m.jsonl");
   const CommandResult r = run_command(app("vit_train") + " --input " + shell_quote(images_) +
                                       " --layers 2 --hidden 16 --heads 2 --patch 4 --global-batch 8 --micro-batch 2"
@@ -215,7 +215,9 @@ TEST_F(FrontDoor, VitDryRunPrintsThePlanAndTrainsNothing) {
   for (const char* line : {"vit_train plan (dry run: nothing is trained)", "layout: pp=2 dp=2 ep=1 sp=1 tp=1, 4 rank(s)",
                            "model: 2 layers, hidden 16, 2 heads, patch 4", "5 tokens per image (pool cls), 3 classes",
                            "batch: 8 images per step over 2 batch rank(s): 2 micro-batch(es) of 2 per rank",
-                           "pipeline: 1f1b over 2 stages, 2 micro-batches, bubble fraction 0.3333", "parameters: "})
+                           "pipeline: 1f1b over 2 stages, 2 micro-batches, bubble fraction 0.3333", "parameters: ",
+                           "pipeline stage 0: blocks 0-0, patch embedding", "pipeline stage 1: blocks 1-1, head",
+                           "predicted peak per rank: "})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << " not in:\n" << r.out;
   EXPECT_FALSE(fs::exists(metrics)) << "a dry run wrote its metrics file";
   // The same layout checks as a run: a batch that does not split is refused.

@@ -1,6 +1,6 @@
 // The layout search (apps/common/layout_search.h): the count of layouts for one rank by hand, every
 // layout it keeps accepted by the trainer's checks again and within the memory, the ranking
-// deterministic, layout flags among the trainer's refused; moe_train's layouts with ep.
+// deterministic, layout flags among the trainer's refused; moe_train's layouts with ep; vit_train's with sp and its own checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -128,4 +128,47 @@ TEST(LayoutSearch, MoeTrainLayoutsChooseEpAndPassMoeTrainsChecks) {
   EXPECT_THROW(cli::evaluate_layout(gpt, m, {"--dp", "2", "--ep", "2"}), std::exception);
   in.trainer_args.insert(in.trainer_args.end(), {"--ep", "2"});
   EXPECT_THROW(cli::search_layouts(in, m), Error);  // --ep is the search's choice
+}
+
+TEST(LayoutSearch, VitTrainLayoutsPassVitTrainsChecks) {
+  cli::SearchInput in;
+  in.ranks = 4;
+  in.ranks_per_node = 4;
+  in.device_memory = int64_t{1} << 40;
+  in.vit = true;
+  // 8 x 8 x 3 images of 4 classes (not read: the geometry is given), 4 x 4 patches with mean pooling: 4 tokens.
+  in.image = 8;
+  in.channels = 3;
+  in.classes = 4;
+  in.trainer_args = {"--input", "never-read.h5", "--layers", "2", "--hidden", "16", "--heads", "4", "--patch", "4",
+                     "--pool", "mean", "--global-batch", "8"};
+  plan::MachineModel m = machine();
+  for (const std::string& op : plan::collective_names()) m.collectives["intra_node"][op][4] = {2e-5, 1e-9};
+  const cli::SearchResult r = cli::search_layouts(in, m);
+  ASSERT_FALSE(r.ranked.empty());
+  std::vector<int> sps;
+  for (const cli::LayoutChoice& c : r.ranked) {
+    EXPECT_TRUE(c.vit) << c.args_text();
+    EXPECT_EQ(std::find(c.args.begin(), c.args.end(), "--ep"), c.args.end()) << c.args_text();
+    EXPECT_EQ(std::find(c.args.begin(), c.args.end(), "split_gather"), c.args.end()) << c.args_text();
+    sps.push_back(std::stoi(*(std::find(c.args.begin(), c.args.end(), "--sp") + 1)));
+    // The memory plan is vit_train's: its first stage holds the patch embedding.
+    EXPECT_NE(c.memory_text().find("patch embedding"), std::string::npos) << c.args_text();
+  }
+  for (int sp : {1, 2, 4}) EXPECT_NE(std::find(sps.begin(), sps.end(), sp), sps.end()) << "no layout with --sp " << sp;
+  // Checked again from its flags alone: the same plan.
+  const cli::LayoutChoice again = cli::evaluate_layout(in, m, r.ranked.front().args);
+  EXPECT_EQ(again.peak(), r.ranked.front().peak());
+  EXPECT_EQ(again.time.step_s, r.ranked.front().time.step_s);
+  // vit_train's own checks: an sp that does not divide the 5 tokens of class-token pooling, split_gather.
+  cli::SearchInput cls = in;
+  cls.trainer_args.erase(cls.trainer_args.begin() + 10, cls.trainer_args.begin() + 12);  // --pool mean
+  EXPECT_THROW(cli::evaluate_layout(cls, m, {"--dp", "2", "--sp", "2"}), Error);
+  EXPECT_THROW(cli::evaluate_layout(in, m, {"--dp", "2", "--tp", "2", "--sp-mode", "split_gather"}), std::exception);
+  // A memory limit below every plan: nothing fits, the smallest plan is named.
+  in.device_memory = 1024;
+  const cli::SearchResult none = cli::search_layouts(in, m);
+  EXPECT_TRUE(none.ranked.empty());
+  EXPECT_GT(none.smallest_peak, 1024);
+  EXPECT_NE(none.rejected_text().find("planned peak above --device-memory"), std::string::npos);
 }

@@ -1,6 +1,7 @@
 // The time model (plan/time_model.h) on a hand-written machine file: a pure compute layout takes
 // its FLOPs over the rate exactly, doubling the bandwidth halves the communication, the pipeline's
-// time is the schedule's simulated makespan with each stage's own times; and machine files are checked before they are trusted.
+// time is the schedule's simulated makespan with each stage's own times; a ViT's step counted by
+// hand; and machine files are checked before they are trusted.
 // On ranks sharing cores (cores_per_node below the ranks), nothing overlaps and the bubble is filled.
 #include <gtest/gtest.h>
 
@@ -86,6 +87,40 @@ TEST(TimeModel, PureComputeIsFlopsOverTheRate) {
   EXPECT_NEAR(t.step_s, flops / rate, 1e-12 * flops / rate);
   EXPECT_EQ(t.comm.size(), 0u);
   EXPECT_EQ(t.bubble_s, 0.0);
+}
+
+// A ViT's step by hand: its blocks' GEMMs as a GPT's (MLP ratio 2), attention over the whole square
+// (no causal mask), the patch embedding's GEMM over the patches and the classifier over the pooled
+// rows; at sp 2 the pooled rows are all-reduced once per micro-batch.
+TEST(TimeModel, VitIsItsBlocksWithoutTheMaskPatchEmbeddingAndClassifier) {
+  const double rate = 1e10;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9), "test");
+  plan::VitRun run;
+  run.model.image = 16;  // 4 x 4 patches of 4 x 4 x 3 pixels, and the class token: T = 17
+  run.model.channels = 3;
+  run.model.patch = 4;
+  run.model.hidden = 64;
+  run.model.heads = 4;
+  run.model.layers = 3;
+  run.model.mlp_ratio = 2;
+  run.model.classes = 10;
+  run.micro_batch = 2;
+  run.mesh.dp = 1;
+  const plan::StepTime t = plan::predict_step(run, m, 1);
+  const double b = 2, tokens = 17, n = b * tokens, c = 64, layers = 3;
+  // Per block 2 N (3C + C + 2C + 2C) C = 16 N C^2; the embedding 2 (B x 16) C (48); the head 2 B 10 C.
+  const double gemm = layers * 16 * n * c * c + 2 * b * 16 * c * 48 + 2 * b * 10 * c;
+  const double attention = layers * 4 * b * tokens * tokens * c;
+  const double flops = 3 * gemm + (1 + plan::kAttentionBackward) * attention;
+  EXPECT_DOUBLE_EQ(t.flops, flops);
+  EXPECT_NEAR(t.step_s, flops / rate, 1e-12 * flops / rate);
+  EXPECT_EQ(t.comm.size(), 0u);
+  EXPECT_DOUBLE_EQ(t.tokens_per_s, n / t.step_s);
+  // Grid tensor parallelism is not modelled: refused by name.
+  plan::VitRun grid = run;
+  grid.mesh.tp = 4;
+  grid.mesh.tp_mode = comm::TpMode::d2;
+  EXPECT_THROW(plan::predict_step(grid, m, 4), Error);
 }
 
 TEST(TimeModel, DoublingTheBandwidthHalvesTheCommunication) {

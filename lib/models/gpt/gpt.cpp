@@ -33,7 +33,7 @@ int64_t GptConfig::llama_ffn_hidden(int64_t hidden) {
 }
 
 int64_t GptConfig::mlp_hidden() const {
-  if (!llama()) return 4 * hidden;
+  if (!llama()) return ffn_hidden > 0 ? ffn_hidden : 4 * hidden;  // set for gpt2 only by the planners' ViT blocks
   return ffn_hidden > 0 ? ffn_hidden : llama_ffn_hidden(hidden);
 }
 

@@ -37,7 +37,7 @@ struct GptConfig {
   bool tie_embeddings = true;  // gpt2 always; llama's default is an untied head
   bool llama() const { return arch == Arch::llama; }
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
-  int64_t mlp_hidden() const;  // gpt2: 4 x hidden
+  int64_t mlp_hidden() const;  // gpt2: 4 x hidden (validate refuses ffn_hidden there; plan/vit_memory_plan.h sets it)
   // Llama's default: 8/3 of the hidden size rounded up to a multiple of 256.
   static int64_t llama_ffn_hidden(int64_t hidden);
   int64_t pad_vocab_to = 64;  // LM-head rows are padded to this multiple (masked in the loss)

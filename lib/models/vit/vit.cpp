@@ -41,6 +41,59 @@ int64_t local_tokens(const VitConfig& config, const nn::SequenceLayout& sequence
 
 }  // namespace
 
+Vit::Modules Vit::register_modules(const VitConfig& config, const ModelLayout& layout,
+                                   const std::vector<ModelChunk>& chunks, nn::ParamStore& store) {
+  const ActivationCheckpointing& ckpt = layout.checkpointing;
+  const bool first_stage = chunks.front().embedding, last_stage = chunks.back().head;
+  const int64_t c = config.hidden;
+  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
+  nn::BlockConfig block{c, config.heads, config.mlp_ratio * c, std, proj_std, /*causal=*/false};
+  const nn::TensorLayout& tensor = *layout.tensor;
+  Modules m;
+  // Replicated over 1D tp (a grid splits them like the stream's features): the patch embedding,
+  // class token and positions ...
+  if (first_stage) {
+    m.embed_unit = m.unit_first_param.size();
+    m.unit_first_param.push_back(store.size());
+    nn::LinearOptions edge{true, std, nn::Split::columns, 1, /*stream_edge=*/true};
+    m.patch_proj = nn::Linear(store, "patch.proj", config.patch_features(), c, edge, tensor);
+    auto add_features = [&](const char* name, Shape shape, int dim) {
+      const int id = store.add(name, std::move(shape), nn::Init::Normal(std), false,
+                               tensor.feature_split(dim, c, 1, false, name));
+      if (tensor.splits_features()) store.set_partial(id, nn::PartialGrad::rows);
+      return id;
+    };
+    m.cls = config.pool == "cls" ? add_features("cls_token", {c}, 0) : -1;
+    m.pos = add_features("pos.weight", {config.tokens(), c}, 1);
+  }
+  // ... the blocks, split over tp ...
+  m.block_unit_base = m.unit_first_param.size();
+  for (const ModelChunk& ch : chunks)
+    for (int64_t i = ch.first_block; i < ch.end_block; ++i) {
+      m.unit_first_param.push_back(store.size());
+      block.recompute = ckpt.of_block(i);
+      m.blocks.push_back(nn::TransformerBlock(store, "blocks." + std::to_string(i), block, tensor, *layout.sequence));
+    }
+  // ... and the final norm and classifier head, replicated again (split over a grid's feature
+  // ranks: the head's partial logits are summed).
+  if (last_stage) {
+    m.head_unit = m.unit_first_param.size();
+    m.unit_first_param.push_back(store.size());
+    m.ln_f = nn::LayerNorm(store, "ln_f", c, tensor);
+    nn::LinearOptions edge{true, std, nn::Split::rows, 1, /*stream_edge=*/true};
+    m.head = nn::Linear(store, "head", c, config.classes, edge, tensor);
+  }
+  return m;
+}
+
+Vit::StageParams Vit::stage_params(const VitConfig& config, const ModelLayout& layout) {
+  config.validate(layout.tensor->size());
+  StageParams p;
+  p.unit_first_param = register_modules(config, layout, model_chunks(config.layers, layout.pipeline), p.store)
+                           .unit_first_param;
+  return p;
+}
+
 Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_batch, const ModelLayout& layout)
     : config_(config),
       device_(device),
@@ -64,62 +117,22 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   chunks_ = model_chunks(config.layers, layout.pipeline);
   const bool first_stage = chunks_.front().embedding, last_stage = chunks_.back().head;
 
-  const int64_t c = config.hidden;
-  const float std = 0.02f, proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.layers));
-  nn::BlockConfig block{c, config.heads, config.mlp_ratio * c, std, proj_std, /*causal=*/false};
-  // Replicated over 1D tp (a grid splits them like the stream's features): the patch embedding,
-  // class token and positions ...
-  const nn::TensorLayout& tensor = *layout.tensor;
-  auto add_embedding = [&](nn::ParamStore& store) {
-    nn::LinearOptions edge{true, std, nn::Split::columns, 1, /*stream_edge=*/true};
-    nn::Linear proj(store, "patch.proj", config.patch_features(), c, edge, tensor);
-    auto add_features = [&](const char* name, Shape shape, int dim) {
-      const int id = store.add(name, std::move(shape), nn::Init::Normal(std), false,
-                               tensor.feature_split(dim, c, 1, false, name));
-      if (tensor.splits_features()) store.set_partial(id, nn::PartialGrad::rows);
-      return id;
-    };
-    const int cls = config.pool == "cls" ? add_features("cls_token", {c}, 0) : -1;
-    const int pos = add_features("pos.weight", {tokens_, c}, 1);
-    return std::tuple{proj, cls, pos};
-  };
-  // ... the blocks, split over tp ...
-  auto add_block = [&](nn::ParamStore& store, int64_t i) {
-    block.recompute = ckpt.of_block(i);
-    return nn::TransformerBlock(store, "blocks." + std::to_string(i), block, *layout.tensor, *layout.sequence);
-  };
-  // ... and the final norm and classifier head, replicated again (split over a grid's feature
-  // ranks: the head's partial logits are summed).
-  auto add_head = [&](nn::ParamStore& store) {
-    nn::LayerNorm norm(store, "ln_f", c, tensor);
-    nn::LinearOptions edge{true, std, nn::Split::rows, 1, /*stream_edge=*/true};
-    return std::pair{norm, nn::Linear(store, "head", c, config.classes, edge, tensor)};
-  };
-  std::vector<int> first_param;  // of each unit
-  if (first_stage) {
-    embed_unit_ = first_param.size();
-    first_param.push_back(store_.size());
-    std::tie(patch_proj_, cls_, pos_) = add_embedding(store_);
-  }
-  block_unit_base_ = first_param.size();
-  for (const ModelChunk& ch : chunks_)
-    for (int64_t i = ch.first_block; i < ch.end_block; ++i) {
-      first_param.push_back(store_.size());
-      blocks_.push_back(add_block(store_, i));
-    }
-  if (last_stage) {
-    head_unit_ = first_param.size();
-    first_param.push_back(store_.size());
-    std::tie(ln_f_, head_) = add_head(store_);
-  }
-  units_ = std::make_unique<parallel::ParamUnits>(store_, first_param, device, seed, layout.zero3,
+  Modules m = register_modules(config, layout, chunks_, store_);
+  patch_proj_ = std::move(m.patch_proj);
+  cls_ = m.cls;
+  pos_ = m.pos;
+  blocks_ = std::move(m.blocks);
+  ln_f_ = std::move(m.ln_f);
+  head_ = std::move(m.head);
+  embed_unit_ = m.embed_unit;
+  block_unit_base_ = m.block_unit_base;
+  head_unit_ = m.head_unit;
+  units_ = std::make_unique<parallel::ParamUnits>(store_, m.unit_first_param, device, seed, layout.zero3,
                                                   layout.offload_params, layout.zero3_overlap);
   if (layout.pipeline.pipelined()) {  // the whole model's size, from its parameter list alone
-    nn::ParamStore whole;
-    add_embedding(whole);
-    for (int64_t i = 0; i < config.layers; ++i) add_block(whole, i);
-    add_head(whole);
-    model_numel_ = whole.global_numel();
+    ModelLayout whole_model = layout;
+    whole_model.pipeline = {};
+    model_numel_ = stage_params(config, whole_model).store.global_numel();
   } else {
     model_numel_ = store_.global_numel();
   }

@@ -48,6 +48,14 @@ struct VitConfig {
 
 class Vit {
  public:
+  // This rank's parameters as the constructor registers them, nothing allocated (what the memory
+  // planner counts): the stage's store and each unit's first parameter (the embedding on the first
+  // stage, each block, the head on the last).
+  struct StageParams {
+    nn::ParamStore store;
+    std::vector<int> unit_first_param;
+  };
+  static StageParams stage_params(const VitConfig& config, const ModelLayout& layout);
   // Throws for layouts it cannot run: split_gather (rows split over tp), or an sp that does not
   // divide the tokens.
   Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_batch, const ModelLayout& layout = {});
@@ -149,6 +157,19 @@ class Vit {
   // Units: the embedding (patch projection, class token, positions; first stage), each block, the
   // head (final norm and classifier; last stage).
   StageBlocks stage_blocks() { return {blocks_, *units_, block_unit_base_, scratch_}; }
+  // The modules of `chunks`, registered in `store` in unit order (what the constructor keeps and
+  // stage_params counts).
+  struct Modules {
+    nn::Linear patch_proj;
+    int cls = -1, pos = -1;
+    std::vector<nn::TransformerBlock> blocks;
+    nn::LayerNorm ln_f;
+    nn::Linear head;
+    std::vector<int> unit_first_param;
+    size_t embed_unit = 0, block_unit_base = 0, head_unit = 0;
+  };
+  static Modules register_modules(const VitConfig& config, const ModelLayout& layout,
+                                  const std::vector<ModelChunk>& chunks, nn::ParamStore& store);
 
   VitConfig config_;
   Device device_;
