@@ -155,12 +155,12 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
         ++result.enumerated;
         reject("--tp-mode 2d, 2.5d, 3d: the memory planner does not cover grid tensor parallelism yet");
       }
-      // moe_train: ep instead of sp (its experts route whole rows: it takes no --sp or --sp-mode).
-      for (int sp : input.moe ? std::vector<int>{1} : divisors(n / pp / tp))
-      for (int ep : input.moe ? divisors(n / pp / tp) : std::vector<int>{1}) {
+      // moe_train: ep as well as sp (its token group is ep x the token shards: nn/expert_layout.h).
+      for (int sp : divisors(n / pp / tp))
+      for (int ep : input.moe ? divisors(n / pp / tp / sp) : std::vector<int>{1}) {
         std::vector<std::string> sp_modes = sp > 1 ? std::vector<std::string>{"all_to_all", "ring"}
                                                    : std::vector<std::string>{""};
-        if (sp == 1 && tp > 1 && !input.moe) sp_modes.push_back("split_gather");
+        if (sp == 1 && tp > 1) sp_modes.push_back("split_gather");
         const int dp = n / pp / tp / sp / ep;
         // ep ranks split the batch like dp ranks.
         std::vector<int> micro = global_batch % (dp * ep) == 0 ? divisors(global_batch / (dp * ep)) : std::vector<int>{1};
@@ -210,7 +210,7 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
                     std::vector<std::string> a = {"--dp", std::to_string(dp), "--tp", std::to_string(tp), "--pp",
                                                   std::to_string(pp)};
                     if (input.moe) a.insert(a.end(), {"--ep", std::to_string(ep)});
-                    else a.insert(a.end(), {"--sp", std::to_string(sp)});
+                    a.insert(a.end(), {"--sp", std::to_string(sp)});
                     if (!sp_mode.empty()) a.insert(a.end(), {"--sp-mode", sp_mode});
                     if (!schedule.empty()) a.insert(a.end(), {"--pp-schedule", schedule});
                     if (v > 1) a.insert(a.end(), {"--virtual-stages", std::to_string(v)});

@@ -83,8 +83,7 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
       ("pp-schedule", po::value(&tc.pp_schedule)->default_value("1f1b")->value_name("gpipe|1f1b|interleaved|zb"), "pipeline schedule (with --pp > 1): gpipe, 1f1b, interleaved (with --virtual-stages >= 2) or zb (ZB-H1)")
       ("virtual-stages", po::value(&tc.virtual_stages)->default_value(1)->value_name("V"), "model chunks per pipeline stage (interleaved schedule)")
       ("pp-layers", po::value(&pp_layers)->value_name("N,N,..."), "blocks per pipeline (virtual) stage in order, adding up to --layers, e.g. 3,5,5,3 so the stages holding the embedding and the head get fewer (default: as even as possible)");
-  // moe_train refuses sequence parallelism for now (its experts route whole rows): parsed to refuse.
-  (moe ? sections.foreign() : layout).add_options()
+  layout.add_options()
       ("sp", po::value(&mesh.sp)->default_value(1)->value_name("N"), "sequence-parallel ranks (must divide the sequence)")
       ("sp-mode", po::value(&sp_mode)->default_value("all_to_all")->value_name(gpt ? "all_to_all|ring|split_gather" : "all_to_all|ring"), gpt ? "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)" : "sequence parallelism with --sp > 1: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)");
   (moe ? layout : sections.foreign()).add_options()
@@ -361,7 +360,14 @@ ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t
     g->set_check_collectives(options.check_collectives);
     g->set_device_backend(options.comm_backend);
   }
-  if (options.mesh.ep > 1) experts_.emplace(mesh_.group(comm::Axis::ep));
+  // The experts' token group (nn/expert_layout.h): the ep group, and as token shards the sp group
+  // (each a share of every sequence) or, under split_gather, the tp group (each a share of the rows).
+  if (options.mesh.ep > 1 || options.mesh.sp > 1 || options.split_gather()) {
+    comm::Communicator* shards = options.mesh.sp > 1       ? &mesh_.group(comm::Axis::sp)
+                                 : options.split_gather() ? &mesh_.group(comm::Axis::tp)
+                                                          : nullptr;
+    experts_.emplace(mesh_.group(comm::Axis::ep), shards, options.mesh.sp > 1);
+  }
   if (options.mesh.sp > 1)
     sequence_.emplace(parallel::parse_sequence_mode(options.sp_mode), mesh_.group(comm::Axis::sp),
                       heads / options.mesh.tp_feature_parts(), head_dim);

@@ -7,6 +7,16 @@
 // Experts are split into equal contiguous blocks: rank r holds global experts
 // [r * E / ep, (r + 1) * E / ep). Each rank routes its own token rows; the rows it sends are
 // grouped by global expert (expert 0's rows first), so the block for rank j is contiguous.
+//
+// The token group. What one call of the layer routes is the rows of the ep group's ranks and of
+// their token shards: the ranks that hold other rows of the same sequences, the sp group under
+// sequence parallelism (shard s holds positions [s L, (s + 1) L) of each of the rank's B
+// sequences: shards_each_sequence) or the tp group under --sp-mode split_gather (shard s holds the
+// contiguous rows [s N, (s + 1) N) of the micro-batch's flattened rows). Capacity and the
+// auxiliary losses are over the whole token group, whose rows in the one-rank order (ep rank, then
+// sequence, then position) are what the one-rank layer sees. The rows themselves travel only inside
+// the ep group (the ranks with this rank's shard index): the experts are replicated over the shards,
+// as over dp, and their gradients summed over them (nn/moe.h).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -53,7 +63,17 @@ class ExpertLayout {
   int64_t local_experts(int64_t experts) const { return experts / size(); }
   int64_t first_local_expert(int64_t experts) const { return rank() * (experts / size()); }
 
-  // Every rank's count vector, in rank order: mine [M] -> all [size(), M] (i32).
+  // The token shards (see the top of this file): this rank's index and how many; 1 without
+  // sequence parallelism or split_gather.
+  virtual int shard_rank() const { return 0; }
+  virtual int shard_size() const { return 1; }
+  // Whether each shard holds a share of every sequence's positions (sp) rather than a contiguous
+  // share of the micro-batch's rows (split_gather, or no shards).
+  virtual bool shards_each_sequence() const { return false; }
+  int group_size() const { return size() * shard_size(); }
+
+  // Every rank of the token group's count vector: mine [M] -> all [size() x shard_size(), M] (i32),
+  // row i x shard_size() + s holding ep rank i's (of shard s's ep group).
   virtual void all_gather_counts(const Tensor& mine, Tensor& all) const { all.copy_from(mine); }
 
   // dispatch: rows [S, C] this rank routes, grouped by global expert as traffic says (S =

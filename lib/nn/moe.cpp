@@ -49,17 +49,22 @@ std::vector<int> MoeFeedForward::expert_param_ids() const {
 }
 
 int64_t MoeFeedForward::max_received(int64_t rows) const {
+  // Rows come from this shard's ep group; the capacity is over the whole token group's.
   const int64_t ep = layout_->size(), every = ep * rows * router_.top_k();
-  const int64_t capacity = router_.capacity(ep * rows);
+  const int64_t capacity = router_.capacity(layout_->group_size() * rows);
   return capacity == 0 ? every : std::min(every, local_experts_ * capacity);
 }
 
-MoeFeedForward::Saved MoeFeedForward::allocate(int64_t rows, Device device) const {
+MoeFeedForward::Saved MoeFeedForward::allocate(int64_t rows, Device device, int64_t sequences) const {
   TESSERA_CHECK(device == Device::cpu, "the MoE layer runs on the host (cpu tensors only)");
   const int64_t c = config_.channels, h = config_.hidden, k = router_.top_k(), r = max_received(rows);
+  // Under sp each sequence's positions are spread over the shards: the token order counts per sequence.
+  const int64_t segments = layout_->shards_each_sequence() ? sequences : 1;
+  TESSERA_CHECK(segments >= 1 && rows % segments == 0, "MoE layer: ", rows, " rows are not ", sequences,
+                " sequences' positions");
   Saved s;
-  s.router = router_.allocate(rows, device);
-  s.all_counts = Tensor::empty({layout_->size(), router_.count_width()}, DType::i32);
+  s.router = router_.allocate(rows, device, segments);
+  s.all_counts = Tensor::empty({layout_->group_size(), router_.count_width(segments)}, DType::i32);
   s.slot = Tensor::empty({rows, k}, DType::i32);
   s.expert_in = Tensor::empty({r, c});
   s.fc = Tensor::empty({r, h});
@@ -89,10 +94,17 @@ float MoeFeedForward::forward(Tensor& y, const Tensor& x, Saved& s, Scratch& w, 
   const int64_t n = s.slot.dim(0), k = router_.top_k(), c = config_.channels, e_count = config_.experts;
   TESSERA_CHECK(y.numel() == n * c, "MoE layer: output ", y.shape().str(), " is not ", n, " rows of ", c);
   router_.forward(x, s.router);
-  // The counts exchange: every rank learns what every rank routed, so capacity is decided alike
-  // everywhere and each rank knows what it will send and receive.
+  // The counts exchange over the token group (the layout's all-gathers): every rank learns what
+  // every rank routed, so capacity is decided alike everywhere, in the one-rank token order, and
+  // each rank knows what it will send and receive.
   layout_->all_gather_counts(s.router.counts, s.all_counts);
-  router_.apply_capacity(s.router, s.plan, s.all_counts, layout_->rank());
+  RouteGroup group;
+  group.ranks = layout_->size();
+  group.rank = layout_->rank();
+  group.shards = layout_->shard_size();
+  group.shard = layout_->shard_rank();
+  group.segments = (s.router.counts.numel() - 1) / (k * e_count);
+  router_.apply_capacity(s.router, s.plan, s.all_counts, group);
   const ExpertTraffic& traffic = s.plan.traffic;
   const int me = layout_->rank();
   const int64_t sent = traffic.sent_by(me), received = traffic.received_by(me);

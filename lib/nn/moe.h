@@ -21,12 +21,15 @@
 // (dispatch the gated dy, experts backward, combine dx) and adds the router's gradient. The
 // communication is the layout's (nn/expert_layout.h; parallel/expert_parallel.h).
 //
-// Under expert parallelism each ep rank routes different token rows: the group's rows together
-// are what the one-rank layer sees in one call (capacity and the aux loss are over all of them),
-// and the results equal the one-rank layer's on them. After backward the router's gradient (like
-// every non-expert parameter's) covers this rank's tokens only: sum it over dp x ep (x sp). The
-// experts' gradients are complete over the ep group: sum them over the ranks holding the same
-// experts only (dp x sp, the mesh's data group), never over ep.
+// Under expert parallelism each ep rank routes different token rows, and under sequence
+// parallelism (or split_gather) each token shard other rows of the same sequences: the token
+// group's rows together (ep x shards: nn/expert_layout.h) are what the one-rank layer sees in one
+// call (capacity, drops and the aux loss are over all of them, in the one-rank token order), and
+// the results equal the one-rank layer's on them. After backward the router's gradient (like every
+// non-expert parameter's) covers this rank's tokens only: sum it over dp x sp, ep (and tp under
+// split_gather: PartialGrad::rows). The experts' gradients are complete over the ep group but
+// cover this shard's tokens only: sum them over the ranks holding the same experts (dp x sp, the
+// mesh's data group; the tp group under split_gather), never over ep.
 #pragma once
 #include <string>
 #include <vector>
@@ -47,9 +50,9 @@ struct MoeConfig {
   int64_t shared_experts = 0;
 };
 
-// What one call routed, over the whole ep group (the same on every rank), and this rank's loss.
+// What one call routed, over the whole token group (the same on every rank), and this rank's loss.
 struct MoeStats {
-  int64_t tokens = 0;               // token rows over the group
+  int64_t tokens = 0;               // token rows over the token group (ep x shards)
   int64_t capacity = 0;             // per expert; 0: no limit
   int64_t dropped = 0;              // (token, choice) assignments over capacity
   std::vector<int64_t> routed;      // [E] assignments per expert before capacity
@@ -91,15 +94,16 @@ class MoeFeedForward {
   MoeFeedForward(ParamStore& store, const std::string& name, const MoeConfig& config,
                  const ExpertLayout& layout = ExpertLayout::single());
 
-  // rows: the token rows this rank routes in each call (every rank of the ep group should
-  // allocate the same). The expert buffers are sized for the most rows this rank's experts can
-  // receive: ep x rows x k, or with a capacity (E / ep) x capacity(ep x rows), whichever is less.
-  Saved allocate(int64_t rows, Device device = Device::cpu) const;
+  // rows: the token rows this rank routes in each call (every rank of the token group should
+  // allocate the same): `sequences` sequences' positions when the layout shards each sequence (sp).
+  // The expert buffers are sized for the most rows this rank's experts can receive: ep x rows x k,
+  // or with a capacity (E / ep) x capacity(ep x shards x rows), whichever is less.
+  Saved allocate(int64_t rows, Device device = Device::cpu, int64_t sequences = 1) const;
   Scratch allocate_scratch(int64_t rows, Device device = Device::cpu) const;
 
   // x, y [N, C] (N = the rows allocated), y overwritten (with `accumulate`: added to). Returns this rank's share of the layer's
   // loss term, aux_loss_coef * aux + z_loss_coef * z, for the model to add to its loss;
-  // saved.stats holds the rest. Collective over the ep group.
+  // saved.stats holds the rest. Collective over the token group (the counts) and the ep group.
   float forward(Tensor& y, const Tensor& x, Saved& saved, Scratch& scratch, bool accumulate = false) const;
   // dx [N, C] overwritten with dL/dx (with `accumulate`: dL/dx added to it); parameter gradients accumulate. dy = dL/dy; loss_scale: the
   // weight of the returned loss term in L (the model's grad_scale / tokens normalisation, as for

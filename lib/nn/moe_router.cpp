@@ -35,12 +35,14 @@ MoeRouter::MoeRouter(ParamStore& store, const std::string& name, int64_t channel
   linear_ = Linear(store, name, channels, experts, {false, options.init_std});
 }
 
-MoeRouter::Saved MoeRouter::allocate(int64_t rows, Device device) const {
+MoeRouter::Saved MoeRouter::allocate(int64_t rows, Device device, int64_t segments) const {
   TESSERA_CHECK(device == Device::cpu, "the MoE router runs on the host (cpu tensors only)");
+  TESSERA_CHECK(segments >= 1 && rows % segments == 0, "MoE router: ", rows, " rows do not cut into ", segments,
+                " equal segments");
   const int64_t k = options_.top_k;
   return {Tensor::empty({rows, experts_}),      Tensor::empty({rows}),
           Tensor::empty({rows, k}, DType::i32), Tensor::empty({rows, k}),
-          Tensor::empty({rows, k}, DType::i32), Tensor::empty({count_width()}, DType::i32)};
+          Tensor::empty({rows, k}, DType::i32), Tensor::empty({count_width(segments)}, DType::i32)};
 }
 
 int64_t MoeRouter::capacity(int64_t tokens) const {
@@ -60,7 +62,8 @@ void MoeRouter::forward(const Tensor& x, Saved& s) const {
   int32_t* expert = s.expert.data<int32_t>();
   float* gate = s.gate.data<float>();
   int32_t* counts = s.counts.data<int32_t>();
-  std::fill_n(counts, count_width(), 0);
+  const int64_t width = s.counts.numel(), segments = (width - 1) / (k * e_count), per_segment = n / segments;
+  std::fill_n(counts, width, 0);
   const bool renormalise = renormalises();
   for (int64_t t = 0; t < n; ++t) {
     float* row = p + t * e_count;
@@ -78,63 +81,86 @@ void MoeRouter::forward(const Tensor& x, Saved& s) const {
     lse[t] = static_cast<float>(max + std::log(sum));
     for (int64_t e = 0; e < e_count; ++e)
       row[e] = static_cast<float>(std::exp(static_cast<double>(row[e]) - max) / sum);
+    // counts[(choice S + segment) E + expert]
+    int32_t* segment_counts = counts + (t / per_segment) * e_count;
     expert[t * k] = static_cast<int32_t>(first);
-    ++counts[first];
+    ++segment_counts[first];
     if (k == 1) {
       gate[t] = renormalise ? 1.0f : row[first];
     } else {
       expert[t * k + 1] = static_cast<int32_t>(second);
-      ++counts[e_count + second];
+      ++segment_counts[segments * e_count + second];
       const double p1 = row[first], p2 = row[second], sum12 = renormalise ? p1 + p2 : 1.0;
       gate[t * k] = static_cast<float>(p1 / sum12);
       gate[t * k + 1] = static_cast<float>(p2 / sum12);
     }
   }
-  counts[k * e_count] = static_cast<int32_t>(n);
+  counts[width - 1] = static_cast<int32_t>(n);
 }
 
 void MoeRouter::apply_capacity(Saved& s, RoutePlan& plan, const Tensor& all_counts, int rank) const {
-  const int64_t e_count = experts_, k = options_.top_k, width = count_width();
+  const int64_t width = s.counts.numel();
   TESSERA_CHECK(all_counts.numel() % width == 0 && all_counts.numel() >= width, "MoE router: gathered counts of ",
                 all_counts.numel(), " elements are not rows of ", width);
-  const int ranks = static_cast<int>(all_counts.numel() / width);
-  TESSERA_CHECK(rank >= 0 && rank < ranks, "MoE router: rank ", rank, " outside ", ranks, " ranks");
+  RouteGroup group;
+  group.ranks = static_cast<int>(all_counts.numel() / width);
+  group.rank = rank;
+  group.segments = (width - 1) / (options_.top_k * experts_);
+  apply_capacity(s, plan, all_counts, group);
+}
+
+void MoeRouter::apply_capacity(Saved& s, RoutePlan& plan, const Tensor& all_counts, const RouteGroup& g) const {
+  const int64_t e_count = experts_, k = options_.top_k, segments = g.segments, width = count_width(segments);
+  TESSERA_CHECK(s.counts.numel() == width, "MoE router: counts of ", s.counts.numel(), " elements, not the ", width,
+                " of ", segments, " segments");
+  TESSERA_CHECK(g.ranks >= 1 && g.shards >= 1 && all_counts.numel() == width * g.ranks * g.shards,
+                "MoE router: gathered counts of ", all_counts.numel(), " elements are not ", g.ranks, " x ", g.shards,
+                " rows of ", width);
+  TESSERA_CHECK(g.rank >= 0 && g.rank < g.ranks && g.shard >= 0 && g.shard < g.shards, "MoE router: rank ", g.rank,
+                " of ", g.ranks, ", shard ", g.shard, " of ", g.shards);
   const int32_t* all = all_counts.data<int32_t>();
-  auto count = [&](int i, int64_t choice, int64_t e) -> int64_t { return all[i * width + choice * e_count + e]; };
+  // The count of ep rank i's shard `shard` for (choice, segment, expert).
+  auto count = [&](int i, int shard, int64_t choice, int64_t segment, int64_t e) -> int64_t {
+    return all[(i * g.shards + shard) * width + (choice * segments + segment) * e_count + e];
+  };
 
   plan.tokens = 0;
-  for (int i = 0; i < ranks; ++i) plan.tokens += all[i * width + k * e_count];
+  for (int r = 0; r < g.ranks * g.shards; ++r) plan.tokens += all[r * width + width - 1];
   plan.capacity = capacity(plan.tokens);
   plan.first_choice.assign(e_count, 0);
   plan.routed.assign(e_count, 0);
   plan.kept.assign(e_count, 0);
-  plan.traffic.reset(ranks, e_count);
-  // Where this rank's assignments of each (choice, expert) start in that expert's queue: after
-  // every earlier choice's assignments of all ranks, then this choice's of lower ranks.
-  std::vector<int64_t> start(static_cast<size_t>(k * e_count), 0);
+  plan.traffic.reset(g.ranks, e_count);  // this shard's ep group: the rows that travel together
+  // Where this rank's assignments of each (choice, segment, expert) start in that expert's queue:
+  // the queue holds every earlier choice's assignments, then this choice's in the one-rank token
+  // order (ep rank, segment, shard).
+  std::vector<int64_t> start(static_cast<size_t>(k * segments * e_count), 0);
   for (int64_t e = 0; e < e_count; ++e) {
     int64_t queued = 0;
     for (int64_t choice = 0; choice < k; ++choice)
-      for (int i = 0; i < ranks; ++i) {
-        const int64_t c = count(i, choice, e);
-        const int64_t kept = plan.capacity == 0 ? c : std::clamp<int64_t>(plan.capacity - queued, 0, c);
-        if (i == rank) start[choice * e_count + e] = queued;
-        plan.traffic.rows[i * e_count + e] += kept;
-        plan.kept[e] += kept;
-        plan.routed[e] += c;
-        if (choice == 0) plan.first_choice[e] += c;
-        queued += c;
-      }
+      for (int i = 0; i < g.ranks; ++i)
+        for (int64_t segment = 0; segment < segments; ++segment)
+          for (int shard = 0; shard < g.shards; ++shard) {
+            const int64_t c = count(i, shard, choice, segment, e);
+            const int64_t kept = plan.capacity == 0 ? c : std::clamp<int64_t>(plan.capacity - queued, 0, c);
+            if (i == g.rank && shard == g.shard) start[(choice * segments + segment) * e_count + e] = queued;
+            if (shard == g.shard) plan.traffic.rows[i * e_count + e] += kept;
+            plan.kept[e] += kept;
+            plan.routed[e] += c;
+            if (choice == 0) plan.first_choice[e] += c;
+            queued += c;
+          }
   }
   plan.dropped = 0;
   for (int64_t e = 0; e < e_count; ++e) plan.dropped += plan.routed[e] - plan.kept[e];
 
-  const int64_t n = s.lse.numel();
+  const int64_t n = s.lse.numel(), per_segment = n / segments;
   const int32_t* expert = s.expert.data<int32_t>();
   int32_t* kept = s.kept.data<int32_t>();
   for (int64_t t = 0; t < n; ++t)
     for (int64_t choice = 0; choice < k; ++choice) {
-      const int64_t position = start[choice * e_count + expert[t * k + choice]]++;
+      const int64_t at = (choice * segments + t / per_segment) * e_count + expert[t * k + choice];
+      const int64_t position = start[at]++;
       kept[t * k + choice] = plan.capacity == 0 || position < plan.capacity ? 1 : 0;
     }
 }

@@ -13,11 +13,14 @@
 //              auxiliary losses only.
 //              Gates are computed before any dropping: a token whose second choice is dropped
 //              keeps g_1 < 1 on its first.
-//   capacity   per expert, over the tokens N of the whole expert-parallel group:
-//              ceil(capacity_factor * N * k / E); capacity_factor 0 = no limit. Assignments
-//              (token, choice) are taken first choices first, then second choices, each in global
-//              token order (rank 0's rows, then rank 1's, ...); those past an expert's capacity
-//              are dropped (the token gets nothing from that expert).
+//   capacity   per expert, over the tokens N of the whole token group (the ep group's ranks and
+//              their token shards: nn/expert_layout.h): ceil(capacity_factor * N * k / E);
+//              capacity_factor 0 = no limit. Assignments (token, choice) are taken first choices
+//              first, then second choices, each in the one-rank token order: ep rank 0's rows,
+//              then rank 1's, ...; inside an ep rank's, sequence by sequence, each sequence's
+//              positions shard by shard (sp), or shard by shard (split_gather: each shard a
+//              contiguous share of the rows). Those past an expert's capacity are dropped (the
+//              token gets nothing from that expert).
 //   aux loss   Switch/GShard load balancing: aux = E * sum_e f_e * P_e, with f_e the fraction of
 //              the N tokens whose FIRST choice is e (before capacity; f is a constant for the
 //              gradient) and P_e the mean probability of e over the N tokens. 1 when balanced.
@@ -61,6 +64,14 @@ struct RoutePlan {
   ExpertTraffic traffic;              // kept assignments per (rank, expert)
 };
 
+// Where this rank's rows sit in the token group (nn/expert_layout.h): ep rank `rank` of `ranks`,
+// token shard `shard` of `shards`, and how many segments its rows are cut into for the token order:
+// its sequences when each shard holds a share of every sequence (sp), else 1.
+struct RouteGroup {
+  int ranks = 1, rank = 0, shards = 1, shard = 0;
+  int64_t segments = 1;
+};
+
 // This rank's shares (unweighted) of the two auxiliary losses.
 struct RouterLosses {
   double aux = 0, z = 0;
@@ -75,7 +86,7 @@ class MoeRouter {
     Tensor expert;  // [N, k] i32: the chosen experts, best first
     Tensor gate;    // [N, k] gate weights
     Tensor kept;    // [N, k] i32: 1 within capacity, 0 dropped
-    Tensor counts;  // [k E + 1] i32: this rank's assignments per (choice, expert), then its N
+    Tensor counts;  // [k S E + 1] i32: this rank's assignments per (choice, segment, expert), then its N
   };
 
   MoeRouter() = default;
@@ -83,7 +94,8 @@ class MoeRouter {
   // capacity factor.
   MoeRouter(ParamStore& store, const std::string& name, int64_t channels, int64_t experts,
             const RouterOptions& options);
-  Saved allocate(int64_t rows, Device device = Device::cpu) const;
+  // segments: how many equal segments the rows are counted in (RouteGroup::segments).
+  Saved allocate(int64_t rows, Device device = Device::cpu, int64_t segments = 1) const;
 
   int64_t experts() const { return experts_; }
   int top_k() const { return options_.top_k; }
@@ -92,14 +104,18 @@ class MoeRouter {
   bool renormalises() const {
     return options_.norm == RouterNorm::softmax_topk || (options_.norm == RouterNorm::auto_ && options_.top_k == 2);
   }
-  int64_t count_width() const { return options_.top_k * experts_ + 1; }  // Saved::counts' length
+  // Saved::counts' length for rows counted in `segments` segments.
+  int64_t count_width(int64_t segments = 1) const { return options_.top_k * segments * experts_ + 1; }
   // Per-expert capacity for `tokens` token rows over the group (0: no limit).
   int64_t capacity(int64_t tokens) const;
 
   // x [N, C] (the rows allocate() was sized for): probabilities, lse, choices, gates and counts.
   void forward(const Tensor& x, Saved& s) const;
-  // all_counts [ranks, count_width()] i32: every rank's Saved::counts, in rank order (this rank's
-  // at row `rank`). Fills the plan and this rank's kept flags.
+  // all_counts [ranks x shards, count_width(segments)] i32: every rank's Saved::counts of the token
+  // group, row i x shards + s ep rank i's of shard s (ExpertLayout::all_gather_counts). Fills the
+  // plan (its traffic: this shard's ep group's) and this rank's kept flags.
+  void apply_capacity(Saved& s, RoutePlan& plan, const Tensor& all_counts, const RouteGroup& group) const;
+  // An ep group without shards: all_counts [ranks, count_width()], this rank's at row `rank`.
   void apply_capacity(Saved& s, RoutePlan& plan, const Tensor& all_counts, int rank) const;
   RouterLosses losses(const Saved& s, const RoutePlan& plan) const;
   // dgate [N, k]: dL/dgate (0 where dropped). loss_scale: the weight of this layer's loss term

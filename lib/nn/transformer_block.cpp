@@ -14,11 +14,18 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, c
   attn_ = SelfAttention(store, name + ".attn", c.channels, c.heads, c.init_std, c.proj_init_std, c.causal, layout,
                         sequence, c.attention);
   if (c.moe) {
-    TESSERA_CHECK(!layout.splits_rows(), "a mixture-of-experts block routes whole token rows: not under",
-                  " --sp-mode split_gather");
     TESSERA_CHECK(!layout.splits_features(), "a mixture-of-experts block routes whole token rows: not under",
                   " --tp-mode 2d or 2.5d");
+    TESSERA_CHECK(!layout.splits_rows() || (experts.shard_size() == layout.size() && !experts.shards_each_sequence()),
+                  "a mixture-of-experts block under --sp-mode split_gather needs the tp group as its experts'",
+                  " token shards (parallel/expert_parallel.h)");
     moe_ = MoeFeedForward(store, name + ".moe", *c.moe, experts);
+    // split_gather: each tp rank routes its share of the rows (a token shard), so the router's and
+    // the experts' gradients cover its rows only and are summed over the tp group, like the norms'.
+    if (layout.splits_rows()) {
+      store.set_partial(moe_.router_param_id(), PartialGrad::rows);
+      for (int id : moe_.expert_param_ids()) store.set_partial(id, PartialGrad::rows);
+    }
     if (c.moe->shared_experts > 0) {
       const int64_t shared = c.moe->shared_experts * c.moe->hidden;
       TESSERA_CHECK(shared % layout.size() == 0, "--shared-experts ", c.moe->shared_experts, " x --expert-hidden ",
@@ -75,7 +82,7 @@ TransformerBlock::Saved TransformerBlock::allocate_kept(int64_t batch, int64_t s
   s.ln2_mean = act({rows});
   s.ln2_rstd = act({rows});
   if (is_moe()) {
-    s.moe = moe_.allocate(rows, device);
+    s.moe = moe_.allocate(rows, device, batch);
     if (has_shared_experts() && config_.moe->swiglu) s.shared_swiglu = shared_swiglu_.allocate(batch * seq, device);
     if (has_shared_experts() && !config_.moe->swiglu) s.shared_mlp = shared_mlp_.allocate(batch * seq, device);
   } else if (config_.swiglu) {

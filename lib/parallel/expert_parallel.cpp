@@ -55,7 +55,22 @@ void check_traffic(const nn::ExpertTraffic& t, int ranks, const std::string& gro
 
 }  // namespace
 
-void ExpertParallel::all_gather_counts(const Tensor& mine, Tensor& all) const { ep_.all_gather(mine, all); }
+// all-gather(shards) of the counts, then all-gather(ep) of the [shards, M] tables: row
+// i x shards + s of `all` is ep rank i's shard s's.
+void ExpertParallel::all_gather_counts(const Tensor& mine, Tensor& all) const {
+  const int shards = shard_size();
+  TESSERA_CHECK(all.numel() == mine.numel() * ep_.size() * shards, "expert counts over ", ep_.name(), ": ",
+                all.numel(), " elements for ", ep_.size(), " x ", shards, " ranks of ", mine.numel());
+  const Tensor* table = &mine;
+  if (shards_) {
+    if (!shard_counts_.defined() || shard_counts_.numel() != mine.numel() * shards)
+      shard_counts_ = Tensor::empty({shards, mine.numel()}, mine.dtype());
+    shards_->all_gather(mine, shard_counts_);
+    table = &shard_counts_;
+  }
+  if (ep_.size() > 1) ep_.all_gather(*table, all);
+  else all.copy_from(*table);
+}
 
 int64_t ExpertParallel::staging_rows(int64_t max_sent, int64_t max_received) const {
   (void)max_sent;

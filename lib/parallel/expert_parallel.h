@@ -15,6 +15,16 @@
 // reordered (one copy) from source-rank order to expert order, so each local expert runs one GEMM
 // over its rows, in global token order. An expert nobody chose receives zero rows: the exchange
 // still runs (zero counts) and its gradient stays zero.
+//
+// With token shards (sequence parallelism's sp group, or the tp group under --sp-mode
+// split_gather: nn/expert_layout.h) the ep group stays the ranks of the ep axis, which share this
+// rank's dp, sp and tp coordinates: each shard index has its own ep group, and the rows are
+// exchanged inside it exactly as above (an sp or tp rank's tokens only meet the experts' copies on
+// its own shard index). Only the counts cross the shards: all-gather(shards) of this rank's
+// k S E + 1 int32 (per choice, sequence and expert: S = the rank's sequences under sp, 1 under
+// split_gather), then all-gather(ep) of the shards' tables, so every rank of the ep x shards
+// token group holds the same [ep x shards] table and takes the same capacity decisions, in the
+// one-rank token order. Without ep (ep = 1) the rows stay on their rank and only the counts move.
 #pragma once
 #include "comm/communicator.h"
 #include "nn/expert_layout.h"
@@ -23,9 +33,15 @@ namespace tessera::parallel {
 
 class ExpertParallel final : public nn::ExpertLayout {
  public:
-  explicit ExpertParallel(comm::Communicator& ep) : ep_(ep) {}
+  // shards: the token shards' group (sp, or tp under split_gather; null: none); each_sequence: sp's
+  // kind of shard (a share of every sequence's positions).
+  explicit ExpertParallel(comm::Communicator& ep, comm::Communicator* shards = nullptr, bool each_sequence = false)
+      : ep_(ep), shards_(shards && shards->size() > 1 ? shards : nullptr), each_sequence_(each_sequence) {}
   int rank() const override { return ep_.rank(); }
   int size() const override { return ep_.size(); }
+  int shard_rank() const override { return shards_ ? shards_->rank() : 0; }
+  int shard_size() const override { return shards_ ? shards_->size() : 1; }
+  bool shards_each_sequence() const override { return shards_ != nullptr && each_sequence_; }
 
   void all_gather_counts(const Tensor& mine, Tensor& all) const override;
   void dispatch(const Tensor& rows, Tensor& expert_rows, const nn::ExpertTraffic& traffic,
@@ -36,6 +52,9 @@ class ExpertParallel final : public nn::ExpertLayout {
 
  private:
   comm::Communicator& ep_;
+  comm::Communicator* shards_ = nullptr;
+  bool each_sequence_ = false;
+  mutable Tensor shard_counts_;  // [shards, M]: the shards' counts before the ep all-gather
 };
 
 }  // namespace tessera::parallel

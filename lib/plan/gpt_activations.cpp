@@ -29,13 +29,18 @@ struct Sizes {  // the shapes the layers see
 
 // Mixture of experts: the most rows this rank's experts can receive in one call (MoeFeedForward's
 // max_received), the expert MLP's hidden size, and the shared experts' hidden features on this rank.
+// Token shards (nn/expert_layout.h): sp, or tp under split_gather; the routing counts per sequence
+// under sp (segments), else per rank; their length (MoeRouter::count_width).
 struct ExpertSizes {
-  int64_t k, experts, hidden, received, shared_t;
+  int64_t k, experts, hidden, received, shared_t, shards, segments, counts;
   bool swiglu;
   explicit ExpertSizes(const GptActivationShape& s) {
+    shards = s.sp > 1 ? s.sp : s.split_rows ? s.tp : 1;
+    segments = s.sp > 1 ? s.batch : 1;
     const models::GptConfig& m = s.model;
     k = m.moe.router.top_k;
     experts = m.moe.experts;
+    counts = k * segments * experts + 1;
     hidden = m.moe.hidden > 0 ? m.moe.hidden : m.llama() ? m.mlp_hidden() : 4 * m.hidden;
     swiglu = m.llama();
     shared_t = m.moe.shared_experts * hidden / s.tp;
@@ -44,7 +49,7 @@ struct ExpertSizes {
     if (factor == 0.0f) {
       received = every;
     } else {
-      const double cap = std::ceil(static_cast<double>(factor) * static_cast<double>(s.ep * s.rows()) *
+      const double cap = std::ceil(static_cast<double>(factor) * static_cast<double>(s.ep * shards * s.rows()) *
                                    static_cast<double>(k) / static_cast<double>(experts));
       received = std::min(every, experts / s.ep * std::max<int64_t>(1, static_cast<int64_t>(cap)));
     }
@@ -62,9 +67,9 @@ int64_t attention_core(const GptActivationShape& s) {
 int64_t moe_saved(const GptActivationShape& s) {
   const Sizes z(s);
   const ExpertSizes e(s);
-  const int64_t counts = e.k * e.experts + 1;
+  const int64_t counts = e.counts;
   const int64_t router = z.rows * e.experts + z.rows + 3 * z.rows * e.k + counts;  // probs, lse, choices, counts
-  return router + s.ep * counts + z.rows * e.k                                     // every rank's counts, slots
+  return router + s.ep * e.shards * counts + z.rows * e.k                          // the group's counts, slots
          + e.received * (z.c + (e.swiglu ? 3 : 2) * e.hidden)  // expert input, fc (gate, up), GELU (SwiGLU)
          + z.rows * e.k * z.c                                   // returned rows
          + (e.swiglu ? 3 : 2) * z.n * e.shared_t;               // the shared experts' MLP
@@ -154,7 +159,8 @@ int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>&
     const ExpertSizes e(s);  // MoeFeedForward::Scratch
     floats += z.rows * e.k * z.c + 2 * e.received * z.c + (e.swiglu ? 2 : 1) * e.received * e.hidden +
               z.rows * e.k + z.rows * e.experts + (s.ep > 1 ? e.received * z.c : 0) +
-              (e.swiglu ? 2 : 1) * z.n * e.shared_t;  // the shared experts' d_hidden (and d_up)
+              (e.swiglu ? 2 : 1) * z.n * e.shared_t +  // the shared experts' d_hidden (and d_up)
+              (e.shards > 1 ? e.shards * e.counts : 0);  // the shards' counts (ExpertParallel)
   }
   floats += 2 * z.n;  // the batch's inputs and targets on the host
   if (s.sp > 1) floats += (s.ring ? 12 : 6) * z.n * z.ct;  // ring: six key/value blocks; all_to_all: two

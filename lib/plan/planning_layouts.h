@@ -28,11 +28,16 @@ class PlannedSequenceLayout final : public nn::SequenceLayout {
 
 class PlannedExpertLayout final : public nn::ExpertLayout {
  public:
-  explicit PlannedExpertLayout(int size) : size_(size) {}
+  // shards: the token shards (sp, or tp under split_gather: nn/expert_layout.h).
+  PlannedExpertLayout(int size, int shards, bool each_sequence)
+      : size_(size), shards_(shards), each_sequence_(each_sequence && shards > 1) {}
   int size() const override { return size_; }
+  int shard_size() const override { return shards_; }
+  bool shards_each_sequence() const override { return each_sequence_; }
 
  private:
-  int size_;
+  int size_, shards_;
+  bool each_sequence_;
 };
 
 // The three, and a ModelLayout pointing at them (for pipeline stage `stage`); keep it in place.
@@ -40,7 +45,10 @@ struct PlannedLayouts {
   PlannedTensorLayout tensor;
   PlannedSequenceLayout sequence;
   PlannedExpertLayout experts;
-  PlannedLayouts(int tp, bool split_rows, int sp, int ep) : tensor(tp, split_rows), sequence(sp), experts(ep) {}
+  PlannedLayouts(int tp, bool split_rows, int sp, int ep)
+      : tensor(tp, split_rows),
+        sequence(sp),
+        experts(ep, sp > 1 ? sp : split_rows && tp > 1 ? tp : 1, sp > 1) {}
   PlannedLayouts(const PlannedLayouts&) = delete;
   PlannedLayouts& operator=(const PlannedLayouts&) = delete;
   models::ModelLayout layout(const models::PipelinePlacement& pipeline,

@@ -26,6 +26,7 @@ struct StageCost {
   double flops = 0;                                             // GEMMs and attention
   int64_t params = 0;                                           // the stage's flat buffer (elements)
   int64_t expert_params = 0;                                    // of which this rank's experts' (moe_train)
+  int64_t moe_row_partial = 0;  // split_gather: the MoE routers' and experts' elements, summed over tp
   double total() const { return forward + backward_input + backward_weight; }
 };
 
@@ -115,6 +116,9 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   cost.params = params.store.numel();
   for (const nn::ParamSpec& p : params.store.specs())
     if (p.expert) cost.expert_params += p.local_shape.numel();
+  for (const nn::ParamSpec& p : params.store.specs())
+    if (p.partial == nn::PartialGrad::rows && (p.expert || p.name.find(".moe.router.") != std::string::npos))
+      cost.moe_row_partial += p.local_shape.numel();
   double blocks = 0, moe_blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
   bool embedding = false, head = false;
   for (int c = 0; c < placement.chunks; ++c) {
@@ -193,6 +197,15 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   // (all-to-all), forward and again backward (their gradients).
   charge("ep: each MoE block's dispatch and combine", "all_to_all", run.mesh.ep, where.across(comm::Axis::ep),
          2 * moe_blocks, 2 * moe_blocks, routed * s.c * wire);
+  // The MoE token shards (sp, or tp under split_gather: nn/expert_layout.h): forward, each MoE block
+  // all-gathers the routing counts over them (k S E + 1 int32 per rank; S the rank's sequences
+  // under sp, else 1) before the ep group's all-gather of their tables. The rows stay on their shard.
+  if (moe_blocks > 0) {
+    const int shards = sp > 1 ? sp : run.split_gather ? tp : 1;
+    const double counts = 4.0 * (moe.router.top_k * (sp > 1 ? s.b : 1) * static_cast<double>(moe.experts) + 1);
+    charge("MoE routing counts all-gathered over the token shards", "all_gather", shards,
+           sp > 1 ? sp_across : tp_across, moe_blocks, 0, counts);
+  }
   double loss_s = 0, edge_elem = 0;
   if (embedding) {
     edge_elem += s.rows * s.c * elem;
@@ -367,6 +380,11 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     g->exposed = shared_cores ? g->seconds
                               : std::max(g->seconds * std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, shared_bytes)),
                                          g->seconds - t.backward_s);
+  // split_gather: each tp rank routed its share of the rows, so the MoE routers' and experts'
+  // gradients are summed over tp (PartialGrad::rows), as the layer norms' are.
+  add("tp split_gather: the MoE routers' and experts' gradients all-reduced", "all_reduce",
+      run.split_gather && slow.moe_row_partial > 0 ? run.mesh.tp : 1, where.across(comm::Axis::tp),
+      static_cast<double>(slow.moe_row_partial) * wire);
   if (run.zero_stage == 1 || run.zero_stage == 2)
     add("dp: updated shards all-gathered", "all_gather", data, where.data_across(), grad_bytes);
   add("the gradient norm", "all_reduce", where.world(), where.world_across(), 8);

@@ -22,8 +22,6 @@ GptWorkload::GptWorkload(models::Gpt& model, io::TokenLoader train_loader, const
       config_(config),
       dp_rank_(mesh.coord(comm::Axis::dp)),
       dp_(mesh.shape().dp),
-      ep_(mesh.shape().ep),
-      tp_(mesh.shape().tp),
       share_rank_(mesh.batch_share()),
       shares_(mesh.batch_shares()),
       micro_batches_(config.micro_batches(mesh.shape().dp * shares_)),
@@ -74,13 +72,12 @@ std::vector<Workload::StepMetric> GptWorkload::step_metrics() {
     blend.insert(blend.begin(), data_bytes);
     return blend;
   }
-  // Contributions that add up over the job: the auxiliary terms are loss shares (replicated over
-  // tp, averaged over dp and micro-batches like the loss); the drops are the ep group's, the same
-  // on its ep x tp ranks; loads are maxima.
+  // Contributions that add up over the job (the model divides out the ranks holding the same
+  // value: models::Gpt::MoeStepStats): the auxiliary terms are loss shares (averaged over dp and
+  // micro-batches like the loss); the drops are each token group's; loads are maxima.
   const models::Gpt::MoeStepStats s = model_.take_moe_stats();
-  std::vector<StepMetric> metrics{
-      {"aux_loss", s.aux_loss / static_cast<double>(micro_batches_ * dp_ * tp_), false},
-      {"dropped_tokens", s.dropped / static_cast<double>(ep_ * tp_), false}, data_bytes};
+  std::vector<StepMetric> metrics{{"aux_loss", s.aux_loss / static_cast<double>(micro_batches_ * dp_), false},
+                                  {"dropped_tokens", s.dropped, false}, data_bytes};
   metrics.insert(metrics.end(), blend.begin(), blend.end());
   int64_t index = 0;
   for (int64_t i = 0; i < model_.config().layers; ++i)

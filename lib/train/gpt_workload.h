@@ -73,7 +73,7 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   void start_prefetch(int64_t step0);  // a new prefetcher whose first step is step0 (0-based)
   const io::TokenBatch& step_batch(int64_t step);  // the prefetched batch of a (1-based) step
   void load_eval_rows(int64_t index);  // micro-batch `index` of an evaluation (evaluate(index, chunk))
-  int dp_rank_, dp_, ep_, tp_;
+  int dp_rank_, dp_;
   int64_t trained_step_ = 0;  // the last step (1-based) whose rows were asked for: blend metrics
   // The ranks splitting each micro-batch's sequences (ep x the tp grid's rows) and this one's share.
   int share_rank_, shares_;

@@ -572,10 +572,15 @@ TEST_F(GptTrainBadLayout, MoeTopThree) {
   expect_refused(2, "--top-k 3", "top-k 3");
 }
 
-TEST_F(GptTrainBadLayout, MoeWithSequenceParallel) {
+// moe_train takes sequence parallelism as gpt_train does, and refuses what gpt_train refuses.
+TEST_F(GptTrainBadLayout, MoeSequenceParallelMisfits) {
   app_ = "moe_train";
+  shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 9";
+  expect_refused(2, "--sp 2", "--seq-len 9 is not divisible by --sp 2");
   shape_ = "--layers 2 --hidden 16 --heads 2 --seq-len 8";
-  expect_refused(2, "--sp 2", "not supported with mixture-of-experts layers yet");
+  expect_refused(2, "--sp 2 --sp-mode split_gather", "it needs --tp > 1 and takes no --sp");
+  expect_refused(2, "--tp 2 --sp-mode ring", "--sp-mode ring needs --sp > 1");
+  expect_refused(2, "--sp 2 --sp-mode zigzag", "zigzag");
 }
 
 // moe_train's coefficients and counts, checked before any communication.

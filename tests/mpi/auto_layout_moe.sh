@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # parallel_plan search --trainer moe_train end to end on 4 ranks (tests/mpi/auto_layout.sh's twin):
-# the search ranks a tiny mixture-of-experts model's layouts (ep among its choices), moe_train
+# the search ranks a tiny mixture-of-experts model's layouts (ep and sp among its choices), moe_train
 # --dry-run with the top layout's flags plans the same peak, the top layout trains 2 steps, and
 # moe_train --layout auto chooses that same layout and trains with it.
 set -euo pipefail
@@ -25,7 +25,8 @@ r = json.load(open(sys.argv[1]))
 assert r["trainer"] == "moe_train", r["trainer"]
 eps = {l["args"][l["args"].index("--ep") + 1] for l in r["layouts"]}
 assert eps == {"1", "2", "4"}, eps  # every ep that divides 4 ranks and 4 experts fits
-assert not any("--sp" in l["args"] for l in r["layouts"])
+sps = {l["args"][l["args"].index("--sp") + 1] for l in r["layouts"]}
+assert {"1", "2"} <= sps, sps  # sequence parallelism among the choices (the experts' token shards)
 PY
 read -r -a top < <(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['layouts'][0]['args']))" "$tmp/search.json")
 planned=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['layouts'][0]['peak_bytes'])" "$tmp/search.json")

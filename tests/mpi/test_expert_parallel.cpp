@@ -3,7 +3,8 @@
 // over the ranks, and its output, loss share, statistics and every gradient (gathered to global
 // shape) must equal the one-rank layer's on all the tokens. Also: an expert no token chooses, a
 // router crowding one expert with capacity dropping, the bytes CommStats counts against the
-// formula of expert_parallel.h, no allocation on a second call, and experts that do not split.
+// formula of expert_parallel.h, no allocation on a second call, experts that do not split, and
+// ep x token shards (sequence parallelism's, split_gather's) against the one-rank layer.
 // ranks: 1 2 4
 #include <gtest/gtest.h>
 
@@ -74,11 +75,11 @@ struct Layer {
   Tensor y, dx;
   float loss = 0;
 
-  Layer(const Case& c, const nn::ExpertLayout& layout, int64_t rows) {
+  Layer(const Case& c, const nn::ExpertLayout& layout, int64_t rows, int64_t sequences = 1) {
     moe = nn::MoeFeedForward(store, "blocks.0.moe", config(c), layout);
     store.allocate(Device::cpu, 11);
     set_parameters(store, c);
-    saved = moe.allocate(rows);
+    saved = moe.allocate(rows, Device::cpu, sequences);
     scratch = moe.allocate_scratch(rows);
     y = Tensor::empty({rows, kChannels});
     dx = Tensor::empty({rows, kChannels});
@@ -256,6 +257,87 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"top1_crowded_expert_capacity", 1, 1.0f, 4, Router::crowd_first_expert},
                       Case{"top2_crowded_expert_capacity", 2, 1.0f, 4, Router::crowd_first_expert}),
     case_name);
+
+// A sub-communicator of the world (MPI_Comm_split), freed with it.
+class SplitComm {
+ public:
+  SplitComm(int color, int key) { MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm_); }
+  ~SplitComm() { MPI_Comm_free(&comm_); }
+  SplitComm(const SplitComm&) = delete;
+  SplitComm& operator=(const SplitComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// Token shards (nn/expert_layout.h): the world as ep x 2 shards (shards inner, as the mesh puts sp
+// inside ep), 4 sequences of 6 positions over the ep group. Shards of each sequence (sp: rank
+// (i, s) holds positions [3 s, 3 s + 3) of ep rank i's sequences) or of the rows (split_gather:
+// a contiguous quarter or half). Output, dx, statistics, the loss shares and every gradient (the
+// experts' summed over the shards and gathered over ep) equal the one-rank layer's on all tokens.
+TEST_P(ExpertParallelParity, TokenShardsMatchTheOneRankLayer) {
+  const Case c = GetParam();
+  comm::Communicator world = comm::Communicator::world();
+  if (world.size() == 1) GTEST_SKIP() << "token shards need 2 or 4 ranks (ep 1 or 2 x 2 shards)";
+  const int shards = 2, ep_size = world.size() / shards, i = world.rank() / shards, s = world.rank() % shards;
+  ASSERT_EQ(ep_size * shards, world.size());
+  const int64_t seq = 6, sequences = 4 / ep_size, half = seq / shards, rows = sequences * half;
+  ASSERT_EQ(ep_size * sequences * seq, kTokens);
+  SplitComm ep_comm(s, i), shard_comm(100 + i, s);
+  comm::Communicator ep_group(ep_comm.get(), "ep"), shard_group(shard_comm.get(), "sp");
+  const Inputs in = make_inputs(c);
+  Layer ref(c, nn::ExpertLayout::single(), kTokens);
+  ref.step(in.x, in.dy);
+
+  for (bool each_sequence : {true, false}) {
+    SCOPED_TRACE(each_sequence ? "sp shards" : "split_gather shards");
+    auto global_row = [&](int64_t t) -> int64_t {
+      if (!each_sequence) return (i * shards + s) * rows + t;
+      return (i * sequences + t / half) * seq + s * half + t % half;
+    };
+    Tensor my_x = Tensor::empty({rows, kChannels}), my_dy = Tensor::empty({rows, kChannels});
+    Tensor want_y = Tensor::empty({rows, kChannels}), want_dx = Tensor::empty({rows, kChannels});
+    for (int64_t t = 0; t < rows; ++t) {
+      my_x.rows(t, 1).copy_from(in.x.rows(global_row(t), 1));
+      my_dy.rows(t, 1).copy_from(in.dy.rows(global_row(t), 1));
+      want_y.rows(t, 1).copy_from(ref.y.rows(global_row(t), 1));
+      want_dx.rows(t, 1).copy_from(ref.dx.rows(global_row(t), 1));
+    }
+    parallel::ExpertParallel layout(ep_group, &shard_group, each_sequence);
+    ASSERT_EQ(layout.group_size(), world.size());
+    Layer par(c, layout, rows, sequences);
+    par.step(my_x, my_dy);
+
+    const nn::MoeStats &want = ref.saved.stats, &got = par.saved.stats;
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.capacity, want.capacity);
+    EXPECT_EQ(got.dropped, want.dropped);
+    EXPECT_EQ(got.routed, want.routed);
+    EXPECT_EQ(got.kept, want.kept);
+    EXPECT_LT(max_rel_error(par.y, want_y), kTol) << "y, rank " << world.rank();
+    EXPECT_LT(max_rel_error(par.dx, want_dx), kTol) << "dx, rank " << world.rank();
+    const double loss = world.all_reduce_sum(static_cast<double>(par.loss));
+    EXPECT_NEAR(loss, ref.loss, kTol * std::max(1.0, std::fabs(static_cast<double>(ref.loss))));
+    for (int id = 0; id < par.store.size(); ++id) {
+      const nn::ParamSpec& spec = par.store.spec(id);
+      Tensor grad = par.store.grad(id).clone();
+      Tensor global = Tensor::empty(spec.global_shape);
+      if (spec.expert && ep_size > 1) {  // this shard's tokens' share of this ep rank's experts
+        shard_group.all_reduce_sum(grad);
+        ep_group.all_gather(grad, global);
+      } else {
+        world.all_reduce_sum(grad);
+        global.copy_from(grad);
+      }
+      const int64_t last = spec.global_shape[-1], rows_of = spec.global_shape.numel() / last;
+      EXPECT_LT(max_rel_error(global.reshape({rows_of, last}),
+                              ref.store.grad(ref.store.find(spec.name)).reshape({rows_of, last})),
+                kTol)
+          << spec.name << ", rank " << world.rank();
+    }
+  }
+}
 
 TEST(ExpertParallel, ExpertsThatDoNotSplitAreRefusedNamingBothNumbers) {
   comm::Communicator world = comm::Communicator::world();

@@ -1,5 +1,5 @@
 // MoeRouter (nn/moe_router.h): top-k choices and ties, gates, capacity and the order of dropping
-// (also decided over several ranks' counts), the aux and z losses on hand-computed cases, and the
+// (also decided over several ranks' counts, and over ep x token shards), the aux and z losses on hand-computed cases, and the
 // backward of gates and losses against central finite differences, under each --router-norm
 // (softmax_topk's gates equal the softmax over the chosen logits).
 #include <gtest/gtest.h>
@@ -184,6 +184,71 @@ TEST(MoeRouter, CapacityOverRanksMatchesOneRankOnTheWholeBatch) {
     EXPECT_NEAR(aux, whole_losses.aux, 1e-6 * whole_losses.aux);
     EXPECT_NEAR(z, whole_losses.z, 1e-6 * whole_losses.z);
   }
+}
+
+// ep 2 x sp 2: each of the four ranks holds half the positions of its ep rank's 2 sequences of 6
+// (counted per sequence), as sequence parallelism splits them; decided from the token group's
+// gathered counts, they keep and drop exactly what one rank routing the 4 sequences does, and the
+// traffic of each shard's ep group is its own rows'. split_gather's shards (contiguous rows, one
+// segment) alike.
+TEST(MoeRouter, CapacityOverEpAndTokenShardsMatchesOneRank) {
+  for (int k : {1, 2})
+    for (bool each_sequence : {true, false}) {
+      SCOPED_TRACE("k = " + std::to_string(k) + (each_sequence ? ", sp shards" : ", split_gather shards"));
+      nn::ParamStore store;
+      const nn::MoeRouter router(store, "router", 5, 4, {k, 0.75f, 0.1f, 0.05f, 0.5f});
+      store.allocate(Device::cpu, 7);
+      const int ep = 2, shards = 2;
+      const int64_t sequences = 2, seq = 6, half = seq / shards, rows = sequences * half;  // per rank
+      const Tensor x = gc::normal({ep * sequences * seq, 5}, "x", 1.0f);                 // one-rank order
+      nn::MoeRouter::Saved whole = router.allocate(ep * sequences * seq);
+      nn::RoutePlan whole_plan;
+      route_one_rank(router, x, whole, whole_plan);
+      ASSERT_GT(whole_plan.dropped, 0) << "the case should drop something";
+      const nn::RouterLosses whole_losses = router.losses(whole, whole_plan);
+
+      // The one-rank row of rank (i, s)'s local row t.
+      auto global_row = [&](int i, int s, int64_t t) -> int64_t {
+        if (!each_sequence) return (i * shards + s) * rows + t;
+        return (i * sequences + t / half) * seq + s * half + t % half;
+      };
+      const int64_t segments = each_sequence ? sequences : 1, width = router.count_width(segments);
+      std::vector<nn::MoeRouter::Saved> parts;
+      Tensor all = Tensor::empty({ep * shards, width}, DType::i32);
+      for (int i = 0; i < ep; ++i)
+        for (int s = 0; s < shards; ++s) {
+          Tensor mine = Tensor::empty({rows, 5});
+          for (int64_t t = 0; t < rows; ++t) mine.rows(t, 1).copy_from(x.rows(global_row(i, s, t), 1));
+          parts.push_back(router.allocate(rows, Device::cpu, segments));
+          router.forward(mine, parts.back());
+          std::copy_n(parts.back().counts.data<int32_t>(), width, all.data<int32_t>() + (i * shards + s) * width);
+        }
+      double aux = 0, z = 0;
+      for (int i = 0; i < ep; ++i)
+        for (int s = 0; s < shards; ++s) {
+          nn::MoeRouter::Saved& part = parts[i * shards + s];
+          nn::RoutePlan plan;
+          router.apply_capacity(part, plan, all, nn::RouteGroup{ep, i, shards, s, segments});
+          EXPECT_EQ(plan.tokens, ep * sequences * seq);
+          EXPECT_EQ(plan.dropped, whole_plan.dropped);
+          EXPECT_EQ(plan.kept, whole_plan.kept);
+          EXPECT_EQ(plan.routed, whole_plan.routed);
+          EXPECT_EQ(plan.first_choice, whole_plan.first_choice);
+          int64_t kept_here = 0;
+          for (int64_t t = 0; t < rows; ++t)
+            for (int64_t j = 0; j < k; ++j) {
+              EXPECT_EQ(part.kept.data<int32_t>()[t * k + j], whole.kept.data<int32_t>()[global_row(i, s, t) * k + j])
+                  << "rank (" << i << ", " << s << ") row " << t << " choice " << j;
+              kept_here += part.kept.data<int32_t>()[t * k + j];
+            }
+          EXPECT_EQ(plan.traffic.sent_by(i), kept_here) << "the traffic is this shard's ep group's";
+          const nn::RouterLosses l = router.losses(part, plan);
+          aux += l.aux;
+          z += l.z;
+        }
+      EXPECT_NEAR(aux, whole_losses.aux, 1e-6 * whole_losses.aux);
+      EXPECT_NEAR(z, whole_losses.z, 1e-6 * whole_losses.z);
+    }
 }
 
 TEST(MoeRouter, AuxAndZLossesOnAHandComputedCase) {

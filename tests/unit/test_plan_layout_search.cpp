@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -101,16 +102,23 @@ TEST(LayoutSearch, MoeTrainLayoutsChooseEpAndPassMoeTrainsChecks) {
   ASSERT_FALSE(r.ranked.empty());
   std::vector<int> eps;
   bool zero_bubble = false;
+  std::set<std::string> sp_layouts;  // "sp x ep mode" of the layouts with sequence parallelism or split_gather
   for (const cli::LayoutChoice& c : r.ranked) {
     const auto ep = std::find(c.args.begin(), c.args.end(), "--ep");
     ASSERT_NE(ep, c.args.end()) << c.args_text();
     eps.push_back(std::stoi(*(ep + 1)));
-    // moe_train takes no --sp or --sp-mode.
-    EXPECT_EQ(std::find(c.args.begin(), c.args.end(), "--sp"), c.args.end()) << c.args_text();
+    const auto sp = std::find(c.args.begin(), c.args.end(), "--sp");
+    ASSERT_NE(sp, c.args.end()) << c.args_text();
+    const auto mode = std::find(c.args.begin(), c.args.end(), "--sp-mode");
+    if (mode != c.args.end()) sp_layouts.insert(*(sp + 1) + " x " + *(ep + 1) + " " + *(mode + 1));
     zero_bubble = zero_bubble || std::find(c.args.begin(), c.args.end(), "zb") != c.args.end();
   }
   EXPECT_TRUE(zero_bubble) << "no moe_train layout with --pp-schedule zb (its experts split B and W)";
   for (int ep : {1, 2, 4}) EXPECT_NE(std::find(eps.begin(), eps.end(), ep), eps.end()) << "no layout with --ep " << ep;
+  // Sequence parallelism in all three modes, alone and beside ep (the MoE layers' token shards).
+  for (const char* want : {"2 x 1 ring", "2 x 1 all_to_all", "2 x 2 ring", "2 x 2 all_to_all", "4 x 1 ring",
+                           "1 x 1 split_gather", "1 x 2 split_gather"})
+    EXPECT_TRUE(sp_layouts.count(want)) << "no moe_train layout with sp x ep mode " << want;
   // moe_train's own checks take zb with experts; gpt_train's layouts take no --ep.
   const cli::LayoutChoice zb = cli::evaluate_layout(in, m, {"--dp", "2", "--pp", "2", "--pp-schedule", "zb"});
   EXPECT_GT(zb.peak(), 0);

@@ -160,6 +160,13 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
 
   moe_config_ = moe_block_config(config);
   moe_stats_.max_load.assign(static_cast<size_t>(config.moe_blocks()), 0.0);
+  // 1D tp replicates the MoE layer's work on every tp rank; split_gather gives each its rows' share.
+  aux_copies_ = layout.tensor->splits_rows() ? 1.0 : static_cast<double>(layout.tensor->size());
+  drop_copies_ = aux_copies_ * layout.experts->size() * layout.experts->shard_size();
+  if (layout.tensor->splits_rows() && config.moe_blocks() > 0) {
+    aux_shards_ = layout.tensor;
+    aux_sum_ = Tensor::empty({1});
+  }
   mirror_ = std::make_unique<nn::ParamStore>();
   Modules m = register_modules(config, moe_config_, layout, chunks_, store_, *mirror_);
   embed_ = std::move(m.embed);
@@ -302,6 +309,13 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
     if (training && blocks_[b].is_moe()) record_moe_stats(c.first_block + j, a.saved[j].moe.stats);
   });
   if (!training) aux = 0.0f;  // evaluation reports the language-model loss alone
+  bool chunk_has_moe = false;
+  for (int64_t i = c.first_block; i < c.first_block + c.blocks(); ++i) chunk_has_moe |= config_.is_moe_block(i);
+  if (training && aux_shards_ && chunk_has_moe) {  // all-reduce(tp) of the aux shares (split_gather)
+    aux_sum_.data<float>()[0] = aux;
+    aux_shards_->all_reduce(aux_sum_);
+    aux = aux_sum_.data<float>()[0];
+  }
   if (!c.head) return aux;
   units_->gather(ln_f_unit_, training);
   if (training && keep_embedding && c.blocks() > 0) units_->prefetch(block_unit_base_ + c.block_base + c.blocks() - 1);
@@ -331,8 +345,9 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
 void Gpt::record_moe_stats(int64_t block, const nn::MoeStats& s) {
   int64_t index = 0;  // among the model's MoE blocks
   for (int64_t i = 0; i < block; ++i) index += config_.is_moe_block(i);
-  moe_stats_.aux_loss += moe_config_.router.aux_loss_coef * s.aux_loss + moe_config_.router.z_loss_coef * s.z_loss;
-  moe_stats_.dropped += static_cast<double>(s.dropped);
+  moe_stats_.aux_loss +=
+      (moe_config_.router.aux_loss_coef * s.aux_loss + moe_config_.router.z_loss_coef * s.z_loss) / aux_copies_;
+  moe_stats_.dropped += static_cast<double>(s.dropped) / drop_copies_;
   double& load = moe_stats_.max_load[static_cast<size_t>(index)];
   load = std::max(load, s.max_load());
 }

@@ -103,8 +103,10 @@ class Gpt {
 
   // Mixture-of-experts statistics of the training forwards since the last call, per MoE block
   // of the whole model (zero for the blocks on other pipeline stages): the auxiliary loss terms
-  // (this rank's shares, summed over calls), dropped assignments (the ep group's, summed) and
-  // the largest expert load (max / mean kept rows over the experts, max over calls).
+  // (this rank's shares, summed over calls, divided by the tp ranks holding the same share) and
+  // dropped assignments (the token group's, summed, divided by the ranks holding the same count:
+  // ep x token shards x tp copies), so that each adds up once over the job; and the largest expert
+  // load (max / mean kept rows over the experts, max over calls).
   struct MoeStepStats {
     double aux_loss = 0, dropped = 0;
     std::vector<double> max_load;  // per MoE block of the model, in model order
@@ -200,6 +202,11 @@ class Gpt {
   int64_t token_share_ = 1;             // ranks splitting each micro-batch's sequences (ep, grid tp): the loss is a share
   nn::MoeConfig moe_config_;
   MoeStepStats moe_stats_;
+  double aux_copies_ = 1, drop_copies_ = 1;  // ranks holding the same aux share / the same drop count
+  // split_gather: the tp group's layout, over which a chunk's MoE auxiliary loss shares (each tp
+  // rank's rows') are summed, so that every tp rank's loss is whole like the head's; aux_sum_ [1].
+  const nn::TensorLayout* aux_shards_ = nullptr;
+  Tensor aux_sum_;
   int64_t model_numel_ = 0;
   nn::ParamStore store_;
   std::unique_ptr<nn::ParamStore> mirror_;  // the tied token table on a last stage
