@@ -193,7 +193,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     if (blend)
       for (const io::BlendSource& source : *blend) blend_data.push_back(io::TokenDataset::open(source.path, "train"));
     io::TokenDataset train_data = blend ? blend_data.front() : io::TokenDataset::open(input, "train");
-    if (tc.document_mask) {  // every document start, before the loaders copy the data sets
+    if (tc.document_mask) {  // where the document starts lie (none read yet), before the loaders copy the data sets
       for (io::TokenDataset& d : blend_data) d.load_documents();
       train_data.load_documents();
     }

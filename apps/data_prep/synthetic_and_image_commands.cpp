@@ -20,7 +20,7 @@ namespace data_prep {
 using tessera::io::H5File;
 
 int run_synth(const std::vector<std::string>& args) {
-  int64_t vocab = 0, tokens = 0, val_tokens = -1, branching = 4;
+  int64_t vocab = 0, tokens = 0, val_tokens = -1, branching = 4, document_tokens = 0;
   uint64_t seed = 0;
   std::string output;
   bool overwrite = false;
@@ -33,21 +33,26 @@ int run_synth(const std::vector<std::string>& args) {
       ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
       ("val-tokens", po::value(&val_tokens)->value_name("M"), "validation tokens M (default N/10)")
       ("branching", po::value(&branching)->default_value(4)->value_name("K"), "successors per state K (at least 2)")
+      ("document-tokens", po::value(&document_tokens)->value_name("L"),
+       "start a document every L tokens in /doc_offsets (default: each split one document)")
       ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep synth --vocab V --tokens N --seed S --output FILE.h5\n"
-             "                       [--val-tokens M] [--branching K] [--overwrite]\n\n"
+             "                       [--val-tokens M] [--branching K] [--document-tokens L] [--overwrite]\n\n"
              "Samples N train and M val tokens from a random first-order Markov chain in which\n"
              "each state has K successors, started from its stationary distribution. The exact\n"
              "entropy rate (nats/token), the best loss any model can reach, is printed and stored\n"
-             "as the root attribute entropy_rate.\n",
+             "as the root attribute entropy_rate. The chain runs on across documents: --document-tokens\n"
+             "only marks where they start (a file of many documents for --document-mask).\n",
              vm))
     return 0;
   if (vocab < 2) throw UsageError("--vocab must be at least 2, got " + std::to_string(vocab));
   if (vocab > (int64_t{1} << 31) - 1) throw UsageError("--vocab must fit in int32, got " + std::to_string(vocab));
   if (tokens < 2) throw UsageError("--tokens must be at least 2, got " + std::to_string(tokens));
   if (branching < 2) throw UsageError("--branching must be at least 2, got " + std::to_string(branching));
+  if (vm.count("document-tokens") && document_tokens < 1)
+    throw UsageError("--document-tokens must be at least 1, got " + std::to_string(document_tokens));
   if (!vm.count("val-tokens")) val_tokens = tokens / 10;
   if (val_tokens < 0) throw UsageError("--val-tokens must not be negative, got " + std::to_string(val_tokens));
 
@@ -66,7 +71,17 @@ int run_synth(const std::vector<std::string>& args) {
       if (count_nll)
         for (int64_t i = 0; i < m; ++i)
           if (first + i > 0) nll -= std::log(source.prob(i == 0 ? previous : block[i - 1], block[i]));
-      w.append(block.data(), m);
+      // Cut at each document's first token (every document_tokens tokens), else appended whole.
+      for (int64_t i = 0; i < m;) {
+        const int64_t at = first + i;
+        int64_t take = m - i;
+        if (document_tokens > 0) {
+          if (at % document_tokens == 0) w.start_document();
+          take = std::min(take, document_tokens - at % document_tokens);
+        }
+        w.append(block.data() + i, take);
+        i += take;
+      }
       previous = block[static_cast<size_t>(m - 1)];
     }
     w.finish();

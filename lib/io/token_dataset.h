@@ -13,6 +13,7 @@
 
 namespace tessera::io {
 
+class DocumentIndex;
 class TokenReader;
 
 // One file's part of a split: its tokens are [first, first + reader->size()) of the split.
@@ -45,16 +46,16 @@ struct TokenDataset {
   std::vector<uint8_t> mask;  // its loss mask, when it has one (as long as tokens)
   std::vector<TokenPart> parts;  // the files of an opened data set, in order
   // Document starts (the first token of every document, increasing, over the whole split) for
-  // document masking: empty until load_documents(), or set in code for a data set built there.
-  // Shared by copies.
-  std::shared_ptr<const std::vector<int64_t>> documents;
+  // document masking, looked up window by window (io/document_index.h): none until
+  // load_documents(), or set in code for a data set built there. Shared by copies.
+  std::shared_ptr<const DocumentIndex> documents;
 
   int64_t size() const;
-  // Reads every part's /doc_offsets (shifted to the split's token numbering) into `documents`: the
-  // one read of the file beyond its metadata at start-up (8 bytes a document). A part without them
-  // throws naming the file: --document-mask needs the boundaries data_prep writes.
+  // Finds every part's /doc_offsets and makes `documents` read them as windows need them: metadata
+  // only, no offset read (its memory is bounded, whatever the number of documents). A part without
+  // them throws naming the file: --document-mask needs the boundaries data_prep writes.
   void load_documents();
-  bool has_documents() const { return documents && !documents->empty(); }
+  bool has_documents() const;
   // Tokens [start, start + count) into out[count], each checked against the vocabulary (a token
   // outside it throws naming the file, dataset and index). Thread-safe.
   void read(int64_t start, int64_t count, int32_t* out) const;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "io/document_index.h"
 
 namespace tessera::io {
 
@@ -201,16 +202,7 @@ bool TokenLoader::has_documents() const {
 }
 
 void TokenLoader::row_segments(int64_t start, int32_t* out) const {
-  const std::vector<int64_t>& docs = *data_.documents;
-  auto next = std::upper_bound(docs.begin(), docs.end(), start);  // the first document starting after `start`
-  int32_t segment = 0;
-  for (int64_t t = 0; t < seq_len_; ++t) {
-    while (next != docs.end() && *next <= start + t) {
-      ++segment;
-      ++next;
-    }
-    out[t] = segment;
-  }
+  data_.documents->segments(start, seq_len_, out);
 }
 
 void TokenLoader::train_segments(int64_t step, int64_t first_row, int64_t count, int32_t* out) const {

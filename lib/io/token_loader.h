@@ -69,7 +69,8 @@ class TokenLoader {
   // Document masking: the segments of the same rows into out[count * seq_len]: for the input
   // position t of a row starting at token s, the number of documents starting in (s, s + t] (0
   // for the row's first document, counting up). Read from the data set's documents (every source's,
-  // for a blend: TokenDataset::load_documents), no token read. Throws unless has_documents().
+  // for a blend: TokenDataset::load_documents), no token read: the offsets near each window, by
+  // pread (io/document_index.h). Throws unless has_documents(). Thread-safe.
   void train_segments(int64_t step, int64_t first_row, int64_t count, int32_t* out) const;
   void eval_segments(int64_t batch_index, int64_t first_row, int64_t count, int32_t* out) const;
   bool has_documents() const;

@@ -26,6 +26,7 @@ std::string type_of(hid_t type) {
   if (bytes == 2 && !is_signed) return "u16";
   if (bytes == 4 && !is_signed) return "u32";
   if (bytes == 4 && is_signed) return "i32";
+  if (bytes == 8 && is_signed) return "i64";  // document offsets (TokenDataset refuses it for tokens)
   return "";
 }
 
@@ -40,7 +41,8 @@ TokenReader::TokenReader(const H5File& file, const std::string& dataset, int64_t
   Hid type(H5Dget_type(d.get()), H5Tclose);
   type_ = type_of(type.get());
   if (type_.empty())
-    fail(path_, ": ", dataset, " must hold little-endian uint16, uint32 or int32 tokens (or uint8 mask values), but holds ",
+    fail(path_, ": ", dataset, " must hold little-endian uint16, uint32 or int32 tokens (uint8 mask values, int64",
+         " document offsets), but holds ",
          file.stored_type(dataset));
   es_ = static_cast<int>(H5Tget_size(type.get()));
   Hid space(H5Dget_space(d.get()), H5Sclose);
@@ -204,7 +206,7 @@ void TokenReader::read(int64_t start, int64_t count, uint8_t* out) const {
 }
 
 void TokenReader::read(int64_t start, int64_t count, int32_t* out) const {
-  TESSERA_CHECK(es_ != 1, path_, ": ", dataset_, " holds bytes (a mask), not tokens");
+  TESSERA_CHECK(es_ == 2 || es_ == 4, path_, ": ", dataset_, " holds ", type_, " values, not tokens");
   TESSERA_CHECK(start >= 0 && count >= 0 && start + count <= size_, path_, ": ", dataset_, ": tokens [", start, ", ",
                 start + count, ") are outside its ", size_, " tokens");
   if (count == 0) return;
@@ -226,6 +228,32 @@ void TokenReader::read(int64_t start, int64_t count, int32_t* out) const {
     const int64_t v = is_unsigned && es_ == 4 ? static_cast<int64_t>(static_cast<uint32_t>(out[i])) : out[i];
     if (v < 0 || v >= vocab_)
       fail(path_, ": ", dataset_, "[", start + i, "] = ", v, " is outside the vocabulary [0, ", vocab_, ")");
+  }
+}
+
+void TokenReader::read_offsets(int64_t start, int64_t count, int64_t* out) const {
+  TESSERA_CHECK(type_ == "i64" || type_ == "i32" || type_ == "u32", path_, ": ", dataset_, " holds ", type_,
+                " values, not document offsets");
+  TESSERA_CHECK(start >= 0 && count >= 0 && start + count <= size_, path_, ": ", dataset_, ": offsets [", start, ", ",
+                start + count, ") are outside its ", size_, " values");
+  if (count == 0) return;
+  // 4-byte offsets land in the upper half of `out` and widen forwards in place (as narrow tokens do).
+  if (es_ == 8) {
+    read_raw(start, count, reinterpret_cast<char*>(out));
+    return;
+  }
+  char* raw = reinterpret_cast<char*>(out) + count * 4;
+  read_raw(start, count, raw);
+  for (int64_t i = 0; i < count; ++i) {
+    if (type_ == "i32") {
+      int32_t v;
+      std::memcpy(&v, raw + i * 4, 4);
+      out[i] = v;
+    } else {
+      uint32_t v;
+      std::memcpy(&v, raw + i * 4, 4);
+      out[i] = v;
+    }
   }
 }
 

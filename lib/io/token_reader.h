@@ -1,5 +1,5 @@
-// TokenReader: one 1-D integer token dataset (uint16, uint32 or int32; uint8 for a loss mask) of
-// an HDF5 file, read by element range. HDF5 (built without thread safety here) is asked once, on the opening thread,
+// TokenReader: one 1-D integer token dataset (uint16, uint32 or int32; uint8 for a loss mask; int64,
+// int32 or uint32 for document offsets) of an HDF5 file, read by element range. HDF5 (built without thread safety here) is asked once, on the opening thread,
 // where the dataset's bytes lie; reads are then pread calls (plus zlib for deflated chunks) that any
 // thread may make, e.g. a loader's prefetch thread while the trainer writes a checkpoint.
 #pragma once
@@ -16,15 +16,18 @@ namespace tessera::io {
 
 class TokenReader {
  public:
-  // Locates `dataset` of `file` (must be 1-D, little-endian u16, u32 or i32, contiguous, compact
-  // or chunked with at most the shuffle, deflate and fletcher32 filters). Reads no token.
+  // Locates `dataset` of `file` (must be 1-D, little-endian u16, u32, i32 or i64 (offsets only) or
+  // u8, contiguous, compact or chunked with at most the shuffle, deflate and fletcher32 filters).
+  // Reads no token.
   TokenReader(const H5File& file, const std::string& dataset, int64_t vocab_size);
   TokenReader(const TokenReader&) = delete;
   TokenReader& operator=(const TokenReader&) = delete;
   ~TokenReader();
 
   int64_t size() const { return size_; }
-  const std::string& type() const { return type_; }  // "u16", "u32", "i32" or "u8" (a loss mask)
+  const std::string& type() const { return type_; }  // "u16", "u32", "i32", "u8" (a loss mask) or "i64"
+  // Elements one read must decode whole (a filtered chunk's), or 0 when any range is read as it lies.
+  int64_t decode_elements() const { return filters_.empty() ? 0 : chunk_elements_; }
   const std::string& path() const { return path_; }
   const std::string& dataset() const { return dataset_; }
 
@@ -35,6 +38,9 @@ class TokenReader {
   // A uint8 dataset (a loss mask, vocab_size 2): values [start, start + count), each checked to lie
   // in [0, vocab_size). Thread-safe.
   void read(int64_t start, int64_t count, uint8_t* out) const;
+  // Document offsets (i64, i32 or u32): values [start, start + count) widened to int64, unchecked
+  // (DocumentIndex checks their order). Thread-safe.
+  void read_offsets(int64_t start, int64_t count, int64_t* out) const;
 
   // What reads cost so far: pread calls and bytes read from the file (tests: open reads nothing).
   int64_t reads() const { return reads_.load(); }

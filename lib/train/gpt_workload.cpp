@@ -90,7 +90,11 @@ GptWorkload::~GptWorkload() = default;
 
 const int32_t* GptWorkload::train_segments(int64_t step, int64_t micro) {
   if (segments_.empty()) return nullptr;
-  train_loader_.train_segments(step - 1, first_row(micro), config_.micro_batch, segments_.data());
+  // Cut on the loader's thread with the step's rows (io::TokenBatch::segments): no offset read here.
+  const kernels::KernelTimer timer(kernels::KernelKind::data, "data_wait");
+  const io::TokenBatch& batch = step_batch(step);
+  const auto n = static_cast<std::ptrdiff_t>(segments_.size());
+  std::copy(batch.segments.begin() + micro * n, batch.segments.begin() + (micro + 1) * n, segments_.begin());
   return segments_.data();
 }
 
@@ -105,7 +109,8 @@ float GptWorkload::forward(int64_t step, int chunk, int micro, float grad_scale,
   trained_step_ = step;
   const bool needs_rows = model_.has_embedding(chunk) || model_.has_head(chunk);
   if (needs_rows) load_train_rows(step, micro);
-  // Every stage derives the micro-batch's segments itself (no token read: window starts and documents).
+  // Every stage has the micro-batch's segments (its prefetcher cuts them, reading no token where the
+  // stage has no rows).
   return model_.forward_chunk(chunk, micro, rows_.data(), true, grad_scale, sync, mask_, train_segments(step, micro));
 }
 
@@ -135,11 +140,15 @@ bool GptWorkload::needs_rows() const {
 
 void GptWorkload::fill_step(io::TokenBatch& batch) const {
   const int64_t step0 = batch.step, rows = config_.micro_batch * train_loader_.row_len();
+  const int64_t segments = config_.micro_batch * config_.seq_len;
   try {
     for (int64_t m = 0; m < micro_batches_; ++m) {
-      train_loader_.train_rows(step0, first_row(m), config_.micro_batch, batch.tokens.data() + m * rows);
+      if (!batch.tokens.empty())
+        train_loader_.train_rows(step0, first_row(m), config_.micro_batch, batch.tokens.data() + m * rows);
       if (!batch.mask.empty())
         train_loader_.train_mask(step0, first_row(m), config_.micro_batch, batch.mask.data() + m * rows);
+      if (!batch.segments.empty())
+        train_loader_.train_segments(step0, first_row(m), config_.micro_batch, batch.segments.data() + m * segments);
     }
     if (!batch.mask.empty()) batch.mask_count = train_loader_.train_mask_count(step0);
   } catch (const Error& e) {
@@ -150,13 +159,25 @@ void GptWorkload::fill_step(io::TokenBatch& batch) const {
 void GptWorkload::start_prefetch(int64_t step0) {
   current_ = nullptr;
   prefetcher_.reset();
-  prefetcher_ = std::make_unique<io::TokenPrefetcher>(
-      [this](io::TokenBatch& b) { fill_step(b); }, step0, micro_batches_ * config_.micro_batch * train_loader_.row_len(),
-      train_loader_.has_mask());
+  // A stage that neither embeds nor scores reads no token, only the segments under --document-mask.
+  const int64_t rows = needs_rows() ? micro_batches_ * config_.micro_batch * train_loader_.row_len() : 0;
+  const int64_t segments = segments_.empty() ? 0 : micro_batches_ * config_.micro_batch * config_.seq_len;
+  prefetcher_ = std::make_unique<io::TokenPrefetcher>([this](io::TokenBatch& b) { fill_step(b); }, step0, rows,
+                                                      rows > 0 && train_loader_.has_mask(), segments);
 }
 
 void GptWorkload::start(int64_t first_step) {
-  if (needs_rows()) start_prefetch(first_step - 1);
+  if (needs_rows() || !segments_.empty()) start_prefetch(first_step - 1);
+}
+
+const io::TokenBatch& GptWorkload::step_batch(int64_t step) {
+  const int64_t step0 = step - 1;
+  if (current_ == nullptr || current_->step != step0) {
+    // The prefetcher hands out steps in order; a step out of that order starts a new one there.
+    if (!prefetcher_ || prefetcher_->next_step() != step0) start_prefetch(step0);
+    current_ = &prefetcher_->next();
+  }
+  return *current_;
 }
 
 int64_t GptWorkload::data_epoch(int64_t consumed_samples) const {
@@ -189,18 +210,13 @@ std::vector<std::pair<std::string, std::string>> GptWorkload::data_state(int64_t
 
 void GptWorkload::load_train_rows(int64_t step, int64_t micro) {
   const kernels::KernelTimer timer(kernels::KernelKind::data, "data_wait");
-  const int64_t step0 = step - 1;
-  if (current_ == nullptr || current_->step != step0) {
-    // The prefetcher hands out steps in order; a step out of that order starts a new one there.
-    if (!prefetcher_ || prefetcher_->next_step() != step0) start_prefetch(step0);
-    current_ = &prefetcher_->next();
-  }
+  const io::TokenBatch& batch = step_batch(step);
   const int64_t rows = config_.micro_batch * train_loader_.row_len();
-  std::copy(current_->tokens.begin() + micro * rows, current_->tokens.begin() + (micro + 1) * rows, rows_.begin());
+  std::copy(batch.tokens.begin() + micro * rows, batch.tokens.begin() + (micro + 1) * rows, rows_.begin());
   mask_ = {};
-  if (!current_->mask.empty()) {
-    std::copy(current_->mask.begin() + micro * rows, current_->mask.begin() + (micro + 1) * rows, mask_rows_.begin());
-    mask_ = {mask_rows_.data(), static_cast<double>(current_->mask_count) / static_cast<double>(micro_batches_ * dp_)};
+  if (!batch.mask.empty()) {
+    std::copy(batch.mask.begin() + micro * rows, batch.mask.begin() + (micro + 1) * rows, mask_rows_.begin());
+    mask_ = {mask_rows_.data(), static_cast<double>(batch.mask_count) / static_cast<double>(micro_batches_ * dp_)};
   }
 }
 

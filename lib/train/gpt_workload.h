@@ -69,8 +69,9 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   void load_train_rows(int64_t step, int64_t micro);  // into rows_, timed as the step's data
   // This rank's rows of every micro-batch of a (0-based) step, micro-batch after micro-batch.
   void fill_step(io::TokenBatch& batch) const;  // and its mask, when the data has one
-  bool needs_rows() const;
-  void start_prefetch(int64_t step0);  // a new prefetcher whose first step is step0 (0-based)  // whether any chunk here embeds tokens or computes the loss
+  bool needs_rows() const;  // whether any chunk here embeds tokens or computes the loss
+  void start_prefetch(int64_t step0);  // a new prefetcher whose first step is step0 (0-based)
+  const io::TokenBatch& step_batch(int64_t step);  // the prefetched batch of a (1-based) step
   void load_eval_rows(int64_t index);  // micro-batch `index` of an evaluation (evaluate(index, chunk))
   int dp_rank_, dp_;
   int64_t trained_step_ = 0;  // the last step (1-based) whose rows were asked for: blend metrics
@@ -85,7 +86,8 @@ class GptWorkload final : public Workload, private ModelStage<models::Gpt> {
   models::LossMask mask_;           // what the next forward of rows_ is given (rows: nullptr, no mask)
   double eval_denominator_ = 0;     // an evaluation's counted targets / (its micro-batches x dp)
   // --document-mask: one micro-batch's segments [B, T] (every stage reads them: its attention masks
-  // by document), cut by the loader from the window starts and /doc_offsets; empty without.
+  // by document), cut by the loader from the window starts and /doc_offsets (training: on the
+  // prefetcher's thread, with the rows); empty without.
   std::vector<int32_t> segments_;
   const int32_t* train_segments(int64_t step, int64_t micro);  // of a training micro-batch (1-based step)
   const int32_t* eval_segments(int64_t index);                 // of load_eval_rows(index)'s micro-batch
