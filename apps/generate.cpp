@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
                                 : std::string(),
            ", vocab ",
            config.vocab, ", ", decoder.parameter_bytes(), " bytes of weights",
-           weights == infer::WeightPrecision::bf16 ? " (f32 matrices in bf16)" : "",
+           weights == infer::WeightPrecision::bf16 ? " (--weights bf16: bf16 products)" : "",
            quant::is_quantized(reader) ? " (" + quant::quantization_text(reader) + ")" : std::string(), "; tokenizer ",
            tokenizer->kind(),
            stored ? "" : " (none stored: bytes)");

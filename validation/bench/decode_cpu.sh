@@ -82,7 +82,7 @@ EOF
 
 for ((r = 1; r <= rounds; ++r)); do
   for batch in 1 32; do
-    for precision in f32 bf16 int8 int4 int8-bf16 int4-bf16; do
+    for precision in f32 bf16 int8 int8-bf16 int4 int4-bf16; do  # each old path, then its new one
       # bf16: the f32 file under --weights bf16; intN-bf16: the quantised file under it (bf16 products).
       weights=f32 file=$work/${precision%-bf16}.h5
       [[ $precision == *bf16 ]] && weights=bf16

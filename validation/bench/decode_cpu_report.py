@@ -129,8 +129,18 @@ for p in PRECISIONS:
     print(f"{p}: weights read per token {w / 1e6:.1f} MB (tables {', '.join(tables)} one row each; head "
           f"{head}), KV cache "
           f"{kv_bytes_per_token(layers, hidden) / 1e6:.2f} MB (mean over the decode steps)")
-print("bf16 products against the default ones on the same bytes (same run): " + "; ".join(
-    f"{q} batch {batch} {rates[(q + '-bf16', batch)] / rates[(q, batch)]:.2f}x" for q in ("int8", "int4") for batch in (1, 32)))
+# New path against old, each pair run back to back in a round (the machine's load moves between
+# rounds, less within a pair): the median of the rounds' ratios and their range.
+rounds = sorted({int(re.search(r"/r(\d+)_b1_f32\.log$", p).group(1)) for p in glob.glob(f"{work}/runs/r*_b1_f32.log")})
+print(f"new / old path, run back to back in each of {len(rounds)} round(s) (median, range):")
+for new, old in (("bf16", "f32"), ("int8-bf16", "int8"), ("int4-bf16", "int4")):
+    parts = []
+    for batch in (1, 32):
+        ratios = sorted(tessera_rate(f"{work}/runs/r{r}_b{batch}_{new}.log") /
+                        tessera_rate(f"{work}/runs/r{r}_b{batch}_{old}.log") for r in rounds)
+        median = ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        parts.append(f"batch {batch} {median:.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+    print(f"  {new:<10} / {old:<5} " + ", ".join(parts))
 print("greedy tokens, batch 1 f32, tessera vs transformers: " +
       ("the same" if same is None and len(ours) == len(theirs) else f"differ from token {same}"))
 print()
