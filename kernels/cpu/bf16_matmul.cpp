@@ -32,8 +32,9 @@ inline float widen(uint16_t bits) {
   return f;
 }
 
-// The calling thread's buffer, grown to the largest call and kept (a decode step allocates nothing).
-template <typename T>
+// The calling thread's buffer number Tag, grown to the largest call and kept (a decode step
+// allocates nothing).
+template <typename T, int Tag = 0>
 T* scratch(int64_t n) {
   thread_local std::vector<T> buffer;
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
@@ -48,17 +49,15 @@ void panel_gemm(float* y, const float* xr, int64_t m, const uint16_t* w, int64_t
   // Weight rows per panel: about 512 KiB of f32, a multiple of 16, at least 16 (as quant_gemm.cpp).
   const int64_t nb = std::max<int64_t>(16, (131072 / std::max<int64_t>(cols, 1)) / 16 * 16);
   const int64_t blocks = (rows + nb - 1) / nb;
-#pragma omp parallel if (blocks > 1)
-  {
-    std::vector<float> panel(static_cast<size_t>(nb * cols)), out(static_cast<size_t>(m * nb));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t n0 = b * nb, n1 = std::min(rows, n0 + nb), count = n1 - n0;
-      for (int64_t i = 0; i < count * cols; ++i) panel[static_cast<size_t>(i)] = widen(w[n0 * cols + i]);
-      // out [m, count] = xr [m, cols] panel^T; inside the parallel region the library runs on one thread.
-      gemm(false, true, m, count, cols, 1.0f, xr, panel.data(), 0.0f, out.data());
-      for (int64_t i = 0; i < m; ++i) std::copy_n(out.data() + i * count, count, y + i * rows + n0);
-    }
+  // The blocks in turn, each sgemm on the library's own threads (concurrent sgemm calls from threads
+  // of ours gave wrong blocks now and then: quant_bf16_matmul.cpp).
+  float* panel = scratch<float, 1>(nb * cols + m * nb);
+  float* out = panel + nb * cols;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t n0 = b * nb, n1 = std::min(rows, n0 + nb), count = n1 - n0;
+    for (int64_t i = 0; i < count * cols; ++i) panel[i] = widen(w[n0 * cols + i]);
+    gemm(false, true, m, count, cols, 1.0f, xr, panel, 0.0f, out);  // out [m, count] = xr panel^T
+    for (int64_t i = 0; i < m; ++i) std::copy_n(out + i * count, count, y + i * rows + n0);
   }
 }
 

@@ -21,6 +21,14 @@ const bool kBf16Avx512Compiled = true;
 
 namespace {
 
+// Tags for a step of 32 whole columns (plain loads) or the masked tail.
+struct Full {
+  static constexpr bool value = true;
+};
+struct Part {
+  static constexpr bool value = false;
+};
+
 // 32 bf16 values from p (lanes in `on`; the others read as 0, which adds nothing).
 template <bool Full>
 inline __m512bh load32(const uint16_t* p, __mmask32 on) {
@@ -56,12 +64,6 @@ void tile(float* y, int64_t ldy, const uint16_t* x, const uint16_t* w, int64_t c
       const __m512bh xv = load32<kFull>(xs[i] + k, on);
       for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
     }
-  };
-  struct Full {
-    static constexpr bool value = true;
-  };
-  struct Part {
-    static constexpr bool value = false;
   };
   int64_t k = 0;
   for (; k + 32 <= cols; k += 32) step(Full{}, k, ~__mmask32(0));

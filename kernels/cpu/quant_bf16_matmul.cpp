@@ -36,7 +36,11 @@ void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y,
       qpath == QuantPath::avx512 ? quant_dequantize_rows_avx512 : quant_dequantize_rows_scalar;
   // Weight rows per panel: about 128 KiB of bf16 (beside the activations in L2), a multiple of 4.
   const int64_t nb = std::max<int64_t>(4, (65536 / cols) / 4 * 4), blocks = (w.rows + nb - 1) / nb;
-#pragma omp parallel if (blocks > 1 && m * w.rows * cols > (1 << 16))
+  // The GEMM library's calls are not made from threads of our own (concurrent sgemm calls on
+  // panels gave wrong blocks now and then on 3 threads): there the blocks run in turn, each sgemm
+  // on the library's threads.
+  const bool library = !dots && m >= 4;
+#pragma omp parallel if (!library && blocks > 1 && m * w.rows * cols > (1 << 16))
   {
     std::vector<float> panel(static_cast<size_t>(nb * cols));
     std::vector<uint16_t> bits(dots ? static_cast<size_t>(nb * cols) : 0);

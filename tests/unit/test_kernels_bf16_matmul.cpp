@@ -149,8 +149,9 @@ TEST(Bf16Matmul, PublicOpRunsTheBestPath) {
   cpu::bf16_matmul_on_path(cpu::bf16_matmul_best_path(), b.data(), x.data(), m, w.data(), rows, cols);
   EXPECT_EQ(a, b);
   // The path follows the kernel copies' instruction set (TESSERA_CPU_ISA=base runs the portable one).
-  if (cpu::kernel_isa() != cpu::Isa::avx512 && cpu::isa_copies())
+  if (cpu::kernel_isa() != cpu::Isa::avx512 && cpu::isa_copies()) {
     EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::scalar);
+  }
 }
 
 struct Quantised {
