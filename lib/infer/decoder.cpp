@@ -27,7 +27,8 @@ namespace {
 // Reads checkpoint tensors whole or as this rank's slices.
 class ParamReader {
  public:
-  ParamReader(const io::CheckpointReader& r, const models::GptConfig& c) : r_(r) {
+  ParamReader(const io::CheckpointReader& r, const models::GptConfig& c, WeightPrecision precision)
+      : r_(r), precision_(precision) {
     const bool quantized = quant::is_quantized(r);
     for (const auto& [name, shape] : parameter_shapes(c)) {
       shapes_.emplace(name, shape);
@@ -46,17 +47,26 @@ class ParamReader {
   int64_t bytes() const { return bytes_; }
   bool is_quantized(const std::string& name) const { return quantized_.count(name) > 0; }
   // A weight for linear(): whole, the rows of the ranges, or columns [first, first + count); from a
-  // quantised checkpoint its int8/int4 groups where it has them.
+  // quantised checkpoint its int8/int4 groups where it has them, else in the precision asked for.
   LinearWeight weight_whole(const std::string& name) { return weight_rows(name, {{0, shapes_.at(name)[0]}}); }
   LinearWeight weight_rows(const std::string& name, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
-    if (!quantized_.count(name)) return LinearWeight::of(rows(name, ranges));
+    if (!quantized_.count(name)) return dense(rows(name, ranges));
     return counted(quantized(name).rows_of(ranges));
   }
   LinearWeight weight_columns(const std::string& name, int64_t first, int64_t count) {
-    if (!quantized_.count(name)) return LinearWeight::of(columns(name, first, count));
+    if (!quantized_.count(name)) return dense(columns(name, first, count));
     return counted(quantized(name).columns_of(first, count));
   }
   Tensor whole(const std::string& name) { return rows(name, {{0, shapes_.at(name)[0]}}); }
+  // An f32 matrix as linear() multiplies it: as it is, or under --weights bf16 a bf16 copy (the f32
+  // tensor is dropped unless the caller keeps it, as the tied token table; its bytes are counted
+  // for what stays).
+  LinearWeight dense(const Tensor& w, bool keep_f32 = false) {
+    if (precision_ == WeightPrecision::f32) return LinearWeight::of(w);
+    LinearWeight b = LinearWeight::of(w).to_bf16();
+    bytes_ += static_cast<int64_t>(b.weight.nbytes()) - (keep_f32 ? 0 : static_cast<int64_t>(w.nbytes()));
+    return b;
+  }
   // Expert e's slice of a stacked expert tensor [E, R, K] (or [E, R]): its rows [first, first +
   // count), or its columns [first, first + count) of every row. Stacked tensors are always f32:
   // ckpt_tool quantize leaves them (2-D block weights only).
@@ -110,7 +120,9 @@ class ParamReader {
   }
   LinearWeight counted(quant::QuantizedMatrix m) {
     bytes_ += m.bytes();
-    return LinearWeight::of(std::move(m));
+    LinearWeight w = LinearWeight::of(std::move(m));
+    w.bf16_products = precision_ == WeightPrecision::bf16;  // as to_bf16(), without a copy
+    return w;
   }
   Tensor read(const std::string& name, const std::vector<io::FlatRange>& runs, const Shape& shape) {
     Tensor t = Tensor::empty(shape);
@@ -119,6 +131,7 @@ class ParamReader {
     return t;
   }
   const io::CheckpointReader& r_;
+  WeightPrecision precision_;
   std::map<std::string, Shape> shapes_;
   std::set<std::string> quantized_;  // names stored as int8/int4 groups
   int64_t bytes_ = 0;
@@ -127,8 +140,8 @@ class ParamReader {
 }  // namespace
 
 Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split,
-                 const StageSplit& stages)
-    : config_(config), split_(split), stages_(stages) {
+                 const StageSplit& stages, WeightPrecision weights)
+    : config_(config), split_(split), stages_(stages), weights_(weights) {
   const int64_t tp = split.size(), rank = split.rank(), C = config.hidden, D = head_dim();
   // A MoE model's blocks every moe_every-th have experts of moe.hidden features (and shared ones of
   // shared_experts x that); a model whose every block has experts has no dense MLP to split.
@@ -145,7 +158,7 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
                 r.path());
   const int64_t first_layer = stage * (config.layers / pp) + std::min(stage, config.layers % pp);
   const int64_t layers = config.layers / pp + (stage < config.layers % pp ? 1 : 0);
-  ParamReader p(r, config);
+  ParamReader p(r, config, weights);
   const int64_t q_rows = local_heads() * D, kv_rows = local_kv_heads() * D, f_rows = F / tp;
   // This rank's slice of a row-split weight (its heads' or features' rows), of a column-split one,
   // and the bias a row-split layer adds once (on rank 0) before the all-reduce.
@@ -218,7 +231,8 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
     if (!config.llama()) ln_f_bias_ = p.whole("ln_f.bias");
     // The head: the tied table (f32, or its quantised copy with ckpt_tool quantize --quantize-head).
     const std::string head = config.tie_embeddings ? "embed.tokens.weight" : "head.weight";
-    head_ = config.tie_embeddings && !p.is_quantized(head) ? LinearWeight::of(wte_) : p.weight_whole(head);
+    // Under --weights bf16 the tied table gets a bf16 copy for the head (the lookup keeps f32).
+    head_ = config.tie_embeddings && !p.is_quantized(head) ? p.dense(wte_, true) : p.weight_whole(head);
   }
   parameter_bytes_ = p.bytes();
 }

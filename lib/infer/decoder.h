@@ -64,9 +64,13 @@ class Decoder {
  public:
   // Reads every parameter the config implies from the checkpoint (this rank's slices of them under
   // a HeadSplit), refusing (naming the tensor and the file) a tensor missing or of another shape,
-  // and a split that does not divide the heads, kv heads and MLP features.
+  // and a split that does not divide the heads, kv heads and MLP features. `weights` bf16: every
+  // matrix the blocks and the head multiply by, where the checkpoint holds it in f32, is rounded to
+  // bf16 once here (after slicing: each rank holds the one-rank values) and multiplied by
+  // bf16_weight_matmul, and a quantised matrix's products are bf16 ones (quant_bf16_matmul);
+  // embeddings, norms, biases, a MoE router and its experts stay f32.
   Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split = {},
-          const StageSplit& stages = {});
+          const StageSplit& stages = {}, WeightPrecision weights = WeightPrecision::f32);
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
@@ -78,6 +82,7 @@ class Decoder {
   int64_t first_kv_head() const { return split_.rank() * config_.kv() / split_.size(); }
   int64_t local_layers() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t parameter_bytes() const { return parameter_bytes_; }
+  WeightPrecision weight_precision() const { return weights_; }
   // The longest sequence the model can take: gpt2's learned positions; unbounded (rotary) for Llama.
   int64_t position_limit() const;
   // A cache for this model: `slots` sequences of up to max_len positions.
@@ -131,6 +136,7 @@ class Decoder {
   models::GptConfig config_;
   HeadSplit split_;
   StageSplit stages_;
+  WeightPrecision weights_ = WeightPrecision::f32;
   Tensor wte_, wpe_, ln_f_weight_, ln_f_bias_;
   LinearWeight head_;  // the token table (tied) or head.weight
   std::vector<Block> blocks_;

@@ -1,20 +1,47 @@
 // linear: the GEMM (bias in its epilogue where the backend has one) of an fp32 weight, or the
-// quantised kernels' product followed by the bias.
+// bf16 or quantised kernels' product followed by the bias.
 #include "infer/linear.h"
 
 #include "core/error.h"
+#include "kernels/cpu/bf16_matmul_paths.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
 namespace tessera::infer {
 
+WeightPrecision parse_weight_precision(const std::string& name) {
+  if (name == "f32") return WeightPrecision::f32;
+  if (name == "bf16") return WeightPrecision::bf16;
+  throw Error("--weights must be f32 or bf16, not '" + name + "'");
+}
+
+LinearWeight LinearWeight::to_bf16() const {
+  if (is_quantized() || is_bf16()) {
+    LinearWeight w = *this;
+    w.bf16_products = is_quantized();
+    return w;
+  }
+  LinearWeight w;
+  w.weight = Tensor::empty(weight.shape(), DType::bf16);
+  kernels::cpu::f32_to_bf16(w.weight.bits16(), weight.data<float>(), weight.numel());
+  w.bias = bias;
+  return w;
+}
+
 void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre) {
-  if (w.is_quantized()) {
+  if (w.is_quantized() || w.is_bf16()) {
     Tensor& product = gelu_pre ? *gelu_pre : y;
     const int64_t n = x.numel() / w.in_features();
     TESSERA_CHECK(n * w.in_features() == x.numel() && product.numel() == n * w.out_features(),
                   "linear: input ", x.shape().str(), " and output ", product.shape().str(), " do not fit a [",
                   w.out_features(), ", ", w.in_features(), "] weight");
-    quant::matmul(x.data<float>(), n, w.quantized, product.data<float>());
+    if (w.is_bf16())
+      kernels::cpu::bf16_weight_matmul(product.data<float>(), x.data<float>(), n, w.weight.bits16(),
+                                       w.out_features(), w.in_features());
+    else if (w.bf16_products)
+      kernels::cpu::quant_bf16_matmul(product.data<float>(), x.data<float>(), n, w.quantized.view());
+    else
+      quant::matmul(x.data<float>(), n, w.quantized, product.data<float>());
     if (w.bias.defined()) {
       if (gelu_pre) {
         ops::bias_gelu_forward(y, *gelu_pre, w.bias);

@@ -1,8 +1,12 @@
 // The one seam through which inference multiplies by a weight: y = x w^T (+ bias), the weight in
-// f32 or, from a quantised checkpoint (ckpt_tool quantize), int8/int4 groups multiplied by the
-// quantised kernels (quant::matmul), which dequantise in registers (one token) or into f32 panels
-// for the GEMM library (a batch or a prefill).
+// f32, in bf16 (generate --weights bf16: the f32 weights rounded once at load, multiplied by
+// bf16_weight_matmul, activations rounded to bf16 and products summed in f32), or, from a quantised
+// checkpoint (ckpt_tool quantize), int8/int4 groups multiplied by the quantised kernels
+// (quant::matmul), which dequantise in registers (one token) or into f32 panels for the GEMM
+// library (a batch or a prefill); under --weights bf16 a quantised matrix's products are bf16 ones
+// too (quant_bf16_matmul: its dequantised values rounded to bf16 in panels).
 #pragma once
+#include <string>
 #include <utility>
 
 #include "core/tensor.h"
@@ -10,10 +14,15 @@
 
 namespace tessera::infer {
 
+// The precision generate multiplies a checkpoint's f32 matrices in (--weights).
+enum class WeightPrecision { f32, bf16 };
+WeightPrecision parse_weight_precision(const std::string& name);  // "f32" or "bf16"; throws otherwise
+
 struct LinearWeight {
-  Tensor weight;  // [out, in] f32; undefined when the weight is quantized
+  Tensor weight;  // [out, in] f32 or bf16; undefined when the weight is quantized
   Tensor bias;    // [out], or undefined (always f32)
   quant::QuantizedMatrix quantized;
+  bool bf16_products = false;  // quantized: multiplied as bf16 weights (quant_bf16_matmul)
   static LinearWeight of(Tensor weight) {
     LinearWeight w;
     w.weight = std::move(weight);
@@ -24,7 +33,11 @@ struct LinearWeight {
     w.quantized = std::move(quantized);
     return w;
   }
+  // The same weight rounded to bf16 (nearest even, as every other bf16 copy in tessera), bias kept in
+  // f32; a quantised one marked for bf16 products; a bf16 one as it is.
+  LinearWeight to_bf16() const;
   bool is_quantized() const { return !weight.defined(); }
+  bool is_bf16() const { return weight.defined() && weight.dtype() == DType::bf16; }
   int64_t out_features() const { return is_quantized() ? quantized.rows() : weight.dim(0); }
   int64_t in_features() const { return is_quantized() ? quantized.cols() : weight.dim(1); }
   int64_t bytes() const {

@@ -139,7 +139,7 @@ TEST(FrontDoorHelp, ToolsListOnlyOptionsTheyAccept) {
   const auto ckpt = expect_help_options_accepted(app("ckpt_tool") + " inspect", 1);
   EXPECT_TRUE(lists(ckpt, "file"));
   const auto generate = expect_help_options_accepted(app("generate"));
-  for (const char* name : {"checkpoint", "prompts", "output", "max-batch", "max-len", "top-p", "seed", "score"})
+  for (const char* name : {"checkpoint", "prompts", "output", "max-batch", "max-len", "top-p", "seed", "score", "weights"})
     EXPECT_TRUE(lists(generate, name)) << "generate --help lacks --" << name;
 }
 

@@ -158,6 +158,12 @@ TEST_F(BadInputGenerate, TopPOutsideZeroOneIsRefused) {
   expect_error(generate("--checkpoint " + ck + " --prompt x --repetition-penalty 0"), "--repetition-penalty must be > 0");
 }
 
+TEST_F(BadInputGenerate, WeightsOtherThanF32OrBf16AreRefused) {
+  const std::string ck = gpt_checkpoint();
+  for (const char* w : {"fp8", "int8", "BF16"})
+    expect_error(generate("--checkpoint " + ck + " --prompt x --weights " + w), std::string("--weights must be f32 or bf16, not '") + w + "'");
+}
+
 TEST_F(BadInputGenerate, AnExistingOutputFileIsNotWrittenOver) {
   const std::string ck = gpt_checkpoint();
   const std::string prompts = write_file("p.jsonl", "{\"ids\": [1, 2]}\n");

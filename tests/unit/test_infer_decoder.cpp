@@ -139,11 +139,13 @@ void expect_rows_near(const float* got, const float* want, int64_t rows, int64_t
 
 // The logits of every position of `tokens`: a full recompute (one prefill), and the cache path: a
 // prefill of `prefill` tokens, a chunk of 3 after it, then one token per step, with another
-// sequence decoding in a second slot in the same calls.
-void check_cache_matches_recompute(const models::GptConfig& config, const std::string& name) {
+// sequence decoding in a second slot in the same calls. bf16 weights: within `tol` (see
+// Bf16Weights below), else 1e-5.
+void check_cache_matches_recompute(const models::GptConfig& config, const std::string& name,
+                                   infer::WeightPrecision weights = infer::WeightPrecision::f32, double tol = 1e-5) {
   const std::string path = write_checkpoint(config, name);
   const io::CheckpointReader reader(path, MPI_COMM_NULL);
-  infer::Decoder decoder(reader, infer::model_config_of(reader));
+  infer::Decoder decoder(reader, infer::model_config_of(reader), {}, {}, weights);
   const int64_t L = 30, V = config.vocab, prefill = 5;
   const std::vector<int32_t> tokens = sequence(L, V, 11), other = sequence(L, V, 12);
 
@@ -157,16 +159,16 @@ void check_cache_matches_recompute(const models::GptConfig& config, const std::s
   decoder.forward({{2, other.data(), 4, false}}, cache);
   int64_t at = 0;
   Tensor got = decoder.forward({{1, tokens.data(), prefill, true}, {2, other.data() + 4, 1, false}}, cache);
-  expect_rows_near(got.data<float>(), full.data<float>(), prefill, V, 1e-5, name + " prefill");
+  expect_rows_near(got.data<float>(), full.data<float>(), prefill, V, tol, name + " prefill");
   at = prefill;
   got = decoder.forward({{2, other.data() + 5, 1, false}, {1, tokens.data() + at, 3, true}}, cache);
-  expect_rows_near(got.data<float>() + V, full.data<float>() + at * V, 3, V, 1e-5, name + " chunk after a prefill");
+  expect_rows_near(got.data<float>() + V, full.data<float>() + at * V, 3, V, tol, name + " chunk after a prefill");
   at += 3;
   for (int64_t k = 6; at < L; ++at, ++k) {
     std::vector<infer::SlotTokens> chunks{{1, tokens.data() + at, 1, false}};
     if (k < L) chunks.push_back({2, other.data() + k, 1, false});
     got = decoder.forward(chunks, cache);
-    expect_rows_near(got.data<float>(), full.data<float>() + at * V, 1, V, 1e-5,
+    expect_rows_near(got.data<float>(), full.data<float>() + at * V, 1, V, tol,
                      name + " decode at position " + std::to_string(at));
   }
   EXPECT_EQ(cache.length(1), L);
@@ -180,6 +182,48 @@ TEST(InferDecoder, CacheMatchesRecomputeLlamaGroupedQuery) {
 }
 TEST(InferDecoder, CacheMatchesRecomputeLlamaMultiQueryTied) {
   check_cache_matches_recompute(llama_config(1, true), "llama_mqa.h5");
+}
+
+// bf16 weights (generate --weights bf16): the cache path against a full recompute, where the rows
+// of a GEMM differ from one call to the next. bf16_weight_matmul rounds its activations to bf16
+// whatever the rows (kernels/cpu/bf16_matmul_paths.h), so the paths differ by f32 summation order,
+// except where that order moves an activation across a bf16 rounding boundary (2^-8 of it): 1e-3
+// of the row's largest logit bounds that here.
+TEST(InferDecoder, Bf16WeightsCacheMatchesRecomputeGpt2) {
+  check_cache_matches_recompute(gpt2_config(), "gpt2_bf16.h5", infer::WeightPrecision::bf16, 1e-3);
+}
+TEST(InferDecoder, Bf16WeightsCacheMatchesRecomputeLlamaTied) {
+  check_cache_matches_recompute(llama_config(2, true), "llama_bf16.h5", infer::WeightPrecision::bf16, 1e-3);
+}
+
+// bf16 weights hold the matrices in half the bytes, and their logits move from f32's by the bf16
+// rounding of weights and activations (2^-8 relative each) carried through the layers: more than
+// f32 rounding, within 3% of the row's largest logit for these two-layer models.
+TEST(InferDecoder, Bf16WeightsHalveTheMatricesAndStayNearF32) {
+  for (const models::GptConfig& config : {gpt2_config(), llama_config(2, false)}) {
+    const std::string name = config.llama() ? "llama_bf16_vs_f32.h5" : "gpt2_bf16_vs_f32.h5";
+    const std::string path = write_checkpoint(config, name);
+    const io::CheckpointReader reader(path, MPI_COMM_NULL);
+    infer::Decoder f32(reader, infer::model_config_of(reader));
+    infer::Decoder bf16(reader, infer::model_config_of(reader), {}, {}, infer::WeightPrecision::bf16);
+    EXPECT_EQ(bf16.weight_precision(), infer::WeightPrecision::bf16);
+    // The block matrices (and the head, a bf16 copy beside a tied table) at 2 bytes an element.
+    const int64_t C = config.hidden, V = config.vocab, F = config.mlp_hidden();
+    const int64_t matrices = config.llama() ? config.layers * (C * C * 2 + 2 * C * config.kv() * (C / config.heads) + 3 * C * F)
+                                            : config.layers * (4 * C * C + 2 * C * F);
+    const int64_t head = config.tie_embeddings ? -V * C * 2 : V * C * 2;  // tied: a bf16 copy is added
+    EXPECT_EQ(f32.parameter_bytes() - bf16.parameter_bytes(), matrices * 2 + head) << name;
+    const int64_t L = 12;
+    const std::vector<int32_t> tokens = sequence(L, V, 41);
+    infer::KvCache a = f32.make_cache(1, L), b = bf16.make_cache(1, L);
+    const Tensor want = f32.forward({{0, tokens.data(), L, true}}, a).clone();
+    const Tensor got = bf16.forward({{0, tokens.data(), L, true}}, b);
+    expect_rows_near(got.data<float>(), want.data<float>(), L, V, 3e-2, name + " bf16 against f32");
+    double moved = 0;
+    for (int64_t i = 0; i < L * V; ++i)
+      moved = std::max(moved, std::fabs(static_cast<double>(got.data<float>()[i]) - want.data<float>()[i]));
+    EXPECT_GT(moved, 1e-4) << name << ": bf16 changed no logit: the f32 weights were used";
+  }
 }
 
 // Mixture-of-experts blocks (routed top-k over the cache path's differently batched rows).

@@ -1,5 +1,6 @@
 // The decode step's product, y = W x for one token, with W in f32 (the GEMM library, ops' gemm at
-// m = 1), int8 and int4 (kernels/cpu/quant_gemv.cpp, each path this CPU runs), against the
+// m = 1), bf16 (bf16_weight_matmul, each path this CPU runs), int8 and int4
+// (kernels/cpu/quant_gemv.cpp, each path this CPU runs), against the
 // memory-bandwidth limit measured in the same run: a copy loop's GB/s, and the limit of a GEMV is
 // that rate over the bytes it must read (weights, scales, zero points). Each format's matrix is held
 // in enough copies (>= 256 MB) that successive GEMVs read from memory, not from the 32 MB last-level
@@ -7,7 +8,8 @@
 //
 // Then the batched product (--batch M activation rows, batched decode's shape): f32 sgemm, the
 // quantised register tiles (what quant_gemm ran for every M before the panels) and quant_gemm (each
-// block of weight rows dequantised once into an f32 panel, then sgemm), in GFLOP/s.
+// block of weight rows dequantised once into an f32 panel, then sgemm), bf16 weights
+// (bf16_weight_matmul) and the quantised ones' bf16 products (quant_bf16_matmul), in GFLOP/s.
 //
 // usage: bench_quant_gemv [--reps N] [--group G] [--batch M]     threads: OMP_NUM_THREADS
 // Figures: GEMV/s (the tokens/s one matrix alone would allow), GB/s of bytes read, % of the limit.
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/bf16_matmul_paths.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/quant_paths.h"
 
@@ -76,6 +79,15 @@ void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
     cpu::gemm(false, true, m, rows, cols, 1.0f, x.data(), w.data(), 0.0f, y.data());
   });
   report(std::string("f32 sgemm (") + cpu::gemm_library_name() + ")", f32_sec, f32_sec);
+  {
+    std::vector<uint16_t> wb(w.size());
+    cpu::f32_to_bf16(wb.data(), w.data(), static_cast<int64_t>(w.size()));
+    const double sec = best_per_call(8, [&](int64_t) {
+      cpu::bf16_weight_matmul(y.data(), x.data(), m, wb.data(), rows, cols);
+    });
+    report(std::string("bf16 weights (") + cpu::bf16_matmul_path_name(cpu::bf16_matmul_best_path()) + ")", sec,
+           f32_sec);
+  }
   const cpu::QuantPath path = cpu::quant_best_path();
   for (int bits : {8, 4}) {
     const int64_t groups = rows * (cols / group);
@@ -96,6 +108,8 @@ void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
     report(name + "register tiles (" + cpu::quant_path_name(path) + ")", tiles, f32_sec);
     const double panels = best_per_call(8, [&](int64_t) { cpu::quant_gemm(y.data(), x.data(), m, v); });
     report(name + "quant_gemm (panels)", panels, f32_sec);
+    const double bf16 = best_per_call(8, [&](int64_t) { cpu::quant_bf16_matmul(y.data(), x.data(), m, v); });
+    report(name + "quant_bf16_matmul (bf16 panels)", bf16, f32_sec);
   }
 }
 
@@ -113,6 +127,20 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
       cpu::gemm(false, true, 1, rows, cols, 1.0f, x.data(), all.data() + i * rows * cols, 0.0f, y.data());
     });
     line((std::string("f32 (") + cpu::gemm_library_name() + ")").c_str(), rows, cols, bytes, sec, bandwidth);
+  }
+  {  // bf16 weights: bf16_weight_matmul at m = 1, each path
+    const double bytes = 2.0 * double(rows * cols);
+    const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>(kFootprint / bytes));
+    std::vector<uint16_t> all(static_cast<size_t>(copies * rows * cols));
+    cpu::f32_to_bf16(all.data(), w.data(), rows * cols);
+    for (int64_t c = 1; c < copies; ++c) std::copy_n(all.begin(), rows * cols, all.begin() + c * rows * cols);
+    for (cpu::Bf16MatmulPath path : {cpu::Bf16MatmulPath::scalar, cpu::Bf16MatmulPath::avx512_bf16}) {
+      if (!cpu::bf16_matmul_path_supported(path)) continue;
+      const double sec = best_per_call(copies, [&](int64_t i) {
+        cpu::bf16_matmul_on_path(path, y.data(), x.data(), 1, all.data() + i * rows * cols, rows, cols);
+      });
+      line((std::string("bf16 (") + cpu::bf16_matmul_path_name(path) + ")").c_str(), rows, cols, bytes, sec, bandwidth);
+    }
   }
   for (int bits : {8, 4}) {
     const int64_t qbytes = bits == 8 ? rows * cols : rows * cols / 2, groups = rows * (cols / group);

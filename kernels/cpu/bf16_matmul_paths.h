@@ -1,0 +1,54 @@
+// The products by bf16 weights (generate --weights bf16): y = bf16(x) W^T with W [rows, cols] held
+// as bf16 bits, on a portable path or AVX-512 BF16 (vdpbf16ps), each in its own translation unit
+// compiled for its instruction set, and the choice among them (as quant_paths.h: AVX-512 where the
+// kernel copies run AVX-512, kernels/cpu/isa.h, and the CPU has AVX512-BF16; else portable).
+//
+// The contract, the same on every path and for every row count (so a row's result does not depend
+// on the rows beside it, nor on the layout, beyond f32 summation order): the activations are
+// rounded to bf16 first (x~ = bf16(x), nearest even), every product x~_k w_k of two bf16 values is
+// exact in f32, and the K products are summed in f32 in some order:
+//   |y - sum_k x~_k w_k| <= gamma_K sum_k |x~_k w_k| + K 2^-126,  gamma_K = K u / (1 - K u), u = 2^-24
+// (the last term: vdpbf16ps flushes subnormal inputs and results to zero; the portable path does
+// not). Against the f32 activations and the f32 weights w0 the bf16 copy was rounded from (each
+// |w_k - w0_k| <= 2^-8 |w0_k|): |y - sum_k x_k w0_k| <= (gamma_K + (2^-7 + 2^-16)(1 + gamma_K))
+// sum_k |x_k w0_k| + K 2^-126 (tests/unit/test_kernels_bf16_matmul.cpp checks both).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/quant_paths.h"
+
+namespace tessera::kernels::cpu {
+
+// y[m, rows] = bf16(x)[m, cols] W^T, W [rows, cols] bf16 bits, on bf16_matmul_best_path(). (Declared
+// here rather than in kernels/op_list.h, beside the quantised products' paths, while it has no CUDA
+// twin.)
+void bf16_weight_matmul(float* y, const float* x, int64_t m, const uint16_t* w, int64_t rows, int64_t cols);
+
+// y[i, n] = sum_k xb[i, k] W[n, k] for i in [0, m), n in [n0, n1) (y's rows `rows` apart), one
+// thread; xb: the activations already rounded to bf16 bits [m, cols].
+using Bf16MatmulRowsFn = void (*)(float* y, const uint16_t* xb, int64_t m, const uint16_t* w, int64_t rows,
+                                  int64_t cols, int64_t n0, int64_t n1);
+void bf16_matmul_rows_scalar(float* y, const uint16_t* xb, int64_t m, const uint16_t* w, int64_t rows, int64_t cols,
+                             int64_t n0, int64_t n1);
+void bf16_matmul_rows_avx512(float* y, const uint16_t* xb, int64_t m, const uint16_t* w, int64_t rows, int64_t cols,
+                             int64_t n0, int64_t n1);
+extern const bool kBf16Avx512Compiled;  // bf16_matmul_avx512.cpp built with AVX512-BF16 (x86 only)
+
+enum class Bf16MatmulPath { scalar, avx512_bf16 };
+const char* bf16_matmul_path_name(Bf16MatmulPath path);
+bool bf16_matmul_path_supported(Bf16MatmulPath path);  // compiled in and run by this CPU
+Bf16MatmulPath bf16_matmul_best_path();                // chosen on the first call, as above
+// bf16_weight_matmul on a given (supported) path, OpenMP threads over output rows.
+void bf16_matmul_on_path(Bf16MatmulPath path, float* y, const float* x, int64_t m, const uint16_t* w, int64_t rows,
+                         int64_t cols);
+
+// The same products for a quantised W (int8 / int4 groups, quant_paths.h) under generate --weights
+// bf16: y[m, w.rows] = bf16(x) bf16(W)^T, W's dequantize_weights values rounded to bf16 (nearest
+// even), blocks of rows dequantised into a bf16 panel once per call for all m rows; the contract
+// above with w = bf16(dequantised W) (each within 2^-8 of the dequantised value), for every m.
+void quant_bf16_matmul(float* y, const float* x, int64_t m, const QuantMatrixView& w);
+// On given (supported) paths: qpath dequantises, bpath multiplies.
+void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y, const float* x, int64_t m,
+                                const QuantMatrixView& w);
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,81 @@
+// quant_bf16_matmul (bf16_matmul_paths.h): a quantised matrix's products under generate --weights
+// bf16. Each block of weight rows is dequantised (the quantised path's dequantize_weights values)
+// and rounded to bf16 into a panel that stays in L2 while every activation row passes it, then
+// multiplied as bf16 weights are: AVX-512 BF16 tiles (vdpbf16ps), or on the portable path the
+// panel's values as f32 against the rounded activations (a loop under 4 rows, sgemm from 4), the
+// same exact products summed in f32. OpenMP threads over blocks of output rows.
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/bf16_bits.h"
+#include "kernels/cpu/bf16_matmul_paths.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace tessera::kernels::cpu {
+
+void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y, const float* x, int64_t m,
+                                const QuantMatrixView& w) {
+  check_quant_view(w, "quant_bf16_matmul");
+  TESSERA_CHECK(m >= 0, "quant_bf16_matmul: a negative row count ", m);
+  TESSERA_CHECK(quant_path_supported(qpath) && bf16_matmul_path_supported(bpath), "quant_bf16_matmul: the ",
+                quant_path_name(qpath), " and ", bf16_matmul_path_name(bpath),
+                " paths are not both compiled in and supported by this CPU");
+  if (m == 0 || w.rows == 0) return;
+  const int64_t cols = w.cols;
+  if (cols == 0) {
+    std::fill_n(y, m * w.rows, 0.0f);
+    return;
+  }
+  const bool dots = bpath == Bf16MatmulPath::avx512_bf16;
+  std::vector<uint16_t> xb(static_cast<size_t>(m * cols));
+  f32_to_bf16(xb.data(), x, m * cols);
+  std::vector<float> xr(dots ? 0 : static_cast<size_t>(m * cols));
+  if (!dots) bf16_to_f32(xr.data(), xb.data(), m * cols);
+  const QuantDequantRowsFn dequantize =
+      qpath == QuantPath::avx512 ? quant_dequantize_rows_avx512 : quant_dequantize_rows_scalar;
+  // Weight rows per panel: about 128 KiB of bf16 (beside the activations in L2), a multiple of 4.
+  const int64_t nb = std::max<int64_t>(4, (65536 / cols) / 4 * 4), blocks = (w.rows + nb - 1) / nb;
+  // The GEMM library's calls are not made from threads of our own (concurrent sgemm calls on
+  // panels gave wrong blocks now and then on 3 threads): there the blocks run in turn, each sgemm
+  // on the library's threads.
+  const bool library = !dots && m >= 4;
+#pragma omp parallel if (!library && blocks > 1 && m * w.rows * cols > (1 << 16))
+  {
+    std::vector<float> panel(static_cast<size_t>(nb * cols));
+    std::vector<uint16_t> bits(dots ? static_cast<size_t>(nb * cols) : 0);
+    std::vector<float> out(!dots && m >= 4 ? static_cast<size_t>(m * nb) : 0);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t n0 = b * nb, n1 = std::min(w.rows, n0 + nb), count = n1 - n0;
+      dequantize(panel.data(), w, n0, n1);
+      if (dots) {
+        f32_to_bf16(bits.data(), panel.data(), count * cols);
+        // Rows [0, count) of the panel are W's rows [n0, n1): y + n0, y's rows w.rows apart.
+        bf16_matmul_rows_avx512(y + n0, xb.data(), m, bits.data(), w.rows, cols, 0, count);
+        continue;
+      }
+      for (int64_t i = 0; i < count * cols; ++i) panel[static_cast<size_t>(i)] = bf16_rounded(panel[static_cast<size_t>(i)]);
+      if (m >= 4) {
+        // out [m, count] = xr [m, cols] panel^T; inside the parallel region the library runs on one thread.
+        gemm(false, true, m, count, cols, 1.0f, xr.data(), panel.data(), 0.0f, out.data());
+        for (int64_t i = 0; i < m; ++i) std::copy_n(out.data() + i * count, count, y + i * w.rows + n0);
+        continue;
+      }
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t n = 0; n < count; ++n) {
+          const float* xi = xr.data() + i * cols;
+          const float* row = panel.data() + n * cols;
+          float acc = 0.0f;
+          for (int64_t k = 0; k < cols; ++k) acc += xi[k] * row[k];
+          y[i * w.rows + n0 + n] = acc;
+        }
+    }
+  }
+}
+
+void quant_bf16_matmul(float* y, const float* x, int64_t m, const QuantMatrixView& w) {
+  quant_bf16_matmul_on_paths(quant_best_path(), bf16_matmul_best_path(), y, x, m, w);
+}
+
+}  // namespace tessera::kernels::cpu

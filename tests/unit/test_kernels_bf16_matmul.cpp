@@ -1,0 +1,224 @@
+// Unit tests of the products by bf16 weights (kernels/cpu/bf16_matmul*.cpp, generate --weights
+// bf16): on every path this CPU runs (portable, AVX-512 BF16), for odd shapes (column tails inside
+// a 32-column step, odd column counts, tile tails), one row and several, on 1 and 3 threads:
+// - y equals the double product of the rounded activations x~ = bf16(x) and the bf16 weights within
+//   the rounding of K f32 sums: |y - sum_k x~_k w_k| <= gamma_K sum_k |x~_k w_k| (the contract of
+//   bf16_matmul_paths.h; the inputs here have no subnormals, so vdpbf16ps flushes nothing);
+// - against the f32 activations and the f32 weights the bf16 copy was rounded from, within
+//   (gamma_K + (2^-7 + 2^-16)(1 + gamma_K)) sum_k |x_k w0_k|;
+// - a row's result does not depend on the rows beside it: on the AVX-512 path bit for bit, on the
+//   portable one (a loop under 4 rows, sgemm panels from 4) within twice the rounding bound;
+// - the public op runs the chosen path, which follows the kernel copies' instruction set;
+// - a quantised matrix's bf16 products (quant_bf16_matmul) equal the double product of bf16(x) and
+//   its dequantised values rounded to bf16 within the same bound, on every pair of paths, for int8
+//   and int4 and several group sizes, and a row alone equals the row in a batch.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "kernel_test_util.h"
+#include "kernels/cpu/bf16_bits.h"
+#include "kernels/cpu/bf16_matmul_paths.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
+
+namespace {
+
+namespace cpu = tessera::kernels::cpu;
+using cpu::Bf16MatmulPath;
+using Threads = tessera::testing::ScopedThreads;
+
+std::vector<float> random(int64_t n, uint64_t stream, float std = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  tessera::philox_fill_normal(v.data(), n, 35, stream, 0, 0.0f, std);
+  return v;
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = cpu::bf16_from_f32(v[i]);
+  return b;
+}
+
+float widened(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+std::vector<Bf16MatmulPath> paths() {
+  std::vector<Bf16MatmulPath> p{Bf16MatmulPath::scalar};
+  if (cpu::bf16_matmul_path_supported(Bf16MatmulPath::avx512_bf16)) p.push_back(Bf16MatmulPath::avx512_bf16);
+  return p;
+}
+
+struct Case {
+  int64_t m, rows, cols;
+};
+// Column tails inside a 32-column step (and odd counts: a pair half filled), tile tails of the 4 x 4
+// tiles, several 64-row blocks, and GPT-2's widths.
+const Case kCases[] = {{1, 7, 96},  {1, 13, 40},   {1, 5, 33},    {2, 9, 120},  {3, 17, 64},
+                       {4, 12, 160}, {5, 33, 97},  {7, 6, 256},   {11, 19, 80}, {6, 150, 1024},
+                       {1, 9, 1025}, {32, 70, 768}, {1, 130, 768}, {0, 5, 16},   {3, 4, 1}};
+
+double gamma(int64_t k) {
+  const double u = std::ldexp(1.0, -24);
+  return k * u / (1 - k * u);
+}
+
+// y [m, rows] against the double product of xs [m, cols] and ws [rows, cols]: |y - exact| <= bound *
+// sum |products| (+ a floor for zero rows).
+void expect_within(const std::vector<float>& y, const std::vector<float>& xs, const std::vector<float>& ws,
+                   const Case& c, double bound, const std::string& what) {
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t n = 0; n < c.rows; ++n) {
+      double exact = 0, magnitude = 0;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        const double p = double(xs[i * c.cols + k]) * ws[n * c.cols + k];
+        exact += p;
+        magnitude += std::fabs(p);
+      }
+      ASSERT_LE(std::fabs(y[i * c.rows + n] - exact), bound * magnitude + 1e-30)
+          << what << " [" << i << ", " << n << "]: " << y[i * c.rows + n] << " vs " << exact;
+    }
+}
+
+std::string describe(Bf16MatmulPath path, const Case& c, int threads) {
+  return std::string(cpu::bf16_matmul_path_name(path)) + " M=" + std::to_string(c.m) + " [" + std::to_string(c.rows) +
+         ", " + std::to_string(c.cols) + "] on " + std::to_string(threads) + " thread(s)";
+}
+
+TEST(Bf16Matmul, EqualsRoundedProductWithinRounding) {
+  int checked = 0;
+  for (Bf16MatmulPath path : paths())
+    for (const Case& c : kCases)
+      for (int threads : {1, 3}) {
+        Threads scoped(threads);
+        const std::vector<float> w0 = random(c.rows * c.cols, 2 + c.cols, 0.05f);
+        const std::vector<float> x = random(c.m * c.cols, 3 + c.rows);
+        const std::vector<uint16_t> w = to_bf16(w0);
+        std::vector<float> ws(w.size()), xs(x.size());
+        for (size_t i = 0; i < w.size(); ++i) ws[i] = widened(w[i]);
+        for (size_t i = 0; i < x.size(); ++i) xs[i] = cpu::bf16_rounded(x[i]);
+        const std::string what = describe(path, c, threads);
+        // One more element than y needs, to see nothing is written past it.
+        std::vector<float> y(static_cast<size_t>(c.m * c.rows + 1), -7.0f);
+        cpu::bf16_matmul_on_path(path, y.data(), x.data(), c.m, w.data(), c.rows, c.cols);
+        expect_within(y, xs, ws, c, gamma(c.cols), what + " against bf16(x) W");
+        const double against_f32 = gamma(c.cols) + (std::ldexp(1.0, -7) + std::ldexp(1.0, -16)) * (1 + gamma(c.cols));
+        expect_within(y, x, w0, c, against_f32, what + " against the f32 x and weights");
+        EXPECT_EQ(y.back(), -7.0f) << what << ": written past the output";
+        ++checked;
+      }
+  EXPECT_EQ(checked, static_cast<int>(paths().size() * std::size(kCases) * 2));
+}
+
+// A row alone and inside a batch of 9: the batch composition does not change a row's result.
+TEST(Bf16Matmul, ARowDoesNotDependOnTheRowsBesideIt) {
+  const int64_t m = 9, rows = 75, cols = 200;
+  const std::vector<uint16_t> w = to_bf16(random(rows * cols, 11, 0.1f));
+  const std::vector<float> x = random(m * cols, 12);
+  for (Bf16MatmulPath path : paths()) {
+    std::vector<float> batch(static_cast<size_t>(m * rows)), alone(static_cast<size_t>(rows));
+    cpu::bf16_matmul_on_path(path, batch.data(), x.data(), m, w.data(), rows, cols);
+    for (int64_t i = 0; i < m; ++i) {
+      cpu::bf16_matmul_on_path(path, alone.data(), x.data() + i * cols, 1, w.data(), rows, cols);
+      for (int64_t n = 0; n < rows; ++n) {
+        const float a = alone[n], b = batch[i * rows + n];
+        if (path == Bf16MatmulPath::avx512_bf16) {
+          ASSERT_EQ(a, b) << "avx512_bf16: row " << i << ", output " << n << " alone and in a batch of " << m;
+        } else {
+          double magnitude = 0;
+          for (int64_t k = 0; k < cols; ++k)
+            magnitude += std::fabs(double(cpu::bf16_rounded(x[i * cols + k])) * widened(w[n * cols + k]));
+          ASSERT_LE(std::fabs(double(a) - b), 2 * gamma(cols) * magnitude)
+              << "scalar: row " << i << ", output " << n << " alone and in a batch of " << m;
+        }
+      }
+    }
+  }
+}
+
+TEST(Bf16Matmul, PublicOpRunsTheBestPath) {
+  const int64_t m = 3, rows = 10, cols = 64;
+  const std::vector<uint16_t> w = to_bf16(random(rows * cols, 9, 0.1f));
+  const std::vector<float> x = random(m * cols, 10);
+  std::vector<float> a(static_cast<size_t>(m * rows)), b(a.size());
+  cpu::bf16_weight_matmul(a.data(), x.data(), m, w.data(), rows, cols);
+  cpu::bf16_matmul_on_path(cpu::bf16_matmul_best_path(), b.data(), x.data(), m, w.data(), rows, cols);
+  EXPECT_EQ(a, b);
+  // The path follows the kernel copies' instruction set (TESSERA_CPU_ISA=base runs the portable one).
+  if (cpu::kernel_isa() != cpu::Isa::avx512 && cpu::isa_copies()) {
+    EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::scalar);
+  }
+}
+
+struct Quantised {
+  std::vector<uint8_t> q, zeros;
+  std::vector<float> scales;
+  tessera::kernels::QuantMatrixView view;
+};
+
+Quantised quantise(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t group, int bits) {
+  Quantised r;
+  r.q.resize(static_cast<size_t>(bits == 8 ? rows * cols : rows * cols / 2));
+  r.scales.resize(static_cast<size_t>(rows * cols / group));
+  r.zeros.resize(bits == 4 ? r.scales.size() : 0);
+  cpu::quantize_weights(r.q.data(), r.scales.data(), bits == 4 ? r.zeros.data() : nullptr, w.data(), rows, cols,
+                        group, bits, false);
+  r.view = {r.q.data(), r.scales.data(), bits == 4 ? r.zeros.data() : nullptr, rows, cols, group, bits};
+  return r;
+}
+
+TEST(Bf16Matmul, QuantisedWeightsEqualTheirRoundedDequantisedProduct) {
+  struct QCase {
+    int64_t m, rows, cols, group;
+  };
+  const QCase cases[] = {{1, 7, 96, 32}, {1, 13, 40, 8}, {3, 17, 64, 16}, {4, 12, 160, 40},
+                         {5, 33, 96, 96}, {32, 70, 768, 64}, {2, 9, 1024, 64}, {9, 100, 2048, 64}};
+  std::vector<cpu::QuantPath> qpaths{cpu::QuantPath::scalar};
+  if (cpu::quant_path_supported(cpu::QuantPath::avx512)) qpaths.push_back(cpu::QuantPath::avx512);
+  int checked = 0;
+  for (cpu::QuantPath qpath : qpaths)
+    for (Bf16MatmulPath bpath : paths())
+      for (int bits : {8, 4})
+        for (const QCase& qc : cases)
+          for (int threads : {1, 3}) {
+            Threads scoped(threads);
+            const Case c{qc.m, qc.rows, qc.cols};
+            const Quantised q = quantise(random(c.rows * c.cols, 20 + c.cols, 0.05f), c.rows, c.cols, qc.group, bits);
+            const std::vector<float> x = random(c.m * c.cols, 21 + c.rows);
+            std::vector<float> ws(static_cast<size_t>(c.rows * c.cols)), xs(x.size());
+            cpu::dequantize_weights(ws.data(), q.view);
+            for (float& v : ws) v = cpu::bf16_rounded(v);
+            for (size_t i = 0; i < x.size(); ++i) xs[i] = cpu::bf16_rounded(x[i]);
+            const std::string what = std::string(cpu::quant_path_name(qpath)) + " + " + describe(bpath, c, threads) +
+                                     " int" + std::to_string(bits) + " G" + std::to_string(qc.group);
+            std::vector<float> y(static_cast<size_t>(c.m * c.rows + 1), -7.0f);
+            cpu::quant_bf16_matmul_on_paths(qpath, bpath, y.data(), x.data(), c.m, q.view);
+            expect_within(y, xs, ws, c, gamma(c.cols), what);
+            EXPECT_EQ(y.back(), -7.0f) << what << ": written past the output";
+            if (bpath == Bf16MatmulPath::avx512_bf16 && c.m > 1) {  // a row alone: the same bits
+              std::vector<float> alone(static_cast<size_t>(c.rows));
+              cpu::quant_bf16_matmul_on_paths(qpath, bpath, alone.data(), x.data() + (c.m - 1) * c.cols, 1, q.view);
+              for (int64_t n = 0; n < c.rows; ++n)
+                ASSERT_EQ(alone[n], y[(c.m - 1) * c.rows + n]) << what << ": the last row alone, output " << n;
+            }
+            ++checked;
+          }
+  EXPECT_EQ(checked, static_cast<int>(qpaths.size() * paths().size() * 2 * std::size(cases) * 2));
+}
+
+TEST(Bf16Matmul, BadExtentsAreRefused) {
+  std::vector<float> x(16, 1.0f), y(4);
+  std::vector<uint16_t> w(64);
+  try {
+    cpu::bf16_weight_matmul(y.data(), x.data(), -1, w.data(), 4, 16);
+    ADD_FAILURE() << "a negative row count was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a negative extent"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
