@@ -124,6 +124,10 @@ int main(int argc, char** argv) {
                   " and moe_train (the memory planner does not cover vit_train yet); give the layout flags");
     TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
                   " all_to_all or ring");
+    // zigzag balances the causal mask's triangle over the ring; ViT attends to every patch, which
+    // the ring already spreads evenly, so zigzag would change nothing but the rows' order.
+    TESSERA_CHECK(o.sp_mode != "zigzag", "vit_train: --sp-mode zigzag balances causal (language-model) attention",
+                  " only; ViT's attention is not causal and --sp-mode ring is balanced for it already: use ring");
     TESSERA_CHECK(!o.auto_placement(), "vit_train: --placement auto needs the memory planner, which covers gpt_train",
                   " and moe_train; use --offload-optim-frac (static) with --device-memory-limit");
     TESSERA_CHECK(epochs >= 0, "--epochs must be >= 0 (0: use --steps), got ", epochs);

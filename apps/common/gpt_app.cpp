@@ -49,7 +49,8 @@ plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, 
   run.micro_batches = o.train.micro_batches(o.mesh.dp * o.mesh.ep);
   run.mesh = o.mesh;
   run.split_gather = o.split_gather();
-  run.ring = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::ring;
+  run.ring = !o.split_gather() && parallel::is_ring(parallel::parse_sequence_mode(o.sp_mode));
+  run.zigzag = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::zigzag;
   run.zero_stage = o.train.zero_stage;
   run.zero3_overlap = o.train.zero3_overlap;
   run.pp_schedule = o.train.pp_schedule;
@@ -179,8 +180,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     }
     TESSERA_CHECK(!o.train.document_mask || o.device() == Device::cpu, name, " --document-mask --device cuda: document",
                   " masking has no CUDA attention kernel yet; run it on the CPU (--device cpu)");
-    TESSERA_CHECK(seq_len % o.mesh.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", o.mesh.sp,
-                  " (sequence parallelism gives each rank an equal share of the positions)");
+    o.check_sequence_split(seq_len);
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
     if (dry_run || o.auto_placement()) {

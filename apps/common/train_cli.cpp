@@ -86,7 +86,7 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
   // moe_train refuses sequence parallelism for now (its experts route whole rows): parsed to refuse.
   (moe ? sections.foreign() : layout).add_options()
       ("sp", po::value(&mesh.sp)->default_value(1)->value_name("N"), "sequence-parallel ranks (must divide the sequence)")
-      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all")->value_name(gpt ? "all_to_all|ring|split_gather" : "all_to_all|ring"), gpt ? "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)" : "sequence parallelism with --sp > 1: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)");
+      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all")->value_name(gpt ? "all_to_all|ring|zigzag|split_gather" : "all_to_all|ring"), gpt ? "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention, rank r holding the r-th contiguous share) or zigzag (ring attention balanced under the causal mask: rank r holds chunks r and 2 sp - 1 - r of 2 sp), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)" : "sequence parallelism with --sp > 1: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)");
   (moe ? layout : sections.foreign()).add_options()
       ("ep", po::value(&mesh.ep)->default_value(1)->value_name("N"), "expert-parallel ranks: they split the experts, and the batch like dp");
   layout.add_options()
@@ -351,6 +351,14 @@ void check_output_files(const std::vector<OptionPath>& inputs, const std::vector
       TESSERA_CHECK(outputs[j].path.empty() || !same_file(outputs[j].path, out.path), out.option, " ", out.path,
                     " and ", outputs[j].option, " ", outputs[j].path, " are the same file: give each its own");
   }
+}
+
+void TrainOptions::check_sequence_split(int64_t seq_len) const {
+  TESSERA_CHECK(seq_len % mesh.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", mesh.sp,
+                " (sequence parallelism gives each rank an equal share of the positions)");
+  TESSERA_CHECK(mesh.sp == 1 || sp_mode != "zigzag" || seq_len % (2 * mesh.sp) == 0, "--seq-len ", seq_len,
+                " is not divisible by 2 x --sp = ", 2 * mesh.sp, " (--sp-mode zigzag cuts each sequence into 2 x sp",
+                " equal chunks, two a rank); use --sp-mode ring, or a --seq-len divisible by ", 2 * mesh.sp);
 }
 
 ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim)
