@@ -226,7 +226,7 @@ SequenceAttention::RingRoute SequenceAttention::ring_route(bool causal) const {
   const int p = sp_.size(), r = sp_.rank();
   RingRoute route;
   route.causal = causal;
-  route.zigzag = causal && mode_ == SequenceMode::zigzag;
+  route.zigzag = mode_ == SequenceMode::zigzag;
   const bool chain = causal && !route.zigzag;  // contiguous causal: blocks go up only, no wrap
   route.all_round = !chain;
   route.steps = chain ? r : p - 1;
@@ -253,7 +253,7 @@ void SequenceAttention::attend_block(Tensor& o, Tensor& lse, const Tensor& q, co
   const int64_t batch = lse.dim(0), c = lse.dim(2) / 2, qw = q.dim(2), kw = kv.dim(2), cw = o.dim(2);
   for (int qh = 0; qh < 2; ++qh)
     for (int kh = 0; kh < 2; ++kh) {
-      const nn::ChunkMask mask = nn::zigzag_block_mask(r, qh, owner, kh, p);
+      const nn::ChunkMask mask = route.causal ? nn::zigzag_block_mask(r, qh, owner, kh, p) : nn::ChunkMask::full;
       if (mask == nn::ChunkMask::skipped) continue;
       // At step 0 the low half's first block is (0, 0) and the high half's (1, 0): no merge then.
       const bool merge = !own || kh == 1;
@@ -279,7 +279,7 @@ void SequenceAttention::attend_block_backward(Tensor& d, Tensor& dkv, const Tens
   const int64_t batch = lse.dim(0), c = lse.dim(2) / 2, qw = q.dim(2), kw = kv.dim(2), cw = o.dim(2);
   for (int qh = 0; qh < 2; ++qh)
     for (int kh = 0; kh < 2; ++kh) {
-      const nn::ChunkMask mask = nn::zigzag_block_mask(r, qh, owner, kh, p);
+      const nn::ChunkMask mask = route.causal ? nn::zigzag_block_mask(r, qh, owner, kh, p) : nn::ChunkMask::full;
       if (mask == nn::ChunkMask::skipped) continue;
       Tensor dq = half_of(d, qh, {batch, c, d.dim(2)}), dk = half_of(dkv, kh, {batch, c, dkv.dim(2)});
       ops::attention_block_backward(dq, dk, half_of(g, qh, {batch, c, cw}), half_of(q, qh, {batch, c, qw}),

@@ -52,9 +52,9 @@ bool is_ring(SequenceMode mode);                          // ring or zigzag (key
 //   dk/dv partial sums out and in), and at every step every rank attends to 2 c^2 query-key pairs
 //   per sequence and head (c = Tl / 2; step 0: its own chunks, causally), so no rank waits for
 //   another: the per-step critical path is the balanced share, against contiguous ring's last rank
-//   attending to (2 sp - 1) / sp times it. Needs Tl even. Not causal, zigzag is the ring's schedule
-//   over its own rows (non-causal attention does not see the order). Saves lse only (rows
-//   half-major, like q); the same scratch as ring.
+//   attending to (2 sp - 1) / sp times it. Needs Tl even. Not causal, zigzag is the non-causal
+//   ring's schedule, each half to each half in full (the rows of a [B, Tl] view would mix
+//   sequences). Saves lse only (rows half-major, like q); the same scratch as ring.
 // Memory per rank is O(Tl) in both modes: besides Saved, scratch buffers owned by this object and
 // reused by every call (all_to_all 2 x 3E floats, ring 6 x 2E), so one object may serve every
 // block of a stage, one call at a time.
@@ -96,7 +96,7 @@ class SequenceAttention {
   // any other rank visits its own block and which one does last (sequence_attention.cpp).
   struct RingRoute {
     bool causal;
-    bool zigzag;     // causal over the zigzag layout: each step masks per half (nn::zigzag_block_mask)
+    bool zigzag;     // the zigzag layout: each step attends per half (causal: nn::zigzag_block_mask)
     bool all_round;  // every block goes round the whole ring (not causal, or zigzag)
     int steps, up, down, last_visitor;
     bool own_visited;
