@@ -164,8 +164,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     }
     TESSERA_CHECK(!o.train.document_mask || o.device() == Device::cpu, name, " --document-mask --device cuda: document",
                   " masking has no CUDA attention kernel yet; run it on the CPU (--device cpu)");
-    TESSERA_CHECK(seq_len % o.mesh.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", o.mesh.sp,
-                  " (sequence parallelism gives each rank an equal share of the positions)");
+    o.check_sequence_split(seq_len);
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
     if (dry_run || o.auto_placement()) {

@@ -60,6 +60,8 @@ void MoeModelOptions::finish(models::GptConfig& mc, const TrainOptions& o) const
   TESSERA_CHECK(r.z_loss_coef >= 0, "--z-loss-coef must be >= 0, got ", r.z_loss_coef);
   TESSERA_CHECK(o.device() == Device::cpu, "moe_train --device cuda: the mixture-of-experts layers have no CUDA",
                 " kernels yet; run on cpu");
+  TESSERA_CHECK(o.sp_mode != "zigzag", "moe_train: --sp-mode zigzag is not supported with mixture-of-experts",
+                " layers yet (their capacity takes each sequence's tokens in contiguous shards); use ring or all_to_all");
   TESSERA_CHECK(mc.moe.shared_experts >= 0, "--shared-experts must be >= 0, got ", mc.moe.shared_experts);
   r.norm = nn::parse_router_norm(router_norm);
   if (mc.moe.hidden == 0) mc.moe.hidden = mc.llama() ? mc.mlp_hidden() : 4 * mc.hidden;

@@ -173,8 +173,7 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
   p.model.shape.check_llama_options(p.vm);
   o.finish(input.ranks, p.vm);  // the trainer's own checks of the layout and the batch
   TESSERA_CHECK(seq >= 1, "--seq-len must be >= 1, got ", seq);
-  TESSERA_CHECK(seq % o.mesh.sp == 0, "--seq-len ", seq, " is not divisible by --sp ", o.mesh.sp,
-                " (sequence parallelism gives each rank an equal share of the positions)");
+  o.check_sequence_split(seq);
   TESSERA_CHECK(!o.grid(), "--tp-mode ", o.tp_mode, ": the memory planner does not cover grid tensor parallelism yet");
   TESSERA_CHECK(!p.model.input.empty() || input.vocab > 0, "give --input DATA.h5 (its vocab_size) or --vocab N");
   if (input.moe) p.model.experts.finish(mc, o);  // moe_train's own checks of the experts and the layout
@@ -237,6 +236,8 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
         std::vector<std::string> sp_modes = sp > 1 ? std::vector<std::string>{"all_to_all", "ring"}
                                                    : std::vector<std::string>{""};
         if (sp == 1 && tp > 1 && !input.vit) sp_modes.push_back("split_gather");
+        // zigzag: the ring balanced under the causal mask (gpt_train; the time model gives it the balanced share).
+        if (sp > 1 && !input.moe && !input.vit) sp_modes.push_back("zigzag");
         const int dp = n / pp / tp / sp / ep;
         // ep ranks split the batch like dp ranks.
         std::vector<int> micro = global_batch % (dp * ep) == 0 ? divisors(global_batch / (dp * ep)) : std::vector<int>{1};

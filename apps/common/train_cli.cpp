@@ -86,7 +86,7 @@ void TrainOptions::add_to(OptionSections& sections, const std::string& unit, App
       ("pp-layers", po::value(&pp_layers)->value_name("N,N,..."), "blocks per pipeline (virtual) stage in order, adding up to --layers, e.g. 3,5,5,3 so the stages holding the embedding and the head get fewer (default: as even as possible)");
   layout.add_options()
       ("sp", po::value(&mesh.sp)->default_value(1)->value_name("N"), "sequence-parallel ranks (must divide the sequence)")
-      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all")->value_name(gpt ? "all_to_all|ring|split_gather" : "all_to_all|ring"), gpt ? "sequence parallelism: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)" : "sequence parallelism with --sp > 1: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)");
+      ("sp-mode", po::value(&sp_mode)->default_value("all_to_all")->value_name(gpt ? "all_to_all|ring|zigzag|split_gather" : "all_to_all|ring"), gpt ? "sequence parallelism: all_to_all (Ulysses: heads must divide by sp), ring (ring attention, rank r holding the r-th contiguous share) or zigzag (ring attention balanced under the causal mask: rank r holds chunks r and 2 sp - 1 - r of 2 sp), with --sp > 1; or split_gather (Megatron's, inside the tp group: with --tp, no --sp)" : "sequence parallelism with --sp > 1: all_to_all (Ulysses: heads must divide by sp) or ring (ring attention)");
   (moe ? layout : sections.foreign()).add_options()
       ("ep", po::value(&mesh.ep)->default_value(1)->value_name("N"), "expert-parallel ranks: they split the experts, and the batch like dp");
   layout.add_options()
@@ -353,6 +353,14 @@ void check_output_files(const std::vector<OptionPath>& inputs, const std::vector
   }
 }
 
+void TrainOptions::check_sequence_split(int64_t seq_len) const {
+  TESSERA_CHECK(seq_len % mesh.sp == 0, "--seq-len ", seq_len, " is not divisible by --sp ", mesh.sp,
+                " (sequence parallelism gives each rank an equal share of the positions)");
+  TESSERA_CHECK(mesh.sp == 1 || sp_mode != "zigzag" || seq_len % (2 * mesh.sp) == 0, "--seq-len ", seq_len,
+                " is not divisible by 2 x --sp = ", 2 * mesh.sp, " (--sp-mode zigzag cuts each sequence into 2 x sp",
+                " equal chunks, two a rank); use --sp-mode ring, or a --seq-len divisible by ", 2 * mesh.sp);
+}
+
 ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim)
     : options_(options), mesh_(options.mesh), tensor_(mesh_.group(comm::Axis::tp), options.split_gather()) {
   if (options.grid()) grid_.emplace(mesh_);
@@ -408,7 +416,8 @@ plan::RunLayout planned_layout(const TrainOptions& o, int batch_ranks) {
   run.micro_batch = o.train.micro_batch;
   run.micro_batches = o.train.micro_batches(batch_ranks);
   run.mesh = o.mesh;
-  run.ring = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::ring;
+  run.ring = !o.split_gather() && parallel::is_ring(parallel::parse_sequence_mode(o.sp_mode));
+  run.zigzag = !o.split_gather() && parallel::parse_sequence_mode(o.sp_mode) == parallel::SequenceMode::zigzag;
   run.zero_stage = o.train.zero_stage;
   run.zero3_overlap = o.train.zero3_overlap;
   run.pp_schedule = o.train.pp_schedule;

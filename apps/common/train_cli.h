@@ -52,6 +52,9 @@ struct TrainOptions {
   // micro-batching. Throws naming the first problem, before any communication.
   void finish(int world_size, const po::variables_map& vm);
   bool split_gather() const { return sp_mode == "split_gather"; }
+  // --seq-len splits over the sp ranks as the mode cuts it (zigzag: 2 x sp equal chunks); a
+  // language model's (causal) check, before any communication.
+  void check_sequence_split(int64_t seq_len) const;
   bool auto_placement() const { return placement == "auto"; }
   bool grid() const { return mesh.tp_mode != comm::TpMode::d1; }  // --tp-mode 2d, 2.5d or 3d
   // The ranks splitting the model's heads (tp, or a grid's side q), after checking that a grid

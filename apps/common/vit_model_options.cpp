@@ -31,6 +31,10 @@ void VitModelOptions::add_to(OptionSections& opts) {
 void VitModelOptions::check_layout(const TrainOptions& o) const {
   TESSERA_CHECK(!o.split_gather(), "vit_train: --sp-mode split_gather is not supported for ViT; use --sp with",
                 " all_to_all or ring");
+  // zigzag balances the causal mask's triangle over the ring; ViT attends to every patch, which
+  // the ring already spreads evenly, so zigzag would change nothing but the rows' order.
+  TESSERA_CHECK(o.sp_mode != "zigzag", "vit_train: --sp-mode zigzag balances causal (language-model) attention",
+                " only; ViT's attention is not causal and --sp-mode ring is balanced for it already: use ring");
   TESSERA_CHECK(!o.auto_placement(), "vit_train: --placement auto needs the memory planner's placement search, which covers",
                 " gpt_train and moe_train; use",
                 " --offload-optim-frac (static) with --device-memory-limit");

@@ -79,8 +79,10 @@ SelfAttention::Projections SelfAttention::views(Tensor& projections, int64_t row
           projections.slice(rows * (q + kv), {rows, kv})};
 }
 
-// Positions: this rank's sequence shard starts at rank x its length (SequenceLayout); heads: the
-// query heads of this tp rank, and the kv heads its k and v hold.
+// Positions: this rank's sequence shard starts at rank x its length (SequenceLayout), unless each
+// row's own position is given (documents restart them; the zigzag layout holds two chunks), all
+// below the layout's positions_end; heads: the query heads of this tp rank, and the kv heads its k
+// and v hold.
 ops::RopeShape SelfAttention::rope_shape(const Tensor& qkv, const DocumentMask& docs) const {
   ops::RopeShape r;
   r.batch = qkv.dim(0);
@@ -93,7 +95,10 @@ ops::RopeShape SelfAttention::rope_shape(const Tensor& qkv, const DocumentMask& 
   r.first_kv_head = first_kv_head_;
   r.first_position = sequence_->rank() * r.seq;
   r.theta = options_.rope_theta;
-  if (docs.active()) r.positions = docs.positions.data<int32_t>();  // restarting at each document
+  if (docs.positions.defined()) {  // the rotary table covers [0, positions_end)
+    r.positions = docs.positions.data<int32_t>();
+    r.first_position = sequence_->positions_end(r.seq * sequence_->size()) - r.seq;
+  }
   return r;
 }
 

@@ -1,8 +1,9 @@
 // SequenceLayout: how each sequence is split over the sequence-parallel group, as the model sees
-// it: this rank holds the contiguous positions [offset(), offset() + local length), and attention
+// it: this rank holds the contiguous positions [offset(), offset() + local length) (or, zigzag, two
+// opposite chunks: nn/zigzag_layout.h), and attention
 // (causal, or every position to every position) runs over the whole sequence from this rank's
 // share of q, k and v. The base class is one rank (the whole sequence, the local attention
-// kernels); lib/parallel implements the all-to-all (Ulysses) and ring modes, which communicate
+// kernels); lib/parallel implements the all-to-all (Ulysses), ring and zigzag modes, which communicate
 // inside attention (and in all_reduce, for a model's per-sequence values) only.
 #pragma once
 #include "core/tensor.h"
@@ -25,7 +26,8 @@ struct AttentionSaved {
 // all-to-all rank attends over the whole sequence. Host tensors (no CUDA kernel masks documents).
 struct DocumentMask {
   Tensor segments;   // [B, T] int32: the document (numbered within its row) of every position
-  Tensor positions;  // [B, Tl] int32: this rank's positions' indices inside their documents
+  Tensor positions;  // [B, Tl] int32: this rank's positions' indices inside their documents (also
+                     // without segments under the zigzag layout: each local row's position)
   bool active() const { return segments.defined(); }
 };
 
@@ -37,6 +39,15 @@ class SequenceLayout {
   // This rank's share of a sequence of seq positions (throws unless size() divides it).
   int64_t local_length(int64_t seq) const;
   int64_t offset(int64_t seq) const { return rank() * local_length(seq); }
+  // The zigzag layout (nn/zigzag_layout.h): chunks rank() and 2 size() - 1 - rank() of 2 size(),
+  // local rows half-major, instead of one contiguous share (local rows sequence-major).
+  virtual bool zigzag() const { return false; }
+  // Where a micro-batch's tokens sit: the local row (of B x local_length) holding position t of
+  // sequence b, or -1 when another rank holds it. The one place that knows; the model reads its
+  // token rows, targets and positions through it.
+  int64_t local_row(int64_t batch, int64_t seq, int64_t b, int64_t t) const;
+  // One past the last position this rank holds (rotary tables cover [0, positions_end)).
+  int64_t positions_end(int64_t seq) const;
 
   // qkv [B, Tl, 3, H, D] of this rank's positions (H: the heads this rank holds) -> out [B, Tl, H, D];
   // causal: each position attends to itself and earlier ones only (language models), else to all.

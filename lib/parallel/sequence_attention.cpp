@@ -1,12 +1,13 @@
-// SequenceAttention (sequence_attention.h): the all-to-all and ring schedules of sequence-parallel
-// attention (causal and not), their argument checks, and the layout copies between shards and
-// messages.
+// SequenceAttention (sequence_attention.h): the all-to-all, ring and zigzag schedules of
+// sequence-parallel attention (causal and not), their argument checks, and the layout copies
+// between shards and messages.
 #include "parallel/sequence_attention.h"
 
 #include <algorithm>
 
 #include "core/allocator.h"
 #include "kernels/ops.h"
+#include "nn/zigzag_layout.h"
 
 namespace tessera::parallel {
 
@@ -34,17 +35,28 @@ void swap_outer(Tensor& dst, const Tensor& src, int64_t n0, int64_t n1, int64_t 
   }
 }
 
+// A half (0: low, 1: high) of a zigzag rank's tensor: its rows are half-major (nn/zigzag_layout.h),
+// so half h is the contiguous second half of the elements when h = 1, shaped as given.
+Tensor half_of(const Tensor& t, int h, Shape shape) { return t.slice(h * (t.numel() / 2), std::move(shape)); }
+
 }  // namespace
 
 const char* sequence_mode_name(SequenceMode mode) {
-  return mode == SequenceMode::ring ? "ring" : "all_to_all";
+  switch (mode) {
+    case SequenceMode::ring: return "ring";
+    case SequenceMode::zigzag: return "zigzag";
+    default: return "all_to_all";
+  }
 }
 
 SequenceMode parse_sequence_mode(const std::string& name) {
   if (name == "all_to_all") return SequenceMode::all_to_all;
   if (name == "ring") return SequenceMode::ring;
-  fail("unknown sequence-parallel mode '", name, "' (choose all_to_all or ring)");
+  if (name == "zigzag") return SequenceMode::zigzag;
+  fail("unknown sequence-parallel mode '", name, "' (choose all_to_all, ring or zigzag)");
 }
+
+bool is_ring(SequenceMode mode) { return mode != SequenceMode::all_to_all; }
 
 SequenceAttention::SequenceAttention(SequenceMode mode, comm::Communicator& sp, int64_t heads, int64_t head_dim)
     : mode_(mode), sp_(sp), heads_(heads), head_dim_(head_dim) {
@@ -59,10 +71,13 @@ SequenceAttention::SequenceAttention(SequenceMode mode, comm::Communicator& sp, 
 SequenceAttention::Saved SequenceAttention::allocate(int64_t batch, int64_t local_seq, Device device) const {
   TESSERA_CHECK(batch > 0 && local_seq > 0, "sequence attention: batch (", batch, ") and local sequence length (",
                 local_seq, ") must be positive");
+  TESSERA_CHECK(mode_ != SequenceMode::zigzag || local_seq % 2 == 0, "sequence attention (zigzag): each rank holds",
+                " two chunks of equal length, so its ", local_seq, " positions must be even (--seq-len divisible by",
+                " 2 x sp = ", 2 * sp_.size(), ")");
   Saved s;
   s.batch = batch;
   s.local_seq = local_seq;
-  if (mode_ == SequenceMode::ring) {
+  if (is_ring(mode_)) {  // zigzag: lse [2, B, H, Tl / 2], the low half's rows then the high half's
     s.lse = Tensor::empty({batch, heads_, local_seq}, DType::f32, device);
   } else {
     const int64_t hs = heads_ / sp_.size(), seq = local_seq * sp_.size();
@@ -106,6 +121,14 @@ void SequenceAttention::cut_segments(const Tensor& segments, const Saved& saved)
   if (block_segments_.numel() != p * batch * tl) block_segments_ = Tensor::empty({p, batch, tl}, DType::i32);
   const int32_t* src = segments.data<int32_t>();
   int32_t* dst = block_segments_.data<int32_t>();
+  if (mode_ == SequenceMode::zigzag) {  // block j's in rank j's row order (half-major)
+    for (int j = 0; j < p; ++j) {
+      const nn::ZigzagPlace place{j, static_cast<int>(p), batch, p * tl};
+      for (int64_t n = 0; n < batch * tl; ++n)
+        dst[j * batch * tl + n] = src[place.sequence(n) * p * tl + place.position(n)];
+    }
+    return;
+  }
   for (int64_t j = 0; j < p; ++j)
     for (int64_t b = 0; b < batch; ++b)
       std::copy(src + b * p * tl + j * tl, src + b * p * tl + (j + 1) * tl, dst + (j * batch + b) * tl);
@@ -117,11 +140,17 @@ Tensor SequenceAttention::segments_of_block(int j) const {
   return block_segments_.slice(j * batch * tl, {batch, tl});
 }
 
+Tensor SequenceAttention::segments_of_half(int j, int h) const {
+  if (!masked_) return Tensor();
+  const int64_t batch = block_segments_.dim(1), tl = block_segments_.dim(2);
+  return block_segments_.slice(j * batch * tl + h * batch * (tl / 2), {batch, tl / 2});
+}
+
 void SequenceAttention::forward(Tensor& out, const Tensor& qkv, Saved& saved, bool causal, ops::MatmulInputs inputs,
                                 const Tensor& segments) {
   check_call("forward", qkv, 3, out, 1, saved);
   cut_segments(segments, saved);
-  if (mode_ == SequenceMode::ring) return ring_forward(out, qkv, saved, ring_route(causal));
+  if (is_ring(mode_)) return ring_forward(out, qkv, saved, ring_route(causal));
   to_heads(saved.qkv_heads, qkv, 3);
   const int64_t hs = heads_ / sp_.size();
   if (causal) {
@@ -138,7 +167,7 @@ void SequenceAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor&
   check_call("backward", dqkv, 3, dout, 1, saved);
   check_call("backward", qkv, 3, out, 1, saved);
   cut_segments(segments, saved);
-  if (mode_ == SequenceMode::ring) return ring_backward(dqkv, dout, qkv, out, saved, ring_route(causal));
+  if (is_ring(mode_)) return ring_backward(dqkv, dout, qkv, out, saved, ring_route(causal));
   const int64_t hs = heads_ / sp_.size(), seq = saved.local_seq * sp_.size();
   // to_heads stages through scratch 0 and 1, to_sequence likewise; see their comments for why these
   // two may live there.
@@ -186,20 +215,79 @@ void SequenceAttention::to_sequence(Tensor& dst, const Tensor& src, int64_t slot
 // step 0 (with the causal mask when causal), then the one its lower neighbour passed up. Causal:
 // steps 1..r (only earlier blocks), and a rank passes every block on while a rank above it exists.
 // Not causal: steps 1..sp - 1 (every block), each block passed on until every rank has seen it.
+// Zigzag (causal): the blocks travel as when not causal (each rank's high half comes after every
+// other rank's low half, so every block is needed everywhere), and each step attends to the halves
+// nn::zigzag_block_mask allows: at step 0 the low half causally, the high half to the low fully
+// and to itself causally; at a later step either both halves of the queries to the block's low
+// half (its owner is below), or the high half to both of the block's halves (above): 2 c^2 query-
+// key pairs on every rank at every step (c = Tl / 2).
 
 SequenceAttention::RingRoute SequenceAttention::ring_route(bool causal) const {
   const int p = sp_.size(), r = sp_.rank();
   RingRoute route;
   route.causal = causal;
-  route.steps = causal ? r : p - 1;
-  route.up = causal ? r + 1 : (r + 1) % p;
-  route.down = causal ? r - 1 : (r + p - 1) % p;
-  route.own_visited = causal ? r + 1 < p : p > 1;
-  route.last_visitor = causal ? p - 1 : route.down;
+  route.zigzag = mode_ == SequenceMode::zigzag;
+  const bool chain = causal && !route.zigzag;  // contiguous causal: blocks go up only, no wrap
+  route.all_round = !chain;
+  route.steps = chain ? r : p - 1;
+  route.up = chain ? r + 1 : (r + 1) % p;
+  route.down = chain ? r - 1 : (r + p - 1) % p;
+  route.own_visited = chain ? r + 1 < p : p > 1;
+  route.last_visitor = chain ? p - 1 : route.down;
   return route;
 }
 
-bool SequenceAttention::RingRoute::passes_on(int s) const { return causal ? own_visited : s < steps; }
+bool SequenceAttention::RingRoute::passes_on(int s) const { return all_round ? s < steps : own_visited; }
+
+// One block's attention (forward): the own block (q's own keys and values) at step 0, else block
+// `owner`'s kv; merged into o and lse after step 0.
+void SequenceAttention::attend_block(Tensor& o, Tensor& lse, const Tensor& q, const Tensor& kv, int owner,
+                                     const RingRoute& route) {
+  const int p = sp_.size(), r = sp_.rank();
+  const bool own = owner == r;
+  if (!route.zigzag) {
+    ops::attention_block_forward(o, lse, q, kv, heads_, own && route.causal, /*merge=*/!own, segments_of_block(r),
+                                 segments_of_block(owner));
+    return;
+  }
+  const int64_t batch = lse.dim(0), c = lse.dim(2) / 2, qw = q.dim(2), kw = kv.dim(2), cw = o.dim(2);
+  for (int qh = 0; qh < 2; ++qh)
+    for (int kh = 0; kh < 2; ++kh) {
+      const nn::ChunkMask mask = route.causal ? nn::zigzag_block_mask(r, qh, owner, kh, p) : nn::ChunkMask::full;
+      if (mask == nn::ChunkMask::skipped) continue;
+      // At step 0 the low half's first block is (0, 0) and the high half's (1, 0): no merge then.
+      const bool merge = !own || kh == 1;
+      Tensor oh = half_of(o, qh, {batch, c, cw}), lh = half_of(lse, qh, {batch, heads_, c});
+      ops::attention_block_forward(oh, lh, half_of(q, qh, {batch, c, qw}), half_of(kv, kh, {batch, c, kw}), heads_,
+                                   mask == nn::ChunkMask::causal, merge, segments_of_half(r, qh),
+                                   segments_of_half(owner, kh));
+    }
+}
+
+// One block's share of the gradients (backward): dq into d (this rank's queries), dk/dv into dkv
+// (d itself for the own block, else the block's partial sums).
+void SequenceAttention::attend_block_backward(Tensor& d, Tensor& dkv, const Tensor& g, const Tensor& q,
+                                              const Tensor& kv, const Tensor& o, const Tensor& lse, int owner,
+                                              const RingRoute& route) {
+  const int p = sp_.size(), r = sp_.rank();
+  const bool own = owner == r;
+  if (!route.zigzag) {
+    ops::attention_block_backward(d, dkv, g, q, kv, o, lse, heads_, own && route.causal, segments_of_block(r),
+                                  segments_of_block(owner));
+    return;
+  }
+  const int64_t batch = lse.dim(0), c = lse.dim(2) / 2, qw = q.dim(2), kw = kv.dim(2), cw = o.dim(2);
+  for (int qh = 0; qh < 2; ++qh)
+    for (int kh = 0; kh < 2; ++kh) {
+      const nn::ChunkMask mask = route.causal ? nn::zigzag_block_mask(r, qh, owner, kh, p) : nn::ChunkMask::full;
+      if (mask == nn::ChunkMask::skipped) continue;
+      Tensor dq = half_of(d, qh, {batch, c, d.dim(2)}), dk = half_of(dkv, kh, {batch, c, dkv.dim(2)});
+      ops::attention_block_backward(dq, dk, half_of(g, qh, {batch, c, cw}), half_of(q, qh, {batch, c, qw}),
+                                    half_of(kv, kh, {batch, c, kw}), half_of(o, qh, {batch, c, cw}),
+                                    half_of(lse, qh, {batch, heads_, c}), heads_, mask == nn::ChunkMask::causal,
+                                    segments_of_half(r, qh), segments_of_half(owner, kh));
+    }
+}
 
 void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& saved, const RingRoute& route) {
   const int64_t batch = saved.batch, tl = saved.local_seq, c = heads_ * head_dim_;
@@ -214,8 +302,7 @@ void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& save
   }
   if (route.steps > 0) receiving = sp_.irecv(kv[1], route.down, kTagKv);
   const int p = sp_.size(), r = sp_.rank();
-  const Tensor own = segments_of_block(r);  // the queries' segments (document masking)
-  ops::attention_block_forward(o, saved.lse, q, q, heads_, route.causal, /*merge=*/false, own, own);
+  attend_block(o, saved.lse, q, q, r, route);
   for (int s = 1; s <= route.steps; ++s) {
     Tensor& cur = kv[s % 2];
     receiving.wait();
@@ -224,8 +311,7 @@ void SequenceAttention::ring_forward(Tensor& out, const Tensor& qkv, Saved& save
       sending[(s + 1) % 2].wait();
       receiving = sp_.irecv(kv[(s + 1) % 2], route.down, kTagKv);
     }
-    ops::attention_block_forward(o, saved.lse, q, cur, heads_, /*causal=*/false, /*merge=*/true, own,
-                                 segments_of_block((r - s + p) % p));
+    attend_block(o, saved.lse, q, cur, (r - s + p) % p, route);
   }
   sending[0].wait();
   sending[1].wait();
@@ -255,8 +341,7 @@ void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Te
     returning = sp_.irecv(returned, route.last_visitor, kTagReturn);
   }
   if (route.steps > 0) kv_receiving = sp_.irecv(kv[1], route.down, kTagKv);
-  const Tensor own = segments_of_block(r);
-  ops::attention_block_backward(d, d, g, q, q, o, saved.lse, heads_, route.causal, own, own);
+  attend_block_backward(d, d, g, q, q, o, saved.lse, r, route);
   for (int s = 1; s <= route.steps; ++s) {
     Tensor& cur = kv[s % 2];
     Tensor& mine = partial[s % 2];
@@ -269,8 +354,7 @@ void SequenceAttention::ring_backward(Tensor& dqkv, const Tensor& dout, const Te
     if (s >= 2) partial_receiving = sp_.irecv(incoming, route.down, kTagPartial);  // the visitors before this rank
     partial_sending[s % 2].wait();
     mine.zero();
-    ops::attention_block_backward(d, mine, g, q, cur, o, saved.lse, heads_, /*causal=*/false, own,
-                                  segments_of_block((r - s + p) % p));
+    attend_block_backward(d, mine, g, q, cur, o, saved.lse, (r - s + p) % p, route);
     if (s >= 2) {
       partial_receiving.wait();
       ops::add_inplace(mine, incoming);

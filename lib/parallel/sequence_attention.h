@@ -1,6 +1,8 @@
 // SequenceAttention: multi-head attention (causal, or every position to every position) over a
 // sequence cut into contiguous shards over the sp group (rank r holds positions [r * Tl, (r + 1) *
-// Tl)), in two modes: all-to-all (DeepSpeed Ulysses) and ring attention.
+// Tl)), in two modes: all-to-all (DeepSpeed Ulysses) and ring attention; and a third, zigzag: ring
+// attention over the load-balanced layout of nn/zigzag_layout.h (rank r holds chunks r and
+// 2 sp - 1 - r of 2 sp, rows half-major).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,9 +13,10 @@
 
 namespace tessera::parallel {
 
-enum class SequenceMode { all_to_all, ring };
-const char* sequence_mode_name(SequenceMode mode);        // "all_to_all", "ring"
+enum class SequenceMode { all_to_all, ring, zigzag };
+const char* sequence_mode_name(SequenceMode mode);        // "all_to_all", "ring", "zigzag"
 SequenceMode parse_sequence_mode(const std::string& name);  // throws naming the choices
+bool is_ring(SequenceMode mode);                          // ring or zigzag (key/value blocks round a ring)
 
 // Causal attention of this rank's Tl queries over the T = sp x Tl positions before them, the same
 // (to fp32 rounding) as ops::attention_forward/backward on the whole sequence. Host or device
@@ -44,6 +47,14 @@ SequenceMode parse_sequence_mode(const std::string& name);  // throws naming the
 //   dk/dv partial sums (8E), which the last visitor r - 1 returns to the owner r: per rank sp - 1
 //   blocks and sp - 1 partials out and in. all_to_all is the same as causal (the head-shard kernel
 //   attends to every position).
+// zigzag (causal): the messages of the ring when not causal (every block round the whole ring:
+//   forward sp - 1 blocks of 8E bytes out and in on every rank, backward the blocks again and sp - 1
+//   dk/dv partial sums out and in), and at every step every rank attends to 2 c^2 query-key pairs
+//   per sequence and head (c = Tl / 2; step 0: its own chunks, causally), so no rank waits for
+//   another: the per-step critical path is the balanced share, against contiguous ring's last rank
+//   attending to (2 sp - 1) / sp times it. Needs Tl even. Not causal, zigzag is the non-causal
+//   ring's schedule, each half to each half in full (the rows of a [B, Tl] view would mix
+//   sequences). Saves lse only (rows half-major, like q); the same scratch as ring.
 // Memory per rank is O(Tl) in both modes: besides Saved, scratch buffers owned by this object and
 // reused by every call (all_to_all 2 x 3E floats, ring 6 x 2E), so one object may serve every
 // block of a stage, one call at a time.
@@ -85,11 +96,18 @@ class SequenceAttention {
   // any other rank visits its own block and which one does last (sequence_attention.cpp).
   struct RingRoute {
     bool causal;
+    bool zigzag;     // the zigzag layout: each step attends per half (causal: nn::zigzag_block_mask)
+    bool all_round;  // every block goes round the whole ring (not causal, or zigzag)
     int steps, up, down, last_visitor;
     bool own_visited;
     bool passes_on(int s) const;  // the block of step s goes on up (the rank above visits it too)
   };
   RingRoute ring_route(bool causal) const;
+  // The attention of this rank's queries q to block `owner`'s keys and values kv (the own block at
+  // step 0, kv = q), masked as the route says; forward merges after step 0.
+  void attend_block(Tensor& o, Tensor& lse, const Tensor& q, const Tensor& kv, int owner, const RingRoute& route);
+  void attend_block_backward(Tensor& d, Tensor& dkv, const Tensor& g, const Tensor& q, const Tensor& kv,
+                             const Tensor& o, const Tensor& lse, int owner, const RingRoute& route);
   void ring_forward(Tensor& out, const Tensor& qkv, Saved& saved, const RingRoute& route);
   void ring_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out, const Saved& saved,
                      const RingRoute& route);
@@ -97,12 +115,14 @@ class SequenceAttention {
   // (undefined segments: none); block j's as a tensor (undefined without a mask).
   void cut_segments(const Tensor& segments, const Saved& saved);
   Tensor segments_of_block(int j) const;
+  Tensor segments_of_half(int j, int h) const;  // zigzag: half h of block j's ([B, Tl / 2])
 
   SequenceMode mode_;
   comm::Communicator& sp_;
   int64_t heads_, head_dim_;
   Tensor scratch_[6];
-  Tensor block_segments_;  // [sp, B, Tl] int32 (host), the last call's, when it masked documents
+  Tensor block_segments_;  // [sp, B, Tl] int32 (host), the last call's, when it masked documents (each
+                           // block's in its owner's row order)
   bool masked_ = false;
 };
 

@@ -1,7 +1,8 @@
 // SequenceParallel: the sequence-parallel layout of a model over the sp group: each rank holds a
-// contiguous share of every sequence's positions for the whole model (embedding, norms, MLP,
-// loss), and attention, the only layer that mixes positions, runs as SequenceAttention in the
-// all-to-all (Ulysses) or ring mode; its header gives the communication. A vision model's pooling
+// contiguous share of every sequence's positions (zigzag: two opposite chunks, nn/zigzag_layout.h)
+// for the whole model (embedding, norms, MLP, loss), and attention, the only layer that mixes
+// positions, runs as SequenceAttention in the all-to-all (Ulysses), ring or zigzag mode; its
+// header gives the communication. A vision model's pooling
 // sums its shares of each image's pooled token over the group (all_reduce, B x C floats).
 #pragma once
 #include "nn/sequence_layout.h"
@@ -17,6 +18,7 @@ class SequenceParallel final : public nn::SequenceLayout {
 
   int rank() const override { return sp_.rank(); }
   int size() const override { return sp_.size(); }
+  bool zigzag() const override { return attention_.mode() == SequenceMode::zigzag; }
   nn::AttentionSaved allocate(int64_t batch, int64_t local_seq, int64_t, int64_t, Device device) override {
     return attention_.allocate(batch, local_seq, device);
   }

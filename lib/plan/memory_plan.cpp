@@ -81,6 +81,12 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   const bool tied = run.model.tie_embeddings;
   add(m, "workspace", "backward scratch, batch, head's logits and loss rows",
       workspace_bytes(shape, blocks, last_stage, head_rows));
+  if (run.zigzag && mesh.sp > 1) {  // models::Gpt's row positions; the learned table's rows looked up by them
+    // (nn::Embedding's document_rows_, on tp rank 0: the one adding the positions under 1D tp)
+    const int64_t looked_up = first_stage && !run.model.llama() ? run.model.hidden : 0;
+    add(m, "workspace", "zigzag: each row's position (and its learned position's row)",
+        kBytes * shape.tokens() * (1 + looked_up));
+  }
 
   // Buffers.
   if (zero == 1 || zero == 2) add(m, "buffers", "ZeRO: the updated shard, all-gathered", kBytes * shard.size());

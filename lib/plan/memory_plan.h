@@ -23,6 +23,7 @@ struct RunLayout {
   int64_t micro_batches = 1;  // per step on each rank: global batch / (micro-batch x dp x ep)
   comm::MeshShape mesh;       // resolved (dp filled in)
   bool ring = false;          // the sequence-parallel mode: ring (else all_to_all when sp > 1)
+  bool zigzag = false;        // ring over the zigzag layout (ring is true too)
   int zero_stage = 0;
   bool zero3_overlap = true;  // ZeRO-3 prefetches the next unit while this one computes (--zero3-overlap)
   std::string pp_schedule = "1f1b";

@@ -169,11 +169,12 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   const double block_gemm_s = blocks > 0 ? gemm_s / blocks : 0, block_gemm_flops = blocks > 0 ? gemm_flops / blocks : 0;
   // Causal attention of B sequences, H/tp heads, T/sp queries: 2 T^2 hd FLOPs per head (QK^T and
   // PV over half the square), over sp. Ring: its last rank attends to the most key/value blocks,
-  // (2 sp - 1) / sp times the balanced share.
+  // (2 sp - 1) / sp times the balanced share, and every ring step waits for it; zigzag gives every
+  // rank the balanced share at every step (parallel/sequence_attention.h).
   // A ViT's attention (no mask) computes the whole square: twice a causal one's, balanced over a ring.
   double attn_flops = 2 * s.b * s.t * s.t * s.hd * (s.heads / tp) / sp;
   if (vit) attn_flops *= 2;
-  else if (run.ring && sp > 1) attn_flops *= (2.0 * sp - 1) / sp;
+  else if (run.ring && !run.zigzag && sp > 1) attn_flops *= (2.0 * sp - 1) / sp;
   const double attn_s = attn_flops / machine.attention_flops_per_s;
   // The other kernels: two norms, two residual adds, the activation.
   // Each kernel call also costs a fixed kernel_call_s: a block's forward makes about kBlockCalls.
@@ -195,7 +196,8 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     charge("tp split_gather: each block's reduce-scatters", "reduce_scatter", tp, tp_across, 2 * blocks, 2 * blocks, nc);
   }
   // sp: all_to_all moves q, k, v into head shards and the output back (backward the reverse); ring
-  // passes key/value blocks (2E) up the ring, backward with their dk/dv partial sums (4E).
+  // passes key/value blocks (2E) up the ring, backward with their dk/dv partial sums (4E): sp - 1
+  // of each on the critical path, contiguous (its last rank) and zigzag (every rank) alike.
   const double e = s.b * (s.t / sp) * (s.heads / tp) * s.hd * wire;
   if (!run.ring) {
     charge("sp all_to_all: q, k, v into head shards", "all_to_all", sp, sp_across, blocks, blocks, 3 * e);

@@ -500,7 +500,20 @@ TEST_F(GptTrainBadLayout, SplitGatherWithoutTensorParallel) {
 }
 
 TEST_F(GptTrainBadLayout, UnknownSequenceParallelMode) {
-  expect_refused(2, "--sp 2 --sp-mode spiral", "unknown sequence-parallel mode 'spiral' (choose all_to_all or ring)");
+  expect_refused(2, "--sp 2 --sp-mode spiral",
+                 "unknown sequence-parallel mode 'spiral' (choose all_to_all, ring or zigzag)");
+}
+
+// zigzag cuts each sequence into 2 x sp chunks: 12 positions split over sp 4 (3 each) but not
+// into 8 chunks; the error names the contiguous ring as the way out.
+TEST_F(GptTrainBadLayout, SequenceNotDivisibleIntoZigzagChunks) {
+  shape_ = "--layers 1 --hidden 16 --heads 2 --seq-len 12";
+  expect_refused(4, "--sp 4 --sp-mode zigzag",
+                 "--seq-len 12 is not divisible by 2 x --sp = 8 (--sp-mode zigzag cuts each sequence into 2 x sp");
+}
+
+TEST_F(GptTrainBadLayout, ZigzagWithoutSequenceParallel) {
+  expect_refused(1, "--sp-mode zigzag", "--sp-mode zigzag needs --sp > 1");
 }
 
 // Megatron's sequence parallelism splits the micro-batch's B x T token rows over the tp group:

@@ -87,6 +87,12 @@ TEST_F(VitTrainBadInput, SplitGatherSequenceParallelismIsRefused) {
                  "--sp-mode split_gather is not supported for ViT");
 }
 
+// zigzag balances the causal mask; a ViT's attention is not causal (and ring is balanced for it).
+TEST_F(VitTrainBadInput, ZigzagSequenceParallelismIsRefused) {
+  expect_refused(2, "--input " + shell_quote(images_) + " --sp 2 --sp-mode zigzag",
+                 "vit_train: --sp-mode zigzag balances causal (language-model) attention only");
+}
+
 TEST_F(VitTrainBadInput, CheckpointEveryMoreBlocksThanTheModelHas) {
   expect_refused(1, "--input " + shell_quote(images_) + " --activation-checkpointing full --recompute-every-k-blocks 2",
                  "--recompute-every-k-blocks 2 must be in [1, --layers 1]");

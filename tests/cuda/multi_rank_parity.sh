@@ -3,8 +3,8 @@
 # collectives go through the Communicator's host staging, or NCCL where each rank has its own GPU)
 # reproduces the one-rank --device cuda run: losses and gradient norms of 10 steps to a relative
 # 1e-5, for gpt_train under data parallelism with ZeRO 0-3, 1D tensor parallelism, the pipeline and
-# sequence parallelism (all three modes), and vit_train under dp, tp, pp and sp; a checkpoint written
-# by two ranks resumes on one. Registered
+# sequence parallelism (every mode: all_to_all, ring, zigzag, split_gather), and vit_train under
+# dp, tp, pp and sp; a checkpoint written by two ranks resumes on one. Registered
 # with the cuda label (a GPU must be visible). The parity label runs it on the CPU with
 # TESSERA_TEST_STAGE_HOST=1 (host tensors staged like device ones: the host route's logic).
 # usage: multi_rank_parity.sh BUILD SOURCE [DEVICE]   (DEVICE: cuda, the default, or cpu;
@@ -51,6 +51,7 @@ case_ pp2 2 --micro-batch 2 --pp 2
 case_ pp2-dp2 4 --micro-batch 2 --pp 2
 case_ sp2 2 --micro-batch 8 --sp 2
 case_ sp2-ring-dp2-zero1 4 --micro-batch 4 --sp 2 --sp-mode ring --zero 1
+case_ sp2-zigzag 2 --micro-batch 8 --sp 2 --sp-mode zigzag
 case_ tp2-split-gather 2 --micro-batch 8 --tp 2 --sp-mode split_gather
 
 # A checkpoint written by two ranks (ZeRO-3: each holds a shard) resumes on one: steps 6-10 equal

@@ -1,10 +1,11 @@
-// Sequence-parallel attention (parallel/sequence_attention.h) on real ranks, both modes, causal
-// and not: each rank's out and dqkv against the one-rank kernel on the whole sequence, the bytes
-// each mode moves, the memory it holds, and the clear errors for heads that do not split and
-// shapes that do not fit.
+// Sequence-parallel attention (parallel/sequence_attention.h) on real ranks, all three modes
+// (all_to_all, ring, zigzag), causal and not: each rank's out and dqkv against the one-rank kernel
+// on the whole sequence (zigzag: also with document segments), the bytes each mode moves, the
+// memory it holds, and the clear errors for heads that do not split and shapes that do not fit.
 // ranks: 2 4
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "comm/communicator.h"
 #include "core/allocator.h"
 #include "kernels/ops.h"
+#include "nn/zigzag_layout.h"
 #include "parallel/sequence_attention.h"
 
 using namespace tessera;
@@ -231,6 +233,135 @@ TEST(SequenceParallelComm, NotCausalRingBytesMatchTheFormulas) {
   EXPECT_EQ(recvs.calls, 2 * (n - 1));
   EXPECT_EQ(recvs.bytes, 2 * (n - 1) * block);
   EXPECT_EQ(stats.total_bytes(), 4 * (n - 1) * block);  // sends and receives both counted
+}
+
+// ---- zigzag ----------------------------------------------------------------------------------------
+
+// This rank's rows of a whole-sequence tensor [B, T, ...] under the zigzag layout (half-major).
+Tensor take_zigzag(const Tensor& x, int rank, int size) {
+  const int64_t batch = x.dim(0), seq = x.dim(1), w = x.numel() / (batch * seq);
+  const nn::ZigzagPlace place{rank, size, batch, seq};
+  Tensor out = Tensor::empty({batch, seq / size, w});
+  for (int64_t n = 0; n < batch * seq / size; ++n)
+    std::copy_n(x.data<float>() + (place.sequence(n) * seq + place.position(n)) * w, w, out.data<float>() + n * w);
+  return out;
+}
+
+struct ZigzagCase {
+  int64_t batch, local_seq, heads, head_dim;
+  bool documents;  // document segments (several documents a row, their edges inside chunks)
+};
+
+class Zigzag : public ::testing::TestWithParam<ZigzagCase> {};
+
+TEST_P(Zigzag, MatchesTheOneRankKernelOnTheWholeSequence) {
+  const ZigzagCase k = GetParam();
+  comm::Communicator world = comm::Communicator::world();
+  const int r = world.rank(), n = world.size();
+  const int64_t c = k.heads * k.head_dim, seq = k.local_seq * n;
+  const Tensor qkv = tessera::testing::random_tensor({k.batch, seq, 3 * c}, 7, 1, 0.0f, 1.5f);
+  const Tensor dout = tessera::testing::random_tensor({k.batch, seq, c}, 7, 2);
+  Tensor segments;
+  if (k.documents) {  // documents of 5 positions, shifted per row
+    segments = Tensor::empty({k.batch, seq}, DType::i32);
+    for (int64_t b = 0; b < k.batch; ++b)
+      for (int64_t t = 0; t < seq; ++t) segments.data<int32_t>()[b * seq + t] = static_cast<int32_t>((t + 2 * b) / 5);
+  }
+  Tensor want_out = Tensor::empty({k.batch, seq, c}), lse = Tensor::empty({k.batch, k.heads, seq});
+  Tensor want_dqkv = Tensor::empty(qkv.shape());
+  ops::attention_forward(want_out, lse, qkv, k.heads, ops::MatmulInputs::f32, segments);
+  ops::attention_backward(want_dqkv, dout, qkv, want_out, lse, k.heads, ops::MatmulInputs::f32, segments);
+
+  const Tensor my_qkv = take_zigzag(qkv, r, n).reshape({k.batch, k.local_seq, 3, k.heads, k.head_dim});
+  const Tensor my_dout = take_zigzag(dout, r, n).reshape({k.batch, k.local_seq, k.heads, k.head_dim});
+  const Tensor my_want_out = take_zigzag(want_out, r, n), my_want_dqkv = take_zigzag(want_dqkv, r, n);
+
+  const int64_t before = memory_stats(Device::cpu).current_bytes;
+  reset_peak_memory(Device::cpu);
+  SequenceAttention attn(SequenceMode::zigzag, world, k.heads, k.head_dim);
+  SequenceAttention::Saved saved = attn.allocate(k.batch, k.local_seq);
+  Tensor out = Tensor::empty({k.batch, k.local_seq, k.heads, k.head_dim});
+  Tensor dqkv = Tensor::empty(my_qkv.shape());
+  for (int step = 0; step < 2; ++step) {
+    for (int64_t i = 0; i < dqkv.numel(); ++i) dqkv.data<float>()[i] = NAN;  // must be overwritten
+    attn.forward(out, my_qkv, saved, true, ops::MatmulInputs::f32, segments);
+    attn.backward(dqkv, my_dout, my_qkv, out, saved, true, ops::MatmulInputs::f32, segments);
+    EXPECT_LT(max_rel_error(out, my_want_out), 1e-5) << "out, rank " << r << ", step " << step;
+    for (int part = 0; part < 3; ++part)
+      EXPECT_LT(max_rel_error(dqkv, my_want_dqkv, part * c, c), 1e-5)
+          << "d" << "qkv"[part] << ", rank " << r << ", step " << step;
+  }
+  // The ring's memory: lse + 6 blocks of 2E (E = B x Tl x C floats), and the blocks' segments
+  // (sp x B x Tl int32) when documents mask.
+  const int64_t e_bytes = k.batch * k.local_seq * c * 4, lse_bytes = k.batch * k.heads * k.local_seq * 4;
+  const int64_t segment_bytes = k.documents ? n * k.batch * k.local_seq * 4 : 0;
+  const int64_t held = memory_stats(Device::cpu).peak_bytes - before - out.nbytes() - dqkv.nbytes();
+  EXPECT_EQ(held, 12 * e_bytes + lse_bytes + segment_bytes) << "rank " << r;
+}
+
+// Not causal, zigzag is the ring's schedule over its own rows: the same as full attention.
+TEST(ZigzagNotCausal, MatchesTheOneRankKernel) {
+  const ZigzagCase k{2, 8, 4, 8, false};
+  comm::Communicator world = comm::Communicator::world();
+  const int r = world.rank(), n = world.size();
+  const int64_t c = k.heads * k.head_dim, seq = k.local_seq * n;
+  const Tensor qkv = tessera::testing::random_tensor({k.batch, seq, 3 * c}, 7, 1, 0.0f, 1.5f);
+  const Tensor dout = tessera::testing::random_tensor({k.batch, seq, c}, 7, 2);
+  Tensor want_out = Tensor::empty({k.batch, seq, c}), lse = Tensor::empty({k.batch, k.heads, seq});
+  Tensor want_dqkv = Tensor::zeros(qkv.shape());
+  ops::attention_block_forward(want_out, lse, qkv, qkv, k.heads, false, false);
+  ops::attention_block_backward(want_dqkv, want_dqkv, dout, qkv, qkv, want_out, lse, k.heads, false);
+  SequenceAttention attn(SequenceMode::zigzag, world, k.heads, k.head_dim);
+  SequenceAttention::Saved saved = attn.allocate(k.batch, k.local_seq);
+  const Tensor my_qkv = take_zigzag(qkv, r, n), my_dout = take_zigzag(dout, r, n);
+  Tensor out = Tensor::empty(my_dout.shape()), dqkv = Tensor::empty(my_qkv.shape());
+  attn.forward(out, my_qkv, saved, /*causal=*/false);
+  attn.backward(dqkv, my_dout, my_qkv, out, saved, /*causal=*/false);
+  EXPECT_LT(max_rel_error(out, take_zigzag(want_out, r, n)), 1e-5) << "out, rank " << r;
+  EXPECT_LT(max_rel_error(dqkv, take_zigzag(want_dqkv, r, n)), 1e-5) << "dqkv, rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Zigzag,
+                         ::testing::Values(ZigzagCase{2, 8, 4, 8, false}, ZigzagCase{1, 6, 3, 5, true},
+                                           ZigzagCase{2, 16, 2, 16, true}, ZigzagCase{3, 4, 1, 4, false}),
+                         [](const ::testing::TestParamInfo<ZigzagCase>& info) {
+                           const ZigzagCase& c = info.param;
+                           return "B" + std::to_string(c.batch) + "_Tl" + std::to_string(c.local_seq) + "_H" +
+                                  std::to_string(c.heads) + "_D" + std::to_string(c.head_dim) +
+                                  (c.documents ? "_documents" : "");
+                         });
+
+// Causal, zigzag moves what the ring moves when not causal (every block round the whole ring), on
+// every rank alike: forward n - 1 blocks out and in; backward the blocks and n - 1 dk/dv sums.
+TEST(SequenceParallelComm, ZigzagBytesMatchTheFormulas) {
+  comm::Communicator world = comm::Communicator::world();
+  const int r = world.rank(), n = world.size();
+  const int64_t batch = 2, local_seq = 4, heads = 2, head_dim = 3, c = heads * head_dim;
+  const int64_t block = 2 * batch * local_seq * c * 4;
+  const Tensor qkv = tessera::testing::random_tensor({batch, local_seq, 3 * c}, 7, 1);
+  SequenceAttention attn(SequenceMode::zigzag, world, heads, head_dim);
+  SequenceAttention::Saved saved = attn.allocate(batch, local_seq);
+  Tensor out = Tensor::empty({batch, local_seq, c}), dqkv = Tensor::empty(qkv.shape());
+  const comm::CommStats& stats = world.stats();
+  const comm::OpStats &sends = stats.op(comm::CommOp::send), &recvs = stats.op(comm::CommOp::recv);
+  world.stats().reset();
+  attn.forward(out, qkv, saved);
+  EXPECT_EQ(sends.calls, n - 1) << "rank " << r;
+  EXPECT_EQ(sends.bytes, (n - 1) * block);
+  EXPECT_EQ(recvs.bytes, (n - 1) * block);
+  world.stats().reset();
+  attn.backward(dqkv, out, qkv, out, saved);
+  EXPECT_EQ(sends.calls, 2 * (n - 1)) << "rank " << r;
+  EXPECT_EQ(sends.bytes, 2 * (n - 1) * block);
+  EXPECT_EQ(recvs.bytes, 2 * (n - 1) * block);
+}
+
+TEST(SequenceParallelErrors, ZigzagNeedsTwoEqualChunksPerRank) {
+  comm::Communicator world = comm::Communicator::world();
+  SequenceAttention attn(SequenceMode::zigzag, world, 2, 4);
+  expect_error([&] { attn.allocate(2, 5); }, "its 5 positions must be even");
+  EXPECT_EQ(parallel::parse_sequence_mode("zigzag"), SequenceMode::zigzag);
+  EXPECT_STREQ(parallel::sequence_mode_name(SequenceMode::zigzag), "zigzag");
 }
 
 TEST(SequenceParallelErrors, HeadsThatDoNotSplitOverSpAreRefusedInAllToAll) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity: training on instruction data with a loss mask (data_prep sft) averages the loss over the
 # response tokens of the global batch identically under every layout: gpt_train under dp 2, tp 2
-# (vocab-parallel loss), sp 2 ring, pp 2 (micro-batches on a pipeline) and dp x micro-batches, and
+# (vocab-parallel loss), sp 2 ring and zigzag, pp 2 (micro-batches on a pipeline) and dp x micro-batches, and
 # moe_train under ep 2, each reproduces the one-rank run (losses, evaluation, step-1 gradients,
 # state after 10 steps: tests/tools/layout_parity.sh). A mask of all ones gives the plain run's
 # metrics bit for bit (one rank and tp 2); the response mask changes the loss (the test is not
@@ -37,6 +37,7 @@ parity_reference ref "$data" --micro-batch 8
 parity_case "dp2" 2 ref "$data" --micro-batch 4
 parity_case "tp2" 2 ref "$data" --tp 2 --micro-batch 8
 parity_case "ring-sp2" 2 ref "$data" --sp 2 --sp-mode ring --micro-batch 8
+parity_case "zigzag-sp2" 2 ref "$data" --sp 2 --sp-mode zigzag --micro-batch 8
 parity_case "pp2-micro2" 2 ref "$data" --pp 2 --micro-batch 2
 parity_case "dp2-micro2-zero1" 2 ref "$data" --micro-batch 2 --zero 1
 

@@ -172,3 +172,33 @@ TEST(LayoutSearch, VitTrainLayoutsPassVitTrainsChecks) {
   EXPECT_GT(none.smallest_peak, 1024);
   EXPECT_NE(none.rejected_text().find("planned peak above --device-memory"), std::string::npos);
 }
+
+// The search offers zigzag beside ring and all_to_all at sp > 1; the time model gives zigzag the
+// balanced share of the causal attention, so each zigzag layout is predicted faster than the same
+// layout with the contiguous ring, with the same messages and memory within the positions' rows.
+TEST(LayoutSearch, ZigzagIsOfferedAndPredictedFasterThanTheContiguousRing) {
+  cli::SearchInput in = one_rank(int64_t{1} << 40);
+  in.ranks = 2;
+  in.ranks_per_node = 2;
+  in.trainer_args = {"--layers", "2", "--hidden", "32", "--heads", "2", "--seq-len", "64", "--global-batch", "2"};
+  const cli::SearchResult r = cli::search_layouts(in, machine());
+  int zigzags = 0;
+  for (const cli::LayoutChoice& c : r.ranked) {
+    const auto mode = std::find(c.args.begin(), c.args.end(), "--sp-mode");
+    if (mode == c.args.end() || *(mode + 1) != "zigzag") continue;
+    ++zigzags;
+    std::vector<std::string> ring = c.args;
+    ring[mode - c.args.begin() + 1] = "ring";
+    const cli::LayoutChoice same = cli::evaluate_layout(in, machine(), ring);
+    EXPECT_LT(c.time.step_s, same.time.step_s) << c.args_text();
+    EXPECT_LT(c.time.compute_s, same.time.compute_s) << c.args_text();
+    ASSERT_EQ(c.time.comm.size(), same.time.comm.size());
+    for (size_t i = 0; i < c.time.comm.size(); ++i) EXPECT_EQ(c.time.comm[i].bytes, same.time.comm[i].bytes);
+    EXPECT_GT(c.peak(), same.peak()) << "zigzag also holds each row's position";
+  }
+  EXPECT_GT(zigzags, 0) << "no zigzag layout ranked";
+  // A sequence that splits over sp but not into 2 x sp chunks is refused by the trainer's check.
+  in.trainer_args[7] = "6";
+  EXPECT_THROW(cli::evaluate_layout(in, machine(), {"--dp", "1", "--sp", "2", "--sp-mode", "zigzag"}), Error);
+  EXPECT_NO_THROW(cli::evaluate_layout(in, machine(), {"--dp", "1", "--sp", "2", "--sp-mode", "ring"}));
+}

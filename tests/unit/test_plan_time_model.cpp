@@ -293,6 +293,30 @@ TEST(TimeModel, MachineFilesAreCheckedBeforeUse) {
   EXPECT_THROW(m.collective("all_reduce", 2, true), Error);
 }
 
+// Zigzag balances the causal ring: its compute is all_to_all's (the balanced share), while the
+// contiguous ring's waits for its last rank's (2 sp - 1) / sp share of the attention; its messages
+// are the ring's.
+TEST(TimeModel, ZigzagRingComputesTheBalancedShare) {
+  plan::GptRun run = tiny_run(2, 1, 1, 1);
+  run.mesh.sp = 4;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "t");
+  const plan::StepTime all_to_all = plan::predict_step(run, m, 4);
+  run.ring = true;
+  const plan::StepTime ring = plan::predict_step(run, m, 4);
+  run.zigzag = true;
+  const plan::StepTime zigzag = plan::predict_step(run, m, 4);
+  EXPECT_DOUBLE_EQ(zigzag.compute_s, all_to_all.compute_s);
+  // The balanced attention of a step: 2 blocks x 2 B T^2 C / sp forward, (1 + backward) passes.
+  const double balanced = 2 * 2 * 2 * 32.0 * 32.0 * 64 / 4 * (1 + plan::kAttentionBackward);
+  EXPECT_NEAR(ring.compute_s - zigzag.compute_s, balanced * 3 / 4 / 1e10, 1e-9 * ring.compute_s);
+  ASSERT_EQ(zigzag.comm.size(), ring.comm.size());
+  for (size_t i = 0; i < ring.comm.size(); ++i) {
+    EXPECT_EQ(zigzag.comm[i].what, ring.comm[i].what);
+    EXPECT_DOUBLE_EQ(zigzag.comm[i].bytes, ring.comm[i].bytes);
+  }
+  EXPECT_LT(zigzag.step_s, ring.step_s);
+}
+
 // cores_per_node is optional: a file without it (older calibrations, a100_megatron.json) reads as a
 // core per thread; one with it says how many times over the node's ranks subscribe its cores, and
 // to_json keeps it. A value that is not a whole number >= 1 is refused.

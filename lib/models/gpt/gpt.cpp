@@ -145,6 +145,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       seq_(seq),
       local_seq_(layout.sequence->local_length(seq)),
       first_position_(layout.sequence->offset(seq)),
+      sequence_(layout.sequence),
       rows_(layout.tensor->local_rows(micro_batch * layout.sequence->local_length(seq))),
       features_(layout.tensor->local_features(config.hidden)),
       token_share_(layout.experts->size() * layout.tensor->batch_parts()),
@@ -206,6 +207,15 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
     if (blk.recompute() != nn::Recompute::nothing && !recomputed_.count(recomputed_kind(blk)))
       recomputed_.emplace(recomputed_kind(blk), blk.allocate_recomputed(b, t, device));
   host_rows_ = Tensor::empty({2, b, t}, DType::i32);
+  if (layout.sequence->zigzag()) {  // the learned positions and RoPE read each row's position from here
+    Tensor positions = Tensor::empty({b, t}, DType::i32);
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t pos = 0; pos < seq; ++pos)
+        if (const int64_t n = layout.sequence->local_row(b, seq, bi, pos); n >= 0)
+          positions.data<int32_t>()[n] = static_cast<int32_t>(pos);
+    zigzag_positions_ = act({b, t}, DType::i32);
+    zigzag_positions_.copy_from(positions);
+  }
   if (last_stage) {
     targets_ = act({b, t}, DType::i32);
     lnf_ = act({rows_, features_});
@@ -245,21 +255,25 @@ void Gpt::load_batch(Activations& a, const int32_t* rows, const uint8_t* mask) {
   int32_t* in = host_rows_.data<int32_t>();
   int32_t* tg = in + batch_ * local_seq_;
   for (int64_t b = 0; b < batch_; ++b)
-    for (int64_t t = 0; t < local_seq_; ++t) {
-      const int32_t* at = rows + b * (seq_ + 1) + first_position_ + t;
-      in[b * local_seq_ + t] = at[0];
-      tg[b * local_seq_ + t] = at[1];
-      if (mask && mask[at + 1 - rows] == 0) tg[b * local_seq_ + t] = -1;  // ignored by the head's loss
+    for (int64_t t = 0; t < seq_; ++t) {
+      const int64_t n = sequence_->local_row(batch_, seq_, b, t);  // -1: another sp rank's position
+      if (n < 0) continue;
+      const int32_t* at = rows + b * (seq_ + 1) + t;
+      in[n] = at[0];
+      tg[n] = at[1];
+      if (mask && mask[at + 1 - rows] == 0) tg[n] = -1;  // ignored by the head's loss
     }
   if (a.inputs.defined()) a.inputs.copy_from(host_rows_.rows(0, 1).reshape(a.inputs.shape()));
   if (targets_.defined()) targets_.copy_from(host_rows_.rows(1, 1).reshape(targets_.shape()));
 }
 
 // The micro-batch's document segments (the whole sequence's, every sp rank the same) and this rank's
-// positions inside their documents: a position's distance from its document's first token.
+// positions inside their documents: a position's distance from its document's first token. Without
+// documents the zigzag layout still gives each row its position (its two chunks are not one range).
 void Gpt::load_documents(Activations& a, const int32_t* segments) const {
   if (!segments) {
     a.documents = {};
+    a.documents.positions = zigzag_positions_;  // undefined unless zigzag
     return;
   }
   nn::DocumentMask& d = a.documents;
@@ -273,9 +287,9 @@ void Gpt::load_documents(Activations& a, const int32_t* segments) const {
   for (int64_t b = 0; b < batch_; ++b) {
     const int32_t* row = seg + b * seq_;
     int64_t start = 0;  // the first position of the current document
-    for (int64_t t = 0; t < first_position_ + local_seq_; ++t) {
+    for (int64_t t = 0; t < sequence_->positions_end(seq_); ++t) {
       if (t > 0 && row[t] != row[t - 1]) start = t;
-      if (t >= first_position_) pos[b * local_seq_ + t - first_position_] = static_cast<int32_t>(t - start);
+      if (const int64_t n = sequence_->local_row(batch_, seq_, b, t); n >= 0) pos[n] = static_cast<int32_t>(t - start);
     }
   }
 }

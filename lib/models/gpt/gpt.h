@@ -73,7 +73,8 @@ class Gpt {
   };
   static StageParams stage_params(const GptConfig& config, const ModelLayout& layout);
 
-  // seq: the whole sequence's length (a sequence-parallel rank holds seq / sp positions of it).
+  // seq: the whole sequence's length (a sequence-parallel rank holds seq / sp positions of it, which
+  // ones and in which row order as layout.sequence says: nn::SequenceLayout::local_row).
   // Under a pipeline placement this rank builds only its chunks' blocks, the embedding on the
   // first virtual stage and the final norm and head on the last; a last stage that is not also
   // the first keeps a mirror of the tied token table (tied_mirror()).
@@ -197,6 +198,8 @@ class Gpt {
   Device device_;
   int64_t batch_, seq_;
   int64_t local_seq_, first_position_;  // this rank's positions under sequence parallelism
+  const nn::SequenceLayout* sequence_;  // which positions, in which local rows
+  Tensor zigzag_positions_;             // zigzag: [B, Tl] i32 (on device_), each local row's position
   int64_t rows_;                        // token rows this rank holds between regions
   int64_t features_;                    // residual-stream features this rank holds (a grid layout splits them)
   int64_t token_share_ = 1;             // ranks splitting each micro-batch's sequences (ep, grid tp): the loss is a share
