@@ -22,6 +22,7 @@ namespace tessera::plan {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int64_t kSmallElements = 256;  // the message of the between-compute latency (1 KiB)
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -89,28 +90,45 @@ CollectiveFit fit(const std::vector<double>& bytes, const std::vector<double>& s
   return f;
 }
 
+// One call of `op` (as machine.json names it) on `group`: `in` of N floats, `out` as output_for.
+void call_collective(comm::Communicator& group, const std::string& op, Tensor& in, Tensor& out) {
+  if (op == "all_reduce") group.all_reduce_sum(in);
+  else if (op == "all_gather") group.all_gather(in, out);
+  else if (op == "reduce_scatter") group.reduce_scatter(in, out);
+  else if (op == "all_to_all") group.all_to_all(in, out);
+  else if (op == "send_recv") {  // ranks 0 and 1 ping-pong; one way is half the round trip
+    if (group.rank() == 0) {
+      group.send(in, 1);
+      group.recv(in, 1);
+    } else if (group.rank() == 1) {
+      group.recv(in, 0);
+      group.send(in, 0);
+    }
+  }
+}
+
+Tensor output_for(const std::string& op, int64_t elements, int g) {
+  if (op == "all_gather") return Tensor::empty({elements * g});
+  if (op == "reduce_scatter") return Tensor::empty({elements / g});
+  if (op == "all_to_all") return Tensor::empty({elements});
+  return Tensor{};
+}
+
+// The median of this rank's times, the slowest rank's of `group`.
+double slowest_median(comm::Communicator& group, std::vector<double> times) {
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  Tensor worst = Tensor::empty({1});
+  worst.data<float>()[0] = static_cast<float>(times[times.size() / 2]);
+  group.all_reduce_max(worst);
+  return worst.data<float>()[0];
+}
+
 // Seconds of one call of `op` with messages of `elements` floats on `group` (as comm_bytes counts
 // them), the median of `repeats` calls, the slowest rank's.
 double time_collective(comm::Communicator& group, const std::string& op, int64_t elements, int repeats) {
   const int g = group.size();
-  Tensor in = filled({elements}, 1.0f), out;
-  if (op == "all_gather") out = Tensor::empty({elements * g});
-  if (op == "reduce_scatter" || op == "all_to_all") out = Tensor::empty({op == "all_to_all" ? elements : elements / g});
-  const auto once = [&] {
-    if (op == "all_reduce") group.all_reduce_sum(in);
-    else if (op == "all_gather") group.all_gather(in, out);
-    else if (op == "reduce_scatter") group.reduce_scatter(in, out);
-    else if (op == "all_to_all") group.all_to_all(in, out);
-    else if (op == "send_recv") {  // ranks 0 and 1 ping-pong; one way is half the round trip
-      if (group.rank() == 0) {
-        group.send(in, 1);
-        group.recv(in, 1);
-      } else if (group.rank() == 1) {
-        group.recv(in, 0);
-        group.send(in, 0);
-      }
-    }
-  };
+  Tensor in = filled({elements}, 1.0f), out = output_for(op, elements, g);
+  const auto once = [&] { call_collective(group, op, in, out); };
   once();
   std::vector<double> times;
   for (int r = 0; r < repeats; ++r) {
@@ -119,11 +137,39 @@ double time_collective(comm::Communicator& group, const std::string& op, int64_t
     once();
     times.push_back(seconds_since(start) / (op == "send_recv" ? 2.0 : 1.0));
   }
-  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
-  Tensor worst = Tensor::empty({1});
-  worst.data<float>()[0] = static_cast<float>(times[repeats / 2]);
-  group.all_reduce_max(worst);
-  return worst.data<float>()[0];
+  return slowest_median(group, times);
+}
+
+// Seconds one call of `op` on a small message adds to a step where it sits between pieces of
+// compute (a 160 x 160 x 160 GEMM, about a tenth of a millisecond alone), as a layer's collective
+// does: the difference between loops of compute with and without the call, per call. Where ranks
+// share cores (more ranks than cores), a collective waits for every member to be scheduled again,
+// and this is far above the barrier-started latency time_collective sees; on a core per rank the two
+// agree. The slowest rank's median of `repeats` loops.
+double time_collective_between_compute(comm::Communicator& group, const std::string& op, int repeats) {
+  const int64_t n = 160, calls = 16;
+  Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f), c = Tensor::empty({n, n});
+  const auto work = [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, ops::MatmulInputs::f32); };
+  const int64_t elements = kSmallElements / group.size() * group.size();
+  Tensor in = filled({elements}, 1.0f), out = output_for(op, elements, group.size());
+  const auto collective = [&] { call_collective(group, op, in, out); };
+  const auto loop = [&](bool with_collective) {
+    group.barrier();
+    const Clock::time_point start = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) {
+      work();
+      if (with_collective) collective();
+    }
+    return seconds_since(start);
+  };
+  loop(true);
+  std::vector<double> with, without;
+  for (int r = 0; r < repeats; ++r) {
+    with.push_back(loop(true));
+    without.push_back(loop(false));
+  }
+  const double difference = slowest_median(group, with) - slowest_median(group, without);
+  return std::max(0.0, difference / static_cast<double>(calls));
 }
 
 // Fits every collective on the groups this rank's color puts it in (size g each), recording them
@@ -144,7 +190,14 @@ void calibrate_collectives(comm::Communicator& world, MachineModel& m, const std
         seconds.push_back(time_collective(group, op, n, options.collective_repeats));
         bytes.push_back(static_cast<double>(op == "all_gather" ? n * g : n) * sizeof(float));
       }
-      const CollectiveFit f = fit(bytes, seconds);
+      CollectiveFit f = fit(bytes, seconds);
+      // The latency a training step sees: at least the small message's cost between compute.
+      {
+        const double between = time_collective_between_compute(group, op, options.collective_repeats);
+        const int64_t small = kSmallElements / g * g;
+        const double small_bytes = static_cast<double>(op == "all_gather" ? small * g : small) * sizeof(float);
+        f.latency_s = std::max(f.latency_s, between / (op == "send_recv" ? 2.0 : 1.0) - small_bytes * f.seconds_per_byte);
+      }
       fitted = {f.latency_s, f.seconds_per_byte};
     }
     // Every rank learns the leader's fit.

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "optim/adamw.h"
@@ -20,22 +21,34 @@ namespace {
 
 constexpr int64_t kBytes = 4;
 
-// Micro-batches each chunk of `stage` holds activations for at once: PipelineRunner frees a
-// micro-batch's after its last step on the stage (its backward, the send of its input gradient
-// right after it, or its W under a split backward), and Gpt keeps one pool per chunk.
+// Micro-batches each chunk of `stage` holds activations for at once, as PipelineRunner takes and
+// frees them: a micro-batch's slot is taken by its forward or earlier, when the compute step
+// before its recv_fwd posts that receive into the slot's input (so the message arrives during
+// compute); it is free after the micro-batch's last step on the stage (its backward, the send of its
+// input gradient right after it, or its W under a split backward). Gpt keeps one pool per chunk.
 std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedule, int stage) {
   using parallel::PipelineOp;
   const std::vector<parallel::PipelineInstruction>& program = schedule.programs.at(stage);
   std::vector<int> live(schedule.chunks, 0), peak(schedule.chunks, 0);
+  std::set<std::pair<int, int>> held;  // (chunk, micro-batch)
+  const auto take = [&](const parallel::PipelineInstruction& in) {
+    if (held.insert({in.chunk, in.micro_batch}).second) peak[in.chunk] = std::max(peak[in.chunk], ++live[in.chunk]);
+  };
   for (size_t i = 0; i < program.size(); ++i) {
     const parallel::PipelineInstruction& in = program[i];
-    if (in.op == PipelineOp::forward) peak[in.chunk] = std::max(peak[in.chunk], ++live[in.chunk]);
+    if (parallel::is_compute(in.op))  // posts the next receive; a recv_fwd's lands in its slot
+      for (size_t j = i + 1; j < program.size(); ++j)
+        if (parallel::is_recv(program[j].op)) {
+          if (program[j].op == PipelineOp::recv_fwd) take(program[j]);
+          break;
+        }
+    if (in.op == PipelineOp::recv_fwd || in.op == PipelineOp::forward) take(in);
     bool frees = in.op == PipelineOp::backward_w;
     if (!schedule.split_backward) {
       const bool sends_next = i + 1 < program.size() && program[i + 1].op == PipelineOp::send_bwd;
       frees = (in.op == PipelineOp::backward && !sends_next) || in.op == PipelineOp::send_bwd;
     }
-    if (frees) --live[in.chunk];
+    if (frees && held.erase({in.chunk, in.micro_batch})) --live[in.chunk];
   }
   return peak;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The memory planner (`--dry-run`, lib/plan/memory_plan.h) against the tracked memory of real runs:
-# on one rank, at tp 2 x dp 2 with ZeRO-1, at pp 2 with full activation checkpointing (and at pp 2 with uneven stages, 3 + 1 blocks, and, beyond
+# on one rank, at tp 2 x dp 2 with ZeRO-1, at pp 2 with full activation checkpointing (and at pp 2 with uneven stages, 3 + 1 blocks, interleaved pp 2 with uneven chunks, and, beyond
 # the three the issue asks for, dp 2 with ZeRO-3, moe_train at ep 2 (gpt2, and llama with a shared
 # expert), bf16 at dp 2 with ZeRO-2, optimizer states offloaded to files at dp 2 with ZeRO-1, a
 # Llama with grouped-query attention and an untied head on one rank, a multi-query Llama at tp 2),
@@ -45,6 +45,13 @@ planned_like_measured tp2-dp2-zero1 gpt_train 4 2 --tp 2 --zero 1
 planned_like_measured pp2-full gpt_train 2 1 --pp 2 --micro-batch 1 --activation-checkpointing full
 planned_like_measured pp2-uneven-3-1 gpt_train 2 1 --pp 2 --micro-batch 1 --pp-layers 3,1
 planned_like_measured dp2-zero3-selective gpt_train 2 2 --zero 3 --activation-checkpointing selective
+# interleaved with uneven chunks (8 blocks in 6 virtual stages): a chunk's slot is taken when the
+# step before its recv_fwd posts that receive, one micro-batch earlier than its forward; within 1%
+shared_model=("${model[@]}")
+model=(--layers 8 --hidden 32 --heads 4 --seq-len 1024 --global-batch 8 --steps 2 --threads 1)
+tol=0.01 planned_like_measured pp2-interleaved-v3 gpt_train 2 1 --pp 2 --pp-schedule interleaved --virtual-stages 3 \
+  --micro-batch 1
+model=("${shared_model[@]}")
 planned_like_measured moe-ep2 moe_train 2 1 --ep 2 --experts 4
 # llama MoE: SwiGLU experts and a shared expert at ep 2; to the byte
 tol=0 planned_like_measured moe-llama-shared-ep2 moe_train 2 1 --ep 2 --experts 4 --arch llama --kv-heads 2 \
