@@ -169,8 +169,9 @@ int run_calibrate(int argc, char** argv) {
       TESSERA_CHECK(out.good(), "cannot write ", tmp);
     }
     std::filesystem::rename(tmp, output);
-    std::printf("calibrated %d rank(s) on %d node(s) (%d per node, %d thread(s) each): wrote %s\n", machine.ranks,
-                machine.nodes, machine.ranks_per_node, machine.threads_per_rank, output.c_str());
+    std::printf("calibrated %d rank(s) on %d node(s) (%d per node, %d thread(s) each, %d core(s) per node): wrote %s\n",
+                machine.ranks, machine.nodes, machine.ranks_per_node, machine.threads_per_rank, machine.cores_per_node,
+                output.c_str());
     std::printf("GEMM f32 large: %.1f GFLOP/s per rank; attention %.1f GFLOP/s; copies %.1f GB/s\n",
                 machine.gemm.at("f32").back().flops_per_s / 1e9, machine.attention_flops_per_s / 1e9,
                 machine.copy_bytes_per_s / 1e9);

@@ -60,8 +60,6 @@ void MoeModelOptions::finish(models::GptConfig& mc, const TrainOptions& o) const
   TESSERA_CHECK(r.z_loss_coef >= 0, "--z-loss-coef must be >= 0, got ", r.z_loss_coef);
   TESSERA_CHECK(o.mesh.sp == 1 && !o.split_gather(), "moe_train: sequence parallelism (--sp, --sp-mode split_gather) is",
                 " not supported with mixture-of-experts layers yet");
-  TESSERA_CHECK(o.mesh.pp == 1 || o.train.pp_schedule != "zb", "moe_train: the zb pipeline schedule does not",
-                " split the experts' backward yet; use 1f1b, gpipe or interleaved");
   TESSERA_CHECK(o.device() == Device::cpu, "moe_train --device cuda: the mixture-of-experts layers have no CUDA",
                 " kernels yet; run on cpu");
   TESSERA_CHECK(mc.moe.shared_experts >= 0, "--shared-experts must be >= 0, got ", mc.moe.shared_experts);

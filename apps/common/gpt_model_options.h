@@ -33,7 +33,7 @@ struct MoeModelOptions {
   std::string router_norm = "auto";
   void add_to(OptionSections& opts, models::GptConfig& mc);
   // After parsing (and --init-from): each value checked, the layouts the expert layers do not
-  // support refused (sp, split_gather, zb, cuda), the router's norm and the experts' hidden size resolved.
+  // support refused (sp, split_gather, cuda), the router's norm and the experts' hidden size resolved.
   void finish(models::GptConfig& mc, const TrainOptions& o) const;
 };
 

@@ -39,7 +39,8 @@ void backward_blocks(const StageBlocks& s, const ModelChunk& c, BlockActivations
     if (defer_weights) {  // the parameters' values only (ZeRO-3): their gradients wait for W
       s.units.gather(unit, false);
       if (j > 0) s.units.prefetch(unit - 1);  // ZeRO-3: gathered while this block computes
-      s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, &a.block_weight_grads[j], 0.0f, a.documents);
+      s.blocks[b].backward(a.dres, a.residual[j], a.saved[j], s.scratch, &a.block_weight_grads[j], aux_loss_scale,
+                           a.documents);
       s.units.release(unit);
       continue;
     }

@@ -185,21 +185,23 @@ void MoeFeedForward::run_experts(Tensor& out, const Saved& s, int64_t received) 
   TESSERA_CHECK(first == received, "MoE layer: experts took ", first, " of ", received, " received rows");
 }
 
-// dinput [R, C] from dout [R, C] (the gradients of the expert outputs); parameter gradients added.
-void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved& s, Scratch& w) const {
+// dinput [R, C] from dout [R, C] (the gradients of the expert outputs); parameter gradients added
+// (or, with defer, their operands kept for experts_backward_weights).
+void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved& s, Scratch& w,
+                                      WeightGrads* defer) const {
   const int64_t c = config_.channels, h = config_.hidden;
   const ExpertTraffic& traffic = s.plan.traffic;
   const ops::MatmulInputs inputs = store_->matmul_inputs();
-  const bool swiglu = config_.swiglu;
+  const bool swiglu = config_.swiglu, weights = defer == nullptr;
   const ops::Operand w1 = store_->operand(fc_weight_);
   const ops::Operand w2 = store_->operand(proj_weight_);
   const ops::Operand w3 = swiglu ? store_->operand(up_weight_) : ops::Operand(Tensor{});
-  Tensor& dw1 = store_->grad(fc_weight_);
-  Tensor& dw2 = store_->grad(proj_weight_);
   Tensor no_grad;
-  Tensor& dw3 = swiglu ? store_->grad(up_weight_) : no_grad;
-  Tensor& db1 = swiglu ? no_grad : store_->grad(fc_bias_);
-  Tensor& db2 = swiglu ? no_grad : store_->grad(proj_bias_);
+  Tensor& dw1 = weights ? store_->grad(fc_weight_) : no_grad;
+  Tensor& dw2 = weights ? store_->grad(proj_weight_) : no_grad;
+  Tensor& dw3 = weights && swiglu ? store_->grad(up_weight_) : no_grad;
+  Tensor& db1 = weights && !swiglu ? store_->grad(fc_bias_) : no_grad;
+  Tensor& db2 = weights && !swiglu ? store_->grad(proj_bias_) : no_grad;
   int64_t first = 0;
   for (int64_t l = 0; l < local_experts_; ++l) {
     const int64_t rows = traffic.expert_rows(layout_->rank(), l);
@@ -207,13 +209,15 @@ void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved&
     const Tensor d_o = dout.rows(first, rows), act = s.gelu.rows(first, rows), pre = s.fc.rows(first, rows),
                  in = s.expert_in.rows(first, rows);
     Tensor dh = w.dhidden.rows(first, rows), d_in = dinput.rows(first, rows);
-    Tensor dw2_l = dw2.slice(l * c * h, {c, h}), dw1_l = dw1.slice(l * h * c, {h, c});
     {
       const ops::RoundedOperand rounded_d_o(d_o, inputs);  // read by both products: rounded once under bf16
-      ops::matmul(rounded_d_o, true, act, false, dw2_l, 1.0f, 1.0f, inputs);
-      if (!swiglu) {
-        Tensor db2_l = db2.slice(l * c, {c});
-        ops::bias_backward(db2_l, d_o);
+      if (weights) {
+        Tensor dw2_l = dw2.slice(l * c * h, {c, h});
+        ops::matmul(rounded_d_o, true, act, false, dw2_l, 1.0f, 1.0f, inputs);
+        if (!swiglu) {
+          Tensor db2_l = db2.slice(l * c, {c});
+          ops::bias_backward(db2_l, d_o);
+        }
       }
       ops::matmul(rounded_d_o, false, w2.slice(l * c * h, {c, h}), false, dh, 1.0f, 0.0f, inputs);
     }
@@ -222,25 +226,69 @@ void MoeFeedForward::experts_backward(Tensor& dinput, Tensor& dout, const Saved&
       Tensor du = w.dup.rows(first, rows);
       ops::swiglu_backward(dh, du, dh, pre, s.up.rows(first, rows));
       const ops::RoundedOperand rounded_dh(dh, inputs), rounded_du(du, inputs);
-      ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
-      Tensor dw3_l = dw3.slice(l * h * c, {h, c});
-      ops::matmul(rounded_du, true, in, false, dw3_l, 1.0f, 1.0f, inputs);
+      if (weights) {
+        Tensor dw1_l = dw1.slice(l * h * c, {h, c}), dw3_l = dw3.slice(l * h * c, {h, c});
+        ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
+        ops::matmul(rounded_du, true, in, false, dw3_l, 1.0f, 1.0f, inputs);
+      }
       ops::matmul(rounded_dh, false, w1.slice(l * h * c, {h, c}), false, d_in, 1.0f, 0.0f, inputs);
       ops::matmul(rounded_du, false, w3.slice(l * h * c, {h, c}), false, d_in, 1.0f, 1.0f, inputs);
     } else {
       ops::gelu_backward(dh, pre, dh);
       const ops::RoundedOperand rounded_dh(dh, inputs);
-      ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
-      Tensor db1_l = db1.slice(l * h, {h});
-      ops::bias_backward(db1_l, dh);
+      if (weights) {
+        Tensor dw1_l = dw1.slice(l * h * c, {h, c}), db1_l = db1.slice(l * h, {h});
+        ops::matmul(rounded_dh, true, in, false, dw1_l, 1.0f, 1.0f, inputs);
+        ops::bias_backward(db1_l, dh);
+      }
       ops::matmul(rounded_dh, false, w1.slice(l * h * c, {h, c}), false, d_in, 1.0f, 0.0f, inputs);
+    }
+    first += rows;
+  }
+  if (weights) return;
+  // W's operands: the received rows' output and hidden gradients, in buffers of the most rows the
+  // experts can receive (the same every step whatever the routing); the inputs and activations
+  // stay in s.
+  const int64_t most = w.dhidden.dim(0);
+  const Tensor dout_kept = defer->keep_rows(dout.rows(0, first), most);
+  const Tensor dh_kept = defer->keep_rows(w.dhidden.rows(0, first), most);
+  const Tensor du_kept = swiglu ? defer->keep_rows(w.dup.rows(0, first), most) : Tensor{};
+  defer->later([this, dout_kept, dh_kept, du_kept, &s] { experts_backward_weights(dout_kept, dh_kept, du_kept, s); });
+}
+
+// The weight-gradient half of experts_backward, the same products on the same operands.
+void MoeFeedForward::experts_backward_weights(const Tensor& dout, const Tensor& dhidden, const Tensor& dup,
+                                              const Saved& s) const {
+  const int64_t c = config_.channels, h = config_.hidden;
+  const ExpertTraffic& traffic = s.plan.traffic;
+  const ops::MatmulInputs inputs = store_->matmul_inputs();
+  const bool swiglu = config_.swiglu;
+  Tensor& dw1 = store_->grad(fc_weight_);
+  Tensor& dw2 = store_->grad(proj_weight_);
+  int64_t first = 0;
+  for (int64_t l = 0; l < local_experts_; ++l) {
+    const int64_t rows = traffic.expert_rows(layout_->rank(), l);
+    if (rows == 0) continue;
+    const Tensor d_o = dout.rows(first, rows), dh = dhidden.rows(first, rows), act = s.gelu.rows(first, rows),
+                 in = s.expert_in.rows(first, rows);
+    Tensor dw2_l = dw2.slice(l * c * h, {c, h}), dw1_l = dw1.slice(l * h * c, {h, c});
+    ops::matmul(ops::RoundedOperand(d_o, inputs), true, act, false, dw2_l, 1.0f, 1.0f, inputs);
+    if (swiglu) {
+      Tensor dw3_l = store_->grad(up_weight_).slice(l * h * c, {h, c});
+      ops::matmul(ops::RoundedOperand(dh, inputs), true, in, false, dw1_l, 1.0f, 1.0f, inputs);
+      ops::matmul(ops::RoundedOperand(dup.rows(first, rows), inputs), true, in, false, dw3_l, 1.0f, 1.0f, inputs);
+    } else {
+      Tensor db2_l = store_->grad(proj_bias_).slice(l * c, {c}), db1_l = store_->grad(fc_bias_).slice(l * h, {h});
+      ops::bias_backward(db2_l, d_o);
+      ops::matmul(ops::RoundedOperand(dh, inputs), true, in, false, dw1_l, 1.0f, 1.0f, inputs);
+      ops::bias_backward(db1_l, dh);
     }
     first += rows;
   }
 }
 
 void MoeFeedForward::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& s, Scratch& w,
-                              float loss_scale, bool accumulate) const {
+                              float loss_scale, bool accumulate, WeightGrads* defer) const {
   const int64_t n = s.slot.dim(0), k = router_.top_k(), c = config_.channels;
   TESSERA_CHECK(dy.numel() == n * c && dx.numel() == n * c, "MoE layer backward: dy ", dy.shape().str(), " and dx ",
                 dx.shape().str(), " are not ", n, " rows of ", c);
@@ -271,7 +319,7 @@ void MoeFeedForward::backward(Tensor& dx, const Tensor& dy, const Tensor& x, con
   Tensor to_send = w.packed.rows(0, sent);
   Tensor d_out = w.rows_a.rows(0, received), d_in = w.rows_b.rows(0, received);
   layout_->dispatch(to_send, d_out, traffic, w.staging);
-  experts_backward(d_in, d_out, s, w);
+  experts_backward(d_in, d_out, s, w, defer);
   layout_->combine(d_in, to_send, traffic, w.staging);  // to_send now: d(expert input) per assignment
 
   float* dxs = dx.data<float>();
@@ -282,7 +330,7 @@ void MoeFeedForward::backward(Tensor& dx, const Tensor& dy, const Tensor& x, con
       if (row < 0) continue;
       for (int64_t i = 0; i < c; ++i) dxs[t * c + i] += packed[row * c + i];
     }
-  router_.backward(dx, w.dlogits, w.dgate, x, s.router, s.plan, loss_scale);
+  router_.backward(dx, w.dlogits, w.dgate, x, s.router, s.plan, loss_scale, defer);
 }
 
 }  // namespace tessera::nn

@@ -104,8 +104,17 @@ class MoeFeedForward {
   // dx [N, C] overwritten with dL/dx (with `accumulate`: dL/dx added to it); parameter gradients accumulate. dy = dL/dy; loss_scale: the
   // weight of the returned loss term in L (the model's grad_scale / tokens normalisation, as for
   // its main loss). Collective over the ep group.
+  // With `defer` (zero-bubble B), dx alone is computed now, through the experts and the router,
+  // with both all-to-alls (dx needs them); the experts' and the router's weight gradients are
+  // recorded there for W, which communicates nothing. W keeps, per call: the expert outputs'
+  // gradients [R, C], their hidden gradients [R, H] (SwiGLU: the gate's and the up projection's,
+  // 2 x [R, H]), in buffers of R_max rows (allocate()'s), and the router logits' gradient [N, E]
+  // (the gates' and both auxiliary losses' parts); it reads the expert inputs and activations and
+  // x from `saved` and x, which must stay valid until it runs. Its products are the ones backward
+  // computes without `defer`, on the same operands, accumulated in the same order of micro-batches:
+  // the gradients are bitwise the same.
   void backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Saved& saved, Scratch& scratch,
-                float loss_scale, bool accumulate = false) const;
+                float loss_scale, bool accumulate = false, WeightGrads* defer = nullptr) const;
 
   const MoeConfig& config() const { return config_; }
   int64_t local_experts() const { return local_experts_; }
@@ -119,7 +128,12 @@ class MoeFeedForward {
  private:
   int64_t max_received(int64_t rows) const;
   void run_experts(Tensor& out, const Saved& s, int64_t received) const;
-  void experts_backward(Tensor& dinput, Tensor& dout, const Saved& s, Scratch& scratch) const;
+  // dinput from dout through the local experts; their weight gradients added now, or (defer)
+  // their operands kept and experts_backward_weights recorded.
+  void experts_backward(Tensor& dinput, Tensor& dout, const Saved& s, Scratch& scratch, WeightGrads* defer) const;
+  // The experts' weight gradients from their outputs' gradients dout [R, C] and their hidden
+  // gradients dhidden (and dup, SwiGLU) [R, H], with the inputs and activations s kept.
+  void experts_backward_weights(const Tensor& dout, const Tensor& dhidden, const Tensor& dup, const Saved& s) const;
 
   MoeConfig config_;
   ParamStore* store_ = nullptr;

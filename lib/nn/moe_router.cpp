@@ -157,7 +157,7 @@ RouterLosses MoeRouter::losses(const Saved& s, const RoutePlan& plan) const {
 }
 
 void MoeRouter::backward(Tensor& dx, Tensor& dlogits, const Tensor& dgate, const Tensor& x, const Saved& s,
-                         const RoutePlan& plan, float loss_scale) const {
+                         const RoutePlan& plan, float loss_scale, WeightGrads* defer) const {
   const int64_t n = s.lse.numel(), e_count = experts_, k = options_.top_k;
   const double tokens = static_cast<double>(plan.tokens);
   // d(loss_scale aux_coef aux)/dp_te = loss_scale aux_coef E f_e / N, the same for every token.
@@ -194,7 +194,7 @@ void MoeRouter::backward(Tensor& dx, Tensor& dlogits, const Tensor& dgate, const
       dlt[expert[t * 2 + 1]] -= static_cast<float>(d);
     }
   }
-  linear_.backward(&dx, dlogits, x, /*accumulate_dx=*/true);
+  linear_.backward(&dx, dlogits, x, /*accumulate_dx=*/true, defer, /*x_outlives=*/true);
 }
 
 }  // namespace tessera::nn

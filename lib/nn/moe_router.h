@@ -104,9 +104,10 @@ class MoeRouter {
   RouterLosses losses(const Saved& s, const RoutePlan& plan) const;
   // dgate [N, k]: dL/dgate (0 where dropped). loss_scale: the weight of this layer's loss term
   // (aux_loss_coef aux + z_loss_coef z) in L. Adds dL/dW to the router weight's gradient and dL/dx
-  // to dx [N, C]. dlogits [N, E] is workspace.
+  // to dx [N, C]. dlogits [N, E] is workspace. With `defer` the weight's gradient is recorded
+  // there (a copy of dlogits, x read when it runs: x must stay valid until then).
   void backward(Tensor& dx, Tensor& dlogits, const Tensor& dgate, const Tensor& x, const Saved& s,
-                const RoutePlan& plan, float loss_scale) const;
+                const RoutePlan& plan, float loss_scale, WeightGrads* defer = nullptr) const;
 
  private:
   RouterOptions options_;

@@ -140,13 +140,13 @@ void TransformerBlock::backward(Tensor& dres, const Tensor& x, const Saved& s, S
                 " be deferred (zero-bubble): its recomputed activations are shared until its backward ends");
   // MLP branch: dres = dL/dy = dL/dmid (identity path) + the branch through ln2.
   if (is_moe()) {
-    TESSERA_CHECK(!defer, "a mixture-of-experts block's weight gradients cannot be deferred (zero-bubble) yet");
     TESSERA_CHECK(aux_loss_scale > 0.0f, "MoE block backward needs the auxiliary loss's scale");
     if (has_shared_experts() && config_.moe->swiglu)
-      shared_swiglu_.backward(w.d_c, dres, s.ln2, s.shared_swiglu, w.shared_dhidden, w.shared_dup, w.region);
+      shared_swiglu_.backward(w.d_c, dres, s.ln2, s.shared_swiglu, w.shared_dhidden, w.shared_dup, w.region, defer);
     if (has_shared_experts() && !config_.moe->swiglu)
-      shared_mlp_.backward(w.d_c, dres, s.ln2, s.shared_mlp, w.shared_dhidden, w.region);
-    moe_.backward(w.d_c, dres, s.ln2, s.moe, w.moe, aux_loss_scale, /*accumulate=*/has_shared_experts());
+      shared_mlp_.backward(w.d_c, dres, s.ln2, s.shared_mlp, w.shared_dhidden, w.region, defer);
+    // With defer: the experts' and the router's weight gradients recorded (s.ln2 and s.moe kept).
+    moe_.backward(w.d_c, dres, s.ln2, s.moe, w.moe, aux_loss_scale, /*accumulate=*/has_shared_experts(), defer);
   } else if (config_.swiglu) {
     swiglu_.backward(w.d_c, dres, s.ln2, s.swiglu, w.d_hidden, w.d_up, w.region, defer);
   } else {

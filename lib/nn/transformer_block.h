@@ -91,9 +91,9 @@ class TransformerBlock {
   // dres holds dL/dy on entry and dL/dx on exit (the residual stream's gradient, updated in place).
   // With `defer` only the input gradient is computed now and every weight gradient is recorded
   // there (nn/weight_grads.h: zero-bubble pipelines run them later); x and saved must then stay
-  // valid until it runs (dense blocks that recompute nothing only: recomputed buffers are shared).
-  // aux_loss_scale: the weight of forward's auxiliary term in the loss (MoE blocks: the
-  // micro-batch's gradient scale).
+  // valid until it runs (blocks that recompute nothing only: recomputed buffers are shared; an MoE
+  // block's experts and router defer theirs too, nn/moe.h). aux_loss_scale: the weight of forward's
+  // auxiliary term in the loss (MoE blocks: the micro-batch's gradient scale, deferred or not).
   void backward(Tensor& dres, const Tensor& x, const Saved& saved, Scratch& scratch,
                 WeightGrads* defer = nullptr, float aux_loss_scale = 0.0f, const DocumentMask& docs = {}) const;
 

@@ -26,6 +26,16 @@ Tensor WeightGrads::keep(const Tensor& t) {
   return copy;
 }
 
+Tensor WeightGrads::keep_rows(const Tensor& t, int64_t max_rows) {
+  TESSERA_CHECK(t.dim(0) <= max_rows, "WeightGrads::keep_rows: ", t.shape().str(), " has more than ", max_rows,
+                " rows");
+  std::vector<int64_t> dims = t.shape().dims();
+  dims[0] = max_rows;
+  Tensor copy = buffer(Shape(std::move(dims)), t.device()).rows(0, t.dim(0));
+  copy.copy_from(t);
+  return copy;
+}
+
 void WeightGrads::linear(const Linear& layer, const Tensor& dy, const Tensor& x, bool x_outlives) {
   Tensor dy_kept = keep(dy), x_kept = x_outlives ? x : keep(x);
   pending_.push_back([&layer, dy_kept, x_kept] { layer.backward_weights(dy_kept, x_kept); });

@@ -4,7 +4,9 @@
 // WeightGrads computes its input gradient only and records what its weight gradient needs: its
 // output gradient (copied) and its input (kept by reference when it outlives W, such as a saved
 // activation; else copied). run() then accumulates every recorded weight gradient, in order.
-// Buffers are kept between steps: a second step allocates nothing.
+// Buffers are kept between steps: a second step allocates nothing. A layer whose weight gradient
+// is not one of the kinds below (the MoE experts, nn/moe.h) keeps its own operands (keep_rows)
+// and records its own step (later).
 #pragma once
 #include <functional>
 #include <vector>
@@ -26,6 +28,12 @@ class WeightGrads {
                  RegionWorkspace& region, const Tensor& doc_positions = Tensor());
   // A buffer shaped like t whose contents B throws away (a layer norm's parameter gradients).
   Tensor discard_like(const Tensor& t) { return buffer(t.shape(), t.device()); }
+  // A copy of t [rows, ...] in a reused buffer of max_rows rows (its first rows a view of it): for
+  // operands whose row count changes from call to call (the rows routed to experts), so that the
+  // buffer is the same every step.
+  Tensor keep_rows(const Tensor& t, int64_t max_rows);
+  // Records a weight-gradient step; run() calls it, after the steps recorded before it.
+  void later(std::function<void()> apply) { pending_.push_back(std::move(apply)); }
   void run();  // accumulates the weight gradients; then nothing is pending
   bool empty() const { return pending_.empty(); }
 

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 #include <omp.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -225,6 +226,24 @@ std::string utc_now() {
   return text;
 }
 
+// The cores this node's ranks may run on: the union of their CPU affinity masks over `node` (the
+// ranks sharing this node), counted. Where ranks outnumber these cores they share them (the time
+// model's oversubscription).
+int node_cores(MPI_Comm node) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) {
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < online && c < CPU_SETSIZE; ++c) CPU_SET(c, &mine);
+  }
+  std::vector<unsigned char> bits(CPU_SETSIZE, 0);
+  for (int c = 0; c < CPU_SETSIZE; ++c) bits[c] = CPU_ISSET(c, &mine) ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, bits.data(), CPU_SETSIZE, MPI_UNSIGNED_CHAR, MPI_BOR, node);
+  int cores = 0;
+  for (unsigned char b : bits) cores += b;
+  return std::max(1, cores);
+}
+
 }  // namespace
 
 MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& options) {
@@ -297,7 +316,10 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
   int local = 0, per_node = 1;
   MPI_Comm_rank(node_comm, &local);
   MPI_Comm_size(node_comm, &per_node);
+  int cores = node_cores(node_comm);
   MPI_Comm_free(&node_comm);
+  MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, world.mpi_comm());  // the smallest node's
+  m.cores_per_node = cores;
   int most = per_node, nodes_seen = local == 0 ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world.mpi_comm());
   MPI_Allreduce(MPI_IN_PLACE, &nodes_seen, 1, MPI_INT, MPI_SUM, world.mpi_comm());

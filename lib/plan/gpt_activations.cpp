@@ -106,14 +106,30 @@ int64_t micro_batch_bytes(const GptActivationShape& s, int64_t first_block, int6
 int64_t deferred_weight_grad_bytes(const GptActivationShape& s, int64_t first_block, int64_t end_block,
                                    bool embedding) {
   const Sizes z(s);
-  // Per block: the output gradients of QKV, the attention projection, the MLP's two layers
-  // (copied), and per layer norm its output gradient, a discarded input gradient and two
-  // parameter-sized discards; under split rows the gathered inputs of QKV and fc (copied).
-  // Llama: q, k, v and gate, up each record theirs (and, rows split, their inputs).
-  const int64_t projections = z.llama ? z.ct + 2 * z.kvt + 2 * z.mlp_t : 3 * z.ct + z.mlp_t;
-  const int64_t per_block = z.n * (projections + 2 * z.c) + 2 * (2 * z.rows * z.c + 2 * z.c) +
-                            (s.split_rows ? (z.llama ? 5 : 2) * z.n * z.c : 0);
-  return kBytes * ((end_block - first_block) * per_block + (embedding ? z.rows * z.c : 0));
+  // Per block: the output gradients of QKV and the attention projection (copied), and per layer
+  // norm its output gradient, a discarded input gradient and two parameter-sized discards; under
+  // split rows the gathered inputs of QKV and fc (copied). Llama: q, k, v (and, rows split, gate
+  // and up) each record theirs.
+  const int64_t attention = z.llama ? z.ct + 2 * z.kvt : 3 * z.ct;
+  const int64_t common = z.n * (attention + z.c) + 2 * (2 * z.rows * z.c + 2 * z.c) +
+                         (s.split_rows ? (z.llama ? 5 : 2) * z.n * z.c : 0);
+  // The dense MLP: its layers' output gradients (fc or gate and up; proj or down).
+  const int64_t dense = z.n * ((z.llama ? 2 : 1) * z.mlp_t + z.c);
+  int64_t floats = 0;
+  for (int64_t i = first_block; i < end_block; ++i) {
+    floats += common;
+    if (!s.model.is_moe_block(i)) {
+      floats += dense;
+      continue;
+    }
+    // An MoE block (nn/moe.h): the shared experts' like the dense MLP's; the experts' output and
+    // hidden gradients (SwiGLU: the gate's and the up projection's) in buffers of the most rows
+    // they can receive; the router logits' gradient.
+    const ExpertSizes e(s);
+    if (e.shared_t > 0) floats += z.n * ((e.swiglu ? 2 : 1) * e.shared_t + z.c);
+    floats += e.received * (z.c + (e.swiglu ? 2 : 1) * e.hidden) + z.rows * e.experts;
+  }
+  return kBytes * (floats + (embedding ? z.rows * z.c : 0));
 }
 
 int64_t recomputed_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks) {

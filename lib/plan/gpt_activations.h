@@ -28,7 +28,7 @@ struct GptActivationShape {
 // embedding's chunk.
 int64_t micro_batch_bytes(const GptActivationShape& s, int64_t first_block, int64_t end_block, bool embedding);
 // The zero-bubble schedule's deferred weight-gradient inputs of such a micro-batch (kept between
-// its B and W steps): approximate.
+// its B and W steps; MoE blocks: their experts' and router's too): approximate.
 int64_t deferred_weight_grad_bytes(const GptActivationShape& s, int64_t first_block, int64_t end_block,
                                    bool embedding);
 // The buffers this rank's checkpointed blocks recompute into (one set per kind of block).

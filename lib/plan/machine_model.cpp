@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -86,6 +87,11 @@ CollectiveFit MachineModel::collective(const std::string& op, int size, bool acr
   return fit;
 }
 
+double MachineModel::oversubscription(int ranks_per_node) const {
+  if (cores_per_node <= 0) return 1.0;
+  return std::max(1.0, static_cast<double>(ranks_per_node) * threads_per_rank / cores_per_node);
+}
+
 std::string to_json(const MachineModel& m) {
   json j;
   j["format"] = kMachineFormat;
@@ -93,6 +99,7 @@ std::string to_json(const MachineModel& m) {
   j["machine"] = {{"host", m.host},   {"cpu", m.cpu},     {"gemm_library", m.gemm_library},
                   {"created", m.created}, {"threads_per_rank", m.threads_per_rank}, {"ranks", m.ranks},
                   {"ranks_per_node", m.ranks_per_node}, {"nodes", m.nodes}};
+  if (m.cores_per_node > 0) j["machine"]["cores_per_node"] = m.cores_per_node;
   for (const auto& [precision, classes] : m.gemm)
     for (const GemmClass& c : classes)
       j["gemm"][precision].push_back({{"class", c.name}, {"max_flops", c.max_flops}, {"flops_per_s", c.flops_per_s}});
@@ -133,6 +140,7 @@ MachineModel parse_machine_json(const std::string& content, const std::string& w
   m.ranks = whole(id, "ranks", where);
   m.ranks_per_node = whole(id, "ranks_per_node", where);
   m.nodes = whole(id, "nodes", where);
+  if (id.contains("cores_per_node")) m.cores_per_node = whole(id, "cores_per_node", where);  // optional: older files lack it
   const json& gemm = field(j, "gemm", "", where);
   TESSERA_CHECK(gemm.is_object() && gemm.contains("f32"), where, ": machine file lacks gemm.f32");
   for (const auto& [precision, classes] : gemm.items()) {

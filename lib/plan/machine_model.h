@@ -49,6 +49,10 @@ struct MachineModel {
   // identity
   std::string host, cpu, gemm_library, created;
   int threads_per_rank = 1, ranks = 1, ranks_per_node = 1, nodes = 1;
+  // The cores a node's ranks may run on (the union of their CPU affinity masks at calibration);
+  // 0: not recorded (files older than the field, hand-written ones), read as a core per thread.
+  // Optional in the file ("machine.cores_per_node").
+  int cores_per_node = 0;
   // compute
   std::map<std::string, std::vector<GemmClass>> gemm;  // "f32", "bf16" -> classes by max_flops
   double attention_flops_per_s = 0;
@@ -66,6 +70,10 @@ struct MachineModel {
   // else the nearest measured one rescaled as a ring (latency x (g-1), bandwidth term x (g-1)/g).
   // Throws naming what the file lacks (no collective measured: calibrate with more ranks).
   CollectiveFit collective(const std::string& op, int size, bool across_nodes) const;
+  // How many times over a node's cores `ranks_per_node` ranks of threads_per_rank threads each
+  // subscribe them: ranks_per_node x threads_per_rank / cores_per_node, at least 1 (1 where
+  // cores_per_node is not recorded). Above 1, ranks share cores (plan/time_model.h says what changes).
+  double oversubscription(int ranks_per_node) const;
 };
 
 std::string to_json(const MachineModel& m);  // pretty-printed

@@ -81,7 +81,7 @@ struct Shapes {
 // One stage's micro-batch. `terms`, when given, receives the layers' communication (calls per step:
 // per micro-batch times `micro_batches`).
 StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankPlacement& where, int stage,
-                     PlannedLayouts& layouts, double wire, std::vector<CommTerm>* terms) {
+                     PlannedLayouts& layouts, double wire, bool shared_cores, std::vector<CommTerm>* terms) {
   const Shapes s(run);
   const std::string precision = run.precision == "bf16" ? "bf16" : "f32";
   const double micro_batches = static_cast<double>(run.micro_batches);
@@ -210,12 +210,14 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   // ZeRO-3: every unit gathered before its forward and again before its backward. Blocking
   // (--zero3-overlap off), each gather is waited for in full; overlapped, the next unit's gather
   // runs while this one computes, so the first is waited for in full and each later one only where
-  // it outlasts a block's compute (backward computes about twice as long as forward).
+  // it outlasts a block's compute (backward computes about twice as long as forward). Where ranks
+  // share cores (shared_cores) no core is idle to move the gather's bytes while the rank computes:
+  // the copies take the CPU from computing ranks, and the gather is waited for in full, overlapped or not.
   const int data = run.mesh.dp * run.mesh.sp;
   if (run.zero_stage == 3 && data > 1) {
     const double units = blocks + (embedding ? 1 : 0) + (head ? 1 : 0);
     const double bytes = static_cast<double>(cost.params) / units * wire;
-    if (!run.zero3_overlap) {
+    if (!run.zero3_overlap || shared_cores) {
       charge("ZeRO-3: each unit gathered before forward and backward", "all_gather", data, where.data_across(), units,
              units, bytes);
     } else {
@@ -273,11 +275,16 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   PlannedLayouts layouts(run.mesh.tp, run.split_gather, run.mesh.sp, run.mesh.ep);
   const int pp = run.mesh.pp;
   const double m = static_cast<double>(run.micro_batches);
+  // Ranks sharing cores (more threads on a node than cores: oversubscribed): see predict_step's
+  // declaration. The calibration measured every rate with all its ranks busy at once, so each stage's
+  // times below are those of a node where every rank computes.
+  const double over = machine.oversubscription(ranks_per_node);
+  const bool shared_cores = over > 1;
   // Each stage's micro-batch; the slowest sets the pipeline's pace, and its terms are the ones reported.
   std::vector<StageCost> stages;
   int slowest = 0;
   for (int s = 0; s < pp; ++s) {
-    stages.push_back(stage_cost(run, machine, where, s, layouts, wire, nullptr));
+    stages.push_back(stage_cost(run, machine, where, s, layouts, wire, shared_cores, nullptr));
     if (stages.back().total() > stages[slowest].total()) slowest = s;
   }
   StepTime t;
@@ -285,7 +292,7 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     t.stage_forward_s.push_back(c.forward);
     t.stage_backward_s.push_back(c.backward_input + c.backward_weight);
   }
-  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, wire, &t.comm);
+  const StageCost slow = stage_cost(run, machine, where, slowest, layouts, wire, shared_cores, &t.comm);
   t.forward_s = slow.forward;
   t.backward_s = slow.backward_input + slow.backward_weight;
   t.recompute_s = m * slow.recompute;
@@ -319,7 +326,20 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
     const parallel::PipelineReport report = parallel::verify_schedule(schedule, costs);
     TESSERA_CHECK(report.ok(), "predict_step: the ", run.pp_schedule, " schedule does not verify");
     t.pipeline_s = static_cast<double>(report.makespan) * unit;
+    if (shared_cores) {
+      // Ranks share cores: a stage idling in the bubble leaves its share of the cores to the
+      // stages that compute, which then run faster than the all-busy rates the stage times assume.
+      // The schedule keeps a fraction `busy` of the stages' time slots busy, so about busy x ranks
+      // want the cores at once; each gets min(1, cores / (busy x ranks)) of one, against 1 / over in
+      // the all-busy rates. The makespan rescales by max(busy, 1 / over): the node's total work over
+      // its cores (busy), or the schedule's chain at a core per rank (1 / over).
+      double work = 0;
+      for (const StageCost& stage : stages) work += m * stage.total();
+      const double busy = std::min(1.0, work / (pp * t.pipeline_s));
+      t.pipeline_s *= std::max(busy, 1.0 / over);
+    }
   }
+  t.oversubscription = over;
   t.bubble_s = std::max(0.0, t.pipeline_s - m * per_mb);
 
   // Per step, outside the layers: the gradient reduction over the data group dp x sp, ZeRO-1/2's
@@ -335,16 +355,18 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
   if (CommTerm* g = add(run.zero_stage >= 2 ? "dp: gradients reduce-scattered" : "dp: gradients all-reduced",
                         run.zero_stage >= 2 ? "reduce_scatter" : "all_reduce", data, where.data_across(), grad_bytes)) {
     // Buckets (--bucket-mb 25) overlap the last micro-batch's backward; the last bucket cannot.
+    // Where ranks share cores nothing overlaps: the reduction's copies take the CPU from backward.
     const double bucket = std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, grad_bytes));
-    g->exposed = std::max(g->seconds * bucket, g->seconds - t.backward_s);
+    g->exposed = shared_cores ? g->seconds : std::max(g->seconds * bucket, g->seconds - t.backward_s);
   }
   // Mixture of experts: the experts' gradients are whole over the ep group; every other parameter's
   // covers this rank's tokens only and is summed over ep too (nn/moe.h), after the data group's.
   const double shared_bytes = static_cast<double>(slow.params - slow.expert_params) * wire;
   if (CommTerm* g = add("ep: the non-expert gradients all-reduced", "all_reduce", run.mesh.ep,
                         where.across(comm::Axis::ep), shared_bytes))
-    g->exposed = std::max(g->seconds * std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, shared_bytes)),
-                          g->seconds - t.backward_s);
+    g->exposed = shared_cores ? g->seconds
+                              : std::max(g->seconds * std::min(1.0, 25.0 * (1 << 20) / std::max(1.0, shared_bytes)),
+                                         g->seconds - t.backward_s);
   if (run.zero_stage == 1 || run.zero_stage == 2)
     add("dp: updated shards all-gathered", "all_gather", data, where.data_across(), grad_bytes);
   add("the gradient norm", "all_reduce", where.world(), where.world_across(), 8);
@@ -399,6 +421,13 @@ std::string describe(const StepTime& t) {
     out << "\n";
   }
   out << "  optimizer: " << ms(t.optimizer_s) << "\n";
+  if (t.oversubscription > 1) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "  ranks share cores (%.2f threads per core): no communication overlaps compute; the bubble is"
+                  " filled by the stages that compute\n", t.oversubscription);
+    out << line;
+  }
   for (const CommTerm& c : t.comm) {
     char line[320];
     std::snprintf(line, sizeof line, "  comm: %s: %s x %g of %.0f bytes over %d ranks%s: %s%s\n", c.what.c_str(),

@@ -45,12 +45,19 @@ struct StepTime {
   std::vector<CommTerm> comm;
   double pipeline_s = 0;    // the schedule's makespan (micro-batches x (F + B) without a pipeline)
   double bubble_s = 0;      // of which the slowest stage idles
+  double oversubscription = 1;  // threads per core on a node (MachineModel::oversubscription), at least 1
   double step_s = 0;
   double tokens_per_s = 0;
   double comm_exposed() const;
 };
 
 // ranks_per_node: how many consecutive world ranks share a node (the mesh puts tp innermost).
+// Oversubscribed nodes (ranks_per_node x threads_per_rank above the machine file's cores_per_node):
+// with no idle core, nothing overlaps compute (the gradient reduction, ZeRO-3's gathers: the copies of
+// the shared-memory collectives take the CPU from computing ranks, and are waited for in full), and a
+// pipeline stage idling in the bubble hands its cores to the stages that compute (the makespan scales
+// to the node's total work over its cores, bounded below by the schedule's chain at a core per rank).
+// With a core per thread (or cores_per_node not recorded) neither applies.
 // wire_bytes: bytes per activation and gradient value the collectives and pipeline messages move:
 // 4 for tessera (fp32 activations and gradients, whatever --precision rounds); 2 models a trainer
 // that communicates half precision (Megatron-LM's fp16 runs, validation/auto_layout).

@@ -2,7 +2,7 @@
 # The memory planner (`--dry-run`, lib/plan/memory_plan.h) against the tracked memory of real runs:
 # on one rank, at tp 2 x dp 2 with ZeRO-1, at pp 2 with full activation checkpointing (and at pp 2 with uneven stages, 3 + 1 blocks, interleaved pp 2 with uneven chunks, and, beyond
 # the three the issue asks for, dp 2 with ZeRO-3, moe_train at ep 2 (gpt2, and llama with a shared
-# expert), bf16 at dp 2 with ZeRO-2, optimizer states offloaded to files at dp 2 with ZeRO-1, a
+# expert; and both at pp 2 zb, where the plan must not fall below the run), bf16 at dp 2 with ZeRO-2, optimizer states offloaded to files at dp 2 with ZeRO-1, a
 # Llama with grouped-query attention and an untied head on one rank, a multi-query Llama at tp 2),
 # the predicted total of the rank that writes the metrics (pipeline stage 0) is within 10% of its
 # measured step-2 peak (the Llama cases: equal to it), and its parameters + gradients + optimizer
@@ -17,14 +17,15 @@ data="$tmp/long.h5"
 model=(--layers 4 --hidden 32 --heads 4 --seq-len 1024 --global-batch 4 --steps 2 --threads 1)
 
 # NAME APP RANKS DP options...: the dry run (one process, planning dp x ... ranks), then the run;
-# `tol=0 planned_like_measured ...` asks for the measured peak to the byte.
+# `tol=0 planned_like_measured ...` asks for the measured peak to the byte, `at_least=1 ...` for a
+# plan no lower than it.
 planned_like_measured() {
   local name=$1 app=$2 ranks=$3 dp=$4; shift 4
-  local within=${tol:-0.1}
+  local within=${tol:-0.1} bound=${at_least:-0}
   "$build/apps/$app" --input "$data" "${model[@]}" "$@" --dp "$dp" --dry-run >"$tmp/$name.plan"
   mpirun -np "$ranks" "$build/apps/$app" --input "$data" "${model[@]}" "$@" --metrics "$tmp/$name.jsonl" >/dev/null
   echo -n "$name: "
-  /usr/bin/python3 - "$tmp/$name.plan" "$tmp/$name.jsonl" "$within" <<'PY'
+  /usr/bin/python3 - "$tmp/$name.plan" "$tmp/$name.jsonl" "$within" "$bound" <<'PY'
 import json, re, sys
 plan = open(sys.argv[1]).read()
 stage0 = re.search(r"^\s+total\s+(\d+) bytes .*\(state (\d+) bytes\)", plan, re.M)  # the first stage's
@@ -36,6 +37,8 @@ if state != step2["state_bytes"]:
 tol = float(sys.argv[3])
 if abs(predicted - measured) > tol * measured:
     sys.exit(f"error: predicted {predicted} bytes, measured peak {measured}: off by more than {tol:.0%}\n{plan}")
+if sys.argv[4] == "1" and predicted < measured:
+    sys.exit(f"error: predicted {predicted} bytes, below the measured peak {measured}\n{plan}")
 print(f"predicted {predicted} bytes, measured {measured} ({predicted / measured:.4f}x); state {state} exactly")
 PY
 }
@@ -56,6 +59,10 @@ planned_like_measured moe-ep2 moe_train 2 1 --ep 2 --experts 4
 # llama MoE: SwiGLU experts and a shared expert at ep 2; to the byte
 tol=0 planned_like_measured moe-llama-shared-ep2 moe_train 2 1 --ep 2 --experts 4 --arch llama --kv-heads 2 \
   --ffn-hidden 64 --shared-experts 1
+# moe zero-bubble: the experts' and the router's W operands kept per micro-batch in flight; a bound
+at_least=1 planned_like_measured moe-pp2-zb moe_train 2 1 --pp 2 --micro-batch 1 --pp-schedule zb --experts 4
+at_least=1 planned_like_measured moe-llama-shared-pp2-zb moe_train 2 1 --pp 2 --micro-batch 1 --pp-schedule zb \
+  --experts 4 --arch llama --kv-heads 2 --ffn-hidden 64 --shared-experts 1 --moe-every 1
 planned_like_measured dp2-zero2-bf16 gpt_train 2 2 --zero 2 --precision bf16
 # Llama: grouped-query attention (2 kv heads for 4 query heads), SwiGLU, untied head; to the byte
 tol=0 planned_like_measured llama-gqa gpt_train 1 1 --arch llama --kv-heads 2 --ffn-hidden 80

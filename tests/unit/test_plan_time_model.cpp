@@ -1,10 +1,12 @@
 // The time model (plan/time_model.h) on a hand-written machine file: a pure compute layout takes
 // its FLOPs over the rate exactly, doubling the bandwidth halves the communication, the pipeline's
 // time is the schedule's simulated makespan with each stage's own times; and machine files are checked before they are trusted.
+// On ranks sharing cores (cores_per_node below the ranks), nothing overlaps and the bubble is filled.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 #include <string>
 
@@ -42,6 +44,12 @@ std::string machine_json(double rate, double per_byte, double latency = 0) {
          " \"attention_flops_per_s\": " + r + ", \"copy_bytes_per_s\": 1e9, \"kernel_call_s\": 0,"
          " \"kernel_seconds_per_element\": {\"norm\": 0, \"softmax\": 0, \"elementwise\": 0, \"adamw\": 0},"
          " \"collectives\": {\"intra_node\": {" + colls + "}}}";
+}
+
+// `m` with cores_per_node set (as a calibration records it).
+plan::MachineModel with_cores(plan::MachineModel m, int cores) {
+  m.cores_per_node = cores;
+  return m;
 }
 
 plan::GptRun tiny_run(int layers, int pp, int tp, int64_t micro_batches) {
@@ -248,4 +256,78 @@ TEST(TimeModel, MachineFilesAreCheckedBeforeUse) {
   // A group size not measured is the nearest one rescaled as a ring; across nodes is refused.
   EXPECT_GT(m.collective("all_reduce", 8, false).seconds_per_byte, 0.0);
   EXPECT_THROW(m.collective("all_reduce", 2, true), Error);
+}
+
+// cores_per_node is optional: a file without it (older calibrations, a100_megatron.json) reads as a
+// core per thread; one with it says how many times over the node's ranks subscribe its cores, and
+// to_json keeps it. A value that is not a whole number >= 1 is refused.
+TEST(TimeModel, CoresPerNodeIsOptionalAndSetsTheOversubscription) {
+  const plan::MachineModel unrecorded = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
+  EXPECT_EQ(unrecorded.cores_per_node, 0);
+  EXPECT_DOUBLE_EQ(unrecorded.oversubscription(64), 1.0);
+  const plan::MachineModel two = with_cores(unrecorded, 2);
+  EXPECT_DOUBLE_EQ(two.oversubscription(8), 4.0);
+  EXPECT_DOUBLE_EQ(two.oversubscription(2), 1.0);
+  EXPECT_DOUBLE_EQ(two.oversubscription(1), 1.0);  // idle cores never make a rank faster than its own
+  EXPECT_EQ(plan::parse_machine_json(plan::to_json(two), "again").cores_per_node, 2);
+  std::string bad = plan::to_json(two);
+  bad.replace(bad.find("\"cores_per_node\": 2"), 19, "\"cores_per_node\": 0");
+  EXPECT_THROW(plan::parse_machine_json(bad, "bad"), Error);
+}
+
+// Ranks sharing cores (4 ranks on 2 cores): no idle core moves ZeRO-3's gathers or the gradient
+// reduction while a rank computes, so they are waited for in full, overlapped or not. With a core per
+// rank (the same machine with 4 cores) the overlap hides them as before.
+TEST(TimeModel, OnSharedCoresCommunicationDoesNotOverlapCompute) {
+  plan::GptRun run = tiny_run(4, 1, 1, 2);
+  run.mesh.dp = 4;
+  run.zero_stage = 3;
+  run.zero3_overlap = true;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-12), "t");
+  const plan::MachineModel two_cores = with_cores(m, 2), four_cores = with_cores(m, 4);
+  const auto exposed_and_seconds = [&](const plan::MachineModel& machine, const std::string& what) {
+    for (const plan::CommTerm& c : plan::predict_step(run, machine, 4).comm)
+      if (c.what.starts_with(what)) return std::pair{c.exposed, c.seconds};
+    ADD_FAILURE() << "no " << what << " term";
+    return std::pair{0.0, 0.0};
+  };
+  const auto [shared, shared_seconds] = exposed_and_seconds(two_cores, "ZeRO-3");
+  const auto [own, own_seconds] = exposed_and_seconds(four_cores, "ZeRO-3");
+  EXPECT_DOUBLE_EQ(shared, shared_seconds);
+  EXPECT_DOUBLE_EQ(own_seconds, shared_seconds);
+  EXPECT_LT(own, shared_seconds);
+  EXPECT_DOUBLE_EQ(own, exposed_and_seconds(m, "ZeRO-3").first);  // cores not recorded: a core per rank
+  run.zero_stage = 0;
+  const auto [reduce_shared, reduce_seconds] = exposed_and_seconds(two_cores, "dp: gradients all-reduced");
+  EXPECT_DOUBLE_EQ(reduce_shared, reduce_seconds);  // (here one bucket holds every gradient: exposed with a core per rank too)
+  EXPECT_EQ(plan::predict_step(run, two_cores, 4).oversubscription, 2.0);
+  EXPECT_EQ(plan::predict_step(run, four_cores, 4).oversubscription, 1.0);
+}
+
+// Ranks sharing cores: a pipeline stage idling in the bubble hands its cores to the stages that
+// compute. Two stages, one micro-batch (half the stages' slots busy): on 2 ranks per core the
+// makespan halves (the node's total work over its cores); with many micro-batches (nearly every
+// slot busy) it is still the total work over the cores, now close to the schedule's makespan. With a
+// core per rank it is the schedule's.
+TEST(TimeModel, OnSharedCoresThePipelineBubbleIsFilled) {
+  const plan::MachineModel own = plan::parse_machine_json(machine_json(1e10, 1e-12), "t");
+  const plan::MachineModel one_core = with_cores(own, 1);
+  plan::GptRun run = tiny_run(4, 2, 1, 1);
+  const plan::StepTime dedicated = plan::predict_step(run, own, 2), shared = plan::predict_step(run, one_core, 2);
+  double work = 0;
+  for (size_t s = 0; s < 2; ++s) work += dedicated.stage_forward_s[s] + dedicated.stage_backward_s[s];
+  EXPECT_NEAR(shared.pipeline_s, work / 2, 2e-3 * work);  // total work over the stages (all ranks' cores)
+  EXPECT_LT(shared.pipeline_s, 0.6 * dedicated.pipeline_s);
+  EXPECT_NEAR(dedicated.pipeline_s, work, 2e-3 * work);  // one micro-batch through both stages in turn
+  // Many micro-batches: the bubble is small, and filling it saves little.
+  run.micro_batches = 16;
+  const plan::StepTime many_dedicated = plan::predict_step(run, own, 2), many_shared = plan::predict_step(run, one_core, 2);
+  double many_work = 0;
+  for (size_t s = 0; s < 2; ++s) many_work += 16 * (many_dedicated.stage_forward_s[s] + many_dedicated.stage_backward_s[s]);
+  EXPECT_NEAR(many_shared.pipeline_s, many_work / 2, 2e-3 * many_work);
+  EXPECT_LT(many_shared.pipeline_s, many_dedicated.pipeline_s);
+  EXPECT_GT(many_shared.pipeline_s, 0.5 * many_dedicated.pipeline_s);
+  // Without a pipeline nothing idles: the same step, shared or not (no communication in this layout).
+  const plan::GptRun flat = tiny_run(4, 1, 1, 4);
+  EXPECT_DOUBLE_EQ(plan::predict_step(flat, one_core, 2).step_s, plan::predict_step(flat, own, 2).step_s);
 }
