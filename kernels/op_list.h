@@ -118,6 +118,17 @@ TESSERA_OP(rmsnorm, rmsnorm_forward, cpu_only, void,
 TESSERA_OP(rmsnorm, rmsnorm_backward, cpu_only, void,
            (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, const float* rstd,
             int64_t rows, int64_t cols))
+// Columns split across ranks (grid tensor parallelism): inp [rows, cols] is a block of total_cols columns (ops.h).
+TESSERA_OP(rmsnorm, rmsnorm_split_squares, cpu_only, void, (float* sums, const float* inp, int64_t rows, int64_t cols))
+TESSERA_OP(rmsnorm, rmsnorm_split_forward, cpu_only, void,
+           (float* out, float* rstd, const float* inp, const float* weight, const float* squares, int64_t rows,
+            int64_t cols, int64_t total_cols, float eps))
+TESSERA_OP(rmsnorm, rmsnorm_split_backward_sums, cpu_only, void,
+           (float* sums, const float* dout, const float* inp, const float* weight, const float* rstd, int64_t rows,
+            int64_t cols))
+TESSERA_OP(rmsnorm, rmsnorm_split_backward, cpu_only, void,
+           (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, const float* rstd,
+            const float* sums, int64_t rows, int64_t cols, int64_t total_cols))
 TESSERA_OP(rope, rope_pack_forward, cpu_only, void,
            (float* qkv, const float* q, const float* k, const float* v, const RopeShape& shape))
 TESSERA_OP(rope, rope_pack_backward, cpu_only, void,

@@ -454,11 +454,11 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dout, const Tenso
 }
 
 namespace {
-// The split-column layer norm has CPU kernels only: a CUDA tensor throws; every tensor is f32.
+// The split-column layer norm and RMSNorm have CPU kernels only: a CUDA tensor throws; every tensor is f32.
 void split_layernorm_checks(const char* op, std::initializer_list<const Tensor*> ts) {
   same_device(op, ts);
   for (const Tensor* t : ts) {
-    TESSERA_CHECK(t->device() == Device::cpu, op, ": not implemented on CUDA (split-column layer norm)");
+    TESSERA_CHECK(t->device() == Device::cpu, op, ": not implemented on CUDA (split-column norm)");
     TESSERA_CHECK(t->dtype() == DType::f32, op, ": tensors must be f32, got ", dtype_name(t->dtype()));
   }
 }
@@ -525,6 +525,51 @@ void layernorm_split_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, cons
                                          dout.data<float>(), inp.data<float>(), weight.data<float>(),
                                          mean.data<float>(), rstd.data<float>(), sums.data<float>(), rows, cols,
                                          total_cols);
+}
+
+void rmsnorm_split_squares(Tensor& sums, const Tensor& inp) {
+  TESSERA_EXPECT_OP(rmsnorm_split_squares, cpu_only);
+  split_layernorm_checks("rmsnorm_split_squares", {&sums, &inp});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(sums.numel() == rows, "rmsnorm_split_squares", "shapes do not fit");
+  kernels::cpu::rmsnorm_split_squares(sums.data<float>(), inp.data<float>(), rows, cols);
+}
+
+void rmsnorm_split_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, const Tensor& squares,
+                           int64_t total_cols, float eps) {
+  TESSERA_EXPECT_OP(rmsnorm_split_forward, cpu_only);
+  split_layernorm_checks("rmsnorm_split_forward", {&out, &rstd, &inp, &weight, &squares});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(out.numel() == inp.numel() && rstd.numel() == rows && weight.numel() == cols && squares.numel() == rows &&
+             total_cols > 0 && cols <= total_cols,
+         "rmsnorm_split_forward", "shapes do not fit");
+  kernels::cpu::rmsnorm_split_forward(out.data<float>(), rstd.data<float>(), inp.data<float>(), weight.data<float>(),
+                                      squares.data<float>(), rows, cols, total_cols, eps);
+}
+
+void rmsnorm_split_backward_sums(Tensor& sums, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                 const Tensor& rstd) {
+  TESSERA_EXPECT_OP(rmsnorm_split_backward_sums, cpu_only);
+  split_layernorm_checks("rmsnorm_split_backward_sums", {&sums, &dout, &inp, &weight, &rstd});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(sums.numel() == rows && dout.numel() == inp.numel() && weight.numel() == cols && rstd.numel() == rows,
+         "rmsnorm_split_backward_sums", "shapes do not fit");
+  kernels::cpu::rmsnorm_split_backward_sums(sums.data<float>(), dout.data<float>(), inp.data<float>(),
+                                            weight.data<float>(), rstd.data<float>(), rows, cols);
+}
+
+void rmsnorm_split_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                            const Tensor& rstd, const Tensor& sums, int64_t total_cols) {
+  TESSERA_EXPECT_OP(rmsnorm_split_backward, cpu_only);
+  split_layernorm_checks("rmsnorm_split_backward", {&dinp, &dweight, &dout, &inp, &weight, &rstd, &sums});
+  const int64_t rows = rows_of(inp), cols = last_dim(inp);
+  expect(dinp.numel() == inp.numel() && dout.numel() == inp.numel() && dweight.numel() == cols &&
+             weight.numel() == cols && rstd.numel() == rows && sums.numel() == rows && total_cols > 0 &&
+             cols <= total_cols,
+         "rmsnorm_split_backward", "shapes do not fit");
+  kernels::cpu::rmsnorm_split_backward(dinp.data<float>(), dweight.data<float>(), dout.data<float>(),
+                                       inp.data<float>(), weight.data<float>(), rstd.data<float>(), sums.data<float>(),
+                                       rows, cols, total_cols);
 }
 
 namespace {

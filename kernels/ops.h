@@ -144,6 +144,19 @@ void add_rmsnorm_forward(Tensor& sum, Tensor& out, Tensor& rstd, const Tensor& a
 // dinp, dweight: accumulate.
 void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
                       const Tensor& rstd);
+// RMSNorm over columns split across ranks (2D/2.5D/3D tensor parallelism), as the split layer norm:
+// each rank holds inp [N, Cl] of the C = total_cols columns and the caller all-reduces (sums) the
+// row sums between the calls. One all-reduce of N values forward, one backward.
+void rmsnorm_split_squares(Tensor& sums, const Tensor& inp);  // sums [N] = sum_c inp[n, c]^2 (overwritten)
+// out = inp * rstd * weight with rstd = 1 / sqrt(squares / C + eps), saved; squares may alias rstd.
+void rmsnorm_split_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, const Tensor& squares,
+                           int64_t total_cols, float eps);
+// sums [N] = sum_c g xhat over this rank's columns (g = weight * dout, xhat = inp * rstd); overwritten.
+void rmsnorm_split_backward_sums(Tensor& sums, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                 const Tensor& rstd);
+// With the sums all-reduced: dinp += rstd (g - xhat sums / C), dweight += dout xhat (accumulate).
+void rmsnorm_split_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                            const Tensor& rstd, const Tensor& sums, int64_t total_cols);
 
 // Rotary position embedding with Hugging Face Llama's "rotate half" pairing (element i of a head
 // with element i + D/2, angle position x theta^(-2i/D)), applied to q and k as they are packed into

@@ -37,6 +37,12 @@ SelfAttention::SelfAttention(ParamStore& store, const std::string& name, int64_t
   const int64_t kv = options.kv_heads > 0 ? options.kv_heads : heads, tp = layout.size();
   TESSERA_CHECK(heads % kv == 0, "--kv-heads ", kv, " does not divide --heads ", heads);
   TESSERA_CHECK(head_dim_ % 2 == 0, "rotary positions need an even head size: --hidden / --heads is ", head_dim_);
+  // A grid layout (2D, 2.5D, 3D) splits the kv heads over its side q like the query heads: each
+  // rank's block of K and V holds the kv heads its query heads read. Replicating them would need
+  // every rank's K and V over all kv heads from its block of the features (not written).
+  TESSERA_CHECK(!layout.splits_features() || kv % tp == 0, "--kv-heads ", kv, " is not divisible by the tensor-",
+                "parallel grid's side ", tp, ": --tp-mode 2d, 2.5d and 3d split the kv heads over the grid's side",
+                " (replicating them when there are fewer is --tp-mode 1d's)");
   TESSERA_CHECK(kv % tp == 0 || tp % kv == 0, "--kv-heads ", kv, " and --tp ", tp, ": tensor parallelism splits",
                 " the kv heads (--tp divides --kv-heads) or replicates them (--kv-heads divides --tp)");
   group_ = heads / kv;

@@ -9,8 +9,6 @@ LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channel
                      float eps, NormKind kind)
     : store_(&store), eps_(eps), kind_(kind), channels_(channels) {
   if (layout.splits_features()) layout_ = &layout;
-  TESSERA_CHECK(!(layout_ && kind == NormKind::rms), "RMSNorm (--arch llama) under a 2d, 2.5d or 3d tensor layout",
-                " is not supported yet: use --tp-mode 1d");
   const Shard features = layout.feature_split(0, channels, 1, false, (name + " features").c_str());
   weight_ = store.add(name + ".weight", {channels}, Init::Ones(), false, features);
   if (kind == NormKind::layer) bias_ = store.add(name + ".bias", {channels}, Init::Zeros(), false, features);
@@ -21,6 +19,14 @@ LayerNorm::LayerNorm(ParamStore& store, const std::string& name, int64_t channel
 }
 
 void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) const {
+  if (kind_ == NormKind::rms && layout_) {
+    // Features split: the rows' sums of squares, all-reduced over the feature ranks (rstd holds
+    // them in between).
+    ops::rmsnorm_split_squares(rstd, x);
+    layout_->all_reduce(rstd);
+    ops::rmsnorm_split_forward(y, rstd, x, store_->value(weight_), rstd, channels_, eps_);
+    return;
+  }
   if (kind_ == NormKind::rms) {
     ops::rmsnorm_forward(y, rstd, x, store_->value(weight_), eps_);
     return;
@@ -41,7 +47,7 @@ void LayerNorm::forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x) 
 
 void LayerNorm::add_forward(Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& a,
                             const Tensor& b) const {
-  if (kind_ == NormKind::rms) {
+  if (kind_ == NormKind::rms && !layout_) {
     ops::add_rmsnorm_forward(sum, y, rstd, a, b, store_->value(weight_), eps_);
     return;
   }
@@ -56,8 +62,15 @@ void LayerNorm::add_forward(Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd, 
 void LayerNorm::split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dy, const Tensor& x,
                                const Tensor& mean, const Tensor& rstd) const {
   const int64_t rows = x.numel() / (channels_ / layout_->size());
-  if (sums_.numel() != 2 * rows) sums_ = Tensor::empty({2, rows}, DType::f32, x.device());
+  const int64_t sums_per_row = kind_ == NormKind::rms ? 1 : 2;
+  if (sums_.numel() != sums_per_row * rows) sums_ = Tensor::empty({sums_per_row, rows}, DType::f32, x.device());
   Tensor& sums = sums_;
+  if (kind_ == NormKind::rms) {  // sum_c g xhat all-reduced over the feature ranks
+    ops::rmsnorm_split_backward_sums(sums, dy, x, store_->value(weight_), rstd);
+    layout_->all_reduce(sums);
+    ops::rmsnorm_split_backward(dx, dweight, dy, x, store_->value(weight_), rstd, sums, channels_);
+    return;
+  }
   ops::layernorm_split_backward_sums(sums, dy, x, store_->value(weight_), mean, rstd);
   layout_->all_reduce(sums);
   ops::layernorm_split_backward(dx, dweight, dbias, dy, x, store_->value(weight_), mean, rstd, sums, channels_);
@@ -65,6 +78,12 @@ void LayerNorm::split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const
 
 void LayerNorm::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
                          WeightGrads* defer) const {
+  TESSERA_CHECK(!(defer && layout_), "a grid layout's layer norm cannot defer its weight gradients (zero-bubble)");
+  if (kind_ == NormKind::rms && layout_) {
+    Tensor no_bias;
+    split_backward(dx, store_->grad(weight_), no_bias, dy, x, mean, rstd);
+    return;
+  }
   if (kind_ == NormKind::rms) {
     if (!defer) {
       ops::rmsnorm_backward(dx, store_->grad(weight_), dy, x, store_->value(weight_), rstd);
@@ -84,7 +103,6 @@ void LayerNorm::backward(Tensor& dx, const Tensor& dy, const Tensor& x, const Te
     }
     return;
   }
-  TESSERA_CHECK(!layout_, "a grid layout's layer norm cannot defer its weight gradients (zero-bubble)");
   const Tensor& w = store_->value(weight_);
   Tensor dweight = defer->discard_like(w), dbias = defer->discard_like(w);
   defer->layer_norm(*this, dy, x, mean, rstd);

@@ -3,7 +3,8 @@
 // splits token rows each rank normalises its rows, and its weight and bias gradients are partial
 // (PartialGrad::rows; summed over tp once per step). Under a grid layout (2D, 2.5D, 3D) each
 // rank holds a block of the features: the row statistics are all-reduced over the ranks holding
-// the rest (two all-reduces of N values forward, one of 2N backward).
+// the rest (LayerNorm: two all-reduces of N values forward, one of 2N backward; RMSNorm: the sums
+// of squares, one all-reduce of N forward, and one of N backward).
 #pragma once
 #include <string>
 
@@ -34,6 +35,7 @@ class LayerNorm {
                         Tensor& dx_discarded) const;
 
  private:
+  // RMSNorm: dbias unused.
   void split_backward(Tensor& dx, Tensor& dweight, Tensor& dbias, const Tensor& dy, const Tensor& x,
                       const Tensor& mean, const Tensor& rstd) const;
 
@@ -43,7 +45,7 @@ class LayerNorm {
   float eps_ = 1e-5f;
   NormKind kind_ = NormKind::layer;
   int64_t channels_ = 0;  // all ranks' features
-  mutable Tensor sums_;   // a split layer norm's backward row sums [2, N], kept between calls
+  mutable Tensor sums_;   // a split norm's backward row sums ([2, N]; RMSNorm [1, N]), kept between calls
 };
 
 }  // namespace tessera::nn

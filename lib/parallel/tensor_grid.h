@@ -21,9 +21,12 @@
 // over the ranks splitting the stream's features, its features over the grid column's ranks (i);
 // the blocks are all-gathered around each use and the gradient reduce-scattered back; the
 // lookup's [N, C] output is reduce-scattered to the rank's feature block, the head's input
-// all-gathered, and the loss is vocab-parallel over the feature ranks. Layer norms all-reduce
-// their row statistics over the feature ranks (two all-reduces of N values forward, one of 2N
-// backward). Gradients of vectors and replicated blocks are completed once per step over the
+// all-gathered, and the loss is vocab-parallel over the feature ranks (an untied head: the same
+// over its own table). Layer norms all-reduce their row statistics over the feature ranks (two
+// all-reduces of N values forward, one of 2N backward; Llama's RMSNorm one of its rows' sums of
+// squares forward, one of N backward). Llama's attention splits the kv heads over the branch's
+// feature ranks like the query heads (q must divide them: nn/attention.cpp refuses fewer), and
+// rotates each rank's heads at their positions (every rank holds whole sequences). Gradients of vectors and replicated blocks are completed once per step over the
 // groups nn::PartialGrad names (train/trainer.cpp). The loss sums over the ranks splitting rows.
 #pragma once
 #include "comm/process_mesh.h"

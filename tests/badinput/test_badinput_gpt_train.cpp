@@ -475,6 +475,14 @@ TEST_F(GptTrainBadLayout, GridTensorParallelWithSequenceParallel) {
                  "--tp-mode 2d with sequence parallelism (--sp, --sp-mode split_gather): not supported yet");
 }
 
+// Llama on a grid: the kv heads split over the grid's side like the query heads; fewer kv heads
+// than the side (replicated under 1D) are refused naming both numbers.
+TEST_F(GptTrainBadLayout, LlamaGridWithFewerKvHeadsThanTheGridSide) {
+  shape_ = "--arch llama --layers 1 --hidden 16 --heads 2 --seq-len 8";
+  expect_refused(4, "--kv-heads 1 --tp 4 --tp-mode 2d",
+                 "--kv-heads 1 is not divisible by the tensor-parallel grid's side 2");
+}
+
 TEST_F(GptTrainBadLayout, TensorParallelSizeNotACubeFor3d) {
   expect_refused(4, "--tp 4 --tp-mode 3d", "--tp 4 does not fit --tp-mode 3d: it needs --tp = q^3, one of 1, 8, 27, 64");
 }

@@ -65,8 +65,6 @@ refused() {  # EXPECTED_MESSAGE RANKS options...
   grep -qF -- "$want" "$tmp/out" || { echo "error: '$want' not in:"; cat "$tmp/out"; exit 1; }
   echo "refused as expected: $want"
 }
-refused "RMSNorm (--arch llama) under a 2d, 2.5d or 3d tensor layout is not supported yet" 4 "${common[@]}" \
-  --tp 4 --tp-mode 2d
 base=(--arch llama --layers 4 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --threads 1)
 refused "--kv-heads 3 does not divide --heads 4" 1 "${base[@]}" --kv-heads 3
 refused "--kv-heads 6 and --tp 4: tensor parallelism splits the kv heads" 4 --arch llama --hidden 48 --heads 12 \
