@@ -30,11 +30,12 @@ for arch in gpt2 llama; do
   parity_case "$arch-sp2-tp2" 4 "$arch-ref" "$data" --sp 2 --tp 2 --sp-mode zigzag
   resume_case "$arch: sp2 zigzag step 5 -> one rank" "$arch-ref" "$data" "$tmp/$arch-sp2/step_5.h5" 1 --micro-batch 8
 done
+# The loop left llama's options in `common`: the gpt2 ones again for the gpt2 cases below.
+common=(--layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11 --threads 1
+        --bucket-mb 0.01)
 parity_case gpt2-sp2-dp2-zero3 4 gpt2-ref "$data" --sp 2 --sp-mode zigzag --zero 3
 parity_case gpt2-sp2-pp2 4 gpt2-ref "$data" --sp 2 --pp 2 --sp-mode zigzag --micro-batch 2
 parity_case gpt2-sp2-selective 2 gpt2-ref "$data" --sp 2 --sp-mode zigzag --activation-checkpointing selective
-common=(--layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11 --threads 1
-        --bucket-mb 0.01)
 resume_case "gpt2: sp2 zigzag step 5 -> dp2" gpt2-ref "$data" "$tmp/gpt2-sp2/step_5.h5" 2
 resume_case "gpt2: one rank step 5 -> sp4 zigzag" gpt2-ref "$data" "$tmp/gpt2-ref/step_5.h5" 4 --sp 4 --sp-mode zigzag
 
