@@ -16,29 +16,8 @@ import subprocess
 import sys
 import tempfile
 
-
-def ranks_of(values):
-    """Average ranks (1-based), ties sharing the mean of their positions."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
-def spearman(x, y):
-    rx, ry = ranks_of(x), ranks_of(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    vx = sum((a - mx) ** 2 for a in rx)
-    vy = sum((b - my) ** 2 for b in ry)
-    return cov / (vx * vy) ** 0.5 if vx > 0 and vy > 0 else float("nan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from campaign_report import spearman  # noqa: E402  (the campaign's own figure)
 
 
 def fail(message):
