@@ -85,19 +85,9 @@ int main(int argc, char** argv) {
   if (mpi.world_size() > 1) log::set_rank(mpi.world_rank());
   const int code = cli::run_main([&] {
     // --layout auto: the search's fastest layout in place of it, on every rank alike.
-    int run_argc = argc;
-    char** run_argv = argv;
-    std::vector<std::string> chosen;
-    std::vector<char*> chosen_argv;
-    if (const std::optional<cli::AutoLayout> a =
-            cli::resolve_auto_layout(std::vector<std::string>(argv + 1, argv + argc), false, true)) {
-      chosen.push_back(argv[0]);
-      chosen.insert(chosen.end(), a->args.begin(), a->args.end());
-      for (std::string& t : chosen) chosen_argv.push_back(t.data());
-      run_argc = static_cast<int>(chosen_argv.size());
-      run_argv = chosen_argv.data();
-      if (mpi.world_rank() == 0) log::info(a->summary);
-    }
+    const cli::ResolvedArgv resolved(argc, argv, false, true, mpi.world_rank() == 0);
+    const int run_argc = resolved.argc();
+    char** run_argv = resolved.argv();
     cli::OptionSections opts;
     cli::TrainOptions o;
     cli::VitModelOptions model_options;

@@ -92,4 +92,15 @@ std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& gi
   return chosen;
 }
 
+ResolvedArgv::ResolvedArgv(int argc, char** argv, bool moe, bool vit, bool log_summary) : argc_(argc), argv_(argv) {
+  const std::optional<AutoLayout> a = resolve_auto_layout(std::vector<std::string>(argv + 1, argv + argc), moe, vit);
+  if (!a) return;
+  args_.push_back(argv[0]);
+  args_.insert(args_.end(), a->args.begin(), a->args.end());
+  for (std::string& t : args_) pointers_.push_back(t.data());
+  argc_ = static_cast<int>(pointers_.size());
+  argv_ = pointers_.data();
+  if (log_summary) log::info(a->summary);
+}
+
 }  // namespace tessera::cli

@@ -21,4 +21,19 @@ struct AutoLayout {
 // layout was rejected).
 std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& args, bool moe, bool vit = false);
 
+// A trainer's command line with --layout auto resolved: argc()/argv() are the program's own when it
+// does not ask for it, else the program name and the chosen arguments (rank 0 logs the summary).
+class ResolvedArgv {
+ public:
+  ResolvedArgv(int argc, char** argv, bool moe, bool vit, bool log_summary);
+  int argc() const { return argc_; }
+  char** argv() const { return argv_; }
+
+ private:
+  std::vector<std::string> args_;
+  std::vector<char*> pointers_;
+  int argc_;
+  char** argv_;
+};
+
 }  // namespace tessera::cli

@@ -74,18 +74,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
   const int code = run_main([&] {
     const bool moe = app == GptApp::moe;
     // --layout auto: the search's fastest layout in place of it, on every rank alike.
-    int run_argc = argc;
-    char** run_argv = argv;
-    std::vector<std::string> chosen;
-    std::vector<char*> chosen_argv;
-    if (const std::optional<AutoLayout> a = resolve_auto_layout(std::vector<std::string>(argv + 1, argv + argc), moe)) {
-      chosen.push_back(argv[0]);
-      chosen.insert(chosen.end(), a->args.begin(), a->args.end());
-      for (std::string& t : chosen) chosen_argv.push_back(t.data());
-      run_argc = static_cast<int>(chosen_argv.size());
-      run_argv = chosen_argv.data();
-      if (mpi.world_rank() == 0) log::info(a->summary);
-    }
+    const ResolvedArgv resolved(argc, argv, moe, false, mpi.world_rank() == 0);
+    const int run_argc = resolved.argc();
+    char** run_argv = resolved.argv();
     OptionSections opts;
     TrainOptions o;
     const char* name = moe ? "moe_train" : "gpt_train";
