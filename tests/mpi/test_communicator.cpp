@@ -9,6 +9,7 @@
 
 #include "comm/communicator.h"
 #include "comm/process_mesh.h"
+#include "split_comm.h"
 
 using namespace tessera;
 using namespace tessera::comm;
@@ -20,19 +21,6 @@ int world_rank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
-
-// An MPI sub-communicator freed at the end of the scope.
-class SplitComm {
- public:
-  SplitComm(int color, int key) { MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm_); }
-  ~SplitComm() { MPI_Comm_free(&comm_); }
-  SplitComm(const SplitComm&) = delete;
-  SplitComm& operator=(const SplitComm&) = delete;
-  MPI_Comm get() const { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
 
 Tensor f32(int64_t n) { return Tensor::zeros({n}, DType::f32); }
 Tensor i32(int64_t n) { return Tensor::zeros({n}, DType::i32); }

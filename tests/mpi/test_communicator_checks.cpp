@@ -9,6 +9,7 @@
 #include "comm/collective_check.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "split_comm.h"
 
 using namespace tessera;
 using namespace tessera::comm;
@@ -23,19 +24,6 @@ int world_rank() {
 
 Tensor f32(int64_t n) { return Tensor::zeros({n}, DType::f32); }
 Tensor i32(int64_t n) { return Tensor::zeros({n}, DType::i32); }
-
-// An MPI sub-communicator freed at the end of the scope.
-class SplitComm {
- public:
-  SplitComm(int color, int key) { MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm_); }
-  ~SplitComm() { MPI_Comm_free(&comm_); }
-  SplitComm(const SplitComm&) = delete;
-  SplitComm& operator=(const SplitComm&) = delete;
-  MPI_Comm get() const { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
 
 // Runs `call`, which must throw tessera::Error; returns its message.
 template <typename F>

@@ -18,6 +18,7 @@
 #include "core/allocator.h"
 #include "nn/moe.h"
 #include "parallel/expert_parallel.h"
+#include "split_comm.h"
 
 using namespace tessera;
 using tessera::testing::max_rel_error;
@@ -257,19 +258,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"top1_crowded_expert_capacity", 1, 1.0f, 4, Router::crowd_first_expert},
                       Case{"top2_crowded_expert_capacity", 2, 1.0f, 4, Router::crowd_first_expert}),
     case_name);
-
-// A sub-communicator of the world (MPI_Comm_split), freed with it.
-class SplitComm {
- public:
-  SplitComm(int color, int key) { MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm_); }
-  ~SplitComm() { MPI_Comm_free(&comm_); }
-  SplitComm(const SplitComm&) = delete;
-  SplitComm& operator=(const SplitComm&) = delete;
-  MPI_Comm get() const { return comm_; }
-
- private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-};
 
 // Token shards (nn/expert_layout.h): the world as ep x 2 shards (shards inner, as the mesh puts sp
 // inside ep), 4 sequences of 6 positions over the ep group. Shards of each sequence (sp: rank

@@ -9,17 +9,8 @@ build=$1; src=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 source "$src/tests/tools/layout_parity.sh"
 
-# Short documents, one a JSONL line: most training windows span several.
-/usr/bin/python3 - "$tmp/docs.jsonl" <<'PY'
-import json, sys
-words = "the cat sat on a mat while dogs ran far away from home and back again".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(600):
-        n = 1 + (i * 7) % 3
-        f.write(json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(n))}) + "\n")
-PY
 data="$tmp/docs.h5"
-"$build/apps/data_prep" text --input "$tmp/docs.jsonl" --output "$data" --val-fraction 0.2 >/dev/null
+short_documents "$data"
 
 for arch in gpt2 llama; do
   common=(--layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11

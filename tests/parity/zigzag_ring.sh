@@ -61,17 +61,9 @@ print(f"{want} as the formula gives")
 PY
 done
 
-# Document masking: documents of 1 to 3 words packed into windows of 16 bytes (as document_mask.sh).
-/usr/bin/python3 - "$tmp/docs.jsonl" <<'PY'
-import json, sys
-words = "the cat sat on a mat while dogs ran far away from home and back again".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(600):
-        n = 1 + (i * 7) % 3
-        f.write(json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(n))}) + "\n")
-PY
+# Document masking: documents of 1 to 3 words packed into windows of 16 bytes.
 docs="$tmp/docs.h5"
-"$build/apps/data_prep" text --input "$tmp/docs.jsonl" --output "$docs" --val-fraction 0.2 >/dev/null
+short_documents "$docs"
 for arch in gpt2 llama; do
   common=(--layers 2 --hidden 32 --heads 4 --seq-len 16 --global-batch 8 --lr 3e-3 --warmup 2 --seed 11
           --threads 1 --bucket-mb 0.01 --document-mask)

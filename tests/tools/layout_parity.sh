@@ -15,6 +15,9 @@
 #   checkpointed_like_plain NAME RANKS DATA [options...]
 #     the layout's plain run NAME, then --activation-checkpointing full and selective, every block
 #     and every 2nd, each the same as plain (same_as_plain).
+#   short_documents OUT.h5
+#     600 documents of 1 to 3 words (data_prep text, 20% held out): most training windows of 16
+#     bytes span several; for the --document-mask scripts.
 #   resume_case NAME REF DATA CHECKPOINT RANKS [options...]
 #     resumes CHECKPOINT (.../step_K.h5) under the layout and trains to run REF's last step; REF's
 #     first K steps followed by the resumed ones equal REF's losses (relative 1e-5).
@@ -84,4 +87,16 @@ resume_case() {
     --resume "$ck" "$@" --metrics "$tmp/$name.jsonl" >/dev/null
   head -n "$k" "$tmp/$ref.train.jsonl" | cat - "$tmp/$name.jsonl" > "$tmp/$name.all.jsonl"
   $compare_losses "$tmp/$ref.train.jsonl" "$tmp/$name.all.jsonl" --rtol 1e-5
+}
+
+short_documents() {  # OUT.h5
+  /usr/bin/python3 - "$tmp/short_documents.jsonl" <<'PY'
+import json, sys
+words = "the cat sat on a mat while dogs ran far away from home and back again".split()
+with open(sys.argv[1], "w") as f:
+    for i in range(600):
+        n = 1 + (i * 7) % 3
+        f.write(json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(n))}) + "\n")
+PY
+  "$build/apps/data_prep" text --input "$tmp/short_documents.jsonl" --output "$1" --val-fraction 0.2 >/dev/null
 }
