@@ -183,4 +183,17 @@ PipelineSchedule make_schedule(const std::string& name, int p, int m, int v) {
   return zero_bubble_h1(p, m);
 }
 
+size_t next_receive(const std::vector<PipelineInstruction>& program, size_t i) {
+  for (size_t j = i + 1; j < program.size(); ++j)
+    if (is_recv(program[j].op)) return j;
+  return program.size();
+}
+
+bool releases_activations(const PipelineSchedule& s, const std::vector<PipelineInstruction>& program, size_t i) {
+  const PipelineOp op = program[i].op;
+  if (s.split_backward) return op == PipelineOp::backward_w;
+  const bool sends_next = i + 1 < program.size() && program[i + 1].op == PipelineOp::send_bwd;
+  return (op == PipelineOp::backward && !sends_next) || op == PipelineOp::send_bwd;
+}
+
 }  // namespace tessera::parallel

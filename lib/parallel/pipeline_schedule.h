@@ -54,6 +54,14 @@ struct PipelineSchedule {
 // input from the data, the last its output gradient from the loss.
 std::optional<StageChunk> peer(const PipelineSchedule& s, int stage, const PipelineInstruction& in);
 
+// The rules PipelineRunner runs a program by, shared with the memory planner that predicts it:
+// the position of the first receive after instruction i (the one a compute step posts ahead, so
+// its message arrives during compute), or the program's size when none follows; and whether
+// instruction i is a micro-batch's last step on the stage, after which its activations are free
+// (its backward, the send of its input gradient right after it, or its W under a split backward).
+size_t next_receive(const std::vector<PipelineInstruction>& program, size_t i);
+bool releases_activations(const PipelineSchedule& s, const std::vector<PipelineInstruction>& program, size_t i);
+
 // Generators. p stages, m micro-batches, v chunks per stage; each refuses bad sizes with
 // tessera::Error. Programs receive right before the compute that needs the message and send right
 // after the compute that made it.

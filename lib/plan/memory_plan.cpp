@@ -162,19 +162,13 @@ std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedul
   };
   for (size_t i = 0; i < program.size(); ++i) {
     const parallel::PipelineInstruction& in = program[i];
-    if (parallel::is_compute(in.op))  // posts the next receive; a recv_fwd's lands in its slot
-      for (size_t j = i + 1; j < program.size(); ++j)
-        if (parallel::is_recv(program[j].op)) {
-          if (program[j].op == PipelineOp::recv_fwd) take(program[j]);
-          break;
-        }
-    if (in.op == PipelineOp::recv_fwd || in.op == PipelineOp::forward) take(in);
-    bool frees = in.op == PipelineOp::backward_w;
-    if (!schedule.split_backward) {
-      const bool sends_next = i + 1 < program.size() && program[i + 1].op == PipelineOp::send_bwd;
-      frees = (in.op == PipelineOp::backward && !sends_next) || in.op == PipelineOp::send_bwd;
+    if (parallel::is_compute(in.op)) {  // posts the next receive; a recv_fwd's lands in its slot
+      const size_t j = parallel::next_receive(program, i);
+      if (j < program.size() && program[j].op == PipelineOp::recv_fwd) take(program[j]);
     }
-    if (frees && held.erase({in.chunk, in.micro_batch})) --live[in.chunk];
+    if (in.op == PipelineOp::recv_fwd || in.op == PipelineOp::forward) take(in);
+    if (parallel::releases_activations(schedule, program, i) && held.erase({in.chunk, in.micro_batch}))
+      --live[in.chunk];
   }
   return peak;
 }

@@ -72,11 +72,8 @@ double PipelineRunner::train_step(int64_t step, float grad_scale, parallel::Grad
   double loss = 0.0;
   // Posts the receive of the first receiving instruction after i, so it arrives during compute.
   auto post_next_receive = [&](size_t i) {
-    for (size_t j = i + 1; j < program_.size(); ++j)
-      if (parallel::is_recv(program_[j].op)) {
-        post_receive(program_[j]);
-        return;
-      }
+    const size_t j = parallel::next_receive(program_, i);
+    if (j < program_.size()) post_receive(program_[j]);
   };
   for (size_t i = 0; i < program_.size(); ++i) {
     const PipelineInstruction& in = program_[i];
@@ -115,14 +112,8 @@ double PipelineRunner::train_step(int64_t step, float grad_scale, parallel::Grad
         break;
     }
     if (trace_) trace_->add(schedule_.describe(in), parallel::is_compute(in.op) ? "compute" : "comm", t0, trace_->now());
-    // A micro-batch's activations are free after its last step on this stage: its backward (or
-    // W), and the send of its input gradient right after it.
-    bool frees = in.op == PipelineOp::backward_w;
-    if (!schedule_.split_backward) {
-      const bool sends_next = i + 1 < program_.size() && program_[i + 1].op == PipelineOp::send_bwd;
-      frees = (in.op == PipelineOp::backward && !sends_next) || in.op == PipelineOp::send_bwd;
-    }
-    if (frees) stage_.release(in.chunk, in.micro_batch);
+    // A micro-batch's activations are free after its last step on this stage.
+    if (parallel::releases_activations(schedule_, program_, i)) stage_.release(in.chunk, in.micro_batch);
     reap_sends(false);
   }
   reap_sends(true);
