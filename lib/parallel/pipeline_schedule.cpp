@@ -196,4 +196,32 @@ bool releases_activations(const PipelineSchedule& s, const std::vector<PipelineI
   return (op == PipelineOp::backward && !sends_next) || op == PipelineOp::send_bwd;
 }
 
+// A bound from the programs alone: a send to stage q is surely complete once this stage has
+// received a message that q sent after waiting for it (q's program receives it earlier than it
+// sends the other), so every copy counts until such a receive.
+int message_copies_in_flight(const PipelineSchedule& schedule, int stage) {
+  const auto position = [&](int q, PipelineOp op, int micro, int chunk) {
+    const std::vector<PipelineInstruction>& program = schedule.programs.at(q);
+    for (size_t i = 0; i < program.size(); ++i)
+      if (program[i].op == op && program[i].micro_batch == micro && program[i].chunk == chunk) return i;
+    throw Error("pipeline schedule: stage " + std::to_string(q) + " lacks the other end of a message");
+  };
+  std::vector<std::pair<int, size_t>> in_flight;  // (peer stage, where the peer receives it)
+  size_t peak = 0;
+  for (const PipelineInstruction& in : schedule.programs.at(stage)) {
+    const std::optional<StageChunk> other = peer(schedule, stage, in);
+    if (!other) continue;
+    if (is_send(in.op)) {
+      const PipelineOp receive = in.op == PipelineOp::send_fwd ? PipelineOp::recv_fwd : PipelineOp::recv_bwd;
+      in_flight.push_back({other->stage, position(other->stage, receive, in.micro_batch, other->chunk)});
+      peak = std::max(peak, in_flight.size());
+    } else if (is_recv(in.op)) {
+      const PipelineOp send = in.op == PipelineOp::recv_fwd ? PipelineOp::send_fwd : PipelineOp::send_bwd;
+      const size_t sent_at = position(other->stage, send, in.micro_batch, other->chunk);
+      std::erase_if(in_flight, [&](const std::pair<int, size_t>& f) { return f.first == other->stage && f.second < sent_at; });
+    }
+  }
+  return static_cast<int>(peak);
+}
+
 }  // namespace tessera::parallel

@@ -61,6 +61,11 @@ std::optional<StageChunk> peer(const PipelineSchedule& s, int stage, const Pipel
 // (its backward, the send of its input gradient right after it, or its W under a split backward).
 size_t next_receive(const std::vector<PipelineInstruction>& program, size_t i);
 bool releases_activations(const PipelineSchedule& s, const std::vector<PipelineInstruction>& program, size_t i);
+// The most copies of sent messages `stage` holds at once: PipelineRunner copies each message it
+// sends and keeps the copy until it learns, testing after each instruction, that the send is
+// complete. The runner makes this many copies at its first send and reuses them, so steps after
+// the first allocate nothing however the messages' timing falls; the memory planner counts them.
+int message_copies_in_flight(const PipelineSchedule& s, int stage);
 
 // Generators. p stages, m micro-batches, v chunks per stage; each refuses bad sizes with
 // tessera::Error. Programs receive right before the compute that needs the message and send right

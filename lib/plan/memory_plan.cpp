@@ -106,7 +106,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
       add(m, "buffers", "tied token table's mirror (values, gradients)", kBytes * 2 * params.mirror.numel());
     // A send's copy lives until the message has left, which depends on when the peer receives:
     // bounded from the schedule (message_copies_in_flight).
-    const int copies = schedule ? message_copies_in_flight(*schedule, stage) : 0;
+    const int copies = schedule ? parallel::message_copies_in_flight(*schedule, stage) : 0;
     add(m, "buffers", "pipeline message copies (at most " + std::to_string(copies) + " in flight)",
         kBytes * copies * shape.rows() * run.model.hidden, true);
     if (tied && first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
@@ -171,37 +171,6 @@ std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedul
       --live[in.chunk];
   }
   return peak;
-}
-
-// The most copies of sent messages `stage` holds at once. PipelineRunner copies each message it
-// sends and keeps the copy until the send completes, which it learns by testing after each
-// instruction; the copies are then reused. A bound from the programs alone: a send to stage q is
-// surely complete once this stage has received a message that q sent after waiting for it (q's
-// program receives it earlier than it sends the other), so every copy counts until such a receive.
-int message_copies_in_flight(const parallel::PipelineSchedule& schedule, int stage) {
-  using parallel::PipelineOp;
-  const auto position = [&](int q, PipelineOp op, int micro, int chunk) {
-    const std::vector<parallel::PipelineInstruction>& program = schedule.programs.at(q);
-    for (size_t i = 0; i < program.size(); ++i)
-      if (program[i].op == op && program[i].micro_batch == micro && program[i].chunk == chunk) return i;
-    throw Error("pipeline schedule: stage " + std::to_string(q) + " lacks the other end of a message");
-  };
-  std::vector<std::pair<int, size_t>> in_flight;  // (peer stage, where the peer receives it)
-  size_t peak = 0;
-  for (const parallel::PipelineInstruction& in : schedule.programs.at(stage)) {
-    const std::optional<parallel::StageChunk> other = parallel::peer(schedule, stage, in);
-    if (!other) continue;
-    if (parallel::is_send(in.op)) {
-      const PipelineOp receive = in.op == PipelineOp::send_fwd ? PipelineOp::recv_fwd : PipelineOp::recv_bwd;
-      in_flight.push_back({other->stage, position(other->stage, receive, in.micro_batch, other->chunk)});
-      peak = std::max(peak, in_flight.size());
-    } else if (parallel::is_recv(in.op)) {
-      const PipelineOp send = in.op == PipelineOp::recv_fwd ? PipelineOp::send_fwd : PipelineOp::send_bwd;
-      const size_t sent_at = position(other->stage, send, in.micro_batch, other->chunk);
-      std::erase_if(in_flight, [&](const std::pair<int, size_t>& f) { return f.first == other->stage && f.second < sent_at; });
-    }
-  }
-  return static_cast<int>(peak);
 }
 
 // Adds an item when it is not empty.

@@ -24,9 +24,6 @@ void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const
 // Micro-batches each chunk of `stage` holds activations for at once.
 std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedule, int stage);
 
-// The most copies of sent pipeline messages `stage` holds at once (a bound from the programs).
-int message_copies_in_flight(const parallel::PipelineSchedule& schedule, int stage);
-
 // ZeRO-3: the most a rank of the stage holds gathered at once (parallel/sharded_params.h), in
 // elements; `unit_first_param`: each unit's first parameter in `store`.
 int64_t zero3_gathered(const nn::ParamStore& store, const std::vector<int>& unit_first_param, int data_ranks,

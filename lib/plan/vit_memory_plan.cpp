@@ -78,7 +78,7 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
                                     [](const nn::ParamSpec& s) { return s.partial != nn::PartialGrad::complete; }));
   if (schedule) {
     // A send's copy lives until the message has left: bounded from the schedule, as for the GPTs.
-    const int copies = message_copies_in_flight(*schedule, stage);
+    const int copies = parallel::message_copies_in_flight(*schedule, stage);
     add_item(m, "buffers", "pipeline message copies (at most " + std::to_string(copies) + " in flight)",
              kBytes * copies * b * t * c, true);
   }

@@ -1,6 +1,8 @@
 // PipelineRunner: one stage's program, instruction by instruction.
 #include "train/pipeline_runner.h"
 
+#include <algorithm>
+
 #include "core/timer.h"
 #include "parallel/pipeline_verifier.h"
 
@@ -17,6 +19,7 @@ PipelineRunner::PipelineRunner(PipelineStage& stage, comm::Communicator& pp, par
   TESSERA_CHECK(2 * schedule_.chunks * schedule_.micro_batches < 32000, "pipeline: ", schedule_.micro_batches,
                 " micro-batches x ", schedule_.chunks, " chunks exceed the message tags MPI guarantees");
   parallel::check_schedule(schedule_);
+  copies_bound_ = parallel::message_copies_in_flight(schedule_, pp.rank());
 }
 
 int PipelineRunner::tag(const Key& k) const {
@@ -43,13 +46,15 @@ void PipelineRunner::send(const PipelineInstruction& in) {
   const Tensor& from = forward ? stage_.chunk_output(in.chunk, in.micro_batch)
                                : stage_.chunk_grad(in.chunk, in.micro_batch);
   // A copy, so the micro-batch's buffers can be recycled before the message has left.
-  Tensor buffer;
-  if (!spare_buffers_.empty() && spare_buffers_.back().numel() == from.numel()) {
-    buffer = std::move(spare_buffers_.back());
-    spare_buffers_.pop_back();
-  } else {
-    buffer = Tensor::empty(from.shape());
+  // The schedule bounds the copies in flight: all are made at the first send (one more only where
+  // a send the bound counts as complete has not reported so yet), so later steps allocate nothing.
+  if (spare_buffers_.empty() || spare_buffers_.back().numel() != from.numel()) {
+    const int more = std::max(1, copies_bound_ - copies_made_);
+    for (int k = 0; k < more; ++k) spare_buffers_.push_back(Tensor::empty(from.shape()));
+    copies_made_ += more;
   }
+  Tensor buffer = std::move(spare_buffers_.back());
+  spare_buffers_.pop_back();
   buffer.copy_from(from);
   sends_.push_back({pp_.isend(buffer, to.stage, tag(key)), buffer});
 }

@@ -59,6 +59,8 @@ class PipelineRunner {
   };
   std::vector<Outgoing> sends_;
   std::vector<Tensor> spare_buffers_;  // completed sends' buffers, for reuse
+  int copies_bound_ = 0;  // parallel::message_copies_in_flight for this stage
+  int copies_made_ = 0;
   RunTrace* trace_ = nullptr;
 };
 
