@@ -23,7 +23,6 @@ namespace tessera::plan {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int64_t kSmallElements = 256;  // the message of the between-compute latency (1 KiB)
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -141,17 +140,19 @@ double time_collective(comm::Communicator& group, const std::string& op, int64_t
   return slowest_median(group, times);
 }
 
-// Seconds one call of `op` on a small message adds to a step where it sits between pieces of
-// compute (a 160 x 160 x 160 GEMM, about a tenth of a millisecond alone), as a layer's collective
-// does: the difference between loops of compute with and without the call, per call. Where ranks
-// share cores (more ranks than cores), a collective waits for every member to be scheduled again,
-// and this is far above the barrier-started latency time_collective sees; on a core per rank the two
-// agree. The slowest rank's median of `repeats` loops.
-double time_collective_between_compute(comm::Communicator& group, const std::string& op, int repeats) {
-  const int64_t n = 160, calls = 16;
+// Seconds one call of `op` with messages of `elements` floats adds to a step where it sits between
+// pieces of compute (160 x 160 x 160 GEMMs, about a tenth of a millisecond each alone), as a
+// layer's collective does: the difference between loops of compute with and without the call, per
+// call. Each loop runs 64 calls, long enough (tens of milliseconds where ranks outnumber cores) that
+// the ranks share the cores in both loops as they do in training. Where ranks share cores, a
+// collective waits for every member to be scheduled again and its bytes compete with the compute
+// for the cores, so this is well above what a barrier-started call takes (time_collective); on a
+// core per rank the two agree. The slowest rank's median of `repeats` loops.
+double time_collective_between_compute(comm::Communicator& group, const std::string& op, int64_t elements,
+                                       int repeats) {
+  const int64_t n = 160, calls = 64;
   Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f), c = Tensor::empty({n, n});
   const auto work = [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, ops::MatmulInputs::f32); };
-  const int64_t elements = kSmallElements / group.size() * group.size();
   Tensor in = filled({elements}, 1.0f), out = output_for(op, elements, group.size());
   const auto collective = [&] { call_collective(group, op, in, out); };
   const auto loop = [&](bool with_collective) {
@@ -170,7 +171,7 @@ double time_collective_between_compute(comm::Communicator& group, const std::str
     without.push_back(loop(false));
   }
   const double difference = slowest_median(group, with) - slowest_median(group, without);
-  return std::max(0.0, difference / static_cast<double>(calls));
+  return std::max(0.0, difference / static_cast<double>(calls) / (op == "send_recv" ? 2.0 : 1.0));
 }
 
 // Fits every collective on the groups this rank's color puts it in (size g each), recording them
@@ -186,19 +187,16 @@ void calibrate_collectives(comm::Communicator& world, MachineModel& m, const std
     if (split.comm != MPI_COMM_NULL) {
       comm::Communicator group(split.comm, domain + "_" + std::to_string(g));
       std::vector<double> bytes, seconds;
+      // Each size's time is what a training step sees: the barrier-started call's, or, where larger
+      // (cores shared between ranks), the call's cost between pieces of compute.
       for (int64_t elements : {int64_t{1} << 10, int64_t{1} << 15, int64_t{1} << 18}) {
         const int64_t n = elements / g * g;  // divisible by the group (reduce-scatter, all-to-all)
-        seconds.push_back(time_collective(group, op, n, options.collective_repeats));
+        const int repeats = options.collective_repeats;
+        seconds.push_back(std::max(time_collective(group, op, n, repeats),
+                                   time_collective_between_compute(group, op, n, repeats)));
         bytes.push_back(static_cast<double>(op == "all_gather" ? n * g : n) * sizeof(float));
       }
-      CollectiveFit f = fit(bytes, seconds);
-      // The latency a training step sees: at least the small message's cost between compute.
-      {
-        const double between = time_collective_between_compute(group, op, options.collective_repeats);
-        const int64_t small = kSmallElements / g * g;
-        const double small_bytes = static_cast<double>(op == "all_gather" ? small * g : small) * sizeof(float);
-        f.latency_s = std::max(f.latency_s, between / (op == "send_recv" ? 2.0 : 1.0) - small_bytes * f.seconds_per_byte);
-      }
+      const CollectiveFit f = fit(bytes, seconds);
       fitted = {f.latency_s, f.seconds_per_byte};
     }
     // Every rank learns the leader's fit.

@@ -5,9 +5,11 @@ file, model flags and --device-memory, from its search_<model>_<ranks>.json) pre
 again. Prints, per (model, ranks) group, campaign_report.py's figures for the recorded predictions
 (before) and the new ones (after): Spearman of predicted against measured, the share predicted
 within 25% of measured, and the spread of measured / predicted (min, median, max).
-usage: repredict.py [--cores-per-node N] RUN_DIR... BUILD_DIR
+usage: repredict.py [--cores-per-node N] [--machine-dir DIR] RUN_DIR... BUILD_DIR
   --cores-per-node N: for machine files calibrated before the field existed, the node's cores
-  (written into a temporary copy; the run's files are only read). A file that records it keeps its own."""
+  (written into a temporary copy; the run's files are only read). A file that records it keeps its own.
+  --machine-dir DIR: machine_<ranks>.json from DIR instead of each run's own (a new calibration
+  judged on recorded measurements)."""
 import json
 import os
 import re
@@ -24,10 +26,10 @@ def fail(message):
     sys.exit(f"repredict.py: {message}")
 
 
-def machine_file(run, ranks, cores, tmp):
-    path = os.path.join(run, f"machine_{ranks}.json")
+def machine_file(run, ranks, cores, tmp, machine_dir):
+    path = os.path.join(machine_dir or run, f"machine_{ranks}.json")
     if not os.path.isfile(path):
-        fail(f"{path} is missing (not a campaign.sh run?)")
+        fail(f"{path} is missing (not a campaign.sh run, or no calibration for {ranks} ranks)")
     m = json.load(open(path))
     if "cores_per_node" in m["machine"] or cores is None:
         return path
@@ -38,7 +40,7 @@ def machine_file(run, ranks, cores, tmp):
     return copy
 
 
-def repredict(run, build, cores, tmp):
+def repredict(run, build, cores, tmp, machine_dir):
     """(record, new predicted ms) for every record of one run."""
     records_path = os.path.join(run, "records.jsonl")
     if not os.path.isfile(records_path):
@@ -56,7 +58,7 @@ def repredict(run, build, cores, tmp):
         old = searches[key]
         command = [os.path.join(build, "apps", "parallel_plan"), "search", "--ranks", str(r["ranks"]),
                    "--device-memory", str(old["device_memory"]), "--machine",
-                   machine_file(run, r["ranks"], cores, tmp)] + old["trainer_args"] + ["--explain", r["args"]]
+                   machine_file(run, r["ranks"], cores, tmp, machine_dir)] + old["trainer_args"] + ["--explain", r["args"]]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             fail(f"{' '.join(command)} failed:\n{done.stderr}")
@@ -77,21 +79,28 @@ def figures(pairs):
 
 def main():
     args = sys.argv[1:]
-    cores = None
-    if args[:1] == ["--cores-per-node"]:
-        if len(args) < 2 or not args[1].isdigit() or int(args[1]) < 1:
-            fail("--cores-per-node needs a whole number >= 1")
-        cores = int(args[1])
+    cores = machine_dir = None
+    while args[:1] in (["--cores-per-node"], ["--machine-dir"]):
+        if len(args) < 2:
+            fail(f"{args[0]} needs a value")
+        if args[0] == "--cores-per-node":
+            if not args[1].isdigit() or int(args[1]) < 1:
+                fail("--cores-per-node needs a whole number >= 1")
+            cores = int(args[1])
+        else:
+            if not os.path.isdir(args[1]):
+                fail(f"--machine-dir {args[1]}: not a folder")
+            machine_dir = args[1]
         args = args[2:]
     if len(args) < 2:
-        fail("usage: repredict.py [--cores-per-node N] RUN_DIR... BUILD_DIR")
+        fail("usage: repredict.py [--cores-per-node N] [--machine-dir DIR] RUN_DIR... BUILD_DIR")
     runs, build = args[:-1], args[-1]
     if not os.access(os.path.join(build, "apps", "parallel_plan"), os.X_OK):
         fail(f"{build}/apps/parallel_plan is not there: build it first")
     groups = {}
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
-            for r, predicted in repredict(run, build, cores, tmp):
+            for r, predicted in repredict(run, build, cores, tmp, machine_dir):
                 groups.setdefault((r["model"], r["ranks"], os.path.basename(os.path.normpath(run))), []).append(
                     (r, predicted))
     print("| model | ranks | run | layouts | Spearman before | after | within 25% before | after |"
