@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -99,6 +100,22 @@ struct TokenStorage {
   int deflate = 0;                   // 0-9
   void add_to(po::options_description& desc);
   void check() const;  // UsageError naming the option out of range
+};
+
+// The options of the commands that write the tokens of text (text, sft), declared once in the order
+// their --help lists them: --help, the command's --input, --output, --tokenizer, the command's own
+// options, --eos-id, --val-fraction, --overwrite and TokenStorage's; the help of --eos-id and
+// --val-fraction is the command's.
+struct TextTokenOptions {
+  std::string output, tokenizer_path;
+  int64_t eos_id = -1;
+  double val_fraction = 0.1;
+  bool overwrite = false;
+  TokenStorage storage;
+  using Declare = std::function<void(po::options_description&)>;
+  void declare(po::options_description& desc, const Declare& input, const Declare& own, const char* eos_id_help,
+               const char* val_fraction_help);
+  void check() const;  // UsageError naming --val-fraction or a storage option out of range
 };
 
 // A whole file's bytes; `what` names it in errors ("input", "--tokenizer").
