@@ -22,21 +22,10 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
   const models::PipelinePlacement placement{stage, mesh.pp, run.virtual_stages, run.pp_layers};
   const models::Vit::StageParams params =
       models::Vit::stage_params(vit, layouts.layout(placement, run.checkpointing));
-  const std::vector<models::ModelChunk> chunks = models::model_chunks(vit.layers, placement);
-  std::vector<int64_t> blocks;
-  for (const models::ModelChunk& ch : chunks)
-    for (int64_t i = ch.first_block; i < ch.end_block; ++i) blocks.push_back(i);
-  const bool first_stage = chunks.front().embedding, last_stage = chunks.back().head;
-  StageMemory m;
-  m.stage = stage;
-  m.holds = "blocks " + std::to_string(blocks.front()) + "-" + std::to_string(blocks.back()) +
-            (first_stage ? ", patch embedding" : "") + (last_stage ? ", head" : "");
-
-  const int zero = run.zero_stage, data_ranks = mesh.dp * mesh.sp;
+  auto [m, chunks, blocks, first_stage, last_stage, data_ranks, n, shard] =
+      start_stage(run, placement, vit.layers, params.store, "patch embedding");
+  const int zero = run.zero_stage;
   const nn::ParamStore& store = params.store;
-  const int64_t n = store.numel();
-  const parallel::Range shard = parallel::FlatShards(n, data_ranks).shard(0);  // the largest
-  add_state(m, zero, n, shard, run);
 
   // The images' shapes on this rank: b images of t tokens (its sp share), of which `patches` are
   // patches (an sp rank without the class token holds t of them: the largest share).
