@@ -67,6 +67,13 @@ void TextTokenOptions::check() const {
   storage.check();
 }
 
+ChosenTokenizer TextTokenOptions::choose(const po::variables_map& vm, std::vector<std::string>& inputs) {
+  if (!tokenizer_path.empty()) inputs.push_back(tokenizer_path);
+  ChosenTokenizer chosen = choose_tokenizer(tokenizer_path, vm, eos_id);
+  eos_id = chosen.eos_id;
+  return chosen;
+}
+
 std::string read_whole_file(const std::string& path, const char* what) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("cannot read ", what, " ", path, ": no such file");

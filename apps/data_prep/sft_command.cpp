@@ -101,12 +101,10 @@ int run_sft(const std::vector<std::string>& args) {
   if (prompt_key == response_key) throw UsageError("--prompt-key and --response-key are both '" + prompt_key + "'");
 
   std::vector<std::string> inputs{input};
-  if (!o.tokenizer_path.empty()) inputs.push_back(o.tokenizer_path);
-  const ChosenTokenizer chosen = choose_tokenizer(o.tokenizer_path, vm, o.eos_id);
+  const ChosenTokenizer chosen = o.choose(vm, inputs);
   const std::string& kind = chosen.kind;
   const tessera::text::Tokenizer& tokenizer = *chosen.tokenizer;
   const int64_t vocab = chosen.vocab();
-  o.eos_id = chosen.eos_id;
   std::error_code ec;
   if (!fs::is_regular_file(input, ec)) fail("cannot read input ", input, ": no such file");
   std::ifstream lines(input, std::ios::binary);

@@ -133,12 +133,10 @@ int run_text(const std::vector<std::string>& args) {
   o.check();
 
   std::vector<std::string> inputs = inputs_given;
-  if (!o.tokenizer_path.empty()) inputs.push_back(o.tokenizer_path);
-  const ChosenTokenizer chosen = choose_tokenizer(o.tokenizer_path, vm, o.eos_id);
+  const ChosenTokenizer chosen = o.choose(vm, inputs);
   const std::string& kind = chosen.kind;
   const tessera::text::Tokenizer& tokenizer = *chosen.tokenizer;
   const int64_t vocab = chosen.vocab();
-  o.eos_id = chosen.eos_id;
   DocumentSource docs(inputs_given, text_key);
   const bool one_document = docs.files().size() == 1 && !docs.jsonl(docs.files()[0]);
 

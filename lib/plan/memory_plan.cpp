@@ -91,23 +91,10 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
         kBytes * copies * shape.rows() * run.model.hidden, true);
     if (tied && first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
   }
-  if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
-    const int64_t held = zero == 3 ? shard.size() : n;
-    // bf16 without ZeRO-3 leaves the weights rounded on read alone (optim/mixed_precision.h).
-    const int64_t rounded = run.precision == "bf16" && zero != 3
-        ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.rounded_on_read; })
-        : held;
-    add(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
-    if (run.precision == "bf16") {
-      // Under ZeRO-3 the GEMMs read gathered units, never the shard: no copy then.
-      if (zero != 3) add(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
-      // Operands without a copy are rounded into buffers kept for the run: at most the logits'
-      // gradient (rows x the table's rows) and an activation beside it.
-      const int64_t vocab_rows = last_stage ? head_rows : 0;
-      add(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)",
-          2 * shape.rows() * (vocab_rows + 4 * run.model.hidden));
-    }
-  }
+  // Mixed precision's operands: at most the logits' gradient (rows x the table's rows) and an
+  // activation beside it.
+  add_mixed_precision(m, run, store, shard, shape.rows() * ((last_stage ? head_rows : 0) + 4 * run.model.hidden),
+                      false);
   // The transients come at different moments of a step: the larger counts.
   const int64_t gathered = zero == 3 ? zero3_gathered(params.store, params.unit_first_param, data_ranks, first_stage && last_stage, run.zero3_overlap) : 0;
   if (gathered >= tied_add) {
@@ -169,6 +156,21 @@ StageStart start_stage(const RunLayout& run, const models::PipelinePlacement& pl
   s.shard = parallel::FlatShards(s.n, s.data_ranks).shard(0);  // the largest
   add_state(s.memory, run.zero_stage, s.n, s.shard, run);
   return s;
+}
+
+void add_mixed_precision(StageMemory& m, const RunLayout& run, const nn::ParamStore& store, parallel::Range shard,
+                         int64_t operands, bool approximate) {
+  if (run.precision == "fp32") return;
+  const int zero = run.zero_stage;
+  const int64_t n = store.numel(), held = zero == 3 ? shard.size() : n;
+  const int64_t rounded = run.precision == "bf16" && zero != 3
+      ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.rounded_on_read; })
+      : held;
+  add_item(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
+  if (run.precision != "bf16") return;
+  if (zero != 3) add_item(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
+  add_item(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)", 2 * operands,
+           approximate);
 }
 
 // Adds an item when it is not empty.

@@ -39,6 +39,14 @@ struct StageStart {
 StageStart start_stage(const RunLayout& run, const models::PipelinePlacement& placement, int64_t layers,
                        const nn::ParamStore& store, const char* embedding);
 
+// Mixed precision (--precision other than fp32): the fp32 master of the held weights rounded in
+// place (bf16 without ZeRO-3: only those not rounded on read, optim/mixed_precision.h); under bf16
+// the held weights' bf16 copy for the GEMMs (not under ZeRO-3, whose GEMMs read gathered units) and
+// the GEMM operands without a copy, rounded into buffers kept for the run: `operands` elements, the
+// model's bound (`approximate` when it is one).
+void add_mixed_precision(StageMemory& m, const RunLayout& run, const nn::ParamStore& store, parallel::Range shard,
+                         int64_t operands, bool approximate);
+
 // Micro-batches each chunk of `stage` holds activations for at once.
 std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedule, int stage);
 

@@ -71,18 +71,8 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
     add_item(m, "buffers", "pipeline message copies (at most " + std::to_string(copies) + " in flight)",
              kBytes * copies * b * t * c, true);
   }
-  if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
-    const int64_t held = zero == 3 ? shard.size() : n;
-    const int64_t rounded = run.precision == "bf16" && zero != 3
-        ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.rounded_on_read; })
-        : held;
-    add_item(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
-    if (run.precision == "bf16") {
-      if (zero != 3) add_item(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
-      add_item(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)",
-               2 * (b * t * 4 * c + (last_stage ? b * vit.classes : 0)), true);
-    }
-  }
+  // Mixed precision's operands: an activation and the head's logits (a bound).
+  add_mixed_precision(m, run, store, shard, b * t * 4 * c + (last_stage ? b * vit.classes : 0), true);
   if (zero == 3)
     add_item(m, "buffers", "transient: ZeRO-3 units gathered with gradients (the stage's worst rank)",
              kBytes * zero3_gathered(store, params.unit_first_param, data_ranks, first_stage && last_stage,

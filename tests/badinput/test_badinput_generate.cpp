@@ -82,7 +82,8 @@ class BadInputGenerate : public ::testing::Test {
       w.write_range("/params/" + tensor, 0, shape.numel(), v.data());
       if (tensor != quantised) continue;
       const int64_t rows = shape.numel() / shape[shape.rank() - 1], groups = shape[shape.rank() - 1] / 16;
-      const std::vector<float> q(static_cast<size_t>(shape.numel()), 1.0f), s(static_cast<size_t>(rows * groups), 0.01f);
+      const std::vector<float> q(static_cast<size_t>(shape.numel()), 1.0f);
+      const std::vector<float> s(static_cast<size_t>(rows * groups), 0.01f);
       w.create("/qparams/" + tensor + "/q", Shape{rows, shape[shape.rank() - 1]});
       w.write_range("/qparams/" + tensor + "/q", 0, shape.numel(), q.data());
       w.create("/qparams/" + tensor + "/scales", Shape{rows, groups});
