@@ -1,6 +1,6 @@
 // data_prep's shared pieces: the command-line mistake (exit 2), the output written aside and renamed
-// into place (AtomicOutput), option parsing, and whole-file reads. Each command is in its own file
-// (commands.h lists them).
+// into place (AtomicOutput), option parsing, the options of the commands that write text's tokens
+// (TextTokenOptions), and whole-file reads. Each command is in its own file (commands.h lists them).
 #pragma once
 #include <boost/program_options.hpp>
 #include <sys/stat.h>

@@ -1,8 +1,8 @@
 // The pieces of a pipeline stage's memory plan that every model shares (plan/memory_plan.cpp
 // defines them; the GPT and ViT planners assemble their stages from them): the parameters,
-// gradients and optimizer states of a flat buffer under ZeRO and offload, the micro-batches a
-// schedule keeps in flight, ZeRO-3's gathered units, the items' bookkeeping, and the start every
-// stage's plan shares (start_stage).
+// gradients and optimizer states of a flat buffer under ZeRO and offload, mixed precision's buffers,
+// the micro-batches a schedule keeps in flight, ZeRO-3's gathered units, the items' bookkeeping, and
+// the start every stage's plan shares (start_stage).
 #pragma once
 #include <algorithm>
 #include <string>
