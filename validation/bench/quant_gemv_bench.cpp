@@ -1,5 +1,5 @@
 // The decode step's product, y = W x for one token, with W in f32 (the GEMM library, ops' gemm at
-// m = 1), bf16 (bf16_weight_matmul, each path this CPU runs), int8 and int4
+// m = 1, and f32_gemv's AVX-512 path, which generate runs at batch 1), bf16 (bf16_weight_matmul, each path this CPU runs), int8 and int4
 // (kernels/cpu/quant_gemv.cpp, each path this CPU runs; and their bf16 products, quant_bf16_matmul,
 // generate --weights bf16), against the
 // memory-bandwidth limit measured in the same run: a copy loop's GB/s, and the limit of a GEMV is
@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/bf16_matmul_paths.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32_gemv_paths.h"
 #include "kernels/cpu/quant_paths.h"
 
 namespace {
@@ -128,6 +129,12 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
       cpu::gemm(false, true, 1, rows, cols, 1.0f, x.data(), all.data() + i * rows * cols, 0.0f, y.data());
     });
     line((std::string("f32 (") + cpu::gemm_library_name() + ")").c_str(), rows, cols, bytes, sec, bandwidth);
+    if (cpu::f32_gemv_path_supported(cpu::F32GemvPath::avx512)) {  // f32_gemv's own path (generate's batch 1)
+      const double own = best_per_call(copies, [&](int64_t i) {
+        cpu::f32_gemv_on_path(cpu::F32GemvPath::avx512, y.data(), x.data(), all.data() + i * rows * cols, rows, cols);
+      });
+      line("f32 GEMV (avx512)", rows, cols, bytes, own, bandwidth);
+    }
   }
   {  // bf16 weights: bf16_weight_matmul at m = 1, each path
     const double bytes = 2.0 * double(rows * cols);
