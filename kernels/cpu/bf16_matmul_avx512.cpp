@@ -11,6 +11,8 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX512BF16__)
 #include <immintrin.h>
+
+#include "kernels/cpu/avx512_lane_sums.h"
 #endif
 
 namespace tessera::kernels::cpu {
@@ -20,6 +22,9 @@ namespace tessera::kernels::cpu {
 const bool kBf16Avx512Compiled = true;
 
 namespace {
+
+// The software prefetch distance, at most (bytes; tile() explains).
+constexpr int64_t kAheadMax = 8192;
 
 // Tags for a step of 32 whole columns (plain loads) or the masked tail.
 struct Full {
@@ -36,15 +41,6 @@ inline __m512bh load32(const uint16_t* p, __mmask32 on) {
   return (__m512bh)v;
 }
 
-// [sum of a0's 16 lanes, a1's, a2's, a3's]: four 512-bit sums in one 128-bit store.
-inline __m128 sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  auto quarter = [](__m512 v) {  // 16 lanes to 4 partial sums
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  };
-  return _mm_hadd_ps(_mm_hadd_ps(quarter(a0), quarter(a1)), _mm_hadd_ps(quarter(a2), quarter(a3)));
-}
-
 // y[i * ldy + n + r] for i < MR, r < NR: activation rows x + i * cols times weight rows n + r. The
 // lanes are summed the same way for every MR, so a row's result does not depend on the rows beside it.
 template <int MR, int NR>
@@ -56,8 +52,15 @@ void tile(float* y, int64_t ldy, const uint16_t* x, const uint16_t* w, int64_t c
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  // The tile's NR rows are contiguous bytes read NR at a time: each step asks for the lines as far
+  // ahead of that linear position as the next tile's (at most kAheadMax), so a GEMV's stream from
+  // memory is requested before it is read (a batch's later activation rows find the lines in L1).
+  const int64_t ahead = NR * cols < kAheadMax / 2 ? NR * cols * 2 : kAheadMax;
+  const char* stream = reinterpret_cast<const char*>(wr[0]) + ahead;
   auto step = [&](auto full, int64_t k, __mmask32 on) {
     constexpr bool kFull = decltype(full)::value;
+    if constexpr (NR > 1)
+      for (int line = 0; line < NR * 64; line += 64) _mm_prefetch(stream + NR * 2 * k + line, _MM_HINT_T0);
     __m512bh wv[NR];
     for (int r = 0; r < NR; ++r) wv[r] = load32<kFull>(wr[r] + k, on);
     for (int i = 0; i < MR; ++i) {
@@ -70,7 +73,7 @@ void tile(float* y, int64_t ldy, const uint16_t* x, const uint16_t* w, int64_t c
   if (k < cols) step(Part{}, k, static_cast<__mmask32>((1u << (cols - k)) - 1u));
   for (int i = 0; i < MR; ++i) {
     if constexpr (NR == 4)
-      _mm_storeu_ps(y + i * ldy + n, sum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+      _mm_storeu_ps(y + i * ldy + n, lane_sums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
     else
       for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
   }

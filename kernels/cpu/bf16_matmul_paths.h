@@ -47,8 +47,16 @@ void bf16_matmul_on_path(Bf16MatmulPath path, float* y, const float* x, int64_t 
 // even), blocks of rows dequantised into a bf16 panel once per call for all m rows; the contract
 // above with w = bf16(dequantised W) (each within 2^-8 of the dequantised value), for every m.
 void quant_bf16_matmul(float* y, const float* x, int64_t m, const QuantMatrixView& w);
-// On given (supported) paths: qpath dequantises, bpath multiplies.
+// On given (supported) paths: qpath dequantises, bpath multiplies. Under 4 rows, where qpath is
+// avx512, bpath avx512_bf16 and the matrix fits quant_bf16_gemv_fits, the weights are dequantised in
+// registers (quant_bf16_gemv_rows_avx512) instead of into panels: the same bits, no panel.
 void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y, const float* x, int64_t m,
                                 const QuantMatrixView& w);
+// y[i, n] = sum_k xb[i, k] bf16(W[n, k]) for i < m (1 to 3), n in [n0, n1) (y's rows w.rows
+// apart), one thread, the weights dequantised in registers: quant_bf16_gemv_avx512.cpp. Only for a
+// group that is a multiple of 32 (quant_bf16_gemv_fits) on a CPU that runs avx512_bf16.
+void quant_bf16_gemv_rows_avx512(float* y, const uint16_t* xb, int64_t m, const QuantMatrixView& w, int64_t n0,
+                                 int64_t n1);
+bool quant_bf16_gemv_fits(const QuantMatrixView& w);
 
 }  // namespace tessera::kernels::cpu

@@ -3,7 +3,9 @@
 // and rounded to bf16 into a panel that stays in L2 while every activation row passes it, then
 // multiplied as bf16 weights are: AVX-512 BF16 tiles (vdpbf16ps), or on the portable path the
 // panel's values as f32 against the rounded activations (a loop under 4 rows, sgemm from 4), the
-// same exact products summed in f32. OpenMP threads over blocks of output rows.
+// same exact products summed in f32. Under 4 rows on AVX-512 BF16 (decode) there is no panel: the
+// weights are dequantised in registers (quant_bf16_gemv_avx512.cpp, the same bits), so a token
+// reads each weight byte once. OpenMP threads over blocks of output rows.
 #include <algorithm>
 #include <vector>
 
@@ -13,6 +15,10 @@
 #include "kernels/cpu/cpu_ops.h"
 
 namespace tessera::kernels::cpu {
+namespace {
+// Under this many activation rows the AVX-512 BF16 path dequantises in registers (no panel).
+constexpr int64_t kGemvRows = 4;
+}  // namespace
 
 void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y, const float* x, int64_t m,
                                 const QuantMatrixView& w) {
@@ -28,6 +34,20 @@ void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y,
     return;
   }
   const bool dots = bpath == Bf16MatmulPath::avx512_bf16;
+  if (dots && qpath == QuantPath::avx512 && m < kGemvRows && quant_bf16_gemv_fits(w)) {
+    // The calling thread's activations as bf16, kept between calls (a decode step allocates nothing).
+    thread_local std::vector<uint16_t> xb;
+    if (xb.size() < static_cast<size_t>(m * cols)) xb.resize(static_cast<size_t>(m * cols));
+    f32_to_bf16(xb.data(), x, m * cols);
+    // 64 weight rows a block (a multiple of the tiles' 4, so the tiles fall as on the panels).
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (w.rows + kBlock - 1) / kBlock;
+    const uint16_t* xbits = xb.data();
+#pragma omp parallel for schedule(static) if (blocks > 1 && m * w.rows * cols > (1 << 16))
+    for (int64_t b = 0; b < blocks; ++b)
+      quant_bf16_gemv_rows_avx512(y, xbits, m, w, b * kBlock, std::min(w.rows, (b + 1) * kBlock));
+    return;
+  }
   std::vector<uint16_t> xb(static_cast<size_t>(m * cols));
   f32_to_bf16(xb.data(), x, m * cols);
   std::vector<float> xr(dots ? 0 : static_cast<size_t>(m * cols));

@@ -5,7 +5,8 @@
 // vpermps per 16 weights), 32 columns a step inside a group. int8: (q * scale) per weight, except in the GEMV (MR = 1), which sums
 // x_k q_k over a group and applies the scale in one fused multiply-add per group (one rounding
 // fewer, one instruction per 16 weights fewer). A weight row is dequantised once per step for all
-// MR activation rows, an activation vector loaded once for all NR weight rows. Also the
+// MR activation rows, an activation vector loaded once for all NR weight rows; the GEMV (MR = 1)
+// prefetches its weight stream a tile ahead in software. Also the
 // dequantisation of blocks of rows into an f32 panel for the batched products (quant_gemm.cpp).
 // Compiled with -mavx512f/bw/vl (kernels/CMakeLists.txt) and chosen only on CPUs that run them. No
 // std:: templates here (see adamw_avx512.cpp).
@@ -13,6 +14,8 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
+
+#include "kernels/cpu/avx512_lane_sums.h"
 #endif
 
 namespace tessera::kernels::cpu {
@@ -23,6 +26,8 @@ const bool kQuantAvx512Compiled = true;
 namespace {
 
 constexpr __mmask16 kAll = 0xFFFF;
+// The GEMV's software prefetch distance, at most (bytes; tile() explains the stream).
+constexpr int64_t kAheadMax = 8192;
 // Tags for a step of 16 whole columns (plain loads) or a group's masked tail.
 struct Full {
   static constexpr bool value = true;
@@ -78,6 +83,14 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
   }
   const float* xs[MR];
   for (int i = 0; i < MR; ++i) xs[i] = x + i * cols;
+  // The GEMV streams its weights from memory once: the tile's NR rows are contiguous bytes, read
+  // NR at a time; each step asks for the line as far ahead of that linear position as the next
+  // tile's (at most kAheadMax), so every line of the next tile is requested before it is read.
+  const int64_t ahead = NR * row_bytes < kAheadMax ? NR * row_bytes : kAheadMax;
+  auto prefetch = [&](int64_t byte) {
+    if constexpr (MR == 1 && NR > 1)
+      _mm_prefetch(reinterpret_cast<const char*>(q[0] + ahead + NR * byte), _MM_HINT_T0);
+  };
   __m512 acc[MR][NR], sums[NR];
   for (int r = 0; r < NR; ++r) sums[r] = _mm512_setzero_ps();
   for (int i = 0; i < MR; ++i)
@@ -86,6 +99,7 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
   // `factor`: the group's scale per row (int8) or its table (int4).
   auto step = [&](auto full, int64_t k, __mmask16 on, const __m512* factor) {
     constexpr bool kFull = decltype(full)::value;
+    prefetch(Bits == 8 ? k : k / 2);
     __m512 wv[NR];
     for (int r = 0; r < NR; ++r) {
       if constexpr (Bits == 8) {
@@ -112,6 +126,7 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   auto step32 = [&](int64_t k, const __m512* table) {
+    prefetch(k / 2);
     __m512 we[NR], wo[NR];
     for (int r = 0; r < NR; ++r) {
       const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q[r] + k / 2)));
@@ -142,8 +157,12 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
     if constexpr (kGroupSums)
       for (int r = 0; r < NR; ++r) acc[0][r] = _mm512_fmadd_ps(sums[r], factor[r], acc[0][r]);
   }
-  for (int i = 0; i < MR; ++i)
-    for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
+  for (int i = 0; i < MR; ++i) {
+    if constexpr (NR == 4)
+      _mm_storeu_ps(y + i * ldy + n, lane_sums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    else
+      for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
+  }
 }
 
 // MR activation rows against weight rows [n0, n1): 4 at a time, then one by one.

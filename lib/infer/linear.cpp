@@ -1,10 +1,11 @@
-// linear: the GEMM (bias in its epilogue where the backend has one) of an fp32 weight, or the
-// bf16 or quantised kernels' product followed by the bias.
+// linear: the GEMM (bias in its epilogue where the backend has one) of an fp32 weight, or for one
+// activation row its GEMV, or the bf16 or quantised kernels' product, followed by the bias.
 #include "infer/linear.h"
 
 #include "core/error.h"
 #include "kernels/cpu/bf16_matmul_paths.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32_gemv_paths.h"
 #include "kernels/ops.h"
 
 namespace tessera::infer {
@@ -29,13 +30,20 @@ LinearWeight LinearWeight::to_bf16() const {
 }
 
 void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre) {
-  if (w.is_quantized() || w.is_bf16()) {
+  // One activation row (decode at batch 1) by an f32 weight: the GEMV that streams the weight once
+  // (kernels/cpu/f32_gemv_paths.h), then the bias as below.
+  const bool f32_gemv = !w.is_quantized() && w.weight.dtype() == DType::f32 && w.weight.device() == Device::cpu &&
+                        x.device() == Device::cpu && x.numel() == w.in_features();
+  if (w.is_quantized() || w.is_bf16() || f32_gemv) {
     Tensor& product = gelu_pre ? *gelu_pre : y;
     const int64_t n = x.numel() / w.in_features();
     TESSERA_CHECK(n * w.in_features() == x.numel() && product.numel() == n * w.out_features(),
                   "linear: input ", x.shape().str(), " and output ", product.shape().str(), " do not fit a [",
                   w.out_features(), ", ", w.in_features(), "] weight");
-    if (w.is_bf16())
+    if (f32_gemv)
+      kernels::cpu::f32_gemv(product.data<float>(), x.data<float>(), w.weight.data<float>(), w.out_features(),
+                             w.in_features());
+    else if (w.is_bf16())
       kernels::cpu::bf16_weight_matmul(product.data<float>(), x.data<float>(), n, w.weight.bits16(),
                                        w.out_features(), w.in_features());
     else if (w.bf16_products)

@@ -1,5 +1,5 @@
 // The one seam through which inference multiplies by a weight: y = x w^T (+ bias), the weight in
-// f32, in bf16 (generate --weights bf16: the f32 weights rounded once at load, multiplied by
+// f32 (one activation row: f32_gemv, which streams the weight once; more: the GEMM), in bf16 (generate --weights bf16: the f32 weights rounded once at load, multiplied by
 // bf16_weight_matmul, activations rounded to bf16 and products summed in f32), or, from a quantised
 // checkpoint (ckpt_tool quantize), int8/int4 groups multiplied by the quantised kernels
 // (quant::matmul), which dequantise in registers (one token) or into f32 panels for the GEMM

@@ -175,8 +175,10 @@ TEST(Bf16Matmul, QuantisedWeightsEqualTheirRoundedDequantisedProduct) {
   struct QCase {
     int64_t m, rows, cols, group;
   };
-  const QCase cases[] = {{1, 7, 96, 32}, {1, 13, 40, 8}, {3, 17, 64, 16}, {4, 12, 160, 40},
-                         {5, 33, 96, 96}, {32, 70, 768, 64}, {2, 9, 1024, 64}, {9, 100, 2048, 64}};
+  // Under 4 rows with a group a multiple of 32 the AVX-512 paths dequantise in registers (no panel).
+  const QCase cases[] = {{1, 7, 96, 32},   {1, 13, 40, 8},    {3, 17, 64, 16},   {4, 12, 160, 40},
+                         {5, 33, 96, 96},  {32, 70, 768, 64}, {2, 9, 1024, 64},  {9, 100, 2048, 64},
+                         {1, 130, 768, 128}, {3, 70, 768, 64}, {2, 66, 256, 32}, {1, 5, 3072, 64}};
   std::vector<cpu::QuantPath> qpaths{cpu::QuantPath::scalar};
   if (cpu::quant_path_supported(cpu::QuantPath::avx512)) qpaths.push_back(cpu::QuantPath::avx512);
   int checked = 0;
@@ -199,6 +201,14 @@ TEST(Bf16Matmul, QuantisedWeightsEqualTheirRoundedDequantisedProduct) {
             cpu::quant_bf16_matmul_on_paths(qpath, bpath, y.data(), x.data(), c.m, q.view);
             expect_within(y, xs, ws, c, gamma(c.cols), what);
             EXPECT_EQ(y.back(), -7.0f) << what << ": written past the output";
+            if (bpath == Bf16MatmulPath::avx512_bf16 && qpath == cpu::QuantPath::avx512) {
+              // Dequantised in registers (under 4 rows) or into panels (the scalar dequantisation's):
+              // the same bits.
+              std::vector<float> panels(static_cast<size_t>(c.m * c.rows));
+              cpu::quant_bf16_matmul_on_paths(cpu::QuantPath::scalar, bpath, panels.data(), x.data(), c.m, q.view);
+              for (int64_t i = 0; i < c.m * c.rows; ++i)
+                ASSERT_EQ(panels[i], y[i]) << what << ": against the panels, output " << i;
+            }
             if (bpath == Bf16MatmulPath::avx512_bf16 && c.m > 1) {  // a row alone: the same bits
               std::vector<float> alone(static_cast<size_t>(c.rows));
               cpu::quant_bf16_matmul_on_paths(qpath, bpath, alone.data(), x.data() + (c.m - 1) * c.cols, 1, q.view);

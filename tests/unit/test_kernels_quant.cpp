@@ -70,7 +70,9 @@ struct Case {
 const Case kCases[] = {{1, 7, 96, 32},  {1, 13, 40, 10},  {1, 64, 256, 64}, {1, 5, 48, 6},    {2, 9, 120, 24},
                        {3, 17, 64, 16}, {4, 12, 160, 40}, {5, 33, 96, 96},  {7, 6, 256, 128}, {11, 19, 80, 8},
                        // several panels of the batched path (128 rows each at 1024 columns) and a tail
-                       {6, 150, 1024, 64}, {1, 9, 1024, 32}};
+                       {6, 150, 1024, 64}, {1, 9, 1024, 32},
+                       // GEMVs at GPT-2-like widths (tile tails, several 64-row blocks), groups of 64 to 192
+                       {1, 70, 768, 64}, {1, 6, 384, 128}, {1, 5, 3072, 192}};
 
 TEST(QuantKernels, RoundTripWithinHalfAStep) {
   for (int bits : {8, 4})

@@ -1,6 +1,7 @@
 // The decode step's product, y = W x for one token, with W in f32 (the GEMM library, ops' gemm at
-// m = 1), bf16 (bf16_weight_matmul, each path this CPU runs), int8 and int4
-// (kernels/cpu/quant_gemv.cpp, each path this CPU runs), against the
+// m = 1, and f32_gemv's AVX-512 path, which generate runs at batch 1), bf16 (bf16_weight_matmul, each path this CPU runs), int8 and int4
+// (kernels/cpu/quant_gemv.cpp, each path this CPU runs; and their bf16 products, quant_bf16_matmul,
+// generate --weights bf16), against the
 // memory-bandwidth limit measured in the same run: a copy loop's GB/s, and the limit of a GEMV is
 // that rate over the bytes it must read (weights, scales, zero points). Each format's matrix is held
 // in enough copies (>= 256 MB) that successive GEMVs read from memory, not from the 32 MB last-level
@@ -26,6 +27,7 @@
 
 #include "kernels/cpu/bf16_matmul_paths.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/f32_gemv_paths.h"
 #include "kernels/cpu/quant_paths.h"
 
 namespace {
@@ -127,6 +129,12 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
       cpu::gemm(false, true, 1, rows, cols, 1.0f, x.data(), all.data() + i * rows * cols, 0.0f, y.data());
     });
     line((std::string("f32 (") + cpu::gemm_library_name() + ")").c_str(), rows, cols, bytes, sec, bandwidth);
+    if (cpu::f32_gemv_path_supported(cpu::F32GemvPath::avx512)) {  // f32_gemv's own path (generate's batch 1)
+      const double own = best_per_call(copies, [&](int64_t i) {
+        cpu::f32_gemv_on_path(cpu::F32GemvPath::avx512, y.data(), x.data(), all.data() + i * rows * cols, rows, cols);
+      });
+      line("f32 GEMV (avx512)", rows, cols, bytes, own, bandwidth);
+    }
   }
   {  // bf16 weights: bf16_weight_matmul at m = 1, each path
     const double bytes = 2.0 * double(rows * cols);
@@ -167,6 +175,16 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
       });
       const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " (" +
                                cpu::quant_path_name(path) + ")";
+      line(what.c_str(), rows, cols, bytes, sec, bandwidth);
+    }
+    {  // generate --weights bf16: the quantised matrix's bf16 products (quant_bf16_matmul) at m = 1
+      const double sec = best_per_call(copies, [&](int64_t i) {
+        const tessera::kernels::QuantMatrixView v{all_q.data() + i * qbytes, all_s.data() + i * groups,
+                                                  bits == 4 ? all_z.data() + i * groups : nullptr, rows, cols, group,
+                                                  bits};
+        cpu::quant_bf16_matmul(y.data(), x.data(), 1, v);
+      });
+      const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " bf16 products";
       line(what.c_str(), rows, cols, bytes, sec, bandwidth);
     }
   }

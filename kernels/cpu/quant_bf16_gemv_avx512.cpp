@@ -1,0 +1,155 @@
+// A quantised matrix's bf16 products for a few activation rows (decode: quant_bf16_matmul under 4
+// rows) on AVX-512 BF16, with no panel: tiles of MR activation rows by NR weight rows, 32 columns a
+// step, each weight row's 32 values dequantised in registers (dequantize_weights' values, then
+// rounded to bf16, nearest even) straight into vdpbf16ps. int8: (q * scale) in f32, two halves
+// packed to bf16 by vcvtne2ps2bf16; int4: a group's 16 levels (l - zero) * scale rounded to bf16
+// once into a table, and each column's level (low nibble first) looked up with vpermw. The
+// columns, pairs, accumulators and lane sums are those of bf16_matmul_avx512.cpp's tiles on the
+// rounded panel, so a row's result has the same bits on either path and for any row count.
+// Needs a group that is a multiple of 32 (quant_bf16_gemv_fits). Compiled with
+// -mavx512f/bw/vl/dq/bf16 (kernels/CMakeLists.txt), chosen only on CPUs that run them. No std::
+// templates here (see adamw_avx512.cpp).
+#include "kernels/cpu/bf16_matmul_paths.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512BF16__)
+#include <immintrin.h>
+
+#include "kernels/cpu/avx512_lane_sums.h"
+#else
+#include "core/error.h"
+#endif
+
+namespace tessera::kernels::cpu {
+
+bool quant_bf16_gemv_fits(const QuantMatrixView& w) { return w.group > 0 && w.group % 32 == 0; }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512BF16__)
+
+namespace {
+
+// The software prefetch distance, at most (bytes; as quant_dot_avx512.cpp's GEMV: tile() explains).
+constexpr int64_t kAheadMax = 8192;
+
+// 32 int8 weights from q as bf16 (q * scale rounded), in column order.
+inline __m512bh int8_bf16(const uint8_t* q, __m512 scale) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b))), scale);
+  const __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1))), scale);
+  return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// A group's int4 table: word l (l < 16) holds bf16((l - zero) * scale), dequantize_weights' value rounded.
+inline __m512i int4_bf16_table(int zero, float scale) {
+  const __m512i levels = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 values =
+      _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(levels, _mm512_set1_epi32(zero))), _mm512_set1_ps(scale));
+  return _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(values));
+}
+
+// 32 int4 weights (16 bytes at q, low nibble first) as bf16, in column order: byte j widened to a
+// word whose low byte is its low nibble and high byte its high nibble, widened again to one level
+// per word, looked up in the table (vpermw reads 5 index bits; the levels are under 16).
+inline __m512bh int4_bf16(const uint8_t* q, __m512i table) {
+  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m256i split = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 4)), _mm256_set1_epi16(0x0F0F));
+  return (__m512bh)_mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(split), table);
+}
+
+// y[i * ldy + n + r] for i < MR, r < NR: activation rows xb + i * cols (bf16) times weight rows n + r.
+template <int Bits, int MR, int NR>
+void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, int64_t n) {
+  const int64_t cols = w.cols, group = w.group, groups = cols / group;
+  const int64_t row_bytes = Bits == 8 ? cols : cols / 2;
+  const uint8_t* q[NR];
+  const float* scales[NR];
+  const uint8_t* zeros[NR];
+  for (int r = 0; r < NR; ++r) {
+    q[r] = w.q + (n + r) * row_bytes;
+    scales[r] = w.scales + (n + r) * groups;
+    zeros[r] = Bits == 4 ? w.zeros + (n + r) * groups : nullptr;
+  }
+  const uint16_t* xs[MR];
+  for (int i = 0; i < MR; ++i) xs[i] = xb + i * cols;
+  // The tile's NR rows are contiguous bytes read NR at a time: each step asks for the lines as far
+  // ahead of that linear position as the next tile's (at most kAheadMax), so every line of the next
+  // tile is requested before it is read.
+  const int64_t ahead = NR * row_bytes < kAheadMax ? NR * row_bytes : kAheadMax;
+  constexpr int kStepBytes = Bits == 8 ? 32 : 16;  // a row's bytes per 32-column step
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 scale[NR];
+    __m512i table[NR];
+    for (int r = 0; r < NR; ++r) {
+      if constexpr (Bits == 8)
+        scale[r] = _mm512_set1_ps(scales[r][g]);
+      else
+        table[r] = int4_bf16_table(zeros[r][g], scales[r][g]);
+    }
+    for (int64_t k = g * group, end = k + group; k < end; k += 32) {
+      if constexpr (NR > 1)
+        for (int line = 0; line < NR * kStepBytes; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(q[0] + ahead + NR * (Bits == 8 ? k : k / 2) + line),
+                       _MM_HINT_T0);
+      __m512bh wv[NR];
+      for (int r = 0; r < NR; ++r) {
+        const uint8_t* p = q[r] + (Bits == 8 ? k : k / 2);
+        if constexpr (Bits == 8)
+          wv[r] = int8_bf16(p, scale[r]);
+        else
+          wv[r] = int4_bf16(p, table[r]);
+      }
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh xv = (__m512bh)_mm512_loadu_si512(xs[i] + k);
+        for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv, wv[r]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    if constexpr (NR == 4)
+      _mm_storeu_ps(y + i * ldy + n, lane_sums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    else
+      for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
+  }
+}
+
+// MR activation rows against weight rows [n0, n1): 4 at a time, then one by one (as bf16_matmul_avx512.cpp).
+template <int Bits, int MR>
+void rows_of(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) tile<Bits, MR, 4>(y, ldy, xb, w, n);
+  for (; n < n1; ++n) tile<Bits, MR, 1>(y, ldy, xb, w, n);
+}
+
+template <int Bits>
+void gemv_rows(float* y, const uint16_t* xb, int64_t m, const QuantMatrixView& w, int64_t n0, int64_t n1) {
+  switch (m) {
+    case 3: rows_of<Bits, 3>(y, w.rows, xb, w, n0, n1); break;
+    case 2: rows_of<Bits, 2>(y, w.rows, xb, w, n0, n1); break;
+    case 1: rows_of<Bits, 1>(y, w.rows, xb, w, n0, n1); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void quant_bf16_gemv_rows_avx512(float* y, const uint16_t* xb, int64_t m, const QuantMatrixView& w, int64_t n0,
+                                 int64_t n1) {
+  if (w.bits == 8)
+    gemv_rows<8>(y, xb, m, w, n0, n1);
+  else
+    gemv_rows<4>(y, xb, m, w, n0, n1);
+}
+
+#else  // not an x86 compiler given AVX512-BF16: never chosen (quant_bf16_matmul keeps its panels)
+
+void quant_bf16_gemv_rows_avx512(float*, const uint16_t*, int64_t, const QuantMatrixView&, int64_t, int64_t) {
+  throw Error("quant_bf16_gemv_rows_avx512: not compiled in (no AVX512-BF16 compiler support)");
+}
+
+#endif
+
+}  // namespace tessera::kernels::cpu
