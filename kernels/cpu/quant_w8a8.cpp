@@ -1,6 +1,7 @@
 // quant_w8a8_gemm (quant_w8a8_paths.h): the activations' quantisation, the packing of a block of
 // weight rows, the portable block kernel, the choice of path and the threads over blocks.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -11,6 +12,9 @@
 #include "kernels/cpu/quant_w8a8_paths.h"
 
 namespace tessera::kernels::cpu {
+
+// w8a8_pack_block moves int4 levels as words (2 bytes in, 4 out) in little-endian byte order.
+static_assert(std::endian::native == std::endian::little, "quant_w8a8.cpp packs int4 words little-endian");
 
 int64_t w8a8_padded_group(int64_t group) { return (group + 3) / 4 * 4; }
 
@@ -24,10 +28,13 @@ void quantize_activations_int8(int8_t* xq, float* scales, int32_t* sums, const f
       float amax = 0.0f;
       for (int64_t k = 0; k < group; ++k) amax = std::max(amax, std::fabs(in[k]));
       const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      // Round to nearest even by adding and taking away 1.5 * 2^23 (exact for |v| <= 2^22, here
+      // <= 127 and a little: v = x * inv), which vectorises where a call of nearbyint does not.
+      constexpr float kRound = 12582912.0f;
       int32_t sum = 0;
       for (int64_t k = 0; k < group; ++k) {
-        const float level = std::min(127.0f, std::max(-127.0f, std::nearbyint(in[k] * inv)));
-        out[k] = static_cast<int8_t>(level);
+        const float v = std::min(127.0f, std::max(-127.0f, in[k] * inv));
+        out[k] = static_cast<int8_t>((v + kRound) - kRound);  // IEEE: not folded (no -ffast-math here)
         sum += out[k];
       }
       for (int64_t k = group; k < padded; ++k) out[k] = 0;
@@ -48,7 +55,21 @@ void w8a8_pack_block(uint8_t* packed, float* scales, int32_t* offsets, const Qua
       scales[g * R + r] = w.scales[n * groups + g];
       offsets[g * R + r] = w.bits == 8 ? 128 : w.zeros[n * groups + g];
       uint8_t* out = packed + g * padded * R + r * 4;  // column k at out[(k / 4) * 4 R + k % 4]
-      if (w.bits == 8) {
+      if (w.group % 4 == 0) {  // 4 columns a word: 4 int8 bytes, or 2 int4 bytes widened to 4 levels
+        for (int64_t k = 0; k < w.group; k += 4) {
+          uint32_t word;
+          if (w.bits == 8) {
+            std::memcpy(&word, w.q + n * w.cols + g * w.group + k, 4);
+            word ^= 0x80808080u;
+          } else {
+            uint16_t two;
+            std::memcpy(&two, w.q + (n * w.cols + g * w.group + k) / 2, 2);
+            const uint32_t v = two;  // little-endian: levels k, k+1, k+2, k+3 in nibbles 0-3
+            word = (v & 0xFu) | ((v & 0xF0u) << 4) | ((v & 0xF00u) << 8) | ((v & 0xF000u) << 12);
+          }
+          std::memcpy(out + (k / 4) * 4 * R, &word, 4);
+        }
+      } else if (w.bits == 8) {
         const uint8_t* q = w.q + n * w.cols + g * w.group;
         for (int64_t k = 0; k < w.group; ++k) out[(k / 4) * 4 * R + k % 4] = static_cast<uint8_t>(q[k] ^ 0x80u);
       } else {
@@ -119,6 +140,7 @@ void quant_w8a8_gemm_on_path(W8A8Path path, float* y, const float* x, int64_t m,
   std::vector<int32_t> xsums(xscales.size());
   quantize_activations_int8(xq.data(), xscales.data(), xsums.data(), x, m, w.cols, w.group);
   const W8A8BlockFn run = path == W8A8Path::avx512_vnni ? w8a8_block_vnni : w8a8_block_scalar;
+  const bool vector_pack = path == W8A8Path::avx512_vnni && w.group % 4 == 0;
   const int64_t blocks = (w.rows + R - 1) / R;
   // Each thread packs its blocks into buffers of its own; no library call inside.
 #pragma omp parallel if (blocks > 1 && m * w.rows * w.cols > (1 << 16))
@@ -129,7 +151,10 @@ void quant_w8a8_gemm_on_path(W8A8Path path, float* y, const float* x, int64_t m,
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t n0 = b * R, count = std::min(R, w.rows - n0);
-      w8a8_pack_block(packed.data(), scales.data(), offsets.data(), w, n0, count);
+      if (vector_pack)
+        w8a8_pack_block_vnni(packed.data(), scales.data(), offsets.data(), w, n0, count);
+      else
+        w8a8_pack_block(packed.data(), scales.data(), offsets.data(), w, n0, count);
       run(y + n0, w.rows, xq.data(), xscales.data(), xsums.data(), m, groups, padded, packed.data(), scales.data(),
           offsets.data(), count);
     }

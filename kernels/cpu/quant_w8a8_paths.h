@@ -36,6 +36,9 @@ void quantize_activations_int8(int8_t* xq, float* scales, int32_t* sums, const f
 inline constexpr int64_t kW8A8BlockRows = 32;
 void w8a8_pack_block(uint8_t* packed, float* scales, int32_t* offsets, const QuantMatrixView& w, int64_t n0,
                      int64_t count);
+// The same with AVX-512 (16 x 16 word transposes), for groups of a multiple of 4 columns only.
+void w8a8_pack_block_vnni(uint8_t* packed, float* scales, int32_t* offsets, const QuantMatrixView& w, int64_t n0,
+                          int64_t count);
 // y[i * ldy + r] for i < m, r < count: the block's products with every activation row.
 using W8A8BlockFn = void (*)(float* y, int64_t ldy, const int8_t* xq, const float* xscales, const int32_t* xsums,
                              int64_t m, int64_t groups, int64_t padded, const uint8_t* packed, const float* scales,
