@@ -55,7 +55,7 @@ std::unique_ptr<text::Tokenizer> tokenizer_of(const std::string& checkpoint, boo
 }
 
 struct Options {
-  std::string checkpoint, prompt, prompts, output, score, split, weights;
+  std::string checkpoint, prompt, prompts, output, score, split, weights, activations;
   bool interactive = false, logprobs = false;
   int64_t max_batch = 8, max_len = 0, seq_len = 0, global_batch = 8, eval_batches = 0, tp = 1, pp = 1;
   infer::ModelOverrides model;
@@ -197,7 +197,8 @@ int main(int argc, char** argv) {
         ("checkpoint", po::value(&o.checkpoint)->required()->value_name("FILE.h5"), "a tessera checkpoint of a gpt2 or llama model (gpt_train, ckpt_tool import-hf)")
         ("norm-eps", po::value(&o.model.norm_eps)->default_value(0.0f, "0")->value_name("X"), "llama: the RMSNorm epsilon the model was trained with (0: the checkpoint's hf.norm_eps, else 1e-5)")
         ("rope-theta", po::value(&o.model.rope_theta)->default_value(0.0f, "0")->value_name("X"), "llama: the rotary base (0: the checkpoint's hf.rope_theta, else 10000)")
-        ("weights", po::value(&o.weights)->default_value("f32")->value_name("f32|bf16"), "bf16: round the checkpoint's f32 matrices (blocks and head) to bf16 at load and multiply them with bf16 activations, f32 sums (half the bytes read per token; kernels/cpu/bf16_matmul_paths.h)");
+        ("weights", po::value(&o.weights)->default_value("f32")->value_name("f32|bf16"), "bf16: round the checkpoint's f32 matrices (blocks and head) to bf16 at load and multiply them with bf16 activations, f32 sums (half the bytes read per token; kernels/cpu/bf16_matmul_paths.h)")
+        ("activations", po::value(&o.activations)->default_value("f32")->value_name("f32|int8"), "int8 (a quantised checkpoint only): the quantised matrices' products quantise the activations to int8 per row and weight group; from 4 rows (batched decode, prefill) they sum integer products (AVX-512 VNNI where the CPU has it; kernels/cpu/quant_w8a8_paths.h)");
     opts.section(cli::kData).add_options()
         ("prompt", po::value(&o.prompt)->value_name("TEXT"), "one prompt (its completion streams to a terminal)")
         ("prompts", po::value(&o.prompts)->value_name("FILE.jsonl"), "prompts, one JSON object per line: {\"text\": \"...\"} or {\"ids\": [1, 2]}")
@@ -249,6 +250,9 @@ int main(int argc, char** argv) {
     TESSERA_CHECK(o.max_len >= 0, "--max-len must be >= 0 (0: the model's), got ", o.max_len);
     TESSERA_CHECK(o.stop.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", o.stop.max_new_tokens);
     const infer::WeightPrecision weights = infer::parse_weight_precision(o.weights);
+    const infer::ActivationPrecision activations = infer::parse_activation_precision(o.activations);
+    TESSERA_CHECK(activations == infer::ActivationPrecision::f32 || weights == infer::WeightPrecision::f32,
+                  "--activations int8 and --weights bf16 exclude each other (bf16 products take f32 activations)");
     cli::check_output_files({{"--checkpoint", o.checkpoint}, {"--prompts", o.prompts}, {"--score", o.score}},
                             {{"--output", o.output}});
     if (!o.output.empty() && o.output != "-") {  // refused before the model is read
@@ -273,12 +277,15 @@ int main(int argc, char** argv) {
     if (o.pp > 1) stages.group = &mesh.group(comm::Axis::pp);
     const io::CheckpointReader reader(o.checkpoint, MPI_COMM_NULL);
     const models::GptConfig config = infer::model_config_of(reader, o.model);
+    TESSERA_CHECK(activations == infer::ActivationPrecision::f32 || quant::is_quantized(reader),
+                  "--activations int8: checkpoint ", o.checkpoint,
+                  " holds f32 weights; int8 activations need a quantised checkpoint (ckpt_tool quantize --bits 8|4)");
     bool stored = false;
     const std::unique_ptr<text::Tokenizer> tokenizer = tokenizer_of(o.checkpoint, stored);
     for (const int32_t id : o.stop.stop_tokens)
       TESSERA_CHECK(id >= 0 && id < config.vocab, "--stop-token ", id, " is outside the model's vocabulary [0, ",
                     config.vocab, ")");
-    infer::Decoder decoder(reader, config, split, stages, weights);
+    infer::Decoder decoder(reader, config, split, stages, weights, activations);
     report(o.checkpoint, ": ", models::arch_name(config.arch), ", ", config.layers, " layers, hidden ", config.hidden,
            ", ", config.heads, " heads", o.tp > 1 ? " (" + std::to_string(decoder.local_heads()) + " per rank)" : "",
          config.llama() ? " (" + std::to_string(config.kv()) + " kv)" : "",
@@ -290,6 +297,7 @@ int main(int argc, char** argv) {
            ", vocab ",
            config.vocab, ", ", decoder.parameter_bytes(), " bytes of weights",
            weights == infer::WeightPrecision::bf16 ? " (--weights bf16: bf16 products)" : "",
+           activations == infer::ActivationPrecision::int8 ? " (--activations int8: int8 activations, integer products from 4 rows)" : "",
            quant::is_quantized(reader) ? " (" + quant::quantization_text(reader) + ")" : std::string(), "; tokenizer ",
            tokenizer->kind(),
            stored ? "" : " (none stored: bytes)");

@@ -19,7 +19,8 @@
 
 // ---- GEMM ----------------------------------------------------------------------------------------
 // c = alpha op(a) op(b) + beta c, row-major, fp32: oneDNN or BLAS on the CPU (cpu::gemm_library_name),
-// cuBLAS without TF32 on CUDA.
+// cuBLAS without TF32 on CUDA. On the CPU call it in turn, never from several threads of ours side by
+// side (it threads inside): oneDNN's matmul run so gave wrong blocks (test_kernels_quant_gemm_threads).
 TESSERA_OP(gemm, gemm, cpu_and_cuda, void, (bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                              const float* a, const float* b, float beta, float* c))
 TESSERA_OP(gemm, gemm_batched, cpu_and_cuda, void,

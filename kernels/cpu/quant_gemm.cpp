@@ -2,8 +2,9 @@
 // decode. Under kPanelRows rows, the chosen path's register tiles (each weight dequantised once per
 // tile of activation rows); from kPanelRows rows on, each block of weight rows is dequantised once
 // into an f32 panel that stays in cache and multiplied by the GEMM library's sgemm, so a batch runs at
-// the f32 GEMM's rate with a quarter (int8) or an eighth (int4) of its weight bytes. OpenMP threads
-// over blocks of output rows (quant_paths.h).
+// the f32 GEMM's rate with a quarter (int8) or an eighth (int4) of its weight bytes. The register
+// tiles: OpenMP threads over blocks of output rows (quant_paths.h); the panels: one after another,
+// OpenMP threads over each panel's dequantisation, the library's threads inside its sgemm.
 #include <algorithm>
 #include <vector>
 
@@ -27,17 +28,17 @@ void panel_gemm(QuantPath path, float* y, const float* x, int64_t m, const Quant
   const QuantDequantRowsFn dequantize =
       path == QuantPath::avx512 ? quant_dequantize_rows_avx512 : quant_dequantize_rows_scalar;
   const int64_t nb = panel_rows(w.cols), blocks = (w.rows + nb - 1) / nb;
-#pragma omp parallel if (blocks > 1)
-  {
-    std::vector<float> panel(static_cast<size_t>(nb * w.cols)), out(static_cast<size_t>(m * nb));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t n0 = b * nb, n1 = std::min(w.rows, n0 + nb), count = n1 - n0;
-      dequantize(panel.data(), w, n0, n1);
-      // out [m, count] = x [m, cols] panel^T; inside the parallel region the library runs on one thread.
-      gemm(false, true, m, count, w.cols, 1.0f, x, panel.data(), 0.0f, out.data());
-      for (int64_t i = 0; i < m; ++i) std::copy_n(out.data() + i * count, count, y + i * w.rows + n0);
-    }
+  // The blocks in turn, each sgemm on the library's own threads: sgemm calls made side by side from
+  // threads of ours gave wrong blocks now and then (oneDNN's matmul on 4 threads, 1 call in a few
+  // hundred: tests/unit/test_kernels_quant_gemm_threads.cpp). Our threads share the dequantisation.
+  std::vector<float> panel(static_cast<size_t>(nb * w.cols)), out(static_cast<size_t>(m * nb));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t n0 = b * nb, n1 = std::min(w.rows, n0 + nb), count = n1 - n0, chunks = (count + 15) / 16;
+#pragma omp parallel for schedule(static) if (chunks > 1 && count * w.cols > (1 << 15))
+    for (int64_t c = 0; c < chunks; ++c)
+      dequantize(panel.data() + c * 16 * w.cols, w, n0 + c * 16, std::min(n1, n0 + (c + 1) * 16));
+    gemm(false, true, m, count, w.cols, 1.0f, x, panel.data(), 0.0f, out.data());  // out [m, count] = x panel^T
+    for (int64_t i = 0; i < m; ++i) std::copy_n(out.data() + i * count, count, y + i * w.rows + n0);
   }
 }
 

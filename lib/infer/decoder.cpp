@@ -27,8 +27,9 @@ namespace {
 // Reads checkpoint tensors whole or as this rank's slices.
 class ParamReader {
  public:
-  ParamReader(const io::CheckpointReader& r, const models::GptConfig& c, WeightPrecision precision)
-      : r_(r), precision_(precision) {
+  ParamReader(const io::CheckpointReader& r, const models::GptConfig& c, WeightPrecision precision,
+              ActivationPrecision activations)
+      : r_(r), precision_(precision), activations_(activations) {
     const bool quantized = quant::is_quantized(r);
     for (const auto& [name, shape] : parameter_shapes(c)) {
       shapes_.emplace(name, shape);
@@ -122,6 +123,7 @@ class ParamReader {
     bytes_ += m.bytes();
     LinearWeight w = LinearWeight::of(std::move(m));
     w.bf16_products = precision_ == WeightPrecision::bf16;  // as to_bf16(), without a copy
+    w.int8_activations = activations_ == ActivationPrecision::int8;
     return w;
   }
   Tensor read(const std::string& name, const std::vector<io::FlatRange>& runs, const Shape& shape) {
@@ -132,6 +134,7 @@ class ParamReader {
   }
   const io::CheckpointReader& r_;
   WeightPrecision precision_;
+  ActivationPrecision activations_;
   std::map<std::string, Shape> shapes_;
   std::set<std::string> quantized_;  // names stored as int8/int4 groups
   int64_t bytes_ = 0;
@@ -140,8 +143,14 @@ class ParamReader {
 }  // namespace
 
 Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split,
-                 const StageSplit& stages, WeightPrecision weights)
+                 const StageSplit& stages, WeightPrecision weights, ActivationPrecision activations)
     : config_(config), split_(split), stages_(stages), weights_(weights) {
+  // Checked here as well as by generate: the int8 path exists for quantised matrices only.
+  TESSERA_CHECK(activations == ActivationPrecision::f32 || quant::is_quantized(r), "--activations int8: checkpoint ",
+                r.path(), " holds f32 weights; int8 activations need a quantised checkpoint (ckpt_tool quantize "
+                "--bits 8|4)");
+  TESSERA_CHECK(activations == ActivationPrecision::f32 || weights == WeightPrecision::f32,
+                "--activations int8 and --weights bf16 exclude each other (bf16 products take f32 activations)");
   const int64_t tp = split.size(), rank = split.rank(), C = config.hidden, D = head_dim();
   // A MoE model's blocks every moe_every-th have experts of moe.hidden features (and shared ones of
   // shared_experts x that); a model whose every block has experts has no dense MLP to split.
@@ -158,7 +167,7 @@ Decoder::Decoder(const io::CheckpointReader& r, const models::GptConfig& config,
                 r.path());
   const int64_t first_layer = stage * (config.layers / pp) + std::min(stage, config.layers % pp);
   const int64_t layers = config.layers / pp + (stage < config.layers % pp ? 1 : 0);
-  ParamReader p(r, config, weights);
+  ParamReader p(r, config, weights, activations);
   const int64_t q_rows = local_heads() * D, kv_rows = local_kv_heads() * D, f_rows = F / tp;
   // This rank's slice of a row-split weight (its heads' or features' rows), of a column-split one,
   // and the bias a row-split layer adds once (on rank 0) before the all-reduce.

@@ -68,9 +68,12 @@ class Decoder {
   // matrix the blocks and the head multiply by, where the checkpoint holds it in f32, is rounded to
   // bf16 once here (after slicing: each rank holds the one-rank values) and multiplied by
   // bf16_weight_matmul, and a quantised matrix's products are bf16 ones (quant_bf16_matmul);
-  // embeddings, norms, biases, a MoE router and its experts stay f32.
+  // embeddings, norms, biases, a MoE router and its experts stay f32. `activations` int8: a
+  // quantised matrix's products take int8 activations (quant_w8a8_matmul: integer products from 4
+  // rows, a batch or a prefill); refused for a checkpoint without quantised matrices and with bf16.
   Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split = {},
-          const StageSplit& stages = {}, WeightPrecision weights = WeightPrecision::f32);
+          const StageSplit& stages = {}, WeightPrecision weights = WeightPrecision::f32,
+          ActivationPrecision activations = ActivationPrecision::f32);
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 

@@ -6,6 +6,7 @@
 #include "kernels/cpu/bf16_matmul_paths.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32_gemv_paths.h"
+#include "kernels/cpu/quant_w8a8_paths.h"
 #include "kernels/ops.h"
 
 namespace tessera::infer {
@@ -14,6 +15,12 @@ WeightPrecision parse_weight_precision(const std::string& name) {
   if (name == "f32") return WeightPrecision::f32;
   if (name == "bf16") return WeightPrecision::bf16;
   throw Error("--weights must be f32 or bf16, not '" + name + "'");
+}
+
+ActivationPrecision parse_activation_precision(const std::string& name) {
+  if (name == "f32") return ActivationPrecision::f32;
+  if (name == "int8") return ActivationPrecision::int8;
+  throw Error("--activations must be f32 or int8, not '" + name + "'");
 }
 
 LinearWeight LinearWeight::to_bf16() const {
@@ -48,6 +55,8 @@ void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre)
                                        w.out_features(), w.in_features());
     else if (w.bf16_products)
       kernels::cpu::quant_bf16_matmul(product.data<float>(), x.data<float>(), n, w.quantized.view());
+    else if (w.int8_activations)
+      kernels::cpu::quant_w8a8_matmul(product.data<float>(), x.data<float>(), n, w.quantized.view());
     else
       quant::matmul(x.data<float>(), n, w.quantized, product.data<float>());
     if (w.bias.defined()) {

@@ -4,7 +4,9 @@
 // checkpoint (ckpt_tool quantize), int8/int4 groups multiplied by the quantised kernels
 // (quant::matmul), which dequantise in registers (one token) or into f32 panels for the GEMM
 // library (a batch or a prefill); under --weights bf16 a quantised matrix's products are bf16 ones
-// too (quant_bf16_matmul: its dequantised values rounded to bf16 in panels).
+// too (quant_bf16_matmul: its dequantised values rounded to bf16 in panels); under --activations int8
+// a quantised matrix's products quantise the activations to int8 per row and group (quant_w8a8_matmul,
+// kernels/cpu/quant_w8a8_paths.h: integer products from kW8A8MinRows rows, a batch or a prefill).
 #pragma once
 #include <string>
 #include <utility>
@@ -17,12 +19,16 @@ namespace tessera::infer {
 // The precision generate multiplies a checkpoint's f32 matrices in (--weights).
 enum class WeightPrecision { f32, bf16 };
 WeightPrecision parse_weight_precision(const std::string& name);  // "f32" or "bf16"; throws otherwise
+// The precision a quantised checkpoint's products take their activations in (--activations).
+enum class ActivationPrecision { f32, int8 };
+ActivationPrecision parse_activation_precision(const std::string& name);  // "f32" or "int8"; throws otherwise
 
 struct LinearWeight {
   Tensor weight;  // [out, in] f32 or bf16; undefined when the weight is quantized
   Tensor bias;    // [out], or undefined (always f32)
   quant::QuantizedMatrix quantized;
   bool bf16_products = false;  // quantized: multiplied as bf16 weights (quant_bf16_matmul)
+  bool int8_activations = false;  // quantized: int8 activations (quant_w8a8_matmul)
   static LinearWeight of(Tensor weight) {
     LinearWeight w;
     w.weight = std::move(weight);

@@ -206,6 +206,19 @@ TEST_F(BadInputGenerate, WeightsOtherThanF32OrBf16AreRefused) {
     expect_error(generate("--checkpoint " + ck + " --prompt x --weights " + w), std::string("--weights must be f32 or bf16, not '") + w + "'");
 }
 
+// --activations int8 is for quantised checkpoints only: an f32 one is refused naming the file and the
+// remedy; other values, and the pairing with --weights bf16, are refused too.
+TEST_F(BadInputGenerate, Int8ActivationsNeedAQuantisedCheckpoint) {
+  const std::string ck = gpt_checkpoint();
+  expect_error(generate("--checkpoint " + ck + " --prompt x --activations int8"),
+               "--activations int8: checkpoint " + ck + " holds f32 weights; int8 activations need a quantised checkpoint");
+  for (const char* a : {"int4", "bf16", "INT8"})
+    expect_error(generate("--checkpoint " + ck + " --prompt x --activations " + a),
+                 std::string("--activations must be f32 or int8, not '") + a + "'");
+  expect_error(generate("--checkpoint " + ck + " --prompt x --activations int8 --weights bf16"),
+               "--activations int8 and --weights bf16 exclude each other");
+}
+
 TEST_F(BadInputGenerate, AnExistingOutputFileIsNotWrittenOver) {
   const std::string ck = gpt_checkpoint();
   const std::string prompts = write_file("p.jsonl", "{\"ids\": [1, 2]}\n");

@@ -8,7 +8,8 @@
 # router whole on each rank; gpt2 top-1 and Llama top-2 with a shared expert), and for quantised
 # checkpoints of them (int4 with the head, int8), and for gpt2, Llama and the int4 gpt2 under
 # --weights bf16 (the same tokens; log-probabilities and score within the looser bounds said at
-# check_bf16); tp 3, which divides no head count here,
+# check_bf16), and the int8 Llama under --activations int8 (likewise); tp 3, which divides no head
+# count here,
 # more stages than blocks, and quantisation groups a tp rank's columns would cut are refused by name.
 # usage: generate_parallel.sh <build_dir> <source_dir>
 set -euo pipefail
@@ -115,6 +116,15 @@ check_bf16() {
 check_bf16 gpt2_bf16 "$tmp/gpt2/step_10.h5"
 check_bf16 llama_bf16 "$tmp/llama/step_10.h5"
 check_bf16 gpt2_int4_head_bf16 "$tmp/gpt2_int4_head.h5"
+
+# int8 activations (generate --activations int8) on a quantised checkpoint: products of 4 or more
+# rows (the prefills, the score's batches) quantise the activations per row and group, each rank
+# its own groups (the same as one rank's); as under bf16, a difference of f32 summation order can
+# move an activation across a rounding boundary (here by a step of 1/254 of its group's largest):
+# the same tokens, log-probabilities within 2e-3, the score within relative 1e-4.
+extra=(--activations int8) logprob_tol=2e-3 score_tol=1e-4
+check_checkpoint llama_int8_a8 "$tmp/llama_int8.h5"
+extra=() logprob_tol=1e-5 score_tol=1e-6
 
 # A group that a tp rank's columns would cut in two is refused by name.
 run "$build/apps/ckpt_tool" quantize "$tmp/gpt2/step_10.h5" --output "$tmp/g32.h5" --bits 8 --group-size 32

@@ -2,7 +2,8 @@
 # Decode benchmark of issue 34 on CPU: tessera's generate on a GPT-2 124M-shaped checkpoint (random
 # weights from one gpt_train step: 12 layers, hidden 768, 12 heads, vocabulary 50257, 1024 positions)
 # in f32, in bf16 (the same file under generate --weights bf16) and quantised to int8 and int4
-# (ckpt_tool quantize --group-size 64 --quantize-head; and those under --weights bf16: bf16 products),
+# (ckpt_tool quantize --group-size 64 --quantize-head; and those under --weights bf16: bf16 products,
+# and under --activations int8: int8 activations, integer products from 4 rows),
 # against Hugging Face transformers' generate (KV cache, greedy, float32, a current PyTorch from
 # PyPI) on the same weights written by ckpt_tool export-hf; side by side, 1 thread per process.
 # Decode tokens/s at batch 1 and batch 32 (16-token prompts, --new-tokens greedy tokens), and
@@ -82,13 +83,15 @@ EOF
 
 for ((r = 1; r <= rounds; ++r)); do
   for batch in 1 32; do
-    for precision in f32 bf16 int8 int8-bf16 int4 int4-bf16; do  # each old path, then its new one
-      # bf16: the f32 file under --weights bf16; intN-bf16: the quantised file under it (bf16 products).
-      weights=f32 file=$work/${precision%-bf16}.h5
+    for precision in f32 bf16 int8 int8-bf16 int8-a8 int4 int4-bf16 int4-a8; do  # each old path, then its new ones
+      # bf16: the f32 file under --weights bf16; intN-bf16: the quantised file under it (bf16 products);
+      # intN-a8: the quantised file under --activations int8 (integer products from 4 rows).
+      weights=f32 activations=f32 file=$work/${precision%%-*}.h5
       [[ $precision == *bf16 ]] && weights=bf16
+      [[ $precision == *-a8 ]] && activations=int8
       [[ $precision == f32 || $precision == bf16 ]] && file=$ckpt
       echo "+ [round $r] tessera $precision batch $batch"
-      "${one[@]}" "$build/apps/generate" --checkpoint "$file" --weights $weights --prompts "$work/prompts_b$batch.jsonl" \
+      "${one[@]}" "$build/apps/generate" --checkpoint "$file" --weights $weights --activations $activations --prompts "$work/prompts_b$batch.jsonl" \
         --max-batch $batch --max-len $((prompt_len + new_tokens)) --max-new-tokens $new_tokens \
         --output "$work/runs/r${r}_b${batch}_$precision.jsonl" >"$work/runs/r${r}_b${batch}_$precision.log" 2>&1 ||
         { tail -3 "$work/runs/r${r}_b${batch}_$precision.log"; exit 1; }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # The table of decode_cpu.sh: decode tokens/s (best of the rounds) of tessera's generate in f32,
 # bf16 (the f32 checkpoint under --weights bf16), int8 and int4 (and those under --weights bf16:
-# bf16 products of the same stored bytes) and of transformers' generate, at
+# bf16 products of the same stored bytes; and under --activations int8, rows intN-a8) and of transformers' generate, at
 # batch 1 and 32; tessera / transformers and / tessera f32; and batch 1 against the limit the copy
 # bandwidth sets: bandwidth / (bytes of weights and KV cache read per token). The bytes are the
 # checkpoint's own: every /params dataset (quantised groups, scales and zero points as stored)
@@ -17,7 +17,7 @@ import sys
 import h5py
 
 work, prompt_len, new_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-PRECISIONS = ("f32", "bf16", "int8", "int4", "int8-bf16", "int4-bf16")
+PRECISIONS = ("f32", "bf16", "int8", "int4", "int8-bf16", "int4-bf16", "int8-a8", "int4-a8")
 
 
 def fail(msg):
@@ -88,7 +88,8 @@ def tessera_rate(path):
 bw = bandwidth_gbs()
 ckpt = glob.glob(f"{work}/ck/step_*.h5")[0]
 files = {"f32": ckpt, "bf16": ckpt, "int8": f"{work}/int8.h5", "int4": f"{work}/int4.h5",
-         "int8-bf16": f"{work}/int8.h5", "int4-bf16": f"{work}/int4.h5"}
+         "int8-bf16": f"{work}/int8.h5", "int4-bf16": f"{work}/int4.h5",
+         "int8-a8": f"{work}/int8.h5", "int4-a8": f"{work}/int4.h5"}
 
 
 def bytes_of(p):
@@ -133,7 +134,8 @@ for p in PRECISIONS:
 # rounds, less within a pair): the median of the rounds' ratios and their range.
 rounds = sorted({int(re.search(r"/r(\d+)_b1_f32\.log$", p).group(1)) for p in glob.glob(f"{work}/runs/r*_b1_f32.log")})
 print(f"new / old path, run back to back in each of {len(rounds)} round(s) (median, range):")
-for new, old in (("bf16", "f32"), ("int8-bf16", "int8"), ("int4-bf16", "int4")):
+for new, old in (("bf16", "f32"), ("int8-bf16", "int8"), ("int4-bf16", "int4"), ("int8-a8", "int8"),
+                 ("int4-a8", "int4")):
     parts = []
     for batch in (1, 32):
         ratios = sorted(tessera_rate(f"{work}/runs/r{r}_b{batch}_{new}.log") /

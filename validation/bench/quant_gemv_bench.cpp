@@ -10,7 +10,8 @@
 // Then the batched product (--batch M activation rows, batched decode's shape): f32 sgemm, the
 // quantised register tiles (what quant_gemm ran for every M before the panels) and quant_gemm (each
 // block of weight rows dequantised once into an f32 panel, then sgemm), bf16 weights
-// (bf16_weight_matmul) and the quantised ones' bf16 products (quant_bf16_matmul), in GFLOP/s.
+// (bf16_weight_matmul), the quantised ones' bf16 products (quant_bf16_matmul) and their int8-activation
+// products (quant_w8a8_gemm, the best path), in GFLOP/s.
 //
 // usage: bench_quant_gemv [--reps N] [--group G] [--batch M]     threads: OMP_NUM_THREADS
 // Figures: GEMV/s (the tokens/s one matrix alone would allow), GB/s of bytes read, % of the limit.
@@ -29,6 +30,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32_gemv_paths.h"
 #include "kernels/cpu/quant_paths.h"
+#include "kernels/cpu/quant_w8a8_paths.h"
 
 namespace {
 
@@ -112,6 +114,11 @@ void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
     report(name + "quant_gemm (panels)", panels, f32_sec);
     const double bf16 = best_per_call(8, [&](int64_t) { cpu::quant_bf16_matmul(y.data(), x.data(), m, v); });
     report(name + "quant_bf16_matmul (bf16 panels)", bf16, f32_sec);
+    // The best path only (the portable one is a plain loop, far slower: correctness, not speed).
+    const cpu::W8A8Path w8a8_path = cpu::w8a8_best_path();
+    const double w8a8 =
+        best_per_call(8, [&](int64_t) { cpu::quant_w8a8_gemm_on_path(w8a8_path, y.data(), x.data(), m, v); });
+    report(name + "quant_w8a8_gemm (int8 x, " + cpu::w8a8_path_name(w8a8_path) + ")", w8a8, f32_sec);
   }
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Perplexity of quantised weights: trains a small byte-level GPT on tinyshakespeare (the config of
 # validation/shakespeare), quantises its checkpoint to int8 and int4 (groups of 64 input features,
-# the head included and not), and scores the held-out tenth with `generate --score` under each.
+# the head included and not), and scores the held-out tenth with `generate --score` under each, and
+# the quantised ones once more with int8 activations (generate --activations int8, rows "-a8").
 # It scores 32 batches of 8 windows of 128 bytes and writes results.txt in the output folder: nats
 # per byte, perplexity and its rise over f32.
 # usage: validation/quantization/shakespeare.sh [--data PATH/tinyshakespeare.txt] [--out DIR] [--steps N] [--build DIR]
@@ -28,9 +29,9 @@ mkdir -p "$out"
 "$build/apps/gpt_train" --config "$root/inputs/gpt_small.ini" --input "$out/shakespeare.h5" --steps "$steps" \
   --warmup 100 --checkpoint-dir "$out/ck" --metrics "$out/metrics.jsonl"
 ck=$out/ck/step_$steps.h5
-score() {  # NAME CHECKPOINT: the held-out split's loss over every window
+score() {  # NAME CHECKPOINT [GENERATE OPTIONS]: the held-out split's loss over every window
   "$build/apps/generate" --checkpoint "$2" --score "$out/shakespeare.h5" --seq-len 128 --global-batch 8 --eval-batches 32 \
-    --max-batch 16 >"$out/$1.score" 2>&1
+    --max-batch 16 "${@:3}" >"$out/$1.score" 2>&1
   echo "$1 $(grep -o '^loss [-0-9.e+]*' "$out/$1.score" | cut -d' ' -f2)"
 }
 {
@@ -40,6 +41,8 @@ score() {  # NAME CHECKPOINT: the held-out split's loss over every window
     "$build/apps/ckpt_tool" quantize "$ck" --bits $bits --group-size 64 --quantize-head --output "$out/int$bits-head.h5" >/dev/null
     score "int$bits" "$out/int$bits.h5"
     score "int$bits-head" "$out/int$bits-head.h5"
+    score "int$bits-a8" "$out/int$bits.h5" --activations int8
+    score "int$bits-head-a8" "$out/int$bits-head.h5" --activations int8
   done
 } >"$out/losses.txt"
 python3 - "$out/losses.txt" <<'PY' | tee "$out/results.txt"
