@@ -338,7 +338,8 @@ int main(int argc, char** argv) {
            tokenizer->kind(),
            stored ? "" : " (none stored: bytes)");
     if (dp > 1)
-      report(dp, " replicas of ", o.tp * o.pp, " rank(s) each", o.score.empty() ? ": prompt i decoded by replica i % " + std::to_string(dp) : ": the windows split over them");
+      report(dp, " replicas of ", o.tp * o.pp, " rank(s) each",
+             o.score.empty() ? ": prompt i decoded by replica i % " + std::to_string(dp) : ": the windows split over them");
     if (!o.score.empty()) return run_score(o, decoder, mesh);
     return run_generate(o, decoder, *tokenizer, mesh);
   });
