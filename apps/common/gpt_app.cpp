@@ -26,7 +26,6 @@
 #include "plan/memory_plan.h"
 #include "train/gpt_workload.h"
 #include "train/preemption.h"
-#include "train/trainer.h"
 
 namespace tessera::cli {
 namespace po = boost::program_options;
@@ -155,10 +154,6 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     }
     TESSERA_CHECK(!o.train.document_mask || o.device() == Device::cpu, name, " --document-mask --device cuda: document",
                   " masking has no CUDA attention kernel yet; run it on the CPU (--device cpu)");
-    // 3D tensor parallelism hands each rank's attention other sequences than the ones its rows'
-    // document ids describe (found unmasked-wrong by hand: losses differ from one rank); 2d and 2.5d match.
-    TESSERA_CHECK(!o.train.document_mask || o.mesh.tp_mode != comm::TpMode::d3, name, " --document-mask --tp-mode 3d:",
-                  " document masking does not follow the 3d grid's sequences yet; use --tp-mode 1d, 2d or 2.5d");
     o.check_sequence_split(seq_len);
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
@@ -272,18 +267,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     }
     train::GptWorkload workload(model, train_loader, val_data ? &*val_data : nullptr, tc, mesh);
     tc.data_identity = data_identity;  // the run's identity, recorded in its checkpoints
-    train::Trainer trainer(workload, tc, mesh);
-    train::install_preemption_handlers();
-    const train::TrainResult result = trainer.run();
-    if (result.preempted) return train::kExitPreempted;
-    if (result.already_finished) return 0;  // the trainer said so
-    const std::string eval =
-        result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string();
-    if (mpi.world_rank() == 0) {
-      if (result.last_loss) log::info("done: final loss ", *result.last_loss, eval);
-      else log::info("done: no step trained", eval);
-    }
-    return 0;
+    return train_and_report(workload, tc, mesh, mpi.world_rank());
   });
   // A failing rank ends the whole job: no peer is left waiting in a collective.
   if (code != 0 && code != train::kExitPreempted && mpi.world_size() > 1) comm::abort_job(code);
