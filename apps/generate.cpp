@@ -1,8 +1,9 @@
-// generate: text from a trained checkpoint (gpt2 or llama), on one process or over --tp x --pp
-// ranks (heads split, pipeline stages: infer::HeadSplit, StageSplit): prompts from --prompt,
-// --prompts FILE.jsonl or standard input (--interactive), decoded with a KV cache per slot and
-// continuous batching, completions to --output FILE.jsonl (or streamed); or --score DATA.h5, the
-// model's perplexity over a token data set's evaluation windows (gpt_train's eval_loss).
+// generate: text from a trained checkpoint (gpt2 or llama), on one process or over --dp x --tp x
+// --pp ranks (replicas serving a share of the prompts each, heads split, pipeline stages:
+// infer/replicas.h, infer::HeadSplit, StageSplit): prompts from --prompt, --prompts FILE.jsonl or
+// standard input (--interactive), decoded with a KV cache per slot and continuous batching,
+// completions to --output FILE.jsonl (or streamed); or --score DATA.h5, the model's perplexity over
+// a token data set's evaluation windows (gpt_train's eval_loss).
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -25,6 +26,7 @@
 #include "infer/generator.h"
 #include "infer/model_spec.h"
 #include "infer/prompt_file.h"
+#include "infer/replicas.h"
 #include "infer/scorer.h"
 #include "io/checkpoint_file.h"
 #include "io/hdf5_file.h"
@@ -37,7 +39,8 @@ using namespace tessera;
 
 namespace {
 
-// Rank 0 speaks for the job: every rank computes the same tokens (infer::HeadSplit).
+// Rank 0 speaks for the job: every rank of a replica computes the same tokens (infer::HeadSplit),
+// and the other replicas relay their completions to it (infer::CompletionRelay).
 bool g_speaks = true;
 
 // Reports go to standard error: standard output carries completions only.
@@ -57,13 +60,13 @@ std::unique_ptr<text::Tokenizer> tokenizer_of(const std::string& checkpoint, boo
 struct Options {
   std::string checkpoint, prompt, prompts, output, score, split, weights, activations;
   bool interactive = false, logprobs = false;
-  int64_t max_batch = 8, max_len = 0, seq_len = 0, global_batch = 8, eval_batches = 0, tp = 1, pp = 1;
+  int64_t max_batch = 8, max_len = 0, seq_len = 0, global_batch = 8, eval_batches = 0, dp = 0, tp = 1, pp = 1;
   infer::ModelOverrides model;
   infer::SamplingOptions sampling;
   infer::StopRules stop;
 };
 
-int run_score(const Options& o, infer::Decoder& decoder) {
+int run_score(const Options& o, infer::Decoder& decoder, comm::ProcessMesh& mesh) {
   const io::TokenDataset data = io::TokenDataset::open(o.score, o.split);
   infer::ScoreOptions so;
   so.seq_len = o.seq_len > 0 ? o.seq_len : decoder.config().llama() ? 0 : decoder.config().max_seq;
@@ -72,10 +75,13 @@ int run_score(const Options& o, infer::Decoder& decoder) {
   so.global_batch = o.global_batch;
   so.eval_batches = o.eval_batches;
   so.slots = o.max_batch;
+  if (mesh.shape().dp > 1) so.replicas = &mesh.group(comm::Axis::dp);
   const infer::Score s = infer::score_windows(decoder, data, so);
   if (!g_speaks) return 0;
   std::cout << "score: " << o.score << " (" << data.dataset << "), " << s.windows << " windows of " << so.seq_len
-            << " tokens in " << s.batches << " batches of " << so.global_batch << "\n";
+            << " tokens in " << s.batches << " batches of " << so.global_batch;
+  if (mesh.shape().dp > 1) std::cout << ", shared by " << mesh.shape().dp << " replicas";
+  std::cout << "\n";
   std::printf("loss %.9g nats/token, perplexity %.6g", s.mean_loss, std::exp(s.mean_loss));
   if (data.tokenizer == "bytes")  // a token is a byte
     std::printf(", %.6g bits per byte", s.mean_loss / std::log(2.0));
@@ -101,7 +107,7 @@ class Streamer {
   std::string printed_;
 };
 
-int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenizer& tokenizer) {
+int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenizer& tokenizer, comm::ProcessMesh& mesh) {
   const int64_t max_len = o.max_len > 0 ? o.max_len : std::min<int64_t>(decoder.config().max_seq, 2048);
   TESSERA_CHECK(max_len <= decoder.position_limit(), "--max-len ", max_len, " is longer than the ",
                 decoder.position_limit(), " positions the model learned");
@@ -139,7 +145,7 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
     return 0;
   }
 
-  // Every prompt tokenised and checked before any work.
+  // Every prompt tokenised and checked on every rank before any work.
   std::vector<std::string> shown;
   std::deque<infer::Request> queue;
   if (!o.prompt.empty()) {
@@ -158,27 +164,58 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
     }
   }
   for (const infer::Request& r : queue) generator.check(r);
+  // Under --dp this replica keeps its share (infer::replica_of_prompt); its first rank (tp 0, pp 0)
+  // relays each finished completion's line to rank 0, the writer.
+  const int replicas = mesh.shape().dp, replica = mesh.coord(comm::Axis::dp);
+  const int64_t prompts = static_cast<int64_t>(queue.size());
+  std::erase_if(queue, [&](const infer::Request& r) { return infer::replica_of_prompt(r.index, replicas) != replica; });
+  const bool replica_lead = mesh.coord(comm::Axis::tp) == 0 && mesh.coord(comm::Axis::pp) == 0;
+  std::vector<int64_t> expected;
+  for (int r = 0; r < replicas; ++r) expected.push_back(infer::prompts_of_replica(prompts, r, replicas));
+  infer::CompletionRelay relay(replica_lead ? &mesh.group(comm::Axis::dp) : nullptr, expected);
 
   const bool stream = !o.prompt.empty() && o.output.empty() && terminal;
   std::unique_ptr<infer::CompletionWriter> writer;
-  if (g_speaks && (!o.output.empty() || o.prompt.empty()))
+  const bool lines = !o.output.empty() || o.prompt.empty();  // JSON lines, else the text (--prompt)
+  if (g_speaks && lines)
     writer = std::make_unique<infer::CompletionWriter>(o.output.empty() ? "-" : o.output, o.logprobs);
+  const infer::CompletionRelay::Take take = [&](uint64_t index, std::string&& line) {
+    writer->add_line(index, std::move(line));
+  };
   Streamer streamer;
   generator.run(std::move(queue),
                 [&](const infer::Completion& c) { if (stream) streamer(c, detokenize); },
                 [&](infer::Completion&& c) {
                   if (writer) writer->add(c, shown[c.index]);
+                  else if (replica_lead && replica > 0 && lines)
+                    relay.send(c.index, infer::CompletionWriter::line(c, shown[c.index], o.logprobs));
                   else if (stream) streamer(c, detokenize), std::cout << "\n" << std::flush;
                   else if (g_speaks) std::cout << c.text << "\n" << std::flush;
-                });
+                },
+                [&] { relay.progress(take); });
+  relay.finish(take);
   if (writer) writer->close();
-  const infer::GenerationStats& s = generator.stats();
+  // The job's figures: tokens summed over the replicas, time the slowest replica's.
+  infer::GenerationStats s = generator.stats();
+  if (replicas > 1) {
+    comm::Communicator& dp = mesh.group(comm::Axis::dp);
+    double sums[4] = {static_cast<double>(s.generated_tokens), static_cast<double>(s.prompt_tokens),
+                      static_cast<double>(s.steps), static_cast<double>(s.decode_tokens)};
+    dp.all_reduce_sum(std::span<double>(sums, 4));
+    double longest[2] = {s.seconds, s.decode_seconds};
+    dp.all_reduce_max(std::span<double>(longest, 2));
+    s.generated_tokens = static_cast<int64_t>(sums[0]), s.prompt_tokens = static_cast<int64_t>(sums[1]);
+    s.steps = static_cast<int64_t>(sums[2]), s.decode_tokens = static_cast<int64_t>(sums[3]);
+    s.seconds = longest[0], s.decode_seconds = longest[1];
+  }
+  const std::string over = replicas > 1 ? " over " + std::to_string(replicas) + " replicas" : "";
   report(s.generated_tokens, " tokens generated for ", shown.size(), " prompt(s) (", s.prompt_tokens,
-         " prompt tokens) in ", s.steps, " steps, ", s.seconds, " s: ",
+         " prompt tokens) in ", s.steps, " steps", over, ", ", s.seconds, " s: ",
          s.seconds > 0 ? static_cast<double>(s.generated_tokens) / s.seconds : 0.0, " tokens/s",
          o.output.empty() ? "" : "; written to " + o.output);
   if (s.decode_tokens > 0)
-    report("decode: ", s.decode_tokens, " tokens in the steps without a prefill, ", s.decode_seconds, " s: ",
+    report("decode: ", s.decode_tokens, " tokens in the steps without a prefill", over, ", ", s.decode_seconds,
+           replicas > 1 ? " s (the slowest replica's): " : " s: ",
            s.decode_seconds > 0 ? static_cast<double>(s.decode_tokens) / s.decode_seconds : 0.0, " tokens/s");
   return 0;
 }
@@ -218,8 +255,9 @@ int main(int argc, char** argv) {
         ("stop-token", po::value(&stop_tokens)->multitoken()->value_name("ID..."), "end a completion at one of these token ids (left out of its text)")
         ("seed", po::value(&o.sampling.seed)->default_value(1234)->value_name("N"), "sampling seed: a prompt's text depends only on it, the prompt's index and the options");
     opts.section(cli::kLayout).add_options()
+        ("dp", po::value(&o.dp)->default_value(0)->value_name("N"), "replicas of the model (each --tp x --pp ranks), prompt i decoded by replica i % N and --score's windows split over them; the output is the one-rank output (world = dp x tp x pp; 0: world / (tp x pp))")
         ("tp", po::value(&o.tp)->default_value(1)->value_name("N"), "tensor parallelism over the heads: N ranks (mpirun -np N) each hold 1/N of the heads, their KV cache and MLP features")
-        ("pp", po::value(&o.pp)->default_value(1)->value_name("N"), "pipeline stages: N ranks each hold a share of the blocks and their KV cache; a step's sequences flow through them as N micro-batches (world = tp x pp)");
+        ("pp", po::value(&o.pp)->default_value(1)->value_name("N"), "pipeline stages: N ranks each hold a share of the blocks and their KV cache; a step's sequences flow through them as N micro-batches");
     opts.section("Batching").add_options()
         ("max-batch", po::value(&o.max_batch)->default_value(8)->value_name("N"), "sequences decoded at once (KV cache slots; --score: windows per forward)")
         ("max-len", po::value(&o.max_len)->default_value(0)->value_name("N"), "positions per slot, prompt and completion (0: gpt2's learned positions, llama's up to 2048)");
@@ -262,14 +300,20 @@ int main(int argc, char** argv) {
     }
     if (!o.prompts.empty()) infer::read_prompt_file(o.prompts);  // a bad file stops before the model loads
 
-    TESSERA_CHECK(o.tp >= 1 && o.pp >= 1 && o.tp * o.pp == mpi.world_size(), "--tp ", o.tp, " x --pp ", o.pp,
-                  " on ", mpi.world_size(), " rank(s): generate runs tp x pp ranks (data parallelism: not yet)");
-    TESSERA_CHECK(!o.interactive || mpi.world_size() == 1,
-                  "--interactive reads standard input on one rank: use it without --tp or --pp");
-    comm::MeshShape shape;
-    shape.pp = o.pp;
-    shape.dp = 1;
-    shape.tp = o.tp;
+    const int64_t world = mpi.world_size();
+    TESSERA_CHECK(o.dp >= 0 && o.tp >= 1 && o.pp >= 1, "--dp ", o.dp, ", --tp ", o.tp, " and --pp ", o.pp,
+                  " must be positive (--dp 0: world / (tp x pp))");
+    TESSERA_CHECK(o.dp > 0 || world % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp, " = ", o.tp * o.pp,
+                  " does not divide the ", world, " rank(s) of the job, so --dp cannot be inferred");
+    const int64_t dp = o.dp > 0 ? o.dp : world / (o.tp * o.pp);
+    TESSERA_CHECK(dp * o.tp * o.pp == world, "--dp ", dp, " x --tp ", o.tp, " x --pp ", o.pp, " = ",
+                  dp * o.tp * o.pp, " ranks, but the job has ", world, " (mpirun -np ", dp * o.tp * o.pp, ")");
+    TESSERA_CHECK(!o.interactive || world == 1, "--interactive reads standard input on one rank: run it on one ",
+                  "rank (without --dp, --tp or --pp; this job has ", world, ")");
+    comm::MeshShape shape;  // pp, dp, tp outermost to innermost, as the trainers' (comm/process_mesh.h)
+    shape.pp = static_cast<int>(o.pp);
+    shape.dp = static_cast<int>(dp);
+    shape.tp = static_cast<int>(o.tp);
     comm::ProcessMesh mesh(shape.resolved(mpi.world_size()));
     infer::HeadSplit split;
     if (o.tp > 1) split.group = &mesh.group(comm::Axis::tp);
@@ -301,8 +345,11 @@ int main(int argc, char** argv) {
            quant::is_quantized(reader) ? " (" + quant::quantization_text(reader) + ")" : std::string(), "; tokenizer ",
            tokenizer->kind(),
            stored ? "" : " (none stored: bytes)");
-    if (!o.score.empty()) return run_score(o, decoder);
-    return run_generate(o, decoder, *tokenizer);
+    if (dp > 1)
+      report(dp, " replicas of ", o.tp * o.pp, " rank(s) each",
+             o.score.empty() ? ": prompt i decoded by replica i % " + std::to_string(dp) : ": the windows split over them");
+    if (!o.score.empty()) return run_score(o, decoder, mesh);
+    return run_generate(o, decoder, *tokenizer, mesh);
   });
   if (code != 0 && mpi.world_size() > 1) comm::abort_job(code);
   return code;

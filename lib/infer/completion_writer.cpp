@@ -30,15 +30,25 @@ CompletionWriter::~CompletionWriter() {
   if (owned_ && file_) std::fclose(file_);
 }
 
-void CompletionWriter::add(const Completion& c, const std::string& prompt_text) {
+std::string CompletionWriter::line(const Completion& c, const std::string& prompt_text, bool logprobs) {
   nlohmann::ordered_json j;
   j["index"] = c.index;
   j["prompt"] = prompt_text;
   j["completion"] = c.text;
   j["completion_ids"] = c.ids;
   j["finish_reason"] = c.finish_reason;
-  if (logprobs_) j["logprobs"] = c.logprobs;
-  pending_[c.index] = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (logprobs) j["logprobs"] = c.logprobs;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void CompletionWriter::add(const Completion& c, const std::string& prompt_text) {
+  add_line(c.index, line(c, prompt_text, logprobs_));
+}
+
+void CompletionWriter::add_line(uint64_t index, std::string line) {
+  TESSERA_CHECK(index >= next_ && pending_.count(index) == 0, "--output ", path_, ": completion ", index,
+                " came twice");
+  pending_[index] = std::move(line);
   write_ready();
 }
 

@@ -22,6 +22,11 @@ class CompletionWriter {
 
   // prompt_text: the prompt as the line shows it. Completions may come in any order.
   void add(const Completion& c, const std::string& prompt_text);
+  // The line add() writes for a completion (without its newline): what a replica under --dp sends
+  // the writing rank (infer::CompletionRelay), so every rank formats a completion alike.
+  static std::string line(const Completion& c, const std::string& prompt_text, bool logprobs);
+  // A line made by line() for completion `index`, in any order.
+  void add_line(uint64_t index, std::string line);
   // Throws if a prompt before the last written one never came, or the file cannot be closed.
   void close();
 

@@ -67,7 +67,7 @@ bool Generator::advance(Active& a, int64_t slot, float* logits) {
 }
 
 void Generator::run(std::deque<Request> queue, const std::function<void(const Completion&)>& on_token,
-                    const std::function<void(Completion&&)>& on_done) {
+                    const std::function<void(Completion&&)>& on_done, const std::function<void()>& after_step) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::optional<Active>> slots(static_cast<size_t>(cache_.slots()));
   const int64_t vocab = decoder_.vocab();
@@ -118,6 +118,7 @@ void Generator::run(std::deque<Request> queue, const std::function<void(const Co
       stats_.decode_tokens += static_cast<int64_t>(chunks.size());
       stats_.decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     }
+    if (after_step) after_step();
   }
   stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -53,9 +53,10 @@ class Generator {
   // throwing naming the prompt's index (so callers may check all prompts before any work).
   void check(const Request& r) const;
   // Runs until the queue is empty and every slot idle. on_token sees a completion after each new
-  // token (for streaming); on_done gets each finished one, in the order they finish.
+  // token (for streaming); on_done gets each finished one, in the order they finish; after_step,
+  // if given, runs after each step's tokens are handed out (generate --dp relays lines there).
   void run(std::deque<Request> queue, const std::function<void(const Completion&)>& on_token,
-           const std::function<void(Completion&&)>& on_done);
+           const std::function<void(Completion&&)>& on_done, const std::function<void()>& after_step = {});
   const GenerationStats& stats() const { return stats_; }
 
  private:

@@ -255,6 +255,19 @@ TEST_F(BadInputGenerate, TheCheckpointsStoredTokenizerIsUsedAndADamagedOneRefuse
   EXPECT_EQ(ok.err.find("none stored"), std::string::npos) << ok.err;
 }
 
+// A layout that does not fit the job's ranks (here one) is refused with its arithmetic, before the
+// model is read and before any output exists (mpirun cases: tests/parity/generate_parallel.sh).
+TEST_F(BadInputGenerate, ALayoutThatDoesNotFitTheRanksIsRefused) {
+  const std::string ck = gpt_checkpoint();
+  const std::string prompts = write_file("p.jsonl", "{\"ids\": [1, 2]}\n");
+  expect_error(generate("--checkpoint " + ck + " --prompts " + prompts + " --dp 2 --output " + file("o.jsonl")),
+               "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 1");
+  EXPECT_FALSE(fs::exists(file("o.jsonl")));
+  expect_error(generate("--checkpoint " + ck + " --score " + ck + " --tp 2"),
+               "--tp 2 x --pp 1 = 2 does not divide the 1 rank(s) of the job, so --dp cannot be inferred");
+  expect_error(generate("--checkpoint " + ck + " --prompt x --dp -1"), "--dp -1, --tp 1 and --pp 1 must be positive");
+}
+
 TEST_F(BadInputGenerate, ExactlyOneSourceOfPromptsIsAsked) {
   const std::string ck = gpt_checkpoint();
   expect_error(generate("--checkpoint " + ck), "give exactly one of --prompt, --prompts, --interactive and --score", 2);

@@ -11,6 +11,9 @@
 # check_bf16), and the int8 Llama under --activations int8 (likewise); tp 3, which divides no head
 # count here,
 # more stages than blocks, and quantisation groups a tp rank's columns would cut are refused by name.
+# Data parallelism: --dp 2 writes the one-rank file byte for byte and dp 2 x tp 2 tp 2's (greedy and
+# sampled), --score under dp 2 the one-rank score within relative 1e-6; --dp not fitting the ranks
+# and --interactive across ranks are refused.
 # usage: generate_parallel.sh <build_dir> <source_dir>
 set -euo pipefail
 source "$(dirname "$0")/../tools/script_prelude.sh"
@@ -126,6 +129,45 @@ extra=(--activations int8) logprob_tol=2e-3 score_tol=1e-4
 check_checkpoint llama_int8_a8 "$tmp/llama_int8.h5"
 extra=() logprob_tol=1e-5 score_tol=1e-6
 
+# Data parallelism (--dp 2: two replicas, prompt i to replica i % 2, each batching its own 4 prompts
+# in 3 slots): the output file is byte for byte the one-rank file (order, tokens, log-probabilities),
+# greedy and seeded sampling; dp 2 x tp 2 (ranks as the trainers lay them: tp fastest) is byte for
+# byte tp 2's file, so the one-rank tokens; --score under dp 2 splits the windows and adds the sums.
+for mode in greedy sampled; do
+  flags=(--max-new-tokens 20 --max-batch 3 --max-len 48 --logprobs)
+  [[ $mode == greedy ]] || flags+=(--temperature 0.8 --top-k 20 --top-p 0.9 --repetition-penalty 1.2 --seed 4)
+  np 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" "${flags[@]}" \
+     --dp 2 --output "$tmp/gpt2-$mode-dp2.jsonl"
+  grep -q "2 replicas of 1 rank(s) each" "$tmp/err" || fail "dp2 $mode: no replicas reported: $(cat "$tmp/err")"
+  cmp "$tmp/gpt2-$mode-1.jsonl" "$tmp/gpt2-$mode-dp2.jsonl" || fail "dp2 $mode: not the one-rank file"
+  np 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" "${flags[@]}" \
+     --dp 2 --tp 2 --output "$tmp/gpt2-$mode-dp2-tp2.jsonl"
+  cmp "$tmp/gpt2-$mode-tp2.jsonl" "$tmp/gpt2-$mode-dp2-tp2.jsonl" || fail "dp2 x tp2 $mode: not tp2's file"
+  echo "gpt2 $mode: dp2 writes the one-rank file byte for byte, dp2 x tp2 tp2's"
+done
+run "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 --eval-batches 3 \
+    --global-batch 5 --max-batch 4
+one=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
+np 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 --eval-batches 3 \
+   --global-batch 5 --max-batch 4 --dp 2
+two=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
+grep -q "15 windows of 32 tokens in 3 batches of 5, shared by 2 replicas" "$tmp/out" || fail "dp2 --score: $(cat "$tmp/out")"
+python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(a) else 1)" "$one" "$two" ||
+  fail "gpt2: --score $one on one rank, $two under dp2"
+echo "gpt2: --score $one on one rank, $two under dp2 (15 windows: 8 and 7)"
+
+# --dp not fitting the ranks, and --interactive (one reader of standard input) across ranks, refused.
+refused() {
+  local ranks=$1 says=$2 rc=0
+  shift 2
+  "$launcher" --oversubscribe -np "$ranks" "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" "$@" \
+    </dev/null >"$tmp/out" 2>"$tmp/err" || rc=$?
+  [[ $rc -ne 0 ]] && grep -qF -- "$says" "$tmp/err" || fail "-np $ranks $*: exit $rc, $(cat "$tmp/err")"
+}
+refused 3 "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 3" --prompt x --dp 2
+refused 2 "--interactive reads standard input on one rank" --interactive
+echo "--dp 2 on 3 ranks and --interactive on 2 ranks: refused"
+
 # A group that a tp rank's columns would cut in two is refused by name.
 run "$build/apps/ckpt_tool" quantize "$tmp/gpt2/step_10.h5" --output "$tmp/g32.h5" --bits 8 --group-size 32
 set +e
@@ -145,5 +187,5 @@ set +e
 rc=$?
 set -e
 [[ $rc -ne 0 ]] && grep -q -- "--pp 4 is more stages than the 3 blocks" "$tmp/err" || fail "pp 4: exit $rc, $(cat "$tmp/err")"
-echo "generate_parallel: tp2, pp2 and tp2 x pp2 give the one-rank tokens and score; tp 3 and pp 4 refused"
+echo "generate_parallel: tp2, pp2, tp2 x pp2, dp2 and dp2 x tp2 give the one-rank tokens and score; tp 3 and pp 4 refused"
 keep=0
