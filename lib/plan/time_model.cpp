@@ -227,12 +227,12 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
       if (s.cube) {
         const double y = s.tokens * out, piece = w / q;
         charge("grid tp 3d: the linears' rows of x all-gathered", "all_gather", q, tp_across, blocks, blocks, x * wire);
+        // (backward: the weights once, for dx; dW is the pieces' reduce-scatter)
         charge("grid tp 3d: the linears' weights all-gathered", "all_gather", q, tp_across, blocks, blocks, piece * wire);
         charge("grid tp 3d: the linears' output rows reduce-scattered", "reduce_scatter", q, tp_across, blocks, 0, y * wire);
         charge("grid tp 3d: the linears' dy all-gathered", "all_gather", q, tp_across, 0, blocks, y * wire);
         charge("grid tp 3d: the linears' dx reduce-scattered", "reduce_scatter", q, tp_across, 0, blocks, x * wire);
         charge("grid tp 3d: the linears' dW reduce-scattered", "reduce_scatter", q, tp_across, 0, blocks, piece * wire);
-        charge("grid tp 3d: the linears' weights all-gathered", "all_gather", q, tp_across, 0, blocks, piece * wire);
       } else {
         charge("grid tp: SUMMA's blocks of x broadcast", "broadcast", q, tp_across, q * blocks, q * blocks, x / q * wire);
         charge("grid tp: SUMMA's weight blocks broadcast", "broadcast", q, tp_across, q * blocks, q * blocks, w / q * wire);
