@@ -31,7 +31,7 @@ for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
 assert [f["group_size"] for f in intra["send_recv"]] == [2]
 PY
 model=(--config "$source_dir/inputs/gpt_tiny.ini" --input "$tmp/data.h5")
-"$build/apps/parallel_plan" search --ranks 4 --device-memory 64M --machine "$tmp/machine.json" --json --top 3 \
+"$build/apps/parallel_plan" search --ranks 4 --device-memory 64M --machine "$tmp/machine.json" --json --top 0 \
   "${model[@]}" >"$tmp/search.json"
 read -r -a top < <(python3 -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))['layouts'][0]['args']))" "$tmp/search.json")
 planned=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['layouts'][0]['peak_bytes'])" "$tmp/search.json")
@@ -46,18 +46,20 @@ steps=$(grep -c '"step_ms"' "$tmp/m.jsonl")
   --device-memory-limit 64M --steps 2 --eval-every 0 >"$tmp/auto.log" 2>&1 || { cat "$tmp/auto.log"; exit 1; }
 grep -q -- "--layout auto: ${top[*]} (predicted" "$tmp/auto.log" || { echo "--layout auto did not choose ${top[*]}:"; cat "$tmp/auto.log"; exit 1; }
 grep -q "done: final loss" "$tmp/auto.log" || { echo "--layout auto did not train:"; cat "$tmp/auto.log"; exit 1; }
-# Grid tensor parallelism: the search offers --tp-mode 2d (tp 4 = 2 x 2 on 4 ranks), --explain prints
-# its breakdown with the grid's communication, its plan equals the dry run's and its command line trains.
-"$build/apps/parallel_plan" search --ranks 4 --device-memory 64M --machine "$tmp/machine.json" --json --top 0 \
-  "${model[@]}" >"$tmp/all.json"
-read -r -a grid < <(python3 - "$tmp/all.json" <<'PY'
+# Grid tensor parallelism: the search (every layout that fits: --top 0) offers --tp-mode 2d (tp 4 =
+# 2 x 2 on 4 ranks); --explain prints its breakdown with the grid's communication and memory, the
+# dry run of its flags plans the search's peak, and its command line trains.
+read -r grid_peak grid_args < <(python3 - "$tmp/search.json" <<'PY'
 import json, sys
 layouts = [l for l in json.load(open(sys.argv[1]))["layouts"] if "--tp-mode" in l["args"]]
 if not layouts:
     sys.exit("error: no --tp-mode layout among the search's")
-print(" ".join(layouts[0]["args"]))
+print(layouts[0]["peak_bytes"], " ".join(layouts[0]["args"]))
 PY
 )
+read -r -a grid <<<"$grid_args"
+dry=$("$build/apps/gpt_train" "${model[@]}" "${grid[@]}" --dry-run | sed -n 's/^predicted peak per rank: \([0-9]*\) bytes.*/\1/p')
+[ "$dry" = "$grid_peak" ] || { echo "dry run plans $dry bytes, the search $grid_peak for ${grid[*]}"; exit 1; }
 "$build/apps/parallel_plan" search --ranks 4 --device-memory 64M --machine "$tmp/machine.json" \
   --explain "${grid[*]}" "${model[@]}" >"$tmp/explain.txt"
 grep -q "grid tp: SUMMA" "$tmp/explain.txt" || { echo "--explain ${grid[*]} shows no grid communication:"; cat "$tmp/explain.txt"; exit 1; }
