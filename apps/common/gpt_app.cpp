@@ -156,10 +156,6 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     }
     TESSERA_CHECK(!o.train.document_mask || o.device() == Device::cpu, name, " --document-mask --device cuda: document",
                   " masking has no CUDA attention kernel yet; run it on the CPU (--device cpu)");
-    // 3D tensor parallelism hands each rank's attention other sequences than the ones its rows'
-    // document ids describe (found unmasked-wrong by hand: losses differ from one rank); 2d and 2.5d match.
-    TESSERA_CHECK(!o.train.document_mask || o.mesh.tp_mode != comm::TpMode::d3, name, " --document-mask --tp-mode 3d:",
-                  " document masking does not follow the 3d grid's sequences yet; use --tp-mode 1d, 2d or 2.5d");
     o.check_sequence_split(seq_len);
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;

@@ -56,6 +56,12 @@ class TensorLayout {
   // group's is batch_parts() x B, like expert parallelism's).
   virtual int batch_parts() const { return 1; }
   virtual int batch_part() const { return 0; }
+  // Whether an attention or MLP branch holds other sequences than the residual stream's rows (3D:
+  // share (row, layer) instead of (row, col)), and a per-sequence value of the stream's B sequences
+  // ([B, ...] on the host, e.g. their document segments) as the branch's rows hold it: 1D, 2D and
+  // 2.5D copy it; 3D broadcasts it along the grid row (parallel/tensor_grid.h).
+  virtual bool branch_moves_sequences() const { return false; }
+  virtual void branch_sequences(const Tensor& stream, Tensor& branch) const { branch.copy_from(stream); }
   // The shards of the grid layouts' tensors (1D: whole, see split()):
   // a vector of features (bias, layer-norm weight, the position table's columns along `dim`),
   // split like the residual stream's features, or a branch's (branch: the features an attention

@@ -16,6 +16,8 @@
 //   forward all-gathers x's rows over j, W's pieces over i, multiplies, and reduce-scatters the
 //   rows of the partial product over l; backward all-gathers dy over l and reduce-scatters dx
 //   over j and dW's pieces over i. A layer writing the stream (the projections) swaps j and l.
+//   A branch's per-sequence values (document segments: nn::DocumentMask) are those of the stream's
+//   share (i, l), which rank (l, i, j = l) holds: broadcast along the grid row (branch_sequences).
 //
 // Vocabulary regions (embedding, tied head; all modes): the table's vocabulary rows are split
 // over the ranks splitting the stream's features, its features over the grid column's ranks (i);
@@ -48,6 +50,7 @@ class GridShards : public nn::TensorLayout {
   bool splits_features() const override { return true; }
   int batch_parts() const override { return grid_.batch_parts(); }
   int batch_part() const override { return grid_.batch_part(); }
+  bool branch_moves_sequences() const override { return grid_.cube; }
 
   nn::Shard feature_split(int dim, int64_t extent, int64_t groups, bool branch, const char* what) const override;
   nn::Shard linear_weight(nn::Shard outputs, int64_t in, nn::LinearRole role) const override;
@@ -62,6 +65,8 @@ class GridShards : public nn::TensorLayout {
 class TensorParallelGrid final : public GridShards {
  public:
   explicit TensorParallelGrid(comm::ProcessMesh& mesh);
+
+  void branch_sequences(const Tensor& stream, Tensor& branch) const override;
 
   void linear_forward(Tensor& y, const Tensor& x, const ops::Operand& w, const Tensor* b, nn::LinearRole role,
                       ops::MatmulInputs inputs) const override;

@@ -1,7 +1,7 @@
 // TensorParallelGrid: the 3D linear layer (parallel/tensor_grid.h). For a layer writing a branch
 // the input's rows are gathered over the columns (j) and the output's rows reduce-scattered over
 // the layers (l); a layer writing the stream swaps the two. Its weight pieces are always gathered
-// over the rows (i).
+// over the rows (i). A branch's per-sequence values come from the rank whose stream holds its rows.
 #include "kernels/ops.h"
 #include "parallel/tensor_grid.h"
 
@@ -62,6 +62,14 @@ void TensorParallelGrid::cube_backward(Tensor* dx, const Tensor& dy, const Tenso
     reduce_scatter_columns(col_, partial, piece);
     ops::add_inplace(*dw, piece);
   }
+}
+
+// The branch of rank (l, i, j) holds the rows of the stream's share (i, l) (cube_forward's gather
+// over j, then its scatter over l hands layer l the gathered block l): member j = l of the grid
+// row, which holds that share in its stream, sends its values along the row. 2D/2.5D: a copy.
+void TensorParallelGrid::branch_sequences(const Tensor& stream, Tensor& branch) const {
+  if (!grid_.cube || grid_.col == grid_.layer) branch.copy_from(stream);
+  if (grid_.cube) row_.broadcast(branch, grid_.layer);
 }
 
 }  // namespace tessera::parallel

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -242,6 +243,54 @@ int node_cores(MPI_Comm node) {
   return std::max(1, cores);
 }
 
+// Where a node's ranks share its cores: the share of a core a rank blocked in a receive still
+// takes, against a computing rank's (MachineModel::waiting_rank_share). Two windows of K GEMMs
+// each, started by a barrier and long enough for the ranks to take turns on the cores many times:
+// in one every rank computes; in the other the even node ranks compute and then send a word to the
+// odd rank after them, which waits for it in a receive (a pipeline stage in its bubble). With R
+// ranks on C < R cores, c of them computing: the windows' ratio is max(C, c + w (R - c)) / R.
+double measure_waiting_rank_share(comm::Communicator& node, int cores) {
+  const int r = node.size(), rank = node.rank();
+  const int64_t n = 160;
+  Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f), c = Tensor::empty({n, n});
+  const auto work = [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, ops::MatmulInputs::f32); };
+  // K: about 0.3 s of shared compute, agreed by every rank (the slowest's estimate).
+  Tensor k = Tensor::empty({1});
+  {
+    work();
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < 8; ++i) work();
+    const double each = seconds_since(start) / 8 * r / std::max(1, cores);
+    k.data<float>()[0] = static_cast<float>(std::ceil(0.3 / std::max(each, 1e-6)));
+    node.all_reduce_max(k);
+  }
+  const int64_t calls = std::max<int64_t>(8, static_cast<int64_t>(k.data<float>()[0]));
+  const int partner = rank % 2 == 0 ? rank + 1 : rank - 1;
+  const bool computes_in_half = rank % 2 == 0 || partner >= r;  // an odd rank out computes
+  Tensor word = Tensor::empty({1});
+  const auto window = [&](bool half) {
+    node.barrier();
+    const Clock::time_point start = Clock::now();
+    if (!half || computes_in_half) {
+      for (int64_t i = 0; i < calls; ++i) work();
+      if (half && partner < r) node.send(word, partner);
+    } else {
+      node.recv(word, partner);
+    }
+    return seconds_since(start);
+  };
+  std::vector<double> all, half;
+  for (int w = 0; w < 3; ++w) {
+    all.push_back(window(false));
+    half.push_back(window(true));
+  }
+  const double t_all = slowest_median(node, all), t_half = slowest_median(node, half);
+  const int computing = (r + 1) / 2;
+  if (r <= computing) return 0.0;
+  const double effective = t_half / t_all * r;  // ranks wanting the cores at once in the half window
+  return std::clamp((effective - computing) / (r - computing), 0.0, 1.0);
+}
+
 }  // namespace
 
 MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& options) {
@@ -307,15 +356,13 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
     m.copy_bytes_per_s = world_mean(world, 2.0 * static_cast<double>(from.size()) / sec);  // read + write
   }
 
-  // Collectives inside a node: groups of g consecutive node-local ranks; across nodes: one rank
-  // per node (the same node-local rank), when the world spans several nodes.
+  // The nodes: their ranks and cores, and where ranks share cores, what a waiting one takes.
   MPI_Comm node_comm = MPI_COMM_NULL;
   MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node_comm);
   int local = 0, per_node = 1;
   MPI_Comm_rank(node_comm, &local);
   MPI_Comm_size(node_comm, &per_node);
   int cores = node_cores(node_comm);
-  MPI_Comm_free(&node_comm);
   MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, world.mpi_comm());  // the smallest node's
   m.cores_per_node = cores;
   int most = per_node, nodes_seen = local == 0 ? 1 : 0;
@@ -323,6 +370,16 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
   MPI_Allreduce(MPI_IN_PLACE, &nodes_seen, 1, MPI_INT, MPI_SUM, world.mpi_comm());
   m.ranks_per_node = most;
   m.nodes = nodes_seen;
+  if (m.oversubscription(most) > 1) {  // every node measures at once; the first node's figure is kept
+    comm::Communicator node(node_comm, "node");
+    double share = measure_waiting_rank_share(node, cores);
+    MPI_Bcast(&share, 1, MPI_DOUBLE, 0, world.mpi_comm());
+    m.waiting_rank_share = share;
+  }
+  MPI_Comm_free(&node_comm);
+
+  // Collectives inside a node: groups of g consecutive node-local ranks; across nodes: one rank
+  // per node (the same node-local rank), when the world spans several nodes.
   m.collectives["intra_node"];
   std::vector<int> sizes;
   for (int g = 2; g <= most; g *= 2) sizes.push_back(g);

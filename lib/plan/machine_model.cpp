@@ -106,6 +106,7 @@ std::string to_json(const MachineModel& m) {
   j["attention_flops_per_s"] = m.attention_flops_per_s;
   j["copy_bytes_per_s"] = m.copy_bytes_per_s;
   j["kernel_call_s"] = m.kernel_call_s;
+  if (m.waiting_rank_share > 0) j["waiting_rank_share"] = m.waiting_rank_share;
   for (const auto& [k, s] : m.kernel_seconds_per_element) j["kernel_seconds_per_element"][k] = s;
   j["collectives"] = json::object();
   for (const auto& [d, ops] : m.collectives)
@@ -157,6 +158,10 @@ MachineModel parse_machine_json(const std::string& content, const std::string& w
   m.attention_flops_per_s = positive(j, "attention_flops_per_s", "", where);
   m.copy_bytes_per_s = positive(j, "copy_bytes_per_s", "", where);
   m.kernel_call_s = positive(j, "kernel_call_s", "", where, true);
+  if (j.contains("waiting_rank_share")) {  // optional: older files and one-core-per-rank machines lack it
+    m.waiting_rank_share = positive(j, "waiting_rank_share", "", where, true);
+    TESSERA_CHECK(m.waiting_rank_share <= 1, where, ": waiting_rank_share must be at most 1, got ", m.waiting_rank_share);
+  }
   const json& kernels = field(j, "kernel_seconds_per_element", "", where);
   for (const std::string& k : kernel_class_names())
     m.kernel_seconds_per_element[k] = positive(kernels, k, "kernel_seconds_per_element.", where, true);

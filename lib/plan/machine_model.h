@@ -53,6 +53,11 @@ struct MachineModel {
   // 0: not recorded (files older than the field, hand-written ones), read as a core per thread.
   // Optional in the file ("machine.cores_per_node").
   int cores_per_node = 0;
+  // Where ranks share cores: the share of a core a rank waiting for a message still takes, against
+  // a computing rank's (0: it gives its share to the ranks that compute; 1: it spins as hard as
+  // they compute). Optional in the file ("waiting_rank_share", calibrated where oversubscribed);
+  // 0 where absent.
+  double waiting_rank_share = 0;
   // compute
   std::map<std::string, std::vector<GemmClass>> gemm;  // "f32", "bf16" -> classes by max_flops
   double attention_flops_per_s = 0;

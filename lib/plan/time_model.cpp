@@ -451,19 +451,22 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
     TESSERA_CHECK(report.ok(), "predict_step: the ", run.pp_schedule, " schedule does not verify");
     t.pipeline_s = static_cast<double>(report.makespan) * unit;
     if (shared_cores) {
-      // Ranks share cores: a stage idling in the bubble leaves its share of the cores to the
-      // stages that compute, which then run faster than the all-busy rates the stage times assume.
-      // The schedule keeps a fraction `busy` of the stages' time slots busy, so about busy x ranks
-      // want the cores at once; each gets min(1, cores / (busy x ranks)) of one, against 1 / over in
-      // the all-busy rates. The makespan rescales by max(busy, 1 / over): the node's total work over
-      // its cores (busy), or the schedule's chain at a core per rank (1 / over).
+      // Ranks share cores: a stage idling in the bubble leaves (1 - waiting_rank_share) of its
+      // share of the cores to the stages that compute, which then run faster than the all-busy
+      // rates the stage times assume. The schedule keeps a fraction `busy` of the stages' time
+      // slots busy, so about (busy + w (1 - busy)) x ranks want the cores at once; each computing
+      // rank gets min(1, cores / that) of one, against 1 / over in the all-busy rates. The makespan
+      // rescales by max(busy + w (1 - busy), 1 / over): the node's cores divided among the
+      // computing and the waiting ranks, or the schedule's chain at a core per rank (1 / over).
       double work = 0;
       for (const StageCost& stage : stages) work += m * stage.total();
       const double busy = std::min(1.0, work / (pp * t.pipeline_s));
-      t.pipeline_s *= std::max(busy, 1.0 / over);
+      const double w = machine.waiting_rank_share;
+      t.pipeline_s *= std::max(busy + w * (1 - busy), 1.0 / over);
     }
   }
   t.oversubscription = over;
+  t.waiting_rank_share = machine.waiting_rank_share;
   t.bubble_s = std::max(0.0, t.pipeline_s - m * per_mb);
 
   // Per step, outside the layers: the gradient reduction over the data group dp x sp, ZeRO-1/2's
@@ -589,10 +592,11 @@ std::string describe(const StepTime& t) {
   }
   out << "  optimizer: " << ms(t.optimizer_s) << "\n";
   if (t.oversubscription > 1) {
-    char line[200];
+    char line[240];
     std::snprintf(line, sizeof line,
                   "  ranks share cores (%.2f threads per core): no communication overlaps compute; the bubble is"
-                  " filled by the stages that compute\n", t.oversubscription);
+                  " filled by the stages that compute, less the %.0f%% of a core a waiting rank keeps\n",
+                  t.oversubscription, 100 * t.waiting_rank_share);
     out << line;
   }
   for (const CommTerm& c : t.comm) {

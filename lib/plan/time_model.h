@@ -47,6 +47,7 @@ struct StepTime {
   double pipeline_s = 0;    // the schedule's makespan (micro-batches x (F + B) without a pipeline)
   double bubble_s = 0;      // of which the slowest stage idles
   double oversubscription = 1;  // threads per core on a node (MachineModel::oversubscription), at least 1
+  double waiting_rank_share = 0;  // MachineModel::waiting_rank_share, where ranks share cores
   double step_s = 0;
   double tokens_per_s = 0;
   double comm_exposed() const;

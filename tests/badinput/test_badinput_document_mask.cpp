@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -57,26 +56,6 @@ TEST_F(BadDocumentMask, DataWithoutDocOffsetsIsRefused) {
                                           " --layers 1 --hidden 16 --heads 2 --seq-len 16 --global-batch 4" +
                                           " --steps 1 --threads 1");
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
-}
-
-// 3D tensor parallelism is refused with the mask before any step (2d and 2.5d equal one rank).
-TEST_F(BadDocumentMask, ThreeDimensionalTensorParallelismIsRefused) {
-  const std::string jsonl = file("docs.jsonl"), data = file("docs.h5"), metrics = file("m.jsonl");
-  {
-    std::ofstream out(jsonl);
-    for (int i = 0; i < 200; ++i) out << "{\"text\": \"the cat sat on a mat " << i << "\"}\n";
-  }
-  const CommandResult prep = run_command(kBuild + "/apps/data_prep text --input " + shell_quote(jsonl) +
-                                         " --output " + shell_quote(data) + " --val-fraction 0.2");
-  ASSERT_EQ(prep.exit_code, 0) << prep.err;
-  const CommandResult r = run_command(
-      kEnv + std::string(TESSERA_MPIEXEC) + " --oversubscribe -np 8 " + kBuild + "/apps/gpt_train --input " +
-      shell_quote(data) + " --layers 1 --hidden 16 --heads 2 --seq-len 16 --global-batch 8 --steps 2 --threads 1" +
-      " --tp 8 --tp-mode 3d --document-mask --metrics " + shell_quote(metrics));
-  EXPECT_NE(r.exit_code, 0) << r.out;
-  EXPECT_NE(r.exit_code, 124) << "the job hung: " << r.err;
-  expect_words(r.err, {"error:", "--document-mask --tp-mode 3d", "use --tp-mode 1d, 2d or 2.5d"});
-  EXPECT_FALSE(fs::exists(metrics)) << "a refused run wrote metrics";
 }
 
 TEST_F(BadDocumentMask, LoaderRefusesSegmentsWithoutDocuments) {

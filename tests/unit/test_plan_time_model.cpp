@@ -391,6 +391,26 @@ TEST(TimeModel, OnSharedCoresThePipelineBubbleIsFilled) {
   EXPECT_DOUBLE_EQ(plan::predict_step(flat, one_core, 2).step_s, plan::predict_step(flat, own, 2).step_s);
 }
 
+// A waiting rank that still takes its share of the cores (waiting_rank_share 1: it spins as hard as
+// a computing rank) leaves nothing to the stages that compute: the bubble stays, as with a core per
+// rank. Half of that (0.5) with half the slots busy: (0.5 + 0.5 x 0.5) of the schedule's makespan.
+// The field is optional, kept by to_json, and refused outside [0, 1].
+TEST(TimeModel, OnSharedCoresAWaitingRankKeepsItsShareOfTheCores) {
+  const plan::MachineModel own = plan::parse_machine_json(machine_json(1e10, 1e-12), "t");
+  EXPECT_DOUBLE_EQ(own.waiting_rank_share, 0.0);
+  plan::MachineModel spinning = with_cores(own, 1), half = with_cores(own, 1);
+  spinning.waiting_rank_share = 1.0;
+  half.waiting_rank_share = 0.5;
+  const plan::GptRun run = tiny_run(4, 2, 1, 1);
+  const plan::StepTime dedicated = plan::predict_step(run, own, 2);
+  EXPECT_NEAR(plan::predict_step(run, spinning, 2).pipeline_s, dedicated.pipeline_s, 1e-9);
+  EXPECT_NEAR(plan::predict_step(run, half, 2).pipeline_s, 0.75 * dedicated.pipeline_s, 2e-3 * dedicated.pipeline_s);
+  EXPECT_DOUBLE_EQ(plan::parse_machine_json(plan::to_json(half), "again").waiting_rank_share, 0.5);
+  std::string bad = plan::to_json(half);
+  bad.replace(bad.find("\"waiting_rank_share\": 0.5"), 25, "\"waiting_rank_share\": 1.5");
+  EXPECT_THROW(plan::parse_machine_json(bad, "bad"), Error);
+}
+
 // Grid tensor parallelism: the model's bytes per step are what the metrics' comm_bytes count on
 // tests/parity/tensor_grid.sh's model (layers 2, hidden 32, heads 4, vocabulary 61, sequence 16,
 // global batch 8), less the 32 bytes of per-step scalars the model leaves out (the loss and the

@@ -146,6 +146,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
       local_seq_(layout.sequence->local_length(seq)),
       first_position_(layout.sequence->offset(seq)),
       sequence_(layout.sequence),
+      branch_sequences_(layout.tensor->branch_moves_sequences() ? layout.tensor : nullptr),
       rows_(layout.tensor->local_rows(micro_batch * layout.sequence->local_length(seq))),
       features_(layout.tensor->local_features(config.hidden)),
       token_share_(layout.experts->size() * layout.tensor->batch_parts()),
@@ -268,22 +269,37 @@ void Gpt::load_batch(Activations& a, const int32_t* rows, const uint8_t* mask) {
 }
 
 // The micro-batch's document segments (the whole sequence's, every sp rank the same) and this rank's
-// positions inside their documents: a position's distance from its document's first token. Without
-// documents the zigzag layout still gives each row its position (its two chunks are not one range).
+// positions inside their documents, for the embedding's rows and for the blocks' (under 3D tp
+// the branches hold other sequences: the tensor layout hands them theirs). Without documents the
+// zigzag layout still gives each row its position (its two chunks are not one range).
 void Gpt::load_documents(Activations& a, const int32_t* segments) const {
   if (!segments) {
     a.documents = {};
     a.documents.positions = zigzag_positions_;  // undefined unless zigzag
+    a.stream_documents = a.documents;
     return;
   }
-  nn::DocumentMask& d = a.documents;
-  if (!d.segments.defined()) {
+  auto allocate = [&](nn::DocumentMask& d) {
+    if (d.segments.defined()) return;
     d.segments = Tensor::empty({batch_, seq_}, DType::i32);
     d.positions = Tensor::empty({batch_, local_seq_}, DType::i32);
+  };
+  nn::DocumentMask& stream = a.stream_documents;
+  allocate(stream);
+  std::copy(segments, segments + batch_ * seq_, stream.segments.data<int32_t>());
+  document_positions(stream);
+  if (!branch_sequences_) {
+    a.documents = stream;
+    return;
   }
-  int32_t* seg = d.segments.data<int32_t>();
+  allocate(a.documents);
+  branch_sequences_->branch_sequences(stream.segments, a.documents.segments);
+  document_positions(a.documents);
+}
+
+void Gpt::document_positions(nn::DocumentMask& d) const {
+  const int32_t* seg = d.segments.data<int32_t>();
   int32_t* pos = d.positions.data<int32_t>();
-  std::copy(segments, segments + batch_ * seq_, seg);
   for (int64_t b = 0; b < batch_; ++b) {
     const int32_t* row = seg + b * seq_;
     int64_t start = 0;  // the first position of the current document
@@ -314,7 +330,7 @@ float Gpt::forward_chunk(int chunk, int micro, const int32_t* rows, bool trainin
   if (c.embedding) {
     units_->gather(embed_unit_, training && keep_embedding);
     if (c.blocks() > 0) units_->prefetch(block_unit_base_ + c.block_base);
-    embed_.forward(a.residual[0], a.inputs, first_position_, scratch_.region, a.documents.positions);
+    embed_.forward(a.residual[0], a.inputs, first_position_, scratch_.region, a.stream_documents.positions);
     activation_rounding_.round(a.residual[0]);
     if (!keep_embedding) units_->release(embed_unit_);
   }
@@ -378,10 +394,10 @@ void Gpt::backward_chunk(int chunk, int micro, parallel::GradSync* sync, bool de
   backward_blocks(stage_blocks(), c, a, sync, defer_weights, a.grad_scale);
   if (c.embedding && defer_weights) {
     a.embedding_weight_grads.embedding(embed_, a.dres, a.inputs, first_position_, scratch_.region,
-                                       a.documents.positions);
+                                       a.stream_documents.positions);
   } else if (c.embedding) {
     if (!c.head) units_->gather(embed_unit_, true);
-    embed_.backward(a.dres, a.inputs, first_position_, scratch_.region, a.documents.positions);
+    embed_.backward(a.dres, a.inputs, first_position_, scratch_.region, a.stream_documents.positions);
     units_->grads_done(embed_unit_, sync);
   }
   units_->finish_grads();  // ZeRO-3: the reduce-scatters still in flight, into the shard

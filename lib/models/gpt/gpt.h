@@ -164,13 +164,19 @@ class Gpt {
   struct Activations : BlockActivations {  // residual rows: [rows, C]
     Tensor inputs;         // [B, T] int32 on the device (the embedding's chunk)
     float grad_scale = 0;  // of the forward: the MoE layers' auxiliary loss gradient
+    // The embedding's rows' documents (the blocks' are BlockActivations::documents: the same
+    // tensors, but other sequences under 3D tp, whose branches hold another share of the batch).
+    nn::DocumentMask stream_documents;
     nn::WeightGrads embedding_weight_grads;
   };
   Activations& slot(int chunk, int micro) { return slots_.at(chunk, micro); }
   void record_moe_stats(int64_t block, const nn::MoeStats& stats);
   std::unique_ptr<Activations> allocate_activations(const ModelChunk& c) const;
   void load_batch(Activations& a, const int32_t* rows, const uint8_t* mask);  // masked-out targets: -1
-  void load_documents(Activations& a, const int32_t* segments) const;  // a.documents (inactive: nullptr)
+  // a.stream_documents and a.documents (inactive: nullptr)
+  void load_documents(Activations& a, const int32_t* segments) const;
+  // d.positions from d.segments: each of this rank's positions' distance from its document's start.
+  void document_positions(nn::DocumentMask& d) const;
   // Units: the embedding (first stage), each block, the final norm (last stage).
   StageBlocks stage_blocks() { return {blocks_, *units_, block_unit_base_, scratch_}; }
 
@@ -199,6 +205,8 @@ class Gpt {
   int64_t batch_, seq_;
   int64_t local_seq_, first_position_;  // this rank's positions under sequence parallelism
   const nn::SequenceLayout* sequence_;  // which positions, in which local rows
+  // 3D tp: the layout handing the blocks' branches their sequences' document segments, else null.
+  const nn::TensorLayout* branch_sequences_ = nullptr;
   Tensor zigzag_positions_;             // zigzag: [B, Tl] i32 (on device_), each local row's position
   int64_t rows_;                        // token rows this rank holds between regions
   int64_t features_;                    // residual-stream features this rank holds (a grid layout splits them)
