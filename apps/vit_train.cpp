@@ -25,7 +25,6 @@
 #include "parallel/pipeline_verifier.h"
 #include "plan/vit_memory_plan.h"
 #include "train/preemption.h"
-#include "train/trainer.h"
 #include "train/vit_workload.h"
 
 using namespace tessera;
@@ -194,19 +193,7 @@ int main(int argc, char** argv) {
     train::VitWorkload workload(model, train_set, test_set, tc, mesh.group(comm::Axis::dp), mesh.grid_rows(),
                                 mesh.group(comm::Axis::pp), mesh.data_group(), augment);
     tc.data_identity = data_identity;  // the run's identity, recorded in its checkpoints
-    train::Trainer trainer(workload, tc, mesh);
-    train::install_preemption_handlers();
-    const train::TrainResult result = trainer.run();
-    if (result.preempted) return train::kExitPreempted;
-    if (result.already_finished) return 0;  // the trainer said so
-    const std::string eval =
-        (result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string()) +
-        (result.last_eval_accuracy ? ", eval accuracy " + std::to_string(*result.last_eval_accuracy) : std::string());
-    if (mpi.world_rank() == 0) {
-      if (result.last_loss) log::info("done: final loss ", *result.last_loss, eval);
-      else log::info("done: no step trained", eval);
-    }
-    return 0;
+    return cli::train_and_report(workload, tc, mesh, mpi.world_rank());
   });
   if (code != 0 && code != train::kExitPreempted && mpi.world_size() > 1) comm::abort_job(code);
   return code;

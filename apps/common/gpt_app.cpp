@@ -26,7 +26,6 @@
 #include "plan/memory_plan.h"
 #include "train/gpt_workload.h"
 #include "train/preemption.h"
-#include "train/trainer.h"
 
 namespace tessera::cli {
 namespace po = boost::program_options;
@@ -267,18 +266,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     }
     train::GptWorkload workload(model, train_loader, val_data ? &*val_data : nullptr, tc, mesh);
     tc.data_identity = data_identity;  // the run's identity, recorded in its checkpoints
-    train::Trainer trainer(workload, tc, mesh);
-    train::install_preemption_handlers();
-    const train::TrainResult result = trainer.run();
-    if (result.preempted) return train::kExitPreempted;
-    if (result.already_finished) return 0;  // the trainer said so
-    const std::string eval =
-        result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string();
-    if (mpi.world_rank() == 0) {
-      if (result.last_loss) log::info("done: final loss ", *result.last_loss, eval);
-      else log::info("done: no step trained", eval);
-    }
-    return 0;
+    return train_and_report(workload, tc, mesh, mpi.world_rank());
   });
   // A failing rank ends the whole job: no peer is left waiting in a collective.
   if (code != 0 && code != train::kExitPreempted && mpi.world_size() > 1) comm::abort_job(code);

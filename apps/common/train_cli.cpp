@@ -21,6 +21,8 @@
 #include "optim/mixed_precision.h"
 #include "parallel/pipeline_verifier.h"
 #include "plan/memory_plan.h"
+#include "train/preemption.h"
+#include "train/trainer.h"
 
 namespace tessera::cli {
 
@@ -409,6 +411,22 @@ void log_run_environment() {
   if (wait && (std::string(wait) == "PASSIVE" || std::string(wait) == "passive"))
     log::warn("OMP_WAIT_POLICY=PASSIVE: OpenMP threads sleep between the step's ~30 parallel kernels per block,"
               " which cost 2-8% of a CPU step in validation/bench/gpt_cpu.sh; unset it for speed");
+}
+
+int train_and_report(train::Workload& workload, const train::TrainConfig& tc, comm::ProcessMesh& mesh, int world_rank) {
+  train::Trainer trainer(workload, tc, mesh);
+  train::install_preemption_handlers();
+  const train::TrainResult result = trainer.run();
+  if (result.preempted) return train::kExitPreempted;
+  if (result.already_finished) return 0;  // the trainer said so
+  const std::string eval =
+      (result.last_eval_loss ? ", eval loss " + std::to_string(*result.last_eval_loss) : std::string()) +
+      (result.last_eval_accuracy ? ", eval accuracy " + std::to_string(*result.last_eval_accuracy) : std::string());
+  if (world_rank == 0) {
+    if (result.last_loss) log::info("done: final loss ", *result.last_loss, eval);
+    else log::info("done: no step trained", eval);
+  }
+  return 0;
 }
 
 plan::RunLayout planned_layout(const TrainOptions& o, int batch_ranks) {

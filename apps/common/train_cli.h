@@ -16,6 +16,7 @@
 #include "parallel/tensor_grid.h"
 #include "parallel/tensor_parallel.h"
 #include "train/train_config.h"
+#include "train/workload.h"
 
 namespace tessera::plan {
 struct RunLayout;
@@ -106,6 +107,11 @@ class ParallelSetup {
 // The Slurm job id, node list and restart count, when under Slurm; a warning when the environment
 // slows the CPU kernels (OMP_WAIT_POLICY=PASSIVE).
 void log_run_environment();
+
+// Trains the workload to its last step (a preempted run: its checkpoint, then train::kExitPreempted)
+// and says on world rank 0 how it ended: the final loss, and the last evaluation's loss and accuracy
+// where the run has them. Returns the app's exit code.
+int train_and_report(train::Workload& workload, const train::TrainConfig& tc, comm::ProcessMesh& mesh, int world_rank);
 
 // What the memory planner and the time model take of the layout and the training options
 // (plan/memory_plan.h), for a step split over `batch_ranks` (dp x ep for the GPTs, dp for ViT).

@@ -45,6 +45,35 @@ void TokenStorage::check() const {
   if (deflate < 0 || deflate > 9) throw UsageError(std::string("--deflate must be 0 to 9, got ") + std::to_string(deflate));
 }
 
+void TextTokenOptions::declare(po::options_description& desc, const Declare& input, const Declare& own,
+                               const char* eos_id_help, const char* val_fraction_help) {
+  desc.add_options()("help,h", "show this help");
+  input(desc);
+  desc.add_options()
+      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
+      ("tokenizer", po::value(&tokenizer_path)->value_name("PATH"),
+       "a SentencePiece *.model or a Hugging Face tokenizer.json (byte-level BPE); default: bytes");
+  own(desc);
+  desc.add_options()
+      ("eos-id", po::value(&eos_id)->value_name("ID"), eos_id_help)
+      ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"), val_fraction_help)
+      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
+  storage.add_to(desc);
+}
+
+void TextTokenOptions::check() const {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+    throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  storage.check();
+}
+
+ChosenTokenizer TextTokenOptions::choose(const po::variables_map& vm, std::vector<std::string>& inputs) {
+  if (!tokenizer_path.empty()) inputs.push_back(tokenizer_path);
+  ChosenTokenizer chosen = choose_tokenizer(tokenizer_path, vm, eos_id);
+  eos_id = chosen.eos_id;
+  return chosen;
+}
+
 std::string read_whole_file(const std::string& path, const char* what) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("cannot read ", what, " ", path, ": no such file");

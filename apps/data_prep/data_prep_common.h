@@ -1,6 +1,6 @@
 // data_prep's shared pieces: the command-line mistake (exit 2), the output written aside and renamed
-// into place (AtomicOutput), option parsing, and whole-file reads. Each command is in its own file
-// (commands.h lists them).
+// into place (AtomicOutput), option parsing, the options of the commands that write text's tokens
+// (TextTokenOptions), and whole-file reads. Each command is in its own file (commands.h lists them).
 #pragma once
 #include <boost/program_options.hpp>
 #include <sys/stat.h>
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -115,5 +116,24 @@ struct ChosenTokenizer {
   int64_t vocab() const { return tokenizer->vocab_size(); }
 };
 ChosenTokenizer choose_tokenizer(const std::string& path, const po::variables_map& vm, int64_t eos_id_given);
+
+// The options of the commands that write the tokens of text (text, sft), declared once in the order
+// their --help lists them: --help, the command's --input, --output, --tokenizer, the command's own
+// options, --eos-id, --val-fraction, --overwrite and TokenStorage's; the help of --eos-id and
+// --val-fraction is the command's.
+struct TextTokenOptions {
+  std::string output, tokenizer_path;
+  int64_t eos_id = -1;
+  double val_fraction = 0.1;
+  bool overwrite = false;
+  TokenStorage storage;
+  using Declare = std::function<void(po::options_description&)>;
+  void declare(po::options_description& desc, const Declare& input, const Declare& own, const char* eos_id_help,
+               const char* val_fraction_help);
+  void check() const;  // UsageError naming --val-fraction or a storage option out of range
+  // The tokenizer (choose_tokenizer), eos_id set to its end-of-document token; the tokenizer's file
+  // joins `inputs`, the files the output must not be.
+  ChosenTokenizer choose(const po::variables_map& vm, std::vector<std::string>& inputs);
+};
 
 }  // namespace data_prep

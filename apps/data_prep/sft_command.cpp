@@ -60,27 +60,25 @@ Example parse_example(const std::string& line, const std::string& prompt_key, co
 }  // namespace
 
 int run_sft(const std::vector<std::string>& args) {
-  std::string input, output, tokenizer_path, prompt_key, response_key;
-  int64_t max_bad_lines = 0, eos_id = -1;
-  double val_fraction = 0.1;
-  TokenStorage storage;
-  bool overwrite = false;
+  std::string input, prompt_key, response_key;
+  int64_t max_bad_lines = 0;
+  TextTokenOptions o;
   po::options_description desc("Options");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("input", po::value(&input)->required()->value_name("FILE.jsonl"), "one example a line: a JSON object")
-      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
-      ("tokenizer", po::value(&tokenizer_path)->value_name("PATH"),
-       "a SentencePiece *.model or a Hugging Face tokenizer.json (byte-level BPE); default: bytes")
-      ("prompt-key", po::value(&prompt_key)->default_value("prompt")->value_name("KEY"), "the prompt's key")
-      ("response-key", po::value(&response_key)->default_value("response")->value_name("KEY"), "the response's key")
-      ("max-bad-lines", po::value(&max_bad_lines)->default_value(0)->value_name("N"),
-       "malformed lines skipped before the run fails")
-      ("eos-id", po::value(&eos_id)->value_name("ID"), "token closing each example (default: see below)")
-      ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"),
-       "each example goes to /val with probability F")
-      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
-  storage.add_to(desc);
+  o.declare(
+      desc,
+      [&](po::options_description& d) {
+        d.add_options()("input", po::value(&input)->required()->value_name("FILE.jsonl"),
+                        "one example a line: a JSON object");
+      },
+      [&](po::options_description& d) {
+        d.add_options()
+            ("prompt-key", po::value(&prompt_key)->default_value("prompt")->value_name("KEY"), "the prompt's key")
+            ("response-key", po::value(&response_key)->default_value("response")->value_name("KEY"),
+             "the response's key")
+            ("max-bad-lines", po::value(&max_bad_lines)->default_value(0)->value_name("N"),
+             "malformed lines skipped before the run fails");
+      },
+      "token closing each example (default: see below)", "each example goes to /val with probability F");
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep sft --input FILE.jsonl --output FILE.h5 [--tokenizer PATH] [--prompt-key KEY]\n"
@@ -98,32 +96,28 @@ int run_sft(const std::vector<std::string>& args) {
              "are skipped.\n",
              vm))
     return 0;
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-    throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
+  o.check();
   if (max_bad_lines < 0) throw UsageError("--max-bad-lines must not be negative, got " + std::to_string(max_bad_lines));
   if (prompt_key == response_key) throw UsageError("--prompt-key and --response-key are both '" + prompt_key + "'");
-  storage.check();
 
   std::vector<std::string> inputs{input};
-  if (!tokenizer_path.empty()) inputs.push_back(tokenizer_path);
-  const ChosenTokenizer chosen = choose_tokenizer(tokenizer_path, vm, eos_id);
+  const ChosenTokenizer chosen = o.choose(vm, inputs);
   const std::string& kind = chosen.kind;
   const tessera::text::Tokenizer& tokenizer = *chosen.tokenizer;
   const int64_t vocab = chosen.vocab();
-  eos_id = chosen.eos_id;
   std::error_code ec;
   if (!fs::is_regular_file(input, ec)) fail("cannot read input ", input, ": no such file");
   std::ifstream lines(input, std::ios::binary);
   if (!lines) fail("cannot read input ", input, ": permission denied or unreadable");
 
-  AtomicOutput out(output, overwrite, inputs);
+  AtomicOutput out(o.output, o.overwrite, inputs);
   int64_t n_train = 0, n_val = 0, e_train = 0, e_val = 0, masked = 0, bad = 0;
   std::string named;  // the first kNamedBadLines malformed lines
   {
     tessera::io::H5File f = tessera::io::H5File::create(out.tmp());
-    tessera::io::TokenWriter train(f, "/train", vocab, storage.chunk, storage.deflate, true);
+    tessera::io::TokenWriter train(f, "/train", vocab, o.storage.chunk, o.storage.deflate, true);
     std::optional<tessera::io::TokenWriter> val;
-    if (val_fraction > 0) val.emplace(f, "/val", vocab, storage.chunk, storage.deflate, true);
+    if (o.val_fraction > 0) val.emplace(f, "/val", vocab, o.storage.chunk, o.storage.deflate, true);
     std::string line;
     std::vector<int32_t> tokens;
     std::vector<uint8_t> mask;
@@ -148,13 +142,13 @@ int run_sft(const std::vector<std::string>& args) {
       } catch (const tessera::Error& err) {
         fail("cannot tokenise input ", input, ":", line_no, ": ", err.what());
       }
-      if (eos_id >= 0) {
-        tokens.push_back(static_cast<int32_t>(eos_id));
+      if (o.eos_id >= 0) {
+        tokens.push_back(static_cast<int32_t>(o.eos_id));
         mask.push_back(1);
       }
       // Example i goes to /val when Philox (0, "data_prep.val", i) falls below F (as `text` splits).
       const tessera::PhiloxCounter w = tessera::philox_bits(0, tessera::stream_id("data_prep.val"), index++);
-      const bool to_val = val && static_cast<double>(w[0]) / 4294967296.0 < val_fraction;
+      const bool to_val = val && static_cast<double>(w[0]) / 4294967296.0 < o.val_fraction;
       tessera::io::TokenWriter& into = to_val ? *val : train;
       into.start_document();
       into.append(tokens.data(), mask.data(), static_cast<int64_t>(tokens.size()));
@@ -176,17 +170,17 @@ int run_sft(const std::vector<std::string>& args) {
     if (val && n_val == 0) fail("no example went to /val: use more examples, or --val-fraction 0");
     if (masked == 0) fail("input ", input, ": no response token to train on (every response is empty)");
     f.set_attr("/", "vocab_size", vocab);
-    if (eos_id >= 0) f.set_attr("/", "eos_id", eos_id);
-    tessera::text::store_tokenizer(f, kind, chosen.bytes, fs::path(tokenizer_path).filename().string());
+    if (o.eos_id >= 0) f.set_attr("/", "eos_id", o.eos_id);
+    tessera::text::store_tokenizer(f, kind, chosen.bytes, fs::path(o.tokenizer_path).filename().string());
     f.set_attr("/", "source", fs::path(input).filename().string());
     f.flush();
   }
   out.commit();
   if (bad > 0) std::cerr << "warning: skipped " << bad << " malformed line" << (bad == 1 ? "" : "s") << " (" << named
                          << (bad > kNamedBadLines ? "; ..." : "") << ")\n";
-  std::cout << "wrote " << output << ": " << n_train << " train and " << n_val << " val tokens (" << e_train
+  std::cout << "wrote " << o.output << ": " << n_train << " train and " << n_val << " val tokens (" << e_train
             << " and " << e_val << " examples; " << masked << " response tokens in the loss) ("
-            << (tokenizer_path.empty() ? kind : kind + " " + tokenizer_path) << ", vocab " << vocab << ")\n";
+            << (o.tokenizer_path.empty() ? kind : kind + " " + o.tokenizer_path) << ", vocab " << vocab << ")\n";
   return 0;
 }
 

@@ -98,25 +98,21 @@ class DocumentSource {
 
 int run_text(const std::vector<std::string>& args) {
   std::vector<std::string> inputs_given;
-  std::string output, tokenizer_path, text_key;
-  double val_fraction = 0.1;
-  int64_t eos_id = -1;
-  TokenStorage storage;
-  bool overwrite = false;
+  std::string text_key;
+  TextTokenOptions o;
   po::options_description desc("Options");
-  desc.add_options()
-      ("help,h", "show this help")
-      ("input", po::value(&inputs_given)->required()->multitoken()->value_name("FILE|DIR ..."),
-       "text files, folders of them, or JSONL files: each file (or JSONL line) is one document")
-      ("output", po::value(&output)->required()->value_name("FILE.h5"), "HDF5 file to write")
-      ("tokenizer", po::value(&tokenizer_path)->value_name("PATH"),
-       "a SentencePiece *.model or a Hugging Face tokenizer.json (byte-level BPE); default: bytes")
-      ("text-key", po::value(&text_key)->default_value("text")->value_name("KEY"), "*.jsonl and *.ndjson inputs: one document a line, its text under KEY")
-      ("eos-id", po::value(&eos_id)->value_name("ID"), "token put between documents (default: see below)")
-      ("val-fraction", po::value(&val_fraction)->default_value(0.1, "0.1")->value_name("F"),
-       "one document: the last F of its tokens go to /val; several: each document goes to /val with probability F")
-      ("overwrite", po::bool_switch(&overwrite), kOverwriteHelp);
-  storage.add_to(desc);
+  o.declare(
+      desc,
+      [&](po::options_description& d) {
+        d.add_options()("input", po::value(&inputs_given)->required()->multitoken()->value_name("FILE|DIR ..."),
+                        "text files, folders of them, or JSONL files: each file (or JSONL line) is one document");
+      },
+      [&](po::options_description& d) {
+        d.add_options()("text-key", po::value(&text_key)->default_value("text")->value_name("KEY"),
+                        "*.jsonl and *.ndjson inputs: one document a line, its text under KEY");
+      },
+      "token put between documents (default: see below)",
+      "one document: the last F of its tokens go to /val; several: each document goes to /val with probability F");
   po::variables_map vm;
   if (!parse(args, desc,
              "usage: data_prep text --input FILE|DIR ... --output FILE.h5 [--tokenizer PATH] [--text-key KEY]\n"
@@ -134,27 +130,23 @@ int run_text(const std::vector<std::string>& args) {
              "model's EOS id after each line; a tokenizer.json's text must be UTF-8.\n",
              vm))
     return 0;
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0))
-    throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
-  storage.check();
+  o.check();
 
   std::vector<std::string> inputs = inputs_given;
-  if (!tokenizer_path.empty()) inputs.push_back(tokenizer_path);
-  const ChosenTokenizer chosen = choose_tokenizer(tokenizer_path, vm, eos_id);
+  const ChosenTokenizer chosen = o.choose(vm, inputs);
   const std::string& kind = chosen.kind;
   const tessera::text::Tokenizer& tokenizer = *chosen.tokenizer;
   const int64_t vocab = chosen.vocab();
-  eos_id = chosen.eos_id;
   DocumentSource docs(inputs_given, text_key);
   const bool one_document = docs.files().size() == 1 && !docs.jsonl(docs.files()[0]);
 
-  AtomicOutput out(output, overwrite, inputs);
+  AtomicOutput out(o.output, o.overwrite, inputs);
   int64_t n_train = 0, n_val = 0, d_train = 0, d_val = 0;
   {
     H5File f = H5File::create(out.tmp());
-    tessera::io::TokenWriter train(f, "/train", vocab, storage.chunk, storage.deflate);
+    tessera::io::TokenWriter train(f, "/train", vocab, o.storage.chunk, o.storage.deflate);
     std::optional<tessera::io::TokenWriter> val;
-    if (val_fraction > 0) val.emplace(f, "/val", vocab, storage.chunk, storage.deflate);
+    if (o.val_fraction > 0) val.emplace(f, "/val", vocab, o.storage.chunk, o.storage.deflate);
     std::string text, where;
     int64_t index = 0;
     while (docs.next(text, where)) {
@@ -168,10 +160,10 @@ int run_text(const std::vector<std::string>& args) {
       if (one_document) {
         // One document: the last F of its tokens are the validation split (as always).
         const auto n = static_cast<int64_t>(tokens.size());
-        const auto nv = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
-        if (n < 2 || (val_fraction > 0 && (nv < 2 || n - nv < 2)))
+        const auto nv = static_cast<int64_t>(std::floor(static_cast<double>(n) * o.val_fraction));
+        if (n < 2 || (o.val_fraction > 0 && (nv < 2 || n - nv < 2)))
           fail("input ", where, " has only ", n, " tokens: too few to split into train and val with --val-fraction ",
-               val_fraction, " (each split needs at least 2 tokens)");
+               o.val_fraction, " (each split needs at least 2 tokens)");
         train.start_document();
         train.append(tokens.data(), n - nv);
         if (val) {
@@ -181,11 +173,11 @@ int run_text(const std::vector<std::string>& args) {
       } else {
         // Several: document i goes to /val when Philox (0, "data_prep.val", i) falls below F.
         const tessera::PhiloxCounter w = tessera::philox_bits(0, tessera::stream_id("data_prep.val"), index++);
-        const bool to_val = val && static_cast<double>(w[0]) / 4294967296.0 < val_fraction;
+        const bool to_val = val && static_cast<double>(w[0]) / 4294967296.0 < o.val_fraction;
         tessera::io::TokenWriter& into = to_val ? *val : train;
         // The end-of-document token closes the split's previous document: it goes between documents.
-        if (eos_id >= 0 && into.size() > 0) {
-          const auto eos = static_cast<int32_t>(eos_id);
+        if (o.eos_id >= 0 && into.size() > 0) {
+          const auto eos = static_cast<int32_t>(o.eos_id);
           into.append(&eos, 1);
         }
         into.start_document();
@@ -201,15 +193,15 @@ int run_text(const std::vector<std::string>& args) {
     if (n_train < 2) fail("the inputs give ", n_train, " training tokens: too few (at least 2)");
     if (val && n_val == 0) fail("no document went to /val: use more documents, or --val-fraction 0");
     f.set_attr("/", "vocab_size", vocab);
-    if (eos_id >= 0) f.set_attr("/", "eos_id", eos_id);
-    tessera::text::store_tokenizer(f, kind, chosen.bytes, fs::path(tokenizer_path).filename().string());
+    if (o.eos_id >= 0) f.set_attr("/", "eos_id", o.eos_id);
+    tessera::text::store_tokenizer(f, kind, chosen.bytes, fs::path(o.tokenizer_path).filename().string());
     f.set_attr("/", "source", fs::path(inputs_given[0]).filename().string());
     f.flush();
   }
   out.commit();
-  std::cout << "wrote " << output << ": " << n_train << " train and " << n_val << " val tokens";
+  std::cout << "wrote " << o.output << ": " << n_train << " train and " << n_val << " val tokens";
   if (!one_document) std::cout << " in " << d_train << " and " << d_val << " documents";
-  std::cout << " (" << (tokenizer_path.empty() ? kind : kind + " " + tokenizer_path) << ", vocab " << vocab << ")\n";
+  std::cout << " (" << (o.tokenizer_path.empty() ? kind : kind + " " + o.tokenizer_path) << ", vocab " << vocab << ")\n";
   return 0;
 }
 

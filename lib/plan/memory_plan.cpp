@@ -27,36 +27,16 @@ void add(StageMemory& m, const char* category, std::string what, int64_t bytes, 
   add_item(m, category, std::move(what), bytes, approximate);
 }
 
-struct Chunk {
-  int64_t first = 0, end = 0;
-  bool embedding = false, head = false;
-};
-
 StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
                        const std::optional<parallel::PipelineSchedule>& schedule) {
   const comm::MeshShape& mesh = run.mesh;
   const models::PipelinePlacement placement{stage, mesh.pp, run.virtual_stages, run.pp_layers};
   const models::Gpt::StageParams params =
       models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
-  std::vector<Chunk> chunks;
-  std::vector<int64_t> blocks;
-  for (int c = 0; c < placement.chunks; ++c) {
-    const int v = placement.virtual_stage(c);
-    const auto [first, end] = models::stage_blocks(run.model.layers, placement.virtual_stages(), v, placement.stage_layers);
-    chunks.push_back({first, end, v == 0, v == placement.virtual_stages() - 1});
-    for (int64_t i = first; i < end; ++i) blocks.push_back(i);
-  }
-  const bool first_stage = chunks.front().embedding, last_stage = chunks.back().head;
-  StageMemory m;
-  m.stage = stage;
-  m.holds = "blocks " + std::to_string(blocks.front()) + "-" + std::to_string(blocks.back()) +
-            (first_stage ? ", embedding" : "") + (last_stage ? ", head" : "");
-
-  const int zero = run.zero_stage, data_ranks = mesh.dp * mesh.sp;
+  auto [m, chunks, blocks, first_stage, last_stage, data_ranks, n, shard] =
+      start_stage(run, placement, run.model.layers, params.store, "embedding");
+  const int zero = run.zero_stage;
   const nn::ParamStore& store = params.store;
-  const int64_t n = store.numel();
-  const parallel::Range shard = parallel::FlatShards(n, data_ranks).shard(0);  // the largest
-  add_state(m, zero, n, shard, run);
 
   // Activations: per chunk, the micro-batches in flight.
   const bool grid = mesh.tp_mode != comm::TpMode::d1;
@@ -65,13 +45,13 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   const std::vector<int> in_flight =
       schedule ? activations_in_flight(*schedule, stage) : std::vector<int>(chunks.size(), 1);
   for (size_t c = 0; c < chunks.size(); ++c) {
-    const Chunk& ch = chunks[c];
+    const models::ModelChunk& ch = chunks[c];
     const std::string where = chunks.size() > 1 ? " of chunk " + std::to_string(c) : "";
     add(m, "activations", std::to_string(in_flight[c]) + " micro-batch(es) in flight" + where,
-        in_flight[c] * micro_batch_bytes(shape, ch.first, ch.end, ch.embedding));
+        in_flight[c] * micro_batch_bytes(shape, ch.first_block, ch.end_block, ch.embedding));
     if (schedule && schedule->split_backward)
       add(m, "activations", "zb: weight-gradient inputs kept until W" + where,
-          in_flight[c] * deferred_weight_grad_bytes(shape, ch.first, ch.end, ch.embedding), true);
+          in_flight[c] * deferred_weight_grad_bytes(shape, ch.first_block, ch.end_block, ch.embedding), true);
   }
   add(m, "activations", "checkpointed blocks' recompute buffers", recomputed_bytes(shape, blocks));
   const nn::ParamStore& table_store = first_stage ? store : params.mirror;
@@ -125,23 +105,10 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
         kBytes * copies * shape.rows() * shape.features(), true);
     if (tied && first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
   }
-  if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
-    const int64_t held = zero == 3 ? shard.size() : n;
-    // bf16 without ZeRO-3 leaves the weights rounded on read alone (optim/mixed_precision.h).
-    const int64_t rounded = run.precision == "bf16" && zero != 3
-        ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.rounded_on_read; })
-        : held;
-    add(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
-    if (run.precision == "bf16") {
-      // Under ZeRO-3 the GEMMs read gathered units, never the shard: no copy then.
-      if (zero != 3) add(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
-      // Operands without a copy are rounded into buffers kept for the run: at most the logits'
-      // gradient (rows x the table's rows) and an activation beside it.
-      const int64_t vocab_rows = last_stage ? head_rows : 0;
-      add(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)",
-          2 * shape.rows() * (vocab_rows + 4 * run.model.hidden));
-    }
-  }
+  // Mixed precision's operands: at most the logits' gradient (rows x the table's rows) and an
+  // activation beside it.
+  add_mixed_precision(m, run, store, shard, shape.rows() * ((last_stage ? head_rows : 0) + 4 * run.model.hidden),
+                      false);
   // The transients come at different moments of a step: the larger counts.
   const int64_t gathered = zero == 3 ? zero3_gathered(params.store, params.unit_first_param, data_ranks, first_stage && last_stage, run.zero3_overlap) : 0;
   if (gathered >= tied_add) {
@@ -185,6 +152,39 @@ std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedul
       --live[in.chunk];
   }
   return peak;
+}
+
+StageStart start_stage(const RunLayout& run, const models::PipelinePlacement& placement, int64_t layers,
+                       const nn::ParamStore& store, const char* embedding) {
+  StageStart s;
+  s.chunks = models::model_chunks(layers, placement);
+  for (const models::ModelChunk& ch : s.chunks)
+    for (int64_t i = ch.first_block; i < ch.end_block; ++i) s.blocks.push_back(i);
+  s.first_stage = s.chunks.front().embedding;
+  s.last_stage = s.chunks.back().head;
+  s.memory.stage = placement.stage;
+  s.memory.holds = "blocks " + std::to_string(s.blocks.front()) + "-" + std::to_string(s.blocks.back()) +
+                   (s.first_stage ? ", " + std::string(embedding) : "") + (s.last_stage ? ", head" : "");
+  s.data_ranks = run.mesh.dp * run.mesh.sp;
+  s.n = store.numel();
+  s.shard = parallel::FlatShards(s.n, s.data_ranks).shard(0);  // the largest
+  add_state(s.memory, run.zero_stage, s.n, s.shard, run);
+  return s;
+}
+
+void add_mixed_precision(StageMemory& m, const RunLayout& run, const nn::ParamStore& store, parallel::Range shard,
+                         int64_t operands, bool approximate) {
+  if (run.precision == "fp32") return;
+  const int zero = run.zero_stage;
+  const int64_t n = store.numel(), held = zero == 3 ? shard.size() : n;
+  const int64_t rounded = run.precision == "bf16" && zero != 3
+      ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.rounded_on_read; })
+      : held;
+  add_item(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
+  if (run.precision != "bf16") return;
+  if (zero != 3) add_item(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
+  add_item(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)", 2 * operands,
+           approximate);
 }
 
 // Adds an item when it is not empty.

@@ -1,12 +1,14 @@
 // The pieces of a pipeline stage's memory plan that every model shares (plan/memory_plan.cpp
 // defines them; the GPT and ViT planners assemble their stages from them): the parameters,
-// gradients and optimizer states of a flat buffer under ZeRO and offload, the micro-batches a
-// schedule keeps in flight, ZeRO-3's gathered units, and the items' bookkeeping.
+// gradients and optimizer states of a flat buffer under ZeRO and offload, mixed precision's buffers,
+// the micro-batches a schedule keeps in flight, ZeRO-3's gathered units, the items' bookkeeping, and
+// the start every stage's plan shares (start_stage).
 #pragma once
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "models/model_chunks.h"
 #include "nn/param_store.h"
 #include "parallel/flat_shards.h"
 #include "parallel/pipeline_schedule.h"
@@ -20,6 +22,30 @@ void add_item(StageMemory& m, const char* category, std::string what, int64_t by
 // Parameters, gradients, optimizer states: ZeroOptimizer::state_bytes() term by term, with the
 // largest shard of the flat order (n elements) over the data group.
 void add_state(StageMemory& m, int zero, int64_t n, parallel::Range shard, const RunLayout& run);
+
+// The start of a stage's plan, the same for every block model: the chunks the stage runs and their
+// blocks, its StageMemory (`holds`: "blocks 0-1, <embedding>, head", the first stage's embedding
+// named by the caller) with its parameters, gradients and optimizer states (add_state) over the data
+// group (dp x sp ranks) as the flat buffer of `store` shards them.
+struct StageStart {
+  StageMemory memory;
+  std::vector<models::ModelChunk> chunks;
+  std::vector<int64_t> blocks;  // every chunk's, in chunk order
+  bool first_stage = false, last_stage = false;
+  int data_ranks = 1;
+  int64_t n = 0;          // elements of the stage's flat buffer
+  parallel::Range shard;  // its largest 1/data_ranks shard
+};
+StageStart start_stage(const RunLayout& run, const models::PipelinePlacement& placement, int64_t layers,
+                       const nn::ParamStore& store, const char* embedding);
+
+// Mixed precision (--precision other than fp32): the fp32 master of the held weights rounded in
+// place (bf16 without ZeRO-3: only those not rounded on read, optim/mixed_precision.h); under bf16
+// the held weights' bf16 copy for the GEMMs (not under ZeRO-3, whose GEMMs read gathered units) and
+// the GEMM operands without a copy, rounded into buffers kept for the run: `operands` elements, the
+// model's bound (`approximate` when it is one).
+void add_mixed_precision(StageMemory& m, const RunLayout& run, const nn::ParamStore& store, parallel::Range shard,
+                         int64_t operands, bool approximate);
 
 // Micro-batches each chunk of `stage` holds activations for at once.
 std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedule, int stage);

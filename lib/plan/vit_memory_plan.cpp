@@ -22,21 +22,10 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
   const models::PipelinePlacement placement{stage, mesh.pp, run.virtual_stages, run.pp_layers};
   const models::Vit::StageParams params =
       models::Vit::stage_params(vit, layouts.layout(placement, run.checkpointing));
-  const std::vector<models::ModelChunk> chunks = models::model_chunks(vit.layers, placement);
-  std::vector<int64_t> blocks;
-  for (const models::ModelChunk& ch : chunks)
-    for (int64_t i = ch.first_block; i < ch.end_block; ++i) blocks.push_back(i);
-  const bool first_stage = chunks.front().embedding, last_stage = chunks.back().head;
-  StageMemory m;
-  m.stage = stage;
-  m.holds = "blocks " + std::to_string(blocks.front()) + "-" + std::to_string(blocks.back()) +
-            (first_stage ? ", patch embedding" : "") + (last_stage ? ", head" : "");
-
-  const int zero = run.zero_stage, data_ranks = mesh.dp * mesh.sp;
+  auto [m, chunks, blocks, first_stage, last_stage, data_ranks, n, shard] =
+      start_stage(run, placement, vit.layers, params.store, "patch embedding");
+  const int zero = run.zero_stage;
   const nn::ParamStore& store = params.store;
-  const int64_t n = store.numel();
-  const parallel::Range shard = parallel::FlatShards(n, data_ranks).shard(0);  // the largest
-  add_state(m, zero, n, shard, run);
 
   // The images' shapes on this rank: b images of t tokens (its sp share), of which `patches` are
   // patches (an sp rank without the class token holds t of them: the largest share).
@@ -82,18 +71,8 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
     add_item(m, "buffers", "pipeline message copies (at most " + std::to_string(copies) + " in flight)",
              kBytes * copies * b * t * c, true);
   }
-  if (run.precision != "fp32") {  // the fp32 master of the held values rounded in place
-    const int64_t held = zero == 3 ? shard.size() : n;
-    const int64_t rounded = run.precision == "bf16" && zero != 3
-        ? params_within(store, 0, n, [](const nn::ParamSpec& s) { return !s.rounded_on_read; })
-        : held;
-    add_item(m, "buffers", "mixed precision: fp32 master of the held weights rounded in place", kBytes * rounded);
-    if (run.precision == "bf16") {
-      if (zero != 3) add_item(m, "buffers", "mixed precision: the held weights' bf16 copy for the GEMMs", 2 * held);
-      add_item(m, "buffers", "mixed precision: bf16 GEMM operands (logits' gradient, an activation)",
-               2 * (b * t * 4 * c + (last_stage ? b * vit.classes : 0)), true);
-    }
-  }
+  // Mixed precision's operands: an activation and the head's logits (a bound).
+  add_mixed_precision(m, run, store, shard, b * t * 4 * c + (last_stage ? b * vit.classes : 0), true);
   if (zero == 3)
     add_item(m, "buffers", "transient: ZeRO-3 units gathered with gradients (the stage's worst rank)",
              kBytes * zero3_gathered(store, params.unit_first_param, data_ranks, first_stage && last_stage,

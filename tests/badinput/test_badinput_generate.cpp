@@ -1,5 +1,6 @@
 // Bad input to generate: each case runs the built binary on checkpoints written here (a small gpt2
-// with random weights, and a ViT's, an unknown model's and an incomplete MoE model's attributes) and asserts a non-zero exit code
+// with random weights, and a ViT's, an unknown model's and an incomplete MoE model's attributes, and a MoE
+// model whose stacked experts are also stored quantised) and asserts a non-zero exit code
 // and one "error:" line naming the problem, with nothing written over.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -44,26 +45,59 @@ class BadInputGenerate : public ::testing::Test {
   CommandResult generate(const std::string& args) const { return run_command(shell_quote(kGenerate) + " " + args); }
 
   // A gpt2 of 40 tokens and 16 positions with random weights, as gpt_train records one.
-  std::string gpt_checkpoint() const {
-    models::GptConfig c;
-    c.vocab = 40;
-    c.max_seq = 16;
-    c.layers = 1;
-    c.hidden = 16;
-    c.heads = 2;
-    const std::string path = file("gpt.h5");
+  std::string gpt_checkpoint() const { return checkpoint("gpt.h5", "gpt", {}); }
+  // The same as moe_train's moe_gpt (two experts in its one block), its stacked expert tensor
+  // blocks.0.moe.experts.fc.weight [2, 64, 16] also stored as int8 groups, as a quantised checkpoint
+  // would hold it if ckpt_tool quantize took 3-D tensors (it does not; generate must refuse one).
+  std::string moe_checkpoint_with_quantised_experts() const {
+    return checkpoint("moe.h5", "moe_gpt",
+                      {{"moe_every", 1}, {"experts", 2}, {"expert_hidden", 0}, {"top_k", 1}, {"shared_experts", 0},
+                       {"gates_renormalised", 0}},
+                      "blocks.0.moe.experts.fc.weight");
+  }
+  // A model of 1 layer, hidden 16, 2 heads, 40 tokens and 16 positions with random weights, its
+  // model.* attributes those given and these; with `quantised`, a quantised checkpoint (int8, group
+  // size 16) that holds that tensor's groups under /qparams too.
+  std::string checkpoint(const std::string& name, const std::string& model,
+                         const std::vector<std::pair<std::string, int64_t>>& extra,
+                         const std::string& quantised = "") const {
+    std::vector<std::pair<std::string, int64_t>> attrs{
+        {"layers", 1}, {"hidden", 16}, {"heads", 2}, {"vocab", 40}, {"max_seq", 16}};
+    attrs.insert(attrs.end(), extra.begin(), extra.end());
+    const std::string path = file(name);
+    {
+      io::CheckpointWriter w(path, MPI_COMM_NULL);
+      w.set_attr("model", model);
+      for (const auto& [key, value] : attrs) w.set_attr("model." + key, value);
+      w.commit();
+    }
+    const models::GptConfig c = infer::model_config_of(io::CheckpointReader(path, MPI_COMM_NULL));
+    fs::remove(path);
     io::CheckpointWriter w(path, MPI_COMM_NULL);
     uint64_t stream = 0;
-    for (const auto& [name, shape] : infer::parameter_shapes(c)) {
+    for (const auto& [tensor, shape] : infer::parameter_shapes(c)) {
       std::vector<float> v(static_cast<size_t>(shape.numel()));
       philox_fill_normal(v.data(), shape.numel(), 1, ++stream, 0, 0.0f, 0.2f);
-      w.create("/params/" + name, shape);
-      w.write_range("/params/" + name, 0, shape.numel(), v.data());
+      w.create("/params/" + tensor, shape);
+      w.write_range("/params/" + tensor, 0, shape.numel(), v.data());
+      if (tensor != quantised) continue;
+      const int64_t rows = shape.numel() / shape[shape.rank() - 1], groups = shape[shape.rank() - 1] / 16;
+      const std::vector<float> q(static_cast<size_t>(shape.numel()), 1.0f);
+      const std::vector<float> s(static_cast<size_t>(rows * groups), 0.01f);
+      w.create("/qparams/" + tensor + "/q", Shape{rows, shape[shape.rank() - 1]});
+      w.write_range("/qparams/" + tensor + "/q", 0, shape.numel(), q.data());
+      w.create("/qparams/" + tensor + "/scales", Shape{rows, groups});
+      w.write_range("/qparams/" + tensor + "/scales", 0, rows * groups, s.data());
     }
-    w.set_attr("model", "gpt");
-    for (const auto& [key, value] : std::vector<std::pair<std::string, int64_t>>{
-             {"layers", 1}, {"hidden", 16}, {"heads", 2}, {"vocab", 40}, {"max_seq", 16}})
-      w.set_attr("model." + key, value);
+    w.set_attr("model", model);
+    for (const auto& [key, value] : attrs) w.set_attr("model." + key, value);
+    if (!quantised.empty()) {
+      w.set_attr("quantized", int64_t{1});
+      w.set_attr("bits", int64_t{8});
+      w.set_attr("group_size", int64_t{16});
+      w.set_attr("scale_dtype", "f32");
+      w.set_attr("quantized_head", int64_t{0});
+    }
     w.commit();
     return path;
   }
@@ -119,6 +153,14 @@ TEST_F(BadInputGenerate, AVisionTransformerCheckpointIsRefusedNamingTheModel) {
   // A mixture-of-experts checkpoint runs, but not one missing the attributes its model needs.
   expect_error(generate("--checkpoint " + foreign_checkpoint("moe_gpt") + " --prompt x"),
                "does not record model.hidden");
+}
+
+TEST_F(BadInputGenerate, AQuantisedStackedExpertTensorIsRefusedNamingIt) {
+  // generate reads a MoE model's stacked experts in f32 only: a quantised copy of one is refused
+  // by name, not decoded from its f32 twin or misread.
+  expect_error(generate("--checkpoint " + moe_checkpoint_with_quantised_experts() + " --prompt x --max-new-tokens 1"),
+               "the stacked expert tensor blocks.0.moe.experts.fc.weight is quantised; generate reads experts in f32 "
+               "only");
 }
 
 TEST_F(BadInputGenerate, AMissingOrUnreadablePromptsFileIsRefused) {

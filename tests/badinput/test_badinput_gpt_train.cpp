@@ -418,6 +418,15 @@ TEST_F(GptTrainBadLayout, ExplicitSizesWhoseProductIsNotTheWorld) {
   expect_refused(4, "--dp 2 --pp 3", "--pp 3 x --dp 2 x --ep 1 x --sp 1 x --tp 1 = 6");
 }
 
+// --dump writes the whole model's tensors and the batch's logits in sequence order from one rank's
+// view: a layout that splits them (here sp 2 zigzag, whose ranks hold chunks r and 2 sp - 1 - r) is
+// refused on every rank rather than dumped in its row order.
+TEST_F(GptTrainBadLayout, DumpOnMoreThanOneRankIsRefused) {
+  const std::string dump = data_.string() + ".dump.h5";
+  expect_refused(2, "--sp 2 --sp-mode zigzag --dump " + shell_quote(dump), "--dump runs on one rank without ZeRO-3");
+  EXPECT_FALSE(std::filesystem::exists(dump)) << "a refused run wrote " << dump;
+}
+
 // Several ranks run on cuda (tests/cuda/multi_rank_parity.sh), but not under the grid tensor-parallel
 // modes yet; the layout is refused before any device is looked for.
 TEST_F(GptTrainBadLayout, CudaWithGridTensorParallelismIsRefused) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels/ops.h"
+#include "models/whole_model.h"
 
 namespace tessera::models {
 
@@ -184,13 +185,7 @@ Gpt::Gpt(const GptConfig& config, Device device, uint64_t seed, int64_t micro_ba
   } else {
     mirror_.reset();
   }
-  if (pipe.pipelined()) {  // the whole model's size, from its parameter list alone
-    ModelLayout whole_model = layout;
-    whole_model.pipeline = {};
-    model_numel_ = stage_params(config, whole_model).store.global_numel();
-  } else {
-    model_numel_ = store_.global_numel();
-  }
+  model_numel_ = whole_model_numel<Gpt>(config, layout, store_);
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
   const int64_t b = micro_batch, t = local_seq_, n = b * t;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/allocator.h"
+#include "models/whole_model.h"
 
 namespace tessera::models {
 
@@ -129,13 +130,7 @@ Vit::Vit(const VitConfig& config, Device device, uint64_t seed, int64_t micro_ba
   head_unit_ = m.head_unit;
   units_ = std::make_unique<parallel::ParamUnits>(store_, m.unit_first_param, device, seed, layout.zero3,
                                                   layout.offload_params, layout.zero3_overlap);
-  if (layout.pipeline.pipelined()) {  // the whole model's size, from its parameter list alone
-    ModelLayout whole_model = layout;
-    whole_model.pipeline = {};
-    model_numel_ = stage_params(config, whole_model).store.global_numel();
-  } else {
-    model_numel_ = store_.global_numel();
-  }
+  model_numel_ = whole_model_numel<Vit>(config, layout, store_);
 
   auto act = [&](Shape s, DType t = DType::f32) { return Tensor::empty(std::move(s), t, device); };
   const int64_t b = micro_batch, t = local_tokens_;
