@@ -42,7 +42,8 @@ int64_t vocab_size_of(const std::string& path) {
 // What the memory planner needs of the run (plan/memory_plan.h).
 plan::GptRun planned_run(const TrainOptions& o, const models::GptConfig& model, int64_t seq) {
   plan::GptRun run;
-  static_cast<plan::RunLayout&>(run) = planned_layout(o, o.mesh.dp * o.mesh.ep);
+  // The batch splits over dp x ep x the tp grid's batch shares (TrainOptions::finish).
+  static_cast<plan::RunLayout&>(run) = planned_layout(o, o.mesh.dp * o.mesh.ep * o.mesh.tp_batch_parts());
   run.model = model;
   run.seq = seq;
   run.split_gather = o.split_gather();
@@ -53,7 +54,7 @@ namespace {
 
 // A model that cannot fit in this node's memory is refused before anything is allocated: the
 // planner's bytes per rank (the same as --dry-run's) times the node's ranks, against what the host
-// has available. CPU runs whose layout the planner covers (1d tensor parallelism).
+// has available. CPU runs.
 void check_fits_in_memory(const plan::GptRun& run, const std::string& input) {
   const plan::MemoryPlan plan = plan::plan_memory(run);
   const int64_t per_rank = plan.peak() + plan.host_tier(), ranks = comm::node_local_size();
@@ -158,11 +159,9 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
     if (dry_run || o.auto_placement()) {
-      TESSERA_CHECK(!o.grid(), dry_run ? "--dry-run" : "--placement auto", ": the memory planner does not cover",
-                    " --tp-mode ", o.tp_mode, " yet");
       mc.vocab = init ? init->vocab : vocab_size_of(first_input);
       mc.max_seq = init && init->positions > 0 ? init->positions : seq_len;
-      mc.validate(o.mesh.tp);
+      mc.validate(o.split_model(mc.heads, mc.hidden));
     }
     if (o.auto_placement()) {  // before the dry run, which then shows the placement chosen
       const plan::Placement placed = plan::placement_for(planned_run(o, mc, seq_len), tc.device_memory_limit);
@@ -236,7 +235,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     if (!tc.tokenizer.recorded()) tc.tokenizer.kind = train_data.tokenizer;
     if (!text::decodes(tc.tokenizer.kind)) tc.tokenizer = {};
     mc.validate(o.split_model(mc.heads, mc.hidden));
-    if (!o.grid() && o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), first_input);
+    if (o.device() == Device::cpu) check_fits_in_memory(planned_run(o, mc, seq_len), first_input);
 
     if (mpi.world_rank() == 0)
       log::info(name, ": ", mpi.world_size(), " rank(s), ", o.mesh.str(), ", ", models::arch_name(mc.arch), ", ",

@@ -122,17 +122,23 @@ std::string reason_of(const std::string& message) {
   return r;
 }
 
-// The grid tensor-parallel modes a tp size fits (q^2: 2d; d q^2 with d > 1: 2.5d; q^3: 3d).
-std::vector<std::string> grid_modes(int tp) {
-  std::vector<std::string> modes;
+// A tensor-parallel mode a tp size fits: 1d, or a grid (q^2: 2d; d q^2 with d > 1: 2.5d at depth
+// d; q^3: 3d), with the flags that choose it and the grid's shares of the batch.
+struct TpChoice {
+  std::vector<std::string> flags;  // "--tp-mode", "2.5d", "--tp-depth", "2"; none for 1d
+  int batch_parts = 1;
+  bool grid() const { return !flags.empty(); }
+};
+
+std::vector<TpChoice> tp_choices(int tp) {
+  std::vector<TpChoice> choices = {{}};
   for (int q = 2; q * q <= tp; ++q) {
-    if (q * q == tp) modes.push_back("2d");
-    if (tp % (q * q) == 0 && tp / (q * q) > 1) modes.push_back("2.5d");
-    if (q * q * q == tp) modes.push_back("3d");
+    if (q * q == tp) choices.push_back({{"--tp-mode", "2d"}, q});
+    if (tp % (q * q) == 0 && tp / (q * q) > 1)
+      choices.push_back({{"--tp-mode", "2.5d", "--tp-depth", std::to_string(tp / (q * q))}, tp / q});
+    if (q * q * q == tp) choices.push_back({{"--tp-mode", "3d"}, q * q});
   }
-  std::sort(modes.begin(), modes.end());
-  modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
-  return modes;
+  return choices;
 }
 
 }  // namespace
@@ -174,7 +180,6 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
   o.finish(input.ranks, p.vm);  // the trainer's own checks of the layout and the batch
   TESSERA_CHECK(seq >= 1, "--seq-len must be >= 1, got ", seq);
   o.check_sequence_split(seq);
-  TESSERA_CHECK(!o.grid(), "--tp-mode ", o.tp_mode, ": the memory planner does not cover grid tensor parallelism yet");
   TESSERA_CHECK(!p.model.input.empty() || input.vocab > 0, "give --input DATA.h5 (its vocab_size) or --vocab N");
   if (input.moe) p.model.experts.finish(mc, o);  // moe_train's own checks of the experts and the layout
   else TESSERA_CHECK(o.mesh.ep == 1, "gpt_train: --ep ", o.mesh.ep, " needs mixture-of-experts layers: use moe_train");
@@ -224,23 +229,28 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
   const auto reject = [&](const std::string& reason) { ++result.rejected[reason]; };
   const int n = input.ranks;
   for (int pp : divisors(n)) {
-    for (int tp : divisors(n / pp)) {
-      for (const std::string& mode : grid_modes(tp)) {
-        (void)mode;
+    for (int tp : divisors(n / pp))
+    for (const TpChoice& tp_mode : tp_choices(tp)) {
+      // Grid tp: gpt_train's (mixture-of-experts blocks route whole token rows; vit_train's grids
+      // are not planned yet), without sp or ep (TrainOptions::finish refuses them).
+      if (tp_mode.grid() && (input.moe || input.vit)) {
         ++result.enumerated;
-        reject("--tp-mode 2d, 2.5d, 3d: the memory planner does not cover grid tensor parallelism yet");
+        reject(input.moe ? "--tp-mode 2d, 2.5d, 3d: mixture-of-experts blocks route whole token rows"
+                         : "--tp-mode 2d, 2.5d, 3d: the ViT memory planner does not cover grid tensor parallelism yet");
+        continue;
       }
       // moe_train: ep as well as sp (its token group is ep x the token shards: nn/expert_layout.h).
-      for (int sp : divisors(n / pp / tp))
+      for (int sp : tp_mode.grid() ? std::vector<int>{1} : divisors(n / pp / tp))
       for (int ep : input.moe ? divisors(n / pp / tp / sp) : std::vector<int>{1}) {
         std::vector<std::string> sp_modes = sp > 1 ? std::vector<std::string>{"all_to_all", "ring"}
                                                    : std::vector<std::string>{""};
-        if (sp == 1 && tp > 1 && !input.vit) sp_modes.push_back("split_gather");
+        if (sp == 1 && tp > 1 && !input.vit && !tp_mode.grid()) sp_modes.push_back("split_gather");
         // zigzag: the ring balanced under the causal mask (gpt_train; the time model gives it the balanced share).
         if (sp > 1 && !input.moe && !input.vit) sp_modes.push_back("zigzag");
         const int dp = n / pp / tp / sp / ep;
-        // ep ranks split the batch like dp ranks.
-        std::vector<int> micro = global_batch % (dp * ep) == 0 ? divisors(global_batch / (dp * ep)) : std::vector<int>{1};
+        // ep ranks, and a tp grid's rows and layers, split the batch like dp ranks.
+        const int batch_ranks = dp * ep * tp_mode.batch_parts;
+        std::vector<int> micro = global_batch % batch_ranks == 0 ? divisors(global_batch / batch_ranks) : std::vector<int>{1};
         // Blocks per stage: even, or (one chunk per stage) one block moved off the last stage (the
         // head's) to the first, or off the first (the embedding's) to the last (--pp-layers).
         std::vector<std::string> stage_splits = {""};
@@ -284,8 +294,9 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
                       reject("more pipeline stages than blocks");
                       continue;
                     }
-                    std::vector<std::string> a = {"--dp", std::to_string(dp), "--tp", std::to_string(tp), "--pp",
-                                                  std::to_string(pp)};
+                    std::vector<std::string> a = {"--dp", std::to_string(dp), "--tp", std::to_string(tp)};
+                    a.insert(a.end(), tp_mode.flags.begin(), tp_mode.flags.end());
+                    a.insert(a.end(), {"--pp", std::to_string(pp)});
                     if (input.moe) a.insert(a.end(), {"--ep", std::to_string(ep)});
                     a.insert(a.end(), {"--sp", std::to_string(sp)});
                     if (!sp_mode.empty()) a.insert(a.end(), {"--sp-mode", sp_mode});

@@ -77,6 +77,19 @@ int MeshShape::tp_batch_parts() const {
   return tp_mode == TpMode::d3 ? q * q : tp / q;
 }
 
+TpGrid MeshShape::tp_grid(int t) const {
+  TpGrid g;
+  if (tp_mode == TpMode::d1) return g;
+  const int q = tp_side();
+  g.q = q;
+  g.depth = tp / (q * q);
+  g.col = t % q;
+  g.row = t / q % q;
+  g.layer = t / (q * q);
+  g.cube = tp_mode == TpMode::d3;
+  return g;
+}
+
 int MeshShape::tp_feature_parts() const { return tp_mode == TpMode::d1 ? tp : tp_side(); }
 
 std::string MeshShape::str() const {
@@ -144,14 +157,7 @@ ProcessMesh::ProcessMesh(const MeshShape& shape, MPI_Comm world) {
 void ProcessMesh::make_grid_groups() {
   const int q = shape_.tp_side(), t = coord(Axis::tp);
   const bool grid = shape_.tp_mode != TpMode::d1;
-  if (grid) {
-    grid_.q = q;
-    grid_.depth = shape_.tp / (q * q);
-    grid_.col = t % q;
-    grid_.row = t / q % q;
-    grid_.layer = t / (q * q);
-    grid_.cube = shape_.tp_mode == TpMode::d3;
-  }
+  if (grid) grid_ = shape_.tp_grid(t);
   // (color, key) inside the tp group: the ranks sharing a color form the group, ordered by key
   // (under 1d every grid group is this rank alone).
   const int row = grid_.row, col = grid_.col, layer = grid_.layer;

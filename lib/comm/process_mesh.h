@@ -44,6 +44,8 @@ struct MeshShape {
   int tp_side() const;
   int tp_batch_parts() const;    // the tp grid's shares of the batch (TpGrid::batch_parts; 1 under 1d)
   int tp_feature_parts() const;  // the ranks splitting the heads and features: tp (1d), q (grids)
+  // The grid coordinates of tp rank `tp_rank` (all zero, q = 1, under 1d).
+  TpGrid tp_grid(int tp_rank) const;
   // Fills in dp and checks that the product is the world size; throws an Error that states the
   // arithmetic otherwise. Runs before any communication.
   MeshShape resolved(int world_size) const;

@@ -42,13 +42,13 @@ Tensor TensorParallelGrid::work(Slot s, const Shape& shape) const {
 }
 
 TensorParallelGrid::TensorParallelGrid(comm::ProcessMesh& mesh)
-    : grid_(mesh.tp_grid()),
+    : GridShards(mesh.tp_grid()),
       row_(mesh.grid_group(comm::ProcessMesh::GridGroup::row)),
       col_(mesh.grid_group(comm::ProcessMesh::GridGroup::col)),
       depth_(mesh.grid_group(comm::ProcessMesh::GridGroup::depth)),
       features_(grid_.cube ? depth_ : row_) {}
 
-nn::Shard TensorParallelGrid::feature_split(int dim, int64_t extent, int64_t groups, bool branch,
+nn::Shard GridShards::feature_split(int dim, int64_t extent, int64_t groups, bool branch,
                                             const char* what) const {
   const int64_t block = extent / groups, q = grid_.q;
   TESSERA_CHECK(block % q == 0, what, " ", block, " is not divisible by the tensor-parallel grid's side ", q);
@@ -60,7 +60,7 @@ nn::Shard TensorParallelGrid::feature_split(int dim, int64_t extent, int64_t gro
   return {dim, index * (block / q), block / q, groups, grid_.q, -1, 0, 0, replica};
 }
 
-nn::Shard TensorParallelGrid::linear_weight(nn::Shard s, int64_t in, nn::LinearRole role) const {
+nn::Shard GridShards::linear_weight(nn::Shard s, int64_t in, nn::LinearRole role) const {
   const int64_t q = grid_.q;
   s.dim2 = 1;
   if (!grid_.cube) {  // block (out col, in row), copied on every layer
@@ -82,7 +82,7 @@ nn::Shard TensorParallelGrid::linear_weight(nn::Shard s, int64_t in, nn::LinearR
   return s;
 }
 
-nn::Shard TensorParallelGrid::table_block(nn::Shard s, int64_t channels) const {
+nn::Shard GridShards::table_block(nn::Shard s, int64_t channels) const {
   TESSERA_CHECK(channels % grid_.q == 0, "hidden size ", channels, " is not divisible by the tensor-parallel grid's side ",
                 grid_.q);
   s.dim2 = 1;
@@ -93,11 +93,11 @@ nn::Shard TensorParallelGrid::table_block(nn::Shard s, int64_t channels) const {
   return s;
 }
 
-nn::PartialGrad TensorParallelGrid::weight_partial() const {
+nn::PartialGrad GridShards::weight_partial() const {
   return !grid_.cube && grid_.depth > 1 ? nn::PartialGrad::replicas : nn::PartialGrad::complete;
 }
 
-nn::PartialGrad TensorParallelGrid::table_partial() const {
+nn::PartialGrad GridShards::table_partial() const {
   return grid_.cube || grid_.depth > 1 ? nn::PartialGrad::replicas : nn::PartialGrad::complete;
 }
 

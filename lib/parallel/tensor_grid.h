@@ -36,9 +36,12 @@
 
 namespace tessera::parallel {
 
-class TensorParallelGrid final : public nn::TensorLayout {
+// The grid's shards as one rank's coordinates see them, with no communicator: what
+// TensorParallelGrid holds, and what the memory planner registers a rank's parameters under
+// (plan/planning_layouts.h) without running it.
+class GridShards : public nn::TensorLayout {
  public:
-  explicit TensorParallelGrid(comm::ProcessMesh& mesh);
+  explicit GridShards(const comm::TpGrid& grid) : grid_(grid) {}
 
   // The ranks splitting the stream's features and the vocabulary: the grid row (2D, 2.5D) or
   // the layers (3D).
@@ -48,13 +51,22 @@ class TensorParallelGrid final : public nn::TensorLayout {
   int batch_parts() const override { return grid_.batch_parts(); }
   int batch_part() const override { return grid_.batch_part(); }
   bool branch_moves_sequences() const override { return grid_.cube; }
-  void branch_sequences(const Tensor& stream, Tensor& branch) const override;
 
   nn::Shard feature_split(int dim, int64_t extent, int64_t groups, bool branch, const char* what) const override;
   nn::Shard linear_weight(nn::Shard outputs, int64_t in, nn::LinearRole role) const override;
   nn::Shard table_block(nn::Shard vocab_rows, int64_t channels) const override;
   nn::PartialGrad weight_partial() const override;
   nn::PartialGrad table_partial() const override;
+
+ protected:
+  comm::TpGrid grid_;
+};
+
+class TensorParallelGrid final : public GridShards {
+ public:
+  explicit TensorParallelGrid(comm::ProcessMesh& mesh);
+
+  void branch_sequences(const Tensor& stream, Tensor& branch) const override;
 
   void linear_forward(Tensor& y, const Tensor& x, const ops::Operand& w, const Tensor* b, nn::LinearRole role,
                       ops::MatmulInputs inputs) const override;
@@ -89,7 +101,6 @@ class TensorParallelGrid final : public nn::TensorLayout {
   const Tensor& gather_columns(comm::Communicator& group, const Tensor& part, Tensor& whole) const;
   void reduce_scatter_columns(comm::Communicator& group, const Tensor& whole, Tensor& part) const;
 
-  comm::TpGrid grid_;
   comm::Communicator& row_;       // varies col (ordered by col)
   comm::Communicator& col_;       // varies row
   comm::Communicator& depth_;     // varies layer

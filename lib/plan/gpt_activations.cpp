@@ -19,7 +19,7 @@ struct Sizes {  // the shapes the layers see
   explicit Sizes(const GptActivationShape& s)
       : n(s.tokens()),
         rows(s.rows()),
-        c(s.model.hidden),
+        c(s.features()),
         ct(s.model.hidden / s.tp),
         ht(s.model.heads / s.tp),
         mlp_t(s.model.mlp_hidden() / s.tp),
@@ -152,7 +152,7 @@ int64_t recomputed_bytes(const GptActivationShape& s, const std::vector<int64_t>
 int64_t blocks_workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks) {
   const Sizes z(s);
   // TransformerBlock::Scratch: d_c, d_att, d_qkv, d_hidden, and the region's gathered rows.
-  int64_t floats = z.rows * z.c + 4 * z.n * z.ct + z.n * z.mlp_t + (s.split_rows ? 2 * z.n * z.c : 0);
+  int64_t floats = z.rows * z.c + 4 * z.n * z.ct + z.n * z.mlp_t + (s.split_rows || s.grid ? 2 * z.n * s.model.hidden : 0);
   if (z.llama) floats += z.n * z.mlp_t + z.n * (z.ct + 2 * z.kvt);  // SwiGLU's d_up, the q/k/v projections
   if (std::any_of(blocks.begin(), blocks.end(), [&](int64_t i) { return s.model.is_moe_block(i); })) {
     const ExpertSizes e(s);  // MoeFeedForward::Scratch
@@ -175,6 +175,36 @@ int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>&
     floats += z.n * local_vocab + 3 * z.n;      // logits slice, lse, losses (device and host)
     if (s.tp > 1) floats += 7 * z.n;            // the vocab-parallel loss's row statistics
   }
+  return kBytes * floats;
+}
+
+int64_t grid_workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks, bool embedding,
+                             bool head, bool tied, int64_t local_vocab) {
+  if (!s.grid) return 0;
+  const Sizes z(s);
+  const int64_t q = s.tp, c = s.model.hidden, f = s.model.mlp_hidden();
+  const bool vocab = embedding || head;
+  // The gathered tables [V/q, C]: the embedding's and its gradient; the head's, and the gradient of
+  // the table it reads (the embedding's, already counted, when tied on the same stage).
+  const int64_t tables = (embedding ? 2 : 0) + (head ? 1 : 0) + (head && !(embedding && tied) ? 1 : 0);
+  int64_t floats = tables * local_vocab * c;
+  // The linear layers [out, in] of a block: the largest input, output and weight.
+  const int64_t qkv_out = z.llama ? c : 3 * c;
+  const int64_t most_in = std::max(c, f), most_out = std::max(qkv_out, f), most_weight = std::max(qkv_out, f) * c;
+  int64_t staged = vocab ? std::max(z.n * c, local_vocab * c) : 0;  // gather and reduce-scatter staging, each
+  if (!blocks.empty()) {
+    if (s.cube) {  // gathered rows of x and dy, the partial product; gathered weights, dW's partial and piece
+      floats += z.n * (most_in + std::max(most_in, most_out) + most_out) + 2 * most_weight / (q * q) +
+                most_weight / (q * q * q);
+      staged = std::max(staged, most_weight / (q * q));
+    } else {  // SUMMA: x's and W's broadcast blocks, dx's and dW's partial blocks
+      floats += 2 * z.n * most_in / q + 2 * most_weight / (q * q);
+    }
+  }
+  floats += 2 * staged + (vocab ? local_vocab * c / q : 0);  // and the table gradient's reduced block
+  // Each split norm's backward sums (two per row, RMSNorm one): two per block, the final norm.
+  const int64_t norms = 2 * static_cast<int64_t>(blocks.size()) + (head ? 1 : 0);
+  floats += norms * (z.llama ? 1 : 2) * z.n;
   return kBytes * floats;
 }
 

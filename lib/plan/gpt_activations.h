@@ -18,9 +18,14 @@ struct GptActivationShape {
   bool split_rows = false;  // --sp-mode split_gather: the residual stream holds rows / tp
   bool ring = false;        // sequence-parallel attention by ring (else all_to_all when sp > 1)
   models::ActivationCheckpointing checkpointing;
+  // --tp-mode 2d, 2.5d, 3d (parallel/tensor_grid.h): tp is then the grid's side q, which splits the
+  // residual stream's features as well as the branches'; batch is the rank's own sequences.
+  bool grid = false;
+  bool cube = false;  // 3d
 
   int64_t tokens() const { return batch * (seq / sp); }  // N: this rank's token rows inside regions
   int64_t rows() const { return split_rows ? tokens() / tp : tokens(); }  // outside regions
+  int64_t features() const { return grid ? model.hidden / tp : model.hidden; }  // of the residual stream
 };
 
 // One micro-batch in flight in a chunk of blocks [first_block, end_block): the residual stream
@@ -41,5 +46,13 @@ int64_t blocks_workspace_bytes(const GptActivationShape& s, const std::vector<in
 // norm, the LM head's logits slice (local_vocab rows of the padded vocabulary) and the loss rows.
 int64_t workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks, bool last_stage,
                         int64_t local_vocab);
+
+// Grid tensor parallelism's own buffers on a stage holding `blocks` (and the embedding's and the
+// head's vocabulary regions when `embedding`, `head`): the regions' whole rows, the gathered token
+// tables and their gradients, the grid's gather and reduce-scatter staging, the linear layers'
+// blocks (SUMMA's, or 3D's gathered rows and weights), the split norms' backward sums. `tied`: the
+// head reads the embedding's table on the same stage. docs/parallelism.md's grid formula.
+int64_t grid_workspace_bytes(const GptActivationShape& s, const std::vector<int64_t>& blocks, bool embedding,
+                             bool head, bool tied, int64_t local_vocab);
 
 }  // namespace tessera::plan

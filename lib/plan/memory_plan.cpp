@@ -39,8 +39,9 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   const nn::ParamStore& store = params.store;
 
   // Activations: per chunk, the micro-batches in flight.
-  GptActivationShape shape{run.model, run.micro_batch, run.seq, mesh.tp, mesh.sp, mesh.ep, run.split_gather,
-                           run.ring, run.checkpointing};
+  const bool grid = mesh.tp_mode != comm::TpMode::d1;
+  GptActivationShape shape{run.model, run.micro_batch, run.seq, grid ? mesh.tp_side() : mesh.tp, mesh.sp, mesh.ep,
+                           run.split_gather, run.ring, run.checkpointing, grid, mesh.tp_mode == comm::TpMode::d3};
   const std::vector<int> in_flight =
       schedule ? activations_in_flight(*schedule, stage) : std::vector<int>(chunks.size(), 1);
   for (size_t c = 0; c < chunks.size(); ++c) {
@@ -57,10 +58,13 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   const int tokens_id = table_store.find("embed.tokens.weight");
   const int64_t table = tokens_id < 0 ? 0 : table_store.spec(tokens_id).local_shape.numel();
   const int head_id = store.find("head.weight");  // an untied head's table (Llama)
-  const int64_t head_rows = head_id >= 0 ? store.spec(head_id).local_shape[0] : table / run.model.hidden;
+  const int64_t head_rows = head_id >= 0 ? store.spec(head_id).local_shape[0]
+                            : tokens_id < 0 ? 0 : table_store.spec(tokens_id).local_shape[0];
   const bool tied = run.model.tie_embeddings;
   add(m, "workspace", "backward scratch, batch, head's logits and loss rows",
       workspace_bytes(shape, blocks, last_stage, head_rows));
+  add(m, "workspace", "grid tp: vocabulary regions' tables, staging, the linears' blocks, the norms' sums",
+      grid_workspace_bytes(shape, blocks, first_stage, last_stage, run.model.tie_embeddings, head_rows));
   if (run.zigzag && mesh.sp > 1) {  // models::Gpt's row positions; the learned table's rows looked up by them
     // (nn::Embedding's document_rows_, on tp rank 0: the one adding the positions under 1D tp)
     const int64_t looked_up = first_stage && !run.model.llama() ? run.model.hidden : 0;
@@ -74,7 +78,17 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   // gradients summed over tp (split rows; Llama's k and v where the kv heads are replicated over
   // tp) or ep once reduced, packed
   int64_t partial = 0;
-  if (run.split_gather || mesh.tp > 1)
+  if (grid) {
+    // ZeroOptimizer::complete_partial_grads: one packed all-reduce per group of ranks (the stream's
+    // and the branches' rows together under 2d and 2.5d), the packed buffer grown to the largest.
+    const auto within = [&](auto pick) { return params_within(store, held_begin, held_end, pick); };
+    using nn::PartialGrad;
+    const int64_t rows = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::rows; });
+    const int64_t branch = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::branch_rows; });
+    const int64_t replicas = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::replicas; });
+    const bool copies = mesh.tp_mode == comm::TpMode::d3 || mesh.tp_mode == comm::TpMode::d25;
+    partial = std::max(shape.cube ? std::max(rows, branch) : rows + branch, copies ? replicas : 0);
+  } else if (run.split_gather || mesh.tp > 1)
     partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return s.partial != nn::PartialGrad::complete; });
   if (mesh.ep > 1)
     partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return !s.expert; });
@@ -88,7 +102,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
     // bounded from the schedule (message_copies_in_flight).
     const int copies = schedule ? parallel::message_copies_in_flight(*schedule, stage) : 0;
     add(m, "buffers", "pipeline message copies (at most " + std::to_string(copies) + " in flight)",
-        kBytes * copies * shape.rows() * run.model.hidden, true);
+        kBytes * copies * shape.rows() * shape.features(), true);
     if (tied && first_stage) tied_add = std::max<int64_t>(0, std::min(held_end, table) - held_begin);
   }
   // Mixed precision's operands: at most the logits' gradient (rows x the table's rows) and an
@@ -274,7 +288,7 @@ int64_t MemoryPlan::host_tier() const {
 MemoryPlan plan_memory(const GptRun& run) {
   const comm::MeshShape& mesh = run.mesh;
   TESSERA_CHECK(mesh.dp >= 1, "plan_memory: the mesh must be resolved (dp filled in)");
-  PlannedLayouts layouts(mesh.tp, run.split_gather, mesh.sp, mesh.ep);
+  PlannedLayouts layouts(mesh, run.split_gather);
   std::optional<parallel::PipelineSchedule> schedule;
   if (mesh.pp > 1)
     schedule = parallel::make_schedule(run.pp_schedule, mesh.pp, static_cast<int>(run.micro_batches),

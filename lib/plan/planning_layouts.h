@@ -1,8 +1,12 @@
-// Layouts that only say who holds what: rank 0 of groups of a given size, with no communicator
-// behind them. The memory planner registers a rank's parameters under them (models::Gpt's
+// Layouts that only say who holds what: rank 0 of groups of a given size (under grid tensor
+// parallelism, tp rank 0 of the grid: parallel::GridShards), with no communicator behind them. The memory planner registers a rank's parameters under them (models::Gpt's
 // stage_params) to count what that rank would hold, without a mesh; they never run a layer.
 #pragma once
+#include <optional>
+
+#include "comm/process_mesh.h"
 #include "models/model_layout.h"
+#include "parallel/tensor_grid.h"
 
 namespace tessera::plan {
 
@@ -45,16 +49,21 @@ struct PlannedLayouts {
   PlannedTensorLayout tensor;
   PlannedSequenceLayout sequence;
   PlannedExpertLayout experts;
+  std::optional<parallel::GridShards> grid;  // --tp-mode 2d, 2.5d, 3d: the tensor layout in place of `tensor`
   PlannedLayouts(int tp, bool split_rows, int sp, int ep)
       : tensor(tp, split_rows),
         sequence(sp),
         experts(ep, sp > 1 ? sp : split_rows && tp > 1 ? tp : 1, sp > 1) {}
+  // The mesh's layouts (its tp mode's).
+  PlannedLayouts(const comm::MeshShape& mesh, bool split_rows) : PlannedLayouts(mesh.tp, split_rows, mesh.sp, mesh.ep) {
+    if (mesh.tp_mode != comm::TpMode::d1) grid.emplace(mesh.tp_grid(0));
+  }
   PlannedLayouts(const PlannedLayouts&) = delete;
   PlannedLayouts& operator=(const PlannedLayouts&) = delete;
   models::ModelLayout layout(const models::PipelinePlacement& pipeline,
                              const models::ActivationCheckpointing& checkpointing) {
     models::ModelLayout l;
-    l.tensor = &tensor;
+    l.tensor = grid ? static_cast<const nn::TensorLayout*>(&*grid) : &tensor;
     l.sequence = &sequence;
     l.experts = &experts;
     l.pipeline = pipeline;

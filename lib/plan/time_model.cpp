@@ -28,6 +28,9 @@ struct StageCost {
   int64_t params = 0;                                           // the stage's flat buffer (elements)
   int64_t expert_params = 0;                                    // of which this rank's experts' (moe_train)
   int64_t moe_row_partial = 0;  // split_gather: the MoE routers' and experts' elements, summed over tp
+  // Grid tp: the elements whose gradients are summed once per step over the ranks holding the same
+  // stream features (rows), branch features (branch_rows) or weight block (replicas).
+  int64_t grid_rows = 0, grid_branch_rows = 0, grid_replicas = 0;
   double total() const { return forward + backward_input + backward_weight; }
 };
 
@@ -59,12 +62,17 @@ class RankPlacement {
 };
 
 // The shapes of one micro-batch on one rank.
+// Under grid tensor parallelism tp is the grid's side q (it splits heads, features and the
+// vocabulary as 1D's tp does), and `features` the residual stream's features on the rank (C/q).
 struct Shapes {
-  double b, t, c, heads, hd, kv, f, vocab_local, tokens, rows;
+  double b, t, c, heads, hd, kv, f, vocab_local, tokens, rows, features;
   int tp, sp;
+  bool grid, cube;
   explicit Shapes(const GptRun& run) {
     const models::GptConfig& m = run.model;
-    tp = run.mesh.tp;
+    grid = run.mesh.tp_mode != comm::TpMode::d1;
+    cube = run.mesh.tp_mode == comm::TpMode::d3;
+    tp = grid ? run.mesh.tp_side() : run.mesh.tp;
     sp = run.mesh.sp;
     b = static_cast<double>(run.micro_batch);
     t = static_cast<double>(run.seq);
@@ -77,6 +85,7 @@ struct Shapes {
     vocab_local = static_cast<double>((m.vocab + pad - 1) / pad * pad / tp);
     tokens = b * t / sp;                                  // rows inside the tensor-parallel regions
     rows = run.split_gather ? tokens / tp : tokens;       // rows of the residual stream
+    features = grid ? c / tp : c;
   }
 };
 
@@ -93,11 +102,15 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   const double micro_batches = static_cast<double>(run.micro_batches);
   StageCost cost;
   double comm_f = 0, comm_b = 0;
-  // A collective inside the layers: `calls` per micro-batch in forward and in backward.
+  // A collective inside the layers: `calls` per micro-batch in forward and in backward. Broadcasts
+  // and reduces (op "broadcast", "reduce": grid tp's SUMMA) are timed as a binomial tree's
+  // ceil(log2 size) point-to-point messages of the whole buffer.
   const auto charge = [&](const std::string& what, const std::string& op, int size, bool across, double calls_f,
                           double calls_b, double bytes) {
     if (size <= 1 || calls_f + calls_b == 0) return;
-    const double one = machine.collective(op, size, across).seconds(bytes);
+    const bool tree = op == "broadcast" || op == "reduce";
+    const double one = tree ? std::ceil(std::log2(size)) * machine.collective("send_recv", 2, across).seconds(bytes)
+                            : machine.collective(op, size, across).seconds(bytes);
     comm_f += calls_f * one;
     comm_b += calls_b * one;
     if (terms) {
@@ -126,6 +139,10 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
       if (p.expert) cost.expert_params += p.local_shape.numel();
       if (p.partial == nn::PartialGrad::rows && (p.expert || p.name.find(".moe.router.") != std::string::npos))
         cost.moe_row_partial += p.local_shape.numel();
+      const int64_t n = p.local_shape.numel();
+      cost.grid_rows += p.partial == nn::PartialGrad::rows ? n : 0;
+      cost.grid_branch_rows += p.partial == nn::PartialGrad::branch_rows ? n : 0;
+      cost.grid_replicas += p.partial == nn::PartialGrad::replicas ? n : 0;
     }
   }
   double blocks = 0, moe_blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
@@ -181,7 +198,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   // A mixture-of-experts block activates its routed rows' (and shared experts') hidden features
   // instead; averaged over the stage's blocks.
   const double activations = blocks > 0 ? (dense * s.tokens * s.f / tp + moe_blocks * (routed * expert_f + s.tokens * shared_f)) / blocks : 0;
-  const double block_elem = 2 * s.rows * s.c * norm + 2 * s.rows * s.c * elem + activations * elem +
+  const double block_elem = 2 * s.rows * s.features * norm + 2 * s.rows * s.features * elem + activations * elem +
                             kBlockCalls * machine.kernel_call_s;
   const double nc = s.tokens * s.c * wire;
 
@@ -189,7 +206,48 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   // backward; split_gather gathers rows into both regions and reduce-scatters out, backward the
   // gathers again and the dy.
   const bool tp_across = where.across(comm::Axis::tp), sp_across = where.across(comm::Axis::sp);
-  if (!run.split_gather) {
+  // Grid tp (parallel/tensor_grid.h; docs/parallelism.md's grid table): every linear layer
+  // communicates itself. 2D/2.5D: SUMMA's q steps broadcast x's block along the grid row and W's
+  // along the column (forward); backward broadcasts W's and reduces dx's partial block, broadcasts
+  // x's and reduces dW's. 3D: forward all-gathers x's rows and W's pieces and reduce-scatters the
+  // product's rows; backward all-gathers dy and W, reduce-scatters dx, all-gathers x, reduce-scatters
+  // dW. The split norms all-reduce their row statistics over the feature ranks.
+  const int q = s.tp;
+  if (s.grid) {
+    const bool llama = run.model.llama();
+    std::vector<std::pair<double, double>> linears;  // (in, out) of a block's linear layers
+    if (llama) {
+      const double kv = s.kv * s.hd;
+      linears = {{s.c, s.c}, {s.c, kv}, {s.c, kv}, {s.c, s.c}, {s.c, s.f}, {s.c, s.f}, {s.f, s.c}};
+    } else {
+      linears = {{s.c, 3 * s.c}, {s.c, s.c}, {s.c, s.f}, {s.f, s.c}};
+    }
+    for (const auto& [in, out] : linears) {
+      const double x = s.tokens * in, w = out * in / q;  // values: the input's rows, the weight's share
+      if (s.cube) {
+        const double y = s.tokens * out, piece = w / q;
+        charge("grid tp 3d: the linears' rows of x all-gathered", "all_gather", q, tp_across, blocks, blocks, x * wire);
+        // (backward: the weights once, for dx; dW is the pieces' reduce-scatter)
+        charge("grid tp 3d: the linears' weights all-gathered", "all_gather", q, tp_across, blocks, blocks, piece * wire);
+        charge("grid tp 3d: the linears' output rows reduce-scattered", "reduce_scatter", q, tp_across, blocks, 0, y * wire);
+        charge("grid tp 3d: the linears' dy all-gathered", "all_gather", q, tp_across, 0, blocks, y * wire);
+        charge("grid tp 3d: the linears' dx reduce-scattered", "reduce_scatter", q, tp_across, 0, blocks, x * wire);
+        charge("grid tp 3d: the linears' dW reduce-scattered", "reduce_scatter", q, tp_across, 0, blocks, piece * wire);
+      } else {
+        charge("grid tp: SUMMA's blocks of x broadcast", "broadcast", q, tp_across, q * blocks, q * blocks, x / q * wire);
+        charge("grid tp: SUMMA's weight blocks broadcast", "broadcast", q, tp_across, q * blocks, q * blocks, w / q * wire);
+        charge("grid tp: SUMMA's dx blocks reduced", "reduce", q, tp_across, 0, q * blocks, x / q * wire);
+        charge("grid tp: SUMMA's dW blocks reduced", "reduce", q, tp_across, 0, q * blocks, w / q * wire);
+      }
+    }
+    // Per norm: forward, LayerNorm's two row statistics (RMSNorm's one), N values each; backward
+    // one all-reduce of as many values per row.
+    const double sums = llama ? 1 : 2;
+    charge("grid tp: each block's norms' row statistics", "all_reduce", q, tp_across, 2 * sums * blocks, 0,
+           s.tokens * wire);
+    charge("grid tp: each block's norms' backward sums", "all_reduce", q, tp_across, 0, 2 * blocks,
+           sums * s.tokens * wire);
+  } else if (!run.split_gather) {
     charge("tp: each block's all-reduces", "all_reduce", tp, tp_across, 2 * blocks, 2 * blocks, nc);
   } else {
     charge("tp split_gather: each block's all-gathers", "all_gather", tp, tp_across, 2 * blocks, 4 * blocks, nc);
@@ -219,6 +277,22 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     charge("MoE routing counts all-gathered over the token shards", "all_gather", shards,
            sp > 1 ? sp_across : tp_across, moe_blocks, 0, counts);
   }
+  // Grid tp's vocabulary regions (parallel/tensor_grid.h): the table's feature blocks all-gathered
+  // over the grid column (its vocabulary rows stay split over the q feature ranks) and its gradient
+  // reduce-scattered back; the embedding's lookup reduce-scattered to the feature blocks (its dy
+  // all-gathered back); the head's input all-gathered (forward and backward) and dx reduce-scattered.
+  const auto grid_vocab_comm = [&](const std::string& what, bool head_region) {
+    const double table = s.vocab_local * s.c * wire, rows = s.tokens * s.c * wire;
+    charge(what + " (table gathered)", "all_gather", q, tp_across, 1, head_region ? 1 : 0, table);
+    charge(what + " (table gradient reduce-scattered)", "reduce_scatter", q, tp_across, 0, 1, table);
+    if (head_region) {
+      charge(what + " (inputs gathered)", "all_gather", q, tp_across, 1, 1, rows);
+      charge(what + " (dx reduce-scattered)", "reduce_scatter", q, tp_across, 0, 1, rows);
+    } else {
+      charge(what + " (lookup reduce-scattered)", "reduce_scatter", q, tp_across, 1, 0, rows);
+      charge(what + " (dy gathered)", "all_gather", q, tp_across, 0, 1, rows);
+    }
+  };
   double loss_s = 0, edge_elem = 0;
   if (vit) {
     if (embedding) {  // this rank's patches projected, the class token and positions added
@@ -235,16 +309,22 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     }
   }
   if (embedding && !vit) {
-    edge_elem += s.rows * s.c * elem;
-    if (!run.split_gather) charge("tp: embedding's all-reduce", "all_reduce", tp, tp_across, 1, 0, nc);
+    edge_elem += s.rows * s.features * elem;
+    if (s.grid) grid_vocab_comm("grid tp: the embedding", false);
+    else if (!run.split_gather) charge("tp: embedding's all-reduce", "all_reduce", tp, tp_across, 1, 0, nc);
     else charge("tp split_gather: embedding", "reduce_scatter", tp, tp_across, 1, 1, nc);
   }
   if (head && !vit) {
     gemm(s.tokens, s.vocab_local, s.c, 1);  // the logits' vocabulary slice
-    edge_elem += s.rows * s.c * norm;  // the final norm
+    edge_elem += s.rows * s.features * norm;  // the final norm
     loss_s = s.tokens * s.vocab_local * machine.kernel_seconds("softmax");
     charge("tp: the loss's row statistics", "all_reduce", tp, tp_across, 3, 0, s.tokens * wire);
-    if (!run.split_gather) charge("tp: the head's dx", "all_reduce", tp, tp_across, 0, 1, nc);
+    if (s.grid) {
+      grid_vocab_comm("grid tp: the head", true);
+      const double sums = run.model.llama() ? 1 : 2;  // the final norm's, as a block's
+      charge("grid tp: the final norm's row statistics", "all_reduce", tp, tp_across, sums, 0, s.tokens * wire);
+      charge("grid tp: the final norm's backward sums", "all_reduce", tp, tp_across, 0, 1, sums * s.tokens * wire);
+    } else if (!run.split_gather) charge("tp: the head's dx", "all_reduce", tp, tp_across, 0, 1, nc);
     else charge("tp split_gather: the head", "all_gather", tp, tp_across, 1, 2, nc);
   }
   // ZeRO-3: every unit gathered before its forward and again before its backward. Blocking
@@ -276,7 +356,7 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
   // The pipeline's messages: the residual stream's rows to the next virtual stage, its gradient back.
   if (run.mesh.pp > 1)
     charge("pp: activations forward, gradients back", "send_recv", 2, where.pp_across(), sends_f, sends_b,
-           s.rows * s.c * wire);
+           s.rows * s.features * wire);
 
   // Backward: the GEMMs twice (input and weight gradients), attention kAttentionBackward times, the
   // other kernels twice; recomputation reruns the checkpointed blocks' forwards first (full: the
@@ -316,7 +396,7 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
   TESSERA_CHECK(wire_bytes > 0, "predict_step: wire_bytes must be positive, got ", wire_bytes);
   const double wire = wire_bytes;  // bytes per activation or gradient value on the wire
   const RankPlacement where(run.mesh, ranks_per_node);
-  PlannedLayouts layouts(run.mesh.tp, run.split_gather, run.mesh.sp, run.mesh.ep);
+  PlannedLayouts layouts(run.mesh, run.split_gather);
   const int pp = run.mesh.pp;
   const double m = static_cast<double>(run.micro_batches);
   // Ranks sharing cores (more threads on a node than cores: oversubscribed): see predict_step's
@@ -394,7 +474,7 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
   const int data = run.mesh.dp * run.mesh.sp;
   const double grad_bytes = static_cast<double>(slow.params) * wire;
   const auto add = [&](const std::string& what, const std::string& op, int size, bool across, double bytes) -> CommTerm* {
-    if (size <= 1) return nullptr;
+    if (size <= 1 || bytes <= 0) return nullptr;
     const double sec = machine.collective(op, size, across).seconds(bytes);
     t.comm.push_back({what, op, size, across, 1, bytes, sec, sec, false});
     return &t.comm.back();
@@ -419,6 +499,27 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
   add("tp split_gather: the MoE routers' and experts' gradients all-reduced", "all_reduce",
       run.split_gather && slow.moe_row_partial > 0 ? run.mesh.tp : 1, where.across(comm::Axis::tp),
       static_cast<double>(slow.moe_row_partial) * wire);
+  // Grid tp (ZeroOptimizer::complete_partial_grads): the gradients of vectors summed over the ranks
+  // sharing their features (2d, 2.5d: the grid's rows and layers, one all-reduce; 3d: the stream's
+  // over its rows and columns, the branches' over its rows and layers), of copied weight blocks over
+  // the copies (2.5d's layers; 3d's token table over the rows). Of the held shard under ZeRO-2/3.
+  if (run.mesh.tp_mode != comm::TpMode::d1) {
+    const comm::TpGrid grid = run.mesh.tp_grid(0);
+    const bool cube = grid.cube, tp_across = where.across(comm::Axis::tp);
+    const double held = run.zero_stage >= 2 ? 1.0 / data : 1.0;
+    const int rows_group = cube ? grid.q * grid.q : grid.batch_parts();
+    if (cube) {
+      add("grid tp: the stream's vectors' gradients summed", "all_reduce", rows_group, tp_across,
+          std::ceil(held * static_cast<double>(slow.grid_rows)) * wire);
+      add("grid tp: the branches' vectors' gradients summed", "all_reduce", grid.batch_parts(), tp_across,
+          std::ceil(held * static_cast<double>(slow.grid_branch_rows)) * wire);
+    } else {
+      add("grid tp: the vectors' gradients summed", "all_reduce", rows_group, tp_across,
+          std::ceil(held * static_cast<double>(slow.grid_rows + slow.grid_branch_rows)) * wire);
+    }
+    add("grid tp: copied weight blocks' gradients summed", "all_reduce", cube ? grid.q : grid.depth, tp_across,
+        std::ceil(held * static_cast<double>(slow.grid_replicas)) * wire);
+  }
   if (run.zero_stage == 1 || run.zero_stage == 2)
     add("dp: updated shards all-gathered", "all_gather", data, where.data_across(), grad_bytes);
   add("the gradient norm", "all_reduce", where.world(), where.world_across(), 8);
@@ -439,7 +540,8 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
   for (const CommTerm& c : t.comm)
     if (!c.in_layers) outside += c.exposed;
   t.step_s = t.pipeline_s + t.optimizer_s + outside;
-  const double tokens = static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.seq;
+  const double tokens =
+      static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.mesh.tp_batch_parts() * run.seq;
   t.tokens_per_s = tokens / t.step_s;
   return t;
 }
@@ -463,7 +565,7 @@ StepTime predict_step(const VitRun& run, const MachineModel& machine, int ranks_
 double megatron_model_flops(const GptRun& run) {
   const models::GptConfig& m = run.model;
   const double batch = static_cast<double>(run.micro_batch) * static_cast<double>(run.micro_batches) * run.mesh.dp *
-                       run.mesh.ep;
+                       run.mesh.ep * run.mesh.tp_batch_parts();
   const double s = static_cast<double>(run.seq), h = static_cast<double>(m.hidden), l = static_cast<double>(m.layers);
   const double v = static_cast<double>(m.vocab);
   // Full checkpointing reruns every block's forward once more; selective or every k-th block is

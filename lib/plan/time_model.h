@@ -23,7 +23,7 @@ inline constexpr double kAttentionBackward = 2.5;
 
 struct CommTerm {
   std::string what;          // "tp: blocks' all-reduces"
-  std::string op;            // a collective_names() entry
+  std::string op;            // a collective_names() entry, or broadcast / reduce (timed as send_recv hops)
   int group = 1;             // ranks in the group
   bool across_nodes = false;
   double calls = 0;          // per step

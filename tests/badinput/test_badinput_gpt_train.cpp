@@ -475,8 +475,9 @@ TEST_F(GptTrainBadLayout, GridTensorParallelWithZeroBubbleSchedule) {
                  "--tp-mode 2d with --pp-schedule zb: not supported yet");
 }
 
-TEST_F(GptTrainBadLayout, GridTensorParallelDryRun) {
-  expect_refused(1, "--tp 4 --tp-mode 2d --dp 1 --dry-run", "--dry-run: the memory planner does not cover --tp-mode 2d yet");
+// A dry run plans a grid (docs/memory.md) after the trainer's own checks of it: a --tp that is no q^2.
+TEST_F(GptTrainBadLayout, GridTensorParallelDryRunChecksTheGrid) {
+  expect_refused(1, "--tp 8 --tp-mode 2d --dp 1 --dry-run", "--tp 8 does not fit --tp-mode 2d");
 }
 
 TEST_F(GptTrainBadLayout, GridTensorParallelWithSequenceParallel) {

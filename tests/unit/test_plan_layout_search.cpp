@@ -202,3 +202,50 @@ TEST(LayoutSearch, ZigzagIsOfferedAndPredictedFasterThanTheContiguousRing) {
   EXPECT_THROW(cli::evaluate_layout(in, machine(), {"--dp", "1", "--sp", "2", "--sp-mode", "zigzag"}), Error);
   EXPECT_NO_THROW(cli::evaluate_layout(in, machine(), {"--dp", "1", "--sp", "2", "--sp-mode", "ring"}));
 }
+
+// Grid tensor parallelism (gpt_train's --tp-mode 2d, 2.5d, 3d): on 4 ranks tp 4 is a 2 x 2 grid,
+// offered as --tp-mode 2d beside 1d, its batch split over the grid's rows (micro-batches divide
+// global / (dp x 2)); planned and timed like every layout, and checked again from its flags alone.
+// On 8 ranks tp 8 is offered as 2.5d (depth 2) and 3d.
+TEST(LayoutSearch, GridTensorParallelLayoutsAreOfferedPlannedAndTimed) {
+  cli::SearchInput in = one_rank(int64_t{1} << 40);
+  in.ranks = 4;
+  in.ranks_per_node = 4;
+  in.trainer_args = {"--layers", "2", "--hidden", "32", "--heads", "4", "--seq-len", "16", "--global-batch", "4"};
+  const cli::SearchResult r = cli::search_layouts(in, machine());
+  int grids = 0;
+  for (const cli::LayoutChoice& c : r.ranked) {
+    const auto mode = std::find(c.args.begin(), c.args.end(), "--tp-mode");
+    if (mode == c.args.end()) continue;
+    ++grids;
+    EXPECT_EQ(*(mode + 1), "2d") << c.args_text();
+    EXPECT_EQ(c.run.mesh.tp, 4) << c.args_text();
+    EXPECT_EQ(c.run.mesh.tp_mode, comm::TpMode::d2) << c.args_text();
+    EXPECT_LE(c.run.micro_batch * c.run.micro_batches * 2, 4) << c.args_text();
+    EXPECT_GT(c.peak(), 0);
+    EXPECT_GT(c.time.step_s, 0);
+    EXPECT_NE(c.memory_text().find("grid tp"), std::string::npos) << c.memory_text();
+    const cli::LayoutChoice again = cli::evaluate_layout(in, machine(), c.args);
+    EXPECT_EQ(again.peak(), c.peak()) << c.args_text();
+    EXPECT_EQ(again.time.step_s, c.time.step_s) << c.args_text();
+  }
+  EXPECT_GT(grids, 0) << r.rejected_text();
+  // heads 4 and hidden 32 split over q = 2; 3 heads do not (the trainer's own check).
+  cli::SearchInput odd = in;
+  odd.trainer_args = {"--layers", "2", "--hidden", "30", "--heads", "3", "--seq-len", "16", "--global-batch", "4"};
+  EXPECT_THROW(cli::evaluate_layout(odd, machine(), {"--dp", "1", "--tp", "4", "--tp-mode", "2d", "--pp", "1"}),
+               std::exception);
+  cli::SearchInput eight = in;
+  eight.ranks = 8;
+  eight.ranks_per_node = 8;
+  eight.trainer_args = {"--layers", "2", "--hidden", "32", "--heads", "4", "--seq-len", "16", "--global-batch", "4"};
+  for (const std::vector<std::string>& grid : {std::vector<std::string>{"--tp-mode", "2.5d", "--tp-depth", "2"},
+                                               std::vector<std::string>{"--tp-mode", "3d"}}) {
+    std::vector<std::string> args = {"--dp", "1", "--tp", "8"};
+    args.insert(args.end(), grid.begin(), grid.end());
+    args.insert(args.end(), {"--pp", "1", "--zero", "0", "--micro-batch", "1"});
+    const cli::LayoutChoice c = cli::evaluate_layout(eight, machine(), args);
+    EXPECT_EQ(c.run.micro_batches, 1) << c.args_text();  // 4 sequences over the grid's 4 batch shares
+    EXPECT_GT(c.time.step_s, 0) << c.args_text();
+  }
+}

@@ -410,3 +410,40 @@ TEST(TimeModel, OnSharedCoresAWaitingRankKeepsItsShareOfTheCores) {
   bad.replace(bad.find("\"waiting_rank_share\": 0.5"), 25, "\"waiting_rank_share\": 1.5");
   EXPECT_THROW(plan::parse_machine_json(bad, "bad"), Error);
 }
+
+// Grid tensor parallelism: the model's bytes per step are what the metrics' comm_bytes count on
+// tests/parity/tensor_grid.sh's model (layers 2, hidden 32, heads 4, vocabulary 61, sequence 16,
+// global batch 8), less the 32 bytes of per-step scalars the model leaves out (the loss and the
+// trainer's step figures; the gradient norm's 8 it counts): 2d at tp 4 (582184 measured), 2.5d at
+// tp 8 depth 2 (415400), 3d at tp 8 (464552). Each rank multiplies 1/q of every product of its own
+// sequences (the grid's side q = 2 throughout).
+TEST(TimeModel, GridTensorParallelismMovesTheBytesTheRunsCount) {
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
+  struct Case {
+    comm::TpMode mode;
+    int tp, depth, batch_parts;
+    double comm_bytes;
+  };
+  for (const Case& c : {Case{comm::TpMode::d2, 4, 1, 2, 582184}, Case{comm::TpMode::d25, 8, 2, 4, 415400},
+                        Case{comm::TpMode::d3, 8, 1, 4, 464552}}) {
+    plan::GptRun run = tiny_run(2, 1, c.tp, 1);
+    run.model.hidden = 32;
+    run.model.vocab = 61;
+    run.model.max_seq = 16;
+    run.seq = 16;
+    run.mesh.tp_mode = c.mode;
+    run.mesh.tp_depth = c.depth;
+    run.micro_batch = 8 / c.batch_parts;
+    const plan::StepTime t = plan::predict_step(run, m, 8);
+    double bytes = 0;
+    for (const plan::CommTerm& term : t.comm) bytes += term.calls * term.bytes;
+    EXPECT_DOUBLE_EQ(bytes, c.comm_bytes - 32) << comm::tp_mode_name(c.mode) << "\n" << plan::describe(t);
+    // By hand, per rank: N = B T rows of its B sequences, every product's 1/q (C = 32; the
+    // vocabulary padded to 64 q, V/q = 64 rows each).
+    const double q = 2, b = 8.0 / c.batch_parts, n = b * 16, ch = 32;
+    const double gemm = 2 * 24 * n * ch * ch / q + 2 * n * ch * 64;
+    const double attention = 2 * 2 * b * 16 * 16 * ch / q;
+    EXPECT_DOUBLE_EQ(t.flops, 3 * gemm + (1 + plan::kAttentionBackward) * attention) << comm::tp_mode_name(c.mode);
+    EXPECT_DOUBLE_EQ(t.tokens_per_s * t.step_s, 8 * 16);  // the global batch's tokens
+  }
+}
