@@ -71,12 +71,7 @@ void tile(float* y, int64_t ldy, const uint16_t* x, const uint16_t* w, int64_t c
   int64_t k = 0;
   for (; k + 32 <= cols; k += 32) step(Full{}, k, ~__mmask32(0));
   if (k < cols) step(Part{}, k, static_cast<__mmask32>((1u << (cols - k)) - 1u));
-  for (int i = 0; i < MR; ++i) {
-    if constexpr (NR == 4)
-      _mm_storeu_ps(y + i * ldy + n, lane_sums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-    else
-      for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
-  }
+  store_lane_sums<MR, NR>(y + n, ldy, acc);
 }
 
 // MR activation rows against weight rows [n0, n1): 4 at a time, then one by one.

@@ -108,12 +108,7 @@ void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, i
       }
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    if constexpr (NR == 4)
-      _mm_storeu_ps(y + i * ldy + n, lane_sums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-    else
-      for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
-  }
+  store_lane_sums<MR, NR>(y + n, ldy, acc);
 }
 
 // MR activation rows against weight rows [n0, n1): 4 at a time, then one by one (as bf16_matmul_avx512.cpp).

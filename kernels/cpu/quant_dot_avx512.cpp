@@ -157,12 +157,7 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
     if constexpr (kGroupSums)
       for (int r = 0; r < NR; ++r) acc[0][r] = _mm512_fmadd_ps(sums[r], factor[r], acc[0][r]);
   }
-  for (int i = 0; i < MR; ++i) {
-    if constexpr (NR == 4)
-      _mm_storeu_ps(y + i * ldy + n, lane_sums4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-    else
-      for (int r = 0; r < NR; ++r) y[i * ldy + n + r] = _mm512_reduce_add_ps(acc[i][r]);
-  }
+  store_lane_sums<MR, NR>(y + n, ldy, acc);
 }
 
 // MR activation rows against weight rows [n0, n1): 4 at a time, then one by one.
