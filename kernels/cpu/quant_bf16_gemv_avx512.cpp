@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/avx512_lane_sums.h"
+#include "kernels/cpu/quant_tile_rows.h"
 #else
 #include "core/error.h"
 #endif
@@ -28,9 +29,6 @@ bool quant_bf16_gemv_fits(const QuantMatrixView& w) { return w.group > 0 && w.gr
     defined(__AVX512BF16__)
 
 namespace {
-
-// The software prefetch distance, at most (bytes; as quant_dot_avx512.cpp's GEMV: tile() explains).
-constexpr int64_t kAheadMax = 8192;
 
 // 32 int8 weights from q as bf16 (q * scale rounded), in column order.
 inline __m512bh int8_bf16(const uint8_t* q, __m512 scale) {
@@ -60,22 +58,13 @@ inline __m512bh int4_bf16(const uint8_t* q, __m512i table) {
 // y[i * ldy + n + r] for i < MR, r < NR: activation rows xb + i * cols (bf16) times weight rows n + r.
 template <int Bits, int MR, int NR>
 void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, int64_t n) {
-  const int64_t cols = w.cols, group = w.group, groups = cols / group;
-  const int64_t row_bytes = Bits == 8 ? cols : cols / 2;
-  const uint8_t* q[NR];
-  const float* scales[NR];
-  const uint8_t* zeros[NR];
-  for (int r = 0; r < NR; ++r) {
-    q[r] = w.q + (n + r) * row_bytes;
-    scales[r] = w.scales + (n + r) * groups;
-    zeros[r] = Bits == 4 ? w.zeros + (n + r) * groups : nullptr;
-  }
+  const QuantTileRows<Bits, NR> rows(w, n);  // the rows' pointers and the prefetch distance
+  const int64_t cols = w.cols, group = w.group, groups = rows.groups, ahead = rows.ahead;
+  const uint8_t* const* q = rows.q;
+  const float* const* scales = rows.scales;
+  const uint8_t* const* zeros = rows.zeros;
   const uint16_t* xs[MR];
   for (int i = 0; i < MR; ++i) xs[i] = xb + i * cols;
-  // The tile's NR rows are contiguous bytes read NR at a time: each step asks for the lines as far
-  // ahead of that linear position as the next tile's (at most kAheadMax), so every line of the next
-  // tile is requested before it is read.
-  const int64_t ahead = NR * row_bytes < kAheadMax ? NR * row_bytes : kAheadMax;
   constexpr int kStepBytes = Bits == 8 ? 32 : 16;  // a row's bytes per 32-column step
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)

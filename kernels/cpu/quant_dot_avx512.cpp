@@ -16,6 +16,7 @@
 #include <immintrin.h>
 
 #include "kernels/cpu/avx512_lane_sums.h"
+#include "kernels/cpu/quant_tile_rows.h"
 #endif
 
 namespace tessera::kernels::cpu {
@@ -26,8 +27,6 @@ const bool kQuantAvx512Compiled = true;
 namespace {
 
 constexpr __mmask16 kAll = 0xFFFF;
-// The GEMV's software prefetch distance, at most (bytes; tile() explains the stream).
-constexpr int64_t kAheadMax = 8192;
 // Tags for a step of 16 whole columns (plain loads) or a group's masked tail.
 struct Full {
   static constexpr bool value = true;
@@ -71,22 +70,13 @@ void tile(float* y, int64_t ldy, const float* x, const QuantMatrixView& w, int64
   // int8 GEMV: the scale applied to each group's sum (see the top).
   constexpr bool kGroupSums = Bits == 8 && MR == 1;
   // Everything the loop reads, in locals: the row pointers and extents (no reloads through w).
-  const int64_t cols = w.cols, group = w.group, groups = cols / group;
-  const int64_t row_bytes = Bits == 8 ? cols : cols / 2;
-  const uint8_t* q[NR];
-  const float* scales[NR];
-  const uint8_t* zeros[NR];
-  for (int r = 0; r < NR; ++r) {
-    q[r] = w.q + (n + r) * row_bytes;
-    scales[r] = w.scales + (n + r) * groups;
-    zeros[r] = Bits == 4 ? w.zeros + (n + r) * groups : nullptr;
-  }
+  const QuantTileRows<Bits, NR> rows(w, n);  // the rows' pointers and the prefetch distance
+  const int64_t cols = w.cols, group = w.group, groups = rows.groups, ahead = rows.ahead;
+  const uint8_t* const* q = rows.q;
+  const float* const* scales = rows.scales;
+  const uint8_t* const* zeros = rows.zeros;
   const float* xs[MR];
   for (int i = 0; i < MR; ++i) xs[i] = x + i * cols;
-  // The GEMV streams its weights from memory once: the tile's NR rows are contiguous bytes, read
-  // NR at a time; each step asks for the line as far ahead of that linear position as the next
-  // tile's (at most kAheadMax), so every line of the next tile is requested before it is read.
-  const int64_t ahead = NR * row_bytes < kAheadMax ? NR * row_bytes : kAheadMax;
   auto prefetch = [&](int64_t byte) {
     if constexpr (MR == 1 && NR > 1)
       _mm_prefetch(reinterpret_cast<const char*>(q[0] + ahead + NR * byte), _MM_HINT_T0);
