@@ -13,7 +13,7 @@ pkgs=(build-essential cmake pkg-config openmpi-bin libopenmpi-dev libhdf5-openmp
 case $what in build|test|validation) ;; *) echo "error: unknown part '$what' (build, test or validation)" >&2; exit 2 ;; esac
 if [ "$what" != build ]; then
   pkgs+=(python3-torch python3-h5py python3-numpy python3-matplotlib slurmd slurmctld slurm-client munge libpmix-dev
-        iproute2 sentencepiece python3-venv)
+        iproute2 sentencepiece python3-venv ccache)
   # the sanitizer and fuzz trees (tests/fuzz): clang, its libFuzzer/ASan runtimes, its OpenMP
   pkgs+=(clang libclang-rt-14-dev libomp-14-dev)
 fi

@@ -55,6 +55,7 @@ std::optional<AutoLayout> resolve_auto_layout(const std::vector<std::string>& gi
     plan::CalibrationOptions quick;
     quick.min_seconds = 0.005;
     quick.collective_repeats = 3;
+    quick.shared_min_seconds = 0.1;
     machine = plan::calibrate(world, quick);
   }
   SearchInput input;

@@ -303,7 +303,31 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
   m.created = utc_now();
   m.threads_per_rank = omp_get_max_threads();
   m.ranks = world.size();
-  const double t = options.min_seconds;
+  // The nodes first: their ranks and cores, and where ranks share cores, what a waiting one takes
+  // (and how long a compute window must last for the ranks to share the cores in it).
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node_comm);
+  int local = 0, per_node = 1;
+  MPI_Comm_rank(node_comm, &local);
+  MPI_Comm_size(node_comm, &per_node);
+  int cores = node_cores(node_comm);
+  MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, world.mpi_comm());  // the smallest node's
+  m.cores_per_node = cores;
+  int most = per_node, nodes_seen = local == 0 ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world.mpi_comm());
+  MPI_Allreduce(MPI_IN_PLACE, &nodes_seen, 1, MPI_INT, MPI_SUM, world.mpi_comm());
+  m.ranks_per_node = most;
+  m.nodes = nodes_seen;
+  if (m.oversubscription(most) > 1) {  // every node measures at once; the first node's figure is kept
+    comm::Communicator node(node_comm, "node");
+    double share = measure_waiting_rank_share(node, cores);
+    MPI_Bcast(&share, 1, MPI_DOUBLE, 0, world.mpi_comm());
+    m.waiting_rank_share = share;
+  }
+  MPI_Comm_free(&node_comm);
+
+  const double t = m.oversubscription(most) > 1 ? std::max(options.min_seconds, options.shared_min_seconds)
+                                                : options.min_seconds;
 
   // GEMMs by class: square products of 64, 256 and 768 stand for their classes.
   struct Shape3 {
@@ -356,27 +380,6 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
     m.copy_bytes_per_s = world_mean(world, 2.0 * static_cast<double>(from.size()) / sec);  // read + write
   }
 
-  // The nodes: their ranks and cores, and where ranks share cores, what a waiting one takes.
-  MPI_Comm node_comm = MPI_COMM_NULL;
-  MPI_Comm_split_type(world.mpi_comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &node_comm);
-  int local = 0, per_node = 1;
-  MPI_Comm_rank(node_comm, &local);
-  MPI_Comm_size(node_comm, &per_node);
-  int cores = node_cores(node_comm);
-  MPI_Allreduce(MPI_IN_PLACE, &cores, 1, MPI_INT, MPI_MIN, world.mpi_comm());  // the smallest node's
-  m.cores_per_node = cores;
-  int most = per_node, nodes_seen = local == 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, world.mpi_comm());
-  MPI_Allreduce(MPI_IN_PLACE, &nodes_seen, 1, MPI_INT, MPI_SUM, world.mpi_comm());
-  m.ranks_per_node = most;
-  m.nodes = nodes_seen;
-  if (m.oversubscription(most) > 1) {  // every node measures at once; the first node's figure is kept
-    comm::Communicator node(node_comm, "node");
-    double share = measure_waiting_rank_share(node, cores);
-    MPI_Bcast(&share, 1, MPI_DOUBLE, 0, world.mpi_comm());
-    m.waiting_rank_share = share;
-  }
-  MPI_Comm_free(&node_comm);
 
   // Collectives inside a node: groups of g consecutive node-local ranks; across nodes: one rank
   // per node (the same node-local rank), when the world spans several nodes.

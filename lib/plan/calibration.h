@@ -13,6 +13,10 @@ namespace tessera::plan {
 
 struct CalibrationOptions {
   double min_seconds = 0.02;  // each compute measurement repeats for at least this long
+  // Where a node's ranks outnumber its cores, each compute measurement lasts at least this long
+  // instead: the ranks must take turns on the cores many times within it, or a window shorter than
+  // a few scheduler slices sees one rank alone on a core (8 ranks on 2 cores measured 8 lone rates).
+  double shared_min_seconds = 0.25;
   int collective_repeats = 5;  // timed calls per message size (after one warm-up), the median kept
 };
 
