@@ -73,21 +73,24 @@ struct SplitComm {
   SplitComm& operator=(const SplitComm&) = delete;
 };
 
-// Least squares of seconds = latency + bytes x per_byte, both kept at least 0.
+// Least squares of seconds = latency + bytes x per_byte in relative error (each size weighted by
+// 1 / seconds^2, so the largest message does not set the latency of the small ones), both kept at
+// least 0.
 CollectiveFit fit(const std::vector<double>& bytes, const std::vector<double>& seconds) {
-  const double n = static_cast<double>(bytes.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    sx += bytes[i];
-    sy += seconds[i];
-    sxx += bytes[i] * bytes[i];
-    sxy += bytes[i] * seconds[i];
+    const double w = 1.0 / std::max(seconds[i] * seconds[i], 1e-24);
+    sw += w;
+    sx += w * bytes[i];
+    sy += w * seconds[i];
+    sxx += w * bytes[i] * bytes[i];
+    sxy += w * bytes[i] * seconds[i];
   }
   CollectiveFit f;
-  const double d = n * sxx - sx * sx;
-  f.seconds_per_byte = d > 0 ? std::max(0.0, (n * sxy - sx * sy) / d) : 0.0;
-  f.latency_s = std::max(0.0, (sy - f.seconds_per_byte * sx) / n);
-  if (f.seconds_per_byte == 0 && sx > 0) f.seconds_per_byte = std::max(0.0, sy - f.latency_s * n) / sx;
+  const double d = sw * sxx - sx * sx;
+  f.seconds_per_byte = d > 0 ? std::max(0.0, (sw * sxy - sx * sy) / d) : 0.0;
+  f.latency_s = sw > 0 ? std::max(0.0, (sy - f.seconds_per_byte * sx) / sw) : 0.0;
+  if (f.seconds_per_byte == 0 && sx > 0) f.seconds_per_byte = std::max(0.0, sy - f.latency_s * sw) / sx;
   return f;
 }
 
@@ -190,7 +193,7 @@ void calibrate_collectives(comm::Communicator& world, MachineModel& m, const std
       std::vector<double> bytes, seconds;
       // Each size's time is what a training step sees: the barrier-started call's, or, where larger
       // (cores shared between ranks), the call's cost between pieces of compute.
-      for (int64_t elements : {int64_t{1} << 10, int64_t{1} << 15, int64_t{1} << 18}) {
+      for (int64_t elements : {int64_t{1} << 10, int64_t{1} << 15, int64_t{1} << 18, int64_t{1} << 20}) {
         const int64_t n = elements / g * g;  // divisible by the group (reduce-scatter, all-to-all)
         const int repeats = options.collective_repeats;
         seconds.push_back(std::max(time_collective(group, op, n, repeats),
@@ -291,6 +294,55 @@ double measure_waiting_rank_share(comm::Communicator& node, int cores) {
   return std::clamp((effective - computing) / (r - computing), 0.0, 1.0);
 }
 
+// Where ranks share cores, a step's synchronisation after its compute (MachineModel::sync_lag_s,
+// sync_wake_s): nine rounds of K GEMMs (about 30 ms of shared compute, as a small step's backward)
+// each followed by a one-word all-reduce. Each round records every rank's arrival at the all-reduce
+// and its return: the lag is the slowest arrival less the mean one; the wake-up is the all-reduce's
+// time after the last arrival less a barrier-started one's. Medians over the rounds.
+std::pair<double, double> measure_step_sync(comm::Communicator& node, int cores) {
+  const int r = node.size();
+  const int64_t n = 160;
+  Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f), c = Tensor::empty({n, n});
+  const auto work = [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, ops::MatmulInputs::f32); };
+  Tensor k = Tensor::empty({1});
+  {
+    work();
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < 8; ++i) work();
+    const double each = seconds_since(start) / 8 * r / std::max(1, cores);
+    k.data<float>()[0] = static_cast<float>(std::ceil(0.03 / std::max(each, 1e-6)));
+    node.all_reduce_max(k);
+  }
+  const int64_t calls = std::max<int64_t>(8, static_cast<int64_t>(k.data<float>()[0]));
+  Tensor word = Tensor::empty({1});
+  std::vector<double> lags, wakes, alone;
+  for (int round = 0; round < 9; ++round) {
+    node.barrier();
+    const Clock::time_point start = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) work();
+    const double arrive = seconds_since(start);
+    node.all_reduce_sum(word);
+    const double leave = seconds_since(start);
+    const double mean_arrival = node.all_reduce_sum(arrive) / r;
+    Tensor last = Tensor::empty({2});  // the last arrival, the last return
+    last.data<float>()[0] = static_cast<float>(arrive);
+    last.data<float>()[1] = static_cast<float>(leave);
+    node.all_reduce_max(last);
+    lags.push_back(last.data<float>()[0] - mean_arrival);
+    wakes.push_back(last.data<float>()[1] - last.data<float>()[0]);
+    node.barrier();
+    const Clock::time_point call = Clock::now();
+    node.all_reduce_sum(word);
+    alone.push_back(seconds_since(call));
+  }
+  const auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double lag = std::max(0.0, median(lags)), wake = std::max(0.0, median(wakes) - slowest_median(node, alone));
+  return {lag, wake};
+}
+
 }  // namespace
 
 MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& options) {
@@ -323,6 +375,11 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
     double share = measure_waiting_rank_share(node, cores);
     MPI_Bcast(&share, 1, MPI_DOUBLE, 0, world.mpi_comm());
     m.waiting_rank_share = share;
+    auto [lag, wake] = measure_step_sync(node, cores);
+    double sync[2] = {lag, wake};
+    MPI_Bcast(sync, 2, MPI_DOUBLE, 0, world.mpi_comm());
+    m.sync_lag_s = sync[0];
+    m.sync_wake_s = sync[1];
   }
   MPI_Comm_free(&node_comm);
 

@@ -107,6 +107,8 @@ std::string to_json(const MachineModel& m) {
   j["copy_bytes_per_s"] = m.copy_bytes_per_s;
   j["kernel_call_s"] = m.kernel_call_s;
   if (m.waiting_rank_share > 0) j["waiting_rank_share"] = m.waiting_rank_share;
+  if (m.sync_lag_s > 0) j["sync_lag_s"] = m.sync_lag_s;
+  if (m.sync_wake_s > 0) j["sync_wake_s"] = m.sync_wake_s;
   for (const auto& [k, s] : m.kernel_seconds_per_element) j["kernel_seconds_per_element"][k] = s;
   j["collectives"] = json::object();
   for (const auto& [d, ops] : m.collectives)
@@ -162,6 +164,9 @@ MachineModel parse_machine_json(const std::string& content, const std::string& w
     m.waiting_rank_share = positive(j, "waiting_rank_share", "", where, true);
     TESSERA_CHECK(m.waiting_rank_share <= 1, where, ": waiting_rank_share must be at most 1, got ", m.waiting_rank_share);
   }
+  // optional, as waiting_rank_share
+  if (j.contains("sync_lag_s")) m.sync_lag_s = positive(j, "sync_lag_s", "", where, true);
+  if (j.contains("sync_wake_s")) m.sync_wake_s = positive(j, "sync_wake_s", "", where, true);
   const json& kernels = field(j, "kernel_seconds_per_element", "", where);
   for (const std::string& k : kernel_class_names())
     m.kernel_seconds_per_element[k] = positive(kernels, k, "kernel_seconds_per_element.", where, true);

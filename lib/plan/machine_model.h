@@ -58,6 +58,12 @@ struct MachineModel {
   // they compute). Optional in the file ("waiting_rank_share", calibrated where oversubscribed);
   // 0 where absent.
   double waiting_rank_share = 0;
+  // Where ranks share cores, what a step's synchronisation after its compute costs beyond the
+  // collectives' own times: the slowest rank's lag behind the mean (the scheduler does not share the
+  // cores evenly over tens of milliseconds, and the step waits for the last rank), and the wake-up
+  // of each step-end collective (its members descheduled while they waited). Optional in the file
+  // ("sync_lag_s", "sync_wake_s", calibrated where oversubscribed); 0 where absent.
+  double sync_lag_s = 0, sync_wake_s = 0;
   // compute
   std::map<std::string, std::vector<GemmClass>> gemm;  // "f32", "bf16" -> classes by max_flops
   double attention_flops_per_s = 0;

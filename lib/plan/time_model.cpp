@@ -537,9 +537,16 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
   if (run.offload_params) t.optimizer_s += updated * 2 * kStateBytes / machine.copy_bytes_per_s;
 
   double outside = 0;
+  int step_end_calls = 0;
   for (const CommTerm& c : t.comm)
-    if (!c.in_layers) outside += c.exposed;
-  t.step_s = t.pipeline_s + t.optimizer_s + outside;
+    if (!c.in_layers) {
+      outside += c.exposed;
+      ++step_end_calls;
+    }
+  // Where ranks share cores the step waits at its first collective for the rank the scheduler
+  // served least, and each step-end collective for its members to be scheduled again.
+  if (shared_cores) t.sync_s = machine.sync_lag_s + step_end_calls * machine.sync_wake_s;
+  t.step_s = t.pipeline_s + t.optimizer_s + outside + t.sync_s;
   const double tokens =
       static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.mesh.tp_batch_parts() * run.seq;
   t.tokens_per_s = tokens / t.step_s;
@@ -598,6 +605,7 @@ std::string describe(const StepTime& t) {
                   " filled by the stages that compute, less the %.0f%% of a core a waiting rank keeps\n",
                   t.oversubscription, 100 * t.waiting_rank_share);
     out << line;
+    if (t.sync_s > 0) out << "  step-end synchronisation (the slowest rank's lag, the collectives' wake-ups): " << ms(t.sync_s) << "\n";
   }
   for (const CommTerm& c : t.comm) {
     char line[320];

@@ -48,6 +48,9 @@ struct StepTime {
   double bubble_s = 0;      // of which the slowest stage idles
   double oversubscription = 1;  // threads per core on a node (MachineModel::oversubscription), at least 1
   double waiting_rank_share = 0;  // MachineModel::waiting_rank_share, where ranks share cores
+  // Where ranks share cores: the step-end synchronisation, MachineModel::sync_lag_s and a wake-up
+  // (sync_wake_s) per collective outside the layers; part of step_s.
+  double sync_s = 0;
   double step_s = 0;
   double tokens_per_s = 0;
   double comm_exposed() const;

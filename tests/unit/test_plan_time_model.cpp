@@ -411,6 +411,36 @@ TEST(TimeModel, OnSharedCoresAWaitingRankKeepsItsShareOfTheCores) {
   EXPECT_THROW(plan::parse_machine_json(bad, "bad"), Error);
 }
 
+// Where ranks share cores, the step-end synchronisation adds the slowest rank's lag once and a
+// wake-up per collective outside the layers (here dp 4, ZeRO 0: the gradients' all-reduce and the
+// gradient norm's); with a core per rank it adds nothing. The fields are optional, kept by to_json,
+// and a negative one is refused.
+TEST(TimeModel, OnSharedCoresTheStepWaitsForItsSlowestRank) {
+  const plan::MachineModel own = plan::parse_machine_json(machine_json(1e10, 1e-12), "t");
+  EXPECT_DOUBLE_EQ(own.sync_lag_s, 0.0);
+  plan::MachineModel synced = own;
+  synced.sync_lag_s = 2e-3;
+  synced.sync_wake_s = 5e-4;
+  plan::GptRun flat = tiny_run(4, 1, 1, 4);
+  flat.mesh.dp = 4;
+  const plan::StepTime dedicated = plan::predict_step(flat, synced, 4);
+  EXPECT_DOUBLE_EQ(dedicated.sync_s, 0.0);
+  const plan::MachineModel shared = with_cores(synced, 1);
+  const plan::StepTime step = plan::predict_step(flat, shared, 4);
+  int step_end_calls = 0;
+  for (const plan::CommTerm& c : step.comm) step_end_calls += c.in_layers ? 0 : 1;
+  EXPECT_EQ(step_end_calls, 2);
+  EXPECT_NEAR(step.sync_s, 2e-3 + 2 * 5e-4, 1e-12);
+  const plan::StepTime unsynced = plan::predict_step(flat, with_cores(own, 1), 4);
+  EXPECT_NEAR(step.step_s - unsynced.step_s, step.sync_s, 1e-12);
+  const plan::MachineModel again = plan::parse_machine_json(plan::to_json(synced), "again");
+  EXPECT_DOUBLE_EQ(again.sync_lag_s, 2e-3);
+  EXPECT_DOUBLE_EQ(again.sync_wake_s, 5e-4);
+  std::string bad = plan::to_json(synced);
+  bad.replace(bad.find("\"sync_lag_s\": 0.002"), 20, "\"sync_lag_s\": -0.002");
+  EXPECT_THROW(plan::parse_machine_json(bad, "bad"), Error);
+}
+
 // Grid tensor parallelism: the model's bytes per step are what the metrics' comm_bytes count on
 // tests/parity/tensor_grid.sh's model (layers 2, hidden 32, heads 4, vocabulary 61, sequence 16,
 // global batch 8), less the 32 bytes of per-step scalars the model leaves out (the loss and the
