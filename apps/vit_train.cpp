@@ -34,7 +34,7 @@ namespace {
 
 // --dry-run: the run as the options lay it out (mesh, batch split, pipeline schedule with its
 // simulated bubble, the model and its parameter count) without training, then the memory plan per
-// rank (plan/vit_memory_plan.h), as gpt_train's dry run prints it (not for the grid tp modes).
+// rank (plan/vit_memory_plan.h), as gpt_train's dry run prints it.
 std::string describe_plan(const cli::TrainOptions& o, const models::VitConfig& mc, const io::ImageDataset& images,
                           int64_t steps_per_epoch) {
   const train::TrainConfig& tc = o.train;
@@ -68,12 +68,8 @@ std::string describe_plan(const cli::TrainOptions& o, const models::VitConfig& m
                   schedule.name.c_str(), schedule.stages, static_cast<long long>(micro), r.bubble_fraction);
     out << line;
   }
-  if (o.grid()) {
-    out << "memory: the planner does not cover --tp-mode " << o.tp_mode << " yet\n";
-  } else {
-    const plan::VitRun run = cli::planned_vit_run(o, mc);
-    out << "\n" << plan::describe(plan::plan_memory(run), run);
-  }
+  const plan::VitRun run = cli::planned_vit_run(o, mc);
+  out << "\n" << plan::describe(plan::plan_memory(run), run);
   return out.str();
 }
 

@@ -80,7 +80,6 @@ LayoutChoice evaluate_vit_layout(const SearchInput& input, const plan::MachineMo
   ParsedVit p(args);
   TrainOptions& o = p.o;
   o.finish(input.ranks, p.vm);  // the trainer's own checks of the layout and the batch
-  TESSERA_CHECK(!o.grid(), "--tp-mode ", o.tp_mode, ": the memory planner does not cover grid tensor parallelism yet");
   models::VitConfig& mc = p.model.config;
   if (input.image > 0) {
     mc.image = input.image;
@@ -231,14 +230,9 @@ SearchResult search_layouts(const SearchInput& given, const plan::MachineModel& 
   for (int pp : divisors(n)) {
     for (int tp : divisors(n / pp))
     for (const TpChoice& tp_mode : tp_choices(tp)) {
-      // Grid tp: gpt_train's (mixture-of-experts blocks route whole token rows; vit_train's grids
-      // are not planned yet), without sp or ep (TrainOptions::finish refuses them).
-      if (tp_mode.grid() && (input.moe || input.vit)) {
-        ++result.enumerated;
-        reject(input.moe ? "--tp-mode 2d, 2.5d, 3d: mixture-of-experts blocks route whole token rows"
-                         : "--tp-mode 2d, 2.5d, 3d: the ViT memory planner does not cover grid tensor parallelism yet");
-        continue;
-      }
+      // Grid tp: gpt_train's and vit_train's, without sp or ep (TrainOptions::finish refuses them).
+      // moe_train's experts route whole token rows: its model refuses a grid, and so every such
+      // layout is rejected by its own check (the planner registers the model's parameters).
       // moe_train: ep as well as sp (its token group is ep x the token shards: nn/expert_layout.h).
       for (int sp : tp_mode.grid() ? std::vector<int>{1} : divisors(n / pp / tp))
       for (int ep : input.moe ? divisors(n / pp / tp / sp) : std::vector<int>{1}) {

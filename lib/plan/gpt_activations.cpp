@@ -14,7 +14,9 @@ constexpr int64_t kBytes = 4;  // fp32 and int32
 
 struct Sizes {  // the shapes the layers see
   int64_t n, rows, c, ct, ht, mlp_t;
-  int64_t kvt;  // Llama: the features of this rank's k (or v) projection (its kv heads, or all when replicated)
+  // Llama: the features of this rank's k (or v) projection: its kv heads (split over tp, or over a
+  // grid's side q like the query heads), or all of them where they are replicated, times the head size.
+  int64_t kvt;
   bool llama;
   explicit Sizes(const GptActivationShape& s)
       : n(s.tokens()),
@@ -23,7 +25,7 @@ struct Sizes {  // the shapes the layers see
         ct(s.model.hidden / s.tp),
         ht(s.model.heads / s.tp),
         mlp_t(s.model.mlp_hidden() / s.tp),
-        kvt(s.model.kv() % s.tp == 0 ? s.model.kv() / s.tp * (c / s.model.heads) : s.model.kv() * (c / s.model.heads)),
+        kvt((s.model.kv() % s.tp == 0 ? s.model.kv() / s.tp : s.model.kv()) * (s.model.hidden / s.model.heads)),
         llama(s.model.llama()) {}
 };
 
@@ -196,6 +198,8 @@ int64_t grid_workspace_bytes(const GptActivationShape& s, const std::vector<int6
     if (s.cube) {  // gathered rows of x and dy, the partial product; gathered weights, dW's partial and piece
       floats += z.n * (most_in + std::max(most_in, most_out) + most_out) + 2 * most_weight / (q * q) +
                 most_weight / (q * q * q);
+      // Llama's k, v and up add their dx to q's (gate's): each reduce-scattered into a block of its own first
+      if (z.llama) floats += z.n * z.c;
       staged = std::max(staged, most_weight / (q * q));
     } else {  // SUMMA: x's and W's broadcast blocks, dx's and dW's partial blocks
       floats += 2 * z.n * most_in / q + 2 * most_weight / (q * q);

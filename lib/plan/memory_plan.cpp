@@ -75,23 +75,7 @@ StageMemory plan_stage(const GptRun& run, int stage, PlannedLayouts& layouts,
   // Buffers.
   if (zero == 1 || zero == 2) add(m, "buffers", "ZeRO: the updated shard, all-gathered", kBytes * shard.size());
   const int64_t held_begin = zero >= 2 ? shard.begin : 0, held_end = zero >= 2 ? shard.end : n;
-  // gradients summed over tp (split rows; Llama's k and v where the kv heads are replicated over
-  // tp) or ep once reduced, packed
-  int64_t partial = 0;
-  if (grid) {
-    // ZeroOptimizer::complete_partial_grads: one packed all-reduce per group of ranks (the stream's
-    // and the branches' rows together under 2d and 2.5d), the packed buffer grown to the largest.
-    const auto within = [&](auto pick) { return params_within(store, held_begin, held_end, pick); };
-    using nn::PartialGrad;
-    const int64_t rows = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::rows; });
-    const int64_t branch = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::branch_rows; });
-    const int64_t replicas = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::replicas; });
-    const bool copies = mesh.tp_mode == comm::TpMode::d3 || mesh.tp_mode == comm::TpMode::d25;
-    partial = std::max(shape.cube ? std::max(rows, branch) : rows + branch, copies ? replicas : 0);
-  } else if (run.split_gather || mesh.tp > 1)
-    partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return s.partial != nn::PartialGrad::complete; });
-  if (mesh.ep > 1)
-    partial = params_within(store, held_begin, held_end, [](const nn::ParamSpec& s) { return !s.expert; });
+  const int64_t partial = packed_partial_grads(store, held_begin, held_end, mesh, run.split_gather);
   add(m, "buffers", "partial gradients packed for one all-reduce", kBytes * partial);
   int64_t tied_add = 0;  // transient: the mirror's gradient, added to the held part of the table
   if (mesh.pp > 1) {
@@ -253,6 +237,30 @@ int64_t zero3_gathered(const nn::ParamStore& store, const std::vector<int>& firs
     worst = std::max(worst, peak + (embedding_stays ? 2 * units.front().size() : 0));
   }
   return worst;
+}
+
+// ZeroOptimizer::complete_partial_grads: one packed all-reduce per group of ranks, the packed
+// buffer grown to the largest group's (freed first). Gradients summed over tp (split rows; Llama's
+// k and v where the kv heads are replicated over tp) or ep once reduced; under a grid, over the
+// ranks holding the stream's rows and the branches' rows (one group under 2d and 2.5d, two under
+// 3d) and over the copies of a weight block (2.5d's layers, 3d's table).
+int64_t packed_partial_grads(const nn::ParamStore& store, int64_t begin, int64_t end, const comm::MeshShape& mesh,
+                             bool split_rows) {
+  using nn::PartialGrad;
+  const auto within = [&](auto pick) { return params_within(store, begin, end, pick); };
+  int64_t partial = 0;
+  if (mesh.tp_mode != comm::TpMode::d1) {
+    const int64_t rows = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::rows; });
+    const int64_t branch = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::branch_rows; });
+    const int64_t replicas = within([](const nn::ParamSpec& p) { return p.partial == PartialGrad::replicas; });
+    const bool cube = mesh.tp_mode == comm::TpMode::d3;
+    const bool copies = cube || mesh.tp_mode == comm::TpMode::d25;
+    partial = std::max(cube ? std::max(rows, branch) : rows + branch, copies ? replicas : 0);
+  } else if (split_rows || mesh.tp > 1) {
+    partial = within([](const nn::ParamSpec& p) { return p.partial != PartialGrad::complete; });
+  }
+  if (mesh.ep > 1) partial = within([](const nn::ParamSpec& p) { return !p.expert; });
+  return partial;
 }
 
 int64_t StageMemory::total() const {

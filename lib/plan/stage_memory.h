@@ -55,6 +55,12 @@ std::vector<int> activations_in_flight(const parallel::PipelineSchedule& schedul
 int64_t zero3_gathered(const nn::ParamStore& store, const std::vector<int>& unit_first_param, int data_ranks,
                        bool embedding_stays, bool overlap);
 
+// Elements of the largest packed all-reduce of partial gradients (ZeroOptimizer::complete_partial_grads)
+// among the held flat range [begin, end) of `store`, under the mesh's tp mode (split_rows: --sp-mode
+// split_gather) and ep.
+int64_t packed_partial_grads(const nn::ParamStore& store, int64_t begin, int64_t end, const comm::MeshShape& mesh,
+                             bool split_rows);
+
 // Elements of the parameters `pick` selects inside the flat range [begin, end).
 template <typename Pick>
 int64_t params_within(const nn::ParamStore& store, int64_t begin, int64_t end, Pick pick) {

@@ -93,7 +93,8 @@ struct Shapes {
 // per micro-batch times `micro_batches`). `vit`, when given: the run is a ViT's (`run` its blocks as
 // a GPT's, plan/vit_memory_plan.h): its attention sees every token (no causal mask), its first
 // stage embeds patches (a GEMM) and its last pools each image and classifies it, both replicated
-// over tp (no tensor-parallel communication at the edges; sp sums the pooled rows).
+// over 1D tp (no tensor-parallel communication at the edges; sp sums the pooled rows; a grid splits
+// them over the stream's features and sums the head's partial logits).
 StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankPlacement& where, int stage,
                      PlannedLayouts& layouts, double wire, bool shared_cores, std::vector<CommTerm>* terms,
                      const models::VitConfig* vit = nullptr) {
@@ -129,21 +130,18 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
 
   // Which blocks, and whether the embedding and head, are on this stage.
   const models::PipelinePlacement placement{stage, run.mesh.pp, run.virtual_stages, run.pp_layers};
-  if (vit) {
-    cost.params = models::Vit::stage_params(*vit, layouts.layout(placement, run.checkpointing)).store.numel();
-  } else {
-    const models::Gpt::StageParams params =
-        models::Gpt::stage_params(run.model, layouts.layout(placement, run.checkpointing));
-    cost.params = params.store.numel();
-    for (const nn::ParamSpec& p : params.store.specs()) {
-      if (p.expert) cost.expert_params += p.local_shape.numel();
-      if (p.partial == nn::PartialGrad::rows && (p.expert || p.name.find(".moe.router.") != std::string::npos))
-        cost.moe_row_partial += p.local_shape.numel();
-      const int64_t n = p.local_shape.numel();
-      cost.grid_rows += p.partial == nn::PartialGrad::rows ? n : 0;
-      cost.grid_branch_rows += p.partial == nn::PartialGrad::branch_rows ? n : 0;
-      cost.grid_replicas += p.partial == nn::PartialGrad::replicas ? n : 0;
-    }
+  const models::ModelLayout layout = layouts.layout(placement, run.checkpointing);
+  const nn::ParamStore store =
+      vit ? models::Vit::stage_params(*vit, layout).store : models::Gpt::stage_params(run.model, layout).store;
+  cost.params = store.numel();
+  for (const nn::ParamSpec& p : store.specs()) {
+    if (p.expert) cost.expert_params += p.local_shape.numel();
+    if (p.partial == nn::PartialGrad::rows && (p.expert || p.name.find(".moe.router.") != std::string::npos))
+      cost.moe_row_partial += p.local_shape.numel();
+    const int64_t n = p.local_shape.numel();
+    cost.grid_rows += p.partial == nn::PartialGrad::rows ? n : 0;
+    cost.grid_branch_rows += p.partial == nn::PartialGrad::branch_rows ? n : 0;
+    cost.grid_replicas += p.partial == nn::PartialGrad::replicas ? n : 0;
   }
   double blocks = 0, moe_blocks = 0, recomputed_full = 0, recomputed_core = 0, sends_f = 0, sends_b = 0;
   bool embedding = false, head = false;
@@ -294,18 +292,23 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     }
   };
   double loss_s = 0, edge_elem = 0;
-  if (vit) {
+  if (vit) {  // under a grid tp, on the rank's block of the stream's features (C/q)
     if (embedding) {  // this rank's patches projected, the class token and positions added
       const double patches = vit->pool == "cls" ? s.tokens - s.b / sp : s.tokens;
-      gemm(patches, s.c, static_cast<double>(vit->patch_features()), 1);
-      edge_elem += s.rows * s.c * elem;
+      gemm(patches, s.features, static_cast<double>(vit->patch_features()), 1);
+      edge_elem += s.rows * s.features * elem;
     }
     if (head) {  // the final norm, the pooled rows (summed over sp), the classifier and its loss
       const double classes = static_cast<double>(vit->classes);
-      edge_elem += s.rows * s.c * norm + s.rows * s.c * elem;
-      gemm(s.b, classes, s.c, 1);
+      edge_elem += s.rows * s.features * norm + s.rows * s.features * elem;
+      gemm(s.b, classes, s.features, 1);
       loss_s = s.b * classes * machine.kernel_seconds("softmax");
       charge("sp: the pooled rows' all-reduce", "all_reduce", sp, sp_across, 1, 0, s.b * s.c * wire);
+      if (s.grid) {  // the feature blocks' partial logits summed; the final norm split like a block's
+        charge("grid tp: the head's partial logits all-reduced", "all_reduce", q, tp_across, 1, 0, s.b * classes * wire);
+        charge("grid tp: the final norm's row statistics", "all_reduce", q, tp_across, 2, 0, s.tokens * wire);
+        charge("grid tp: the final norm's backward sums", "all_reduce", q, tp_across, 0, 1, 2 * s.tokens * wire);
+      }
     }
   }
   if (embedding && !vit) {
@@ -560,8 +563,6 @@ StepTime predict_step(const GptRun& run, const MachineModel& machine, int ranks_
 }
 
 StepTime predict_step(const VitRun& run, const MachineModel& machine, int ranks_per_node, double wire_bytes) {
-  TESSERA_CHECK(run.mesh.tp_mode == comm::TpMode::d1, "predict_step: the time model does not cover --tp-mode ",
-                comm::tp_mode_name(run.mesh.tp_mode), " yet");
   GptRun blocks;
   static_cast<RunLayout&>(blocks) = run;
   blocks.model = vit_blocks(run.model);

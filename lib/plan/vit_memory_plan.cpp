@@ -1,6 +1,7 @@
 // The ViT's memory plan: a stage's parameters registered as models::Vit registers them (under
 // planning layouts), ZeRO's shards of them, the blocks' activation formulas times the micro-batches
-// in flight, the patch embedding's and the head's own buffers, and the buffers around them.
+// in flight, the patch embedding's and the head's own buffers, grid tp's workspace, and the buffers
+// around them.
 #include "plan/vit_memory_plan.h"
 
 #include <algorithm>
@@ -28,11 +29,15 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
   const nn::ParamStore& store = params.store;
 
   // The images' shapes on this rank: b images of t tokens (its sp share), of which `patches` are
-  // patches (an sp rank without the class token holds t of them: the largest share).
-  const int64_t b = run.micro_batch, t = vit.tokens() / mesh.sp, c = vit.hidden, pf = vit.patch_features();
-  const int64_t patches = mesh.sp > 1 ? t : vit.patches();
-  const GptActivationShape shape{vit_blocks(vit), b, vit.tokens(), mesh.tp, mesh.sp, 1, false, run.ring,
-                                 run.checkpointing};
+  // patches (an sp rank without the class token holds t of them: the largest share), c of the
+  // residual stream's features (a grid's block of them: C / q; b is then the rank's share of the
+  // micro-batch's images).
+  const bool grid = mesh.tp_mode != comm::TpMode::d1;
+  const int side = grid ? mesh.tp_side() : mesh.tp;
+  const int64_t b = run.micro_batch, t = vit.tokens() / mesh.sp, c = vit.hidden / (grid ? side : 1);
+  const int64_t pf = vit.patch_features(), patches = mesh.sp > 1 ? t : vit.patches();
+  const GptActivationShape shape{vit_blocks(vit), b, vit.tokens(), side, mesh.sp, 1, false, run.ring,
+                                 run.checkpointing, grid, mesh.tp_mode == comm::TpMode::d3};
 
   // Activations: per chunk, the micro-batches in flight; the embedding's chunk keeps its patches.
   const std::vector<int> in_flight =
@@ -57,14 +62,17 @@ StageMemory plan_stage(const VitRun& run, int stage, PlannedLayouts& layouts,
   if (last_stage)  // final norm and statistics, pooled rows and gradient, logits (device, host), losses, lse, labels
     add_item(m, "workspace", "head: final norm, pooled rows, logits, losses, labels",
              kBytes * (b * t * c + 2 * b * t + 2 * b * c + 2 * b * vit.classes + 4 * b));
+  // Grid tp: the blocks' linear layers' SUMMA blocks (3d: gathered rows and weights), each split
+  // norm's backward sums (the final norm's too); the patch embedding and the head are the stream's
+  // own feature block (no grid workspace).
+  add_item(m, "workspace", "grid tp: the linears' blocks, the norms' sums",
+           grid_workspace_bytes(shape, blocks, false, false, false, 0) + (grid && last_stage ? kBytes * 2 * b * t : 0));
 
   // Buffers.
   if (zero == 1 || zero == 2) add_item(m, "buffers", "ZeRO: the updated shard, all-gathered", kBytes * shard.size());
   const int64_t held_begin = zero >= 2 ? shard.begin : 0, held_end = zero >= 2 ? shard.end : n;
-  if (mesh.tp > 1)  // gradients summed over tp once reduced, packed
-    add_item(m, "buffers", "partial gradients packed for one all-reduce",
-             kBytes * params_within(store, held_begin, held_end,
-                                    [](const nn::ParamSpec& s) { return s.partial != nn::PartialGrad::complete; }));
+  add_item(m, "buffers", "partial gradients packed for one all-reduce",
+           kBytes * packed_partial_grads(store, held_begin, held_end, mesh, false));
   if (schedule) {
     // A send's copy lives until the message has left: bounded from the schedule, as for the GPTs.
     const int copies = parallel::message_copies_in_flight(*schedule, stage);
@@ -98,10 +106,8 @@ models::GptConfig vit_blocks(const models::VitConfig& vit) {
 MemoryPlan plan_memory(const VitRun& run) {
   const comm::MeshShape& mesh = run.mesh;
   TESSERA_CHECK(mesh.dp >= 1, "plan_memory: the mesh must be resolved (dp filled in)");
-  TESSERA_CHECK(mesh.tp_mode == comm::TpMode::d1, "--tp-mode ", comm::tp_mode_name(mesh.tp_mode),
-                ": the memory planner does not cover grid tensor parallelism yet");
   TESSERA_CHECK(mesh.ep == 1, "vit_train: --ep needs mixture-of-experts layers (moe_train has them)");
-  PlannedLayouts layouts(mesh.tp, false, mesh.sp, 1);
+  PlannedLayouts layouts(mesh, false);
   std::optional<parallel::PipelineSchedule> schedule;
   if (mesh.pp > 1)
     schedule = parallel::make_schedule(run.pp_schedule, mesh.pp, static_cast<int>(run.micro_batches),

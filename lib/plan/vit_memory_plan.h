@@ -3,8 +3,9 @@
 // parameters as models::Vit registers them, its blocks' activations (plan/gpt_activations.h: the
 // same transformer blocks, without the causal mask) and its own edges: the patch embedding, the
 // class token and positions on the first stage, the final norm, pooling and classifier head on the
-// last. 1D tensor parallelism, sequence parallelism (all_to_all, ring), pipelines, ZeRO 0-3,
-// activation checkpointing and offload; not the grid tensor-parallel modes.
+// last. Tensor parallelism 1D and on a grid (2D, 2.5D, 3D: the blocks' grid workspace as the
+// GPT's, the edges on the rank's block of the stream's features), sequence parallelism (all_to_all,
+// ring), pipelines, ZeRO 0-3, activation checkpointing and offload.
 #pragma once
 #include <string>
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ViT memory planner (vit_train --dry-run, lib/plan/vit_memory_plan.h) against the tracked memory
 # of real vit_train runs: on one rank, dp 2 with ZeRO 1, 2 and 3, tp 2, sp 2 (all_to_all and ring),
-# pp 2 (1f1b, and zb), full and selective activation checkpointing, bf16. For each, the predicted
+# pp 2 (1f1b, and zb), full and selective activation checkpointing, bf16, grid tp (2d at tp 4 with and
+# without full checkpointing, 2.5d and 3d at tp 8). For each, the predicted
 # total of the rank that writes the metrics (pipeline stage 0) is at least its measured step-2 peak
 # and within 10% of it (tests/parity/memory_planner.sh's tolerance for the GPTs), and its
 # parameters + gradients + optimizer states equal the run's state_bytes exactly.
@@ -50,3 +51,10 @@ planned_like_measured sp2-ring-selective 2 1 --sp 2 --sp-mode ring --activation-
 planned_like_measured pp2-1f1b 2 1 --pp 2 --micro-batch 2
 planned_like_measured pp2-zb 2 1 --pp 2 --micro-batch 2 --pp-schedule zb
 planned_like_measured dp2-bf16 2 2 --precision bf16
+# Grid tensor parallelism (vit_train takes 2d, 2.5d and 3d): each rank holds a share of the images
+# (global / (dp x the grid's batch shares)) and a block of the stream's features; the linears'
+# SUMMA blocks (3d: gathered rows and weights) and the split norms' sums are its workspace.
+planned_like_measured grid-2d-tp4 4 1 --tp 4 --tp-mode 2d
+planned_like_measured grid-2d-tp4-full 4 1 --tp 4 --tp-mode 2d --activation-checkpointing full
+planned_like_measured grid-25d-tp8 8 1 --tp 8 --tp-mode 2.5d --tp-depth 2
+planned_like_measured grid-3d-tp8 8 1 --tp 8 --tp-mode 3d

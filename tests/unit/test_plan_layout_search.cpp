@@ -1,6 +1,7 @@
 // The layout search (apps/common/layout_search.h): the count of layouts for one rank by hand, every
 // layout it keeps accepted by the trainer's checks again and within the memory, the ranking
-// deterministic, layout flags among the trainer's refused; moe_train's layouts with ep; vit_train's with sp and its own checks.
+// deterministic, layout flags among the trainer's refused; moe_train's layouts with ep (never a grid);
+// vit_train's with sp, the grid modes and its own checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -247,5 +248,86 @@ TEST(LayoutSearch, GridTensorParallelLayoutsAreOfferedPlannedAndTimed) {
     const cli::LayoutChoice c = cli::evaluate_layout(eight, machine(), args);
     EXPECT_EQ(c.run.micro_batches, 1) << c.args_text();  // 4 sequences over the grid's 4 batch shares
     EXPECT_GT(c.time.step_s, 0) << c.args_text();
+  }
+}
+
+// vit_train takes every grid mode (its dry run plans them: plan/vit_memory_plan.h): on 4 ranks tp 4
+// is offered as --tp-mode 2d, planned with the grid's workspace and its own feature block at the
+// edges, timed, and checked again from its flags alone; on 8 ranks 2.5d and 3d plan and time too.
+TEST(LayoutSearch, VitTrainGridLayoutsAreOfferedPlannedAndTimed) {
+  cli::SearchInput in;
+  in.ranks = 4;
+  in.ranks_per_node = 4;
+  in.device_memory = int64_t{1} << 40;
+  in.vit = true;
+  in.image = 8;
+  in.channels = 3;
+  in.classes = 4;
+  in.trainer_args = {"--input", "never-read.h5", "--layers", "2", "--hidden", "16", "--heads", "4", "--patch", "4",
+                     "--pool", "mean", "--global-batch", "8"};
+  plan::MachineModel m = machine();
+  for (const std::string& op : plan::collective_names()) m.collectives["intra_node"][op][4] = {2e-5, 1e-9};
+  const cli::SearchResult r = cli::search_layouts(in, m);
+  int grids = 0;
+  for (const cli::LayoutChoice& c : r.ranked) {
+    const auto mode = std::find(c.args.begin(), c.args.end(), "--tp-mode");
+    if (mode == c.args.end()) continue;
+    ++grids;
+    EXPECT_EQ(*(mode + 1), "2d") << c.args_text();
+    EXPECT_TRUE(c.vit) << c.args_text();
+    EXPECT_EQ(c.vit_run.mesh.tp_mode, comm::TpMode::d2) << c.args_text();
+    EXPECT_NE(c.memory_text().find("grid tp: the linears' blocks"), std::string::npos) << c.memory_text();
+    EXPECT_GT(c.time.step_s, 0) << c.args_text();
+    const cli::LayoutChoice again = cli::evaluate_layout(in, m, c.args);
+    EXPECT_EQ(again.peak(), c.peak()) << c.args_text();
+    EXPECT_EQ(again.time.step_s, c.time.step_s) << c.args_text();
+  }
+  EXPECT_GT(grids, 0) << r.rejected_text();
+  // The grid's feature blocks: the same layout at 2d holds less of each image's activations than at 1d.
+  const cli::LayoutChoice d1 = cli::evaluate_layout(in, m, {"--dp", "1", "--tp", "4", "--micro-batch", "4"});
+  const cli::LayoutChoice d2 =
+      cli::evaluate_layout(in, m, {"--dp", "1", "--tp", "4", "--tp-mode", "2d", "--micro-batch", "4"});
+  EXPECT_LT(d2.memory.stages[0].category_bytes("activations"), d1.memory.stages[0].category_bytes("activations"));
+  cli::SearchInput eight = in;
+  eight.ranks = 8;
+  eight.ranks_per_node = 8;
+  for (const std::string& op : plan::collective_names()) m.collectives["intra_node"][op][8] = {3e-5, 1e-9};
+  for (const std::vector<std::string>& grid : {std::vector<std::string>{"--tp-mode", "2.5d", "--tp-depth", "2"},
+                                               std::vector<std::string>{"--tp-mode", "3d"}}) {
+    std::vector<std::string> args = {"--dp", "1", "--tp", "8"};
+    args.insert(args.end(), grid.begin(), grid.end());
+    const cli::LayoutChoice c = cli::evaluate_layout(eight, m, args);
+    EXPECT_EQ(c.vit_run.micro_batch * c.vit_run.micro_batches, 2) << c.args_text();  // 8 images over 4 shares
+    EXPECT_GT(c.peak(), 0) << c.args_text();
+    EXPECT_GT(c.time.step_s, 0) << c.args_text();
+  }
+}
+
+// moe_train refuses every grid mode (its experts route whole token rows: the model's own check), so
+// the search never offers one: each is rejected by that check, counted under its reason.
+TEST(LayoutSearch, MoeTrainIsNeverOfferedAGrid) {
+  cli::SearchInput in;
+  in.ranks = 4;
+  in.ranks_per_node = 4;
+  in.device_memory = int64_t{1} << 40;
+  in.vocab = 61;
+  in.moe = true;
+  in.trainer_args = {"--layers", "2", "--hidden", "32", "--heads", "2", "--seq-len", "16", "--global-batch", "8",
+                     "--experts", "4"};
+  plan::MachineModel m = machine();
+  for (const std::string& op : plan::collective_names()) m.collectives["intra_node"][op][4] = {2e-5, 1e-9};
+  const cli::SearchResult r = cli::search_layouts(in, m);
+  ASSERT_FALSE(r.ranked.empty());
+  for (const cli::LayoutChoice& c : r.ranked)
+    EXPECT_EQ(std::find(c.args.begin(), c.args.end(), "--tp-mode"), c.args.end()) << c.args_text();
+  int64_t refused = 0;
+  for (const auto& [reason, count] : r.rejected)
+    if (reason.find("routes whole token rows") != std::string::npos) refused += count;
+  EXPECT_GT(refused, 0) << r.rejected_text();
+  try {
+    cli::evaluate_layout(in, m, {"--dp", "1", "--tp", "4", "--tp-mode", "2d"});
+    ADD_FAILURE() << "moe_train took --tp-mode 2d";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("routes whole token rows"), std::string::npos) << e.what();
   }
 }
