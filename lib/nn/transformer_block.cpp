@@ -15,7 +15,7 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& name, c
                         sequence, c.attention);
   if (c.moe) {
     TESSERA_CHECK(!layout.splits_features(), "a mixture-of-experts block routes whole token rows: not under",
-                  " --tp-mode 2d or 2.5d");
+                  " --tp-mode 2d, 2.5d or 3d (use --tp-mode 1d)");
     TESSERA_CHECK(!layout.splits_rows() || (experts.shard_size() == layout.size() && !experts.shards_each_sequence()),
                   "a mixture-of-experts block under --sp-mode split_gather needs the tp group as its experts'",
                   " token shards (parallel/expert_parallel.h)");
