@@ -23,6 +23,16 @@ bool quant_path_supported(QuantPath path) {
 }
 
 // Never wider than the other kernels' copy (isa.h), as adamw_best_path.
+bool quant_int4_vnni_supported() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported =
+      kQuantInt4VnniCompiled && cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  return supported;
+#else
+  return false;
+#endif
+}
+
 QuantPath quant_best_path() {
   static const QuantPath best =
       (!isa_copies() || kernel_isa() == Isa::avx512) && quant_path_supported(QuantPath::avx512) ? QuantPath::avx512
