@@ -41,14 +41,23 @@ inline __m512bh int8_bf16(const uint8_t* q, __m512 scale) {
   return _mm512_cvtne2ps_pbh(hi, lo);
 }
 
+// Row z: the levels less zero point z as f32, l - z for l < 16 (a group's table is one multiply by
+// its scale away).
+struct LevelsLessZero {
+  alignas(64) float rows[16][16];
+  constexpr LevelsLessZero() : rows() {
+    for (int z = 0; z < 16; ++z)
+      for (int l = 0; l < 16; ++l) rows[z][l] = static_cast<float>(l - z);
+  }
+};
+constexpr LevelsLessZero kLevelsLessZero;
+
 // A group's int4 table: word l and word l + 16 (l < 16) hold bf16((l - zero) * scale),
-// dequantize_weights' value rounded (twice, so an index's bit 4 does not matter).
-inline __m512i int4_bf16_table(int zero, float scale) {
-  const __m512i levels = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 values =
-      _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(levels, _mm512_set1_epi32(zero))), _mm512_set1_ps(scale));
-  const __m256i table = (__m256i)_mm512_cvtneps_pbh(values);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(table), table, 1);
+// dequantize_weights' value rounded (twice, so an index's bit 4 does not matter). One multiply and
+// one conversion that writes both halves.
+inline __m512i int4_bf16_table(int zero, const float* scale) {
+  const __m512 values = _mm512_mul_ps(_mm512_load_ps(kLevelsLessZero.rows[zero]), _mm512_set1_ps(*scale));
+  return (__m512i)_mm512_cvtne2ps_pbh(values, values);
 }
 
 // 32 int4 weights (16 bytes at q, low nibble first) as bf16, in column order: byte j widened to
@@ -83,7 +92,7 @@ void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, i
       if constexpr (Bits == 8)
         scale[r] = _mm512_set1_ps(scales[r][g]);
       else
-        table[r] = int4_bf16_table(zeros[r][g], scales[r][g]);
+        table[r] = int4_bf16_table(zeros[r][g], scales[r] + g);
     }
     for (int64_t k = g * group, end = k + group; k < end; k += 32) {
       if constexpr (NR > 1)
