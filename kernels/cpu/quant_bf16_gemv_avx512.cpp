@@ -81,7 +81,6 @@ void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, i
   const uint8_t* const* zeros = rows.zeros;
   const uint16_t* xs[MR];
   for (int i = 0; i < MR; ++i) xs[i] = xb + i * cols;
-  constexpr int kStepBytes = Bits == 8 ? 32 : 16;  // a row's bytes per 32-column step
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
@@ -95,13 +94,15 @@ void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, i
         table[r] = int4_bf16_table(zeros[r][g], scales[r] + g);
     }
     for (int64_t k = g * group, end = k + group; k < end; k += 32) {
+      // Each row's line one tile ahead, once a line (as quant_int4_gemv_vnni.cpp: the next tile's
+      // row at this column, for rows up to 2 KiB, so every line is asked for a whole tile early).
+      const int64_t byte = Bits == 8 ? k : k / 2;
       if constexpr (NR > 1)
-        for (int line = 0; line < NR * kStepBytes; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(q[0] + ahead + NR * (Bits == 8 ? k : k / 2) + line),
-                       _MM_HINT_T0);
+        if (byte % 64 == 0)
+          for (int r = 0; r < NR; ++r) _mm_prefetch(reinterpret_cast<const char*>(q[r] + ahead + byte), _MM_HINT_T0);
       __m512bh wv[NR];
       for (int r = 0; r < NR; ++r) {
-        const uint8_t* p = q[r] + (Bits == 8 ? k : k / 2);
+        const uint8_t* p = q[r] + byte;
         if constexpr (Bits == 8)
           wv[r] = int8_bf16(p, scale[r]);
         else

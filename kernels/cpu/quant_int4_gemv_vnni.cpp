@@ -87,9 +87,11 @@ void tile(float* y, const Int4VnniActivations& a, const QuantMatrixView& w, int6
     const int64_t byte = 64 * c;
     const bool full = byte + 64 <= row_bytes;
     const __mmask64 on = full ? ~__mmask64{0} : (__mmask64{1} << (row_bytes - byte)) - 1;
+    // Each row's line one tile ahead (the next tile's row at this chunk, for rows up to 2 KiB): every
+    // line is asked for a whole tile before it is read. (The f32 kernels' linear position reaches the
+    // next tile's last row a quarter tile before it is read: enough for them, not at this speed.)
     if constexpr (NR > 1)
-      for (int line = 0; line < NR; ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(q[0] + ahead + NR * byte + 64 * line), _MM_HINT_T0);
+      for (int r = 0; r < NR; ++r) _mm_prefetch(reinterpret_cast<const char*>(q[r] + ahead + byte), _MM_HINT_T0);
     const int8_t* t = a.terms + kChunkTermBytes * c;
     const __m512i a1e = _mm512_loadu_si512(t), a1o = _mm512_loadu_si512(t + 64);
     const __m512i a2e = _mm512_loadu_si512(t + 128), a2o = _mm512_loadu_si512(t + 192);
