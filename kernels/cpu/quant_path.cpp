@@ -22,7 +22,6 @@ bool quant_path_supported(QuantPath path) {
   return path == QuantPath::scalar || (kQuantAvx512Compiled && cpu_has_avx512());
 }
 
-// Never wider than the other kernels' copy (isa.h), as adamw_best_path.
 bool quant_int4_vnni_supported() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool supported =
@@ -33,6 +32,7 @@ bool quant_int4_vnni_supported() {
 #endif
 }
 
+// Never wider than the other kernels' copy (isa.h), as adamw_best_path.
 QuantPath quant_best_path() {
   static const QuantPath best =
       (!isa_copies() || kernel_isa() == Isa::avx512) && quant_path_supported(QuantPath::avx512) ? QuantPath::avx512
