@@ -3,7 +3,8 @@
 // step, each weight row's 32 values dequantised in registers (dequantize_weights' values, then
 // rounded to bf16, nearest even) straight into vdpbf16ps. int8: (q * scale) in f32, two halves
 // packed to bf16 by vcvtne2ps2bf16; int4: a group's 16 levels (l - zero) * scale rounded to bf16
-// once into a table, and each column's level (low nibble first) looked up with vpermw. The
+// once into a table, and each column's level (low nibble first) looked up with vpermw, the byte
+// holding it widened and split by one vpmaddwd. The
 // columns, pairs, accumulators and lane sums are those of bf16_matmul_avx512.cpp's tiles on the
 // rounded panel, so a row's result has the same bits on either path and for any row count.
 // Needs a group that is a multiple of 32 (quant_bf16_gemv_fits). Compiled with
@@ -30,29 +31,44 @@ bool quant_bf16_gemv_fits(const QuantMatrixView& w) { return w.group > 0 && w.gr
 
 namespace {
 
-// 32 int8 weights from q as bf16 (q * scale rounded), in column order.
+// 32 int8 weights from q as bf16 (q * scale rounded), in column order. Each half widened straight
+// from memory (no extract of a 256-bit load's upper half: one shuffle fewer per 32 weights).
 inline __m512bh int8_bf16(const uint8_t* q, __m512 scale) {
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(b))), scale);
-  const __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1))), scale);
+  const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16));
+  const __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b0)), scale);
+  const __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b1)), scale);
   return _mm512_cvtne2ps_pbh(hi, lo);
 }
 
-// A group's int4 table: word l (l < 16) holds bf16((l - zero) * scale), dequantize_weights' value rounded.
-inline __m512i int4_bf16_table(int zero, float scale) {
-  const __m512i levels = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 values =
-      _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(levels, _mm512_set1_epi32(zero))), _mm512_set1_ps(scale));
-  return _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(values));
+// Row z: the levels less zero point z as f32, l - z for l < 16 (a group's table is one multiply by
+// its scale away).
+struct LevelsLessZero {
+  alignas(64) float rows[16][16];
+  constexpr LevelsLessZero() : rows() {
+    for (int z = 0; z < 16; ++z)
+      for (int l = 0; l < 16; ++l) rows[z][l] = static_cast<float>(l - z);
+  }
+};
+constexpr LevelsLessZero kLevelsLessZero;
+
+// A group's int4 table: word l and word l + 16 (l < 16) hold bf16((l - zero) * scale),
+// dequantize_weights' value rounded (twice, so an index's bit 4 does not matter). One multiply and
+// one conversion that writes both halves.
+inline __m512i int4_bf16_table(int zero, const float* scale) {
+  const __m512 values = _mm512_mul_ps(_mm512_load_ps(kLevelsLessZero.rows[zero]), _mm512_set1_ps(*scale));
+  return (__m512i)_mm512_cvtne2ps_pbh(values, values);
 }
 
-// 32 int4 weights (16 bytes at q, low nibble first) as bf16, in column order: byte j widened to a
-// word whose low byte is its low nibble and high byte its high nibble, widened again to one level
-// per word, looked up in the table (vpermw reads 5 index bits; the levels are under 16).
+// 32 int4 weights (16 bytes at q, low nibble first) as bf16, in column order: byte j widened to
+// dword j (columns 2j, 2j+1), times 0x1001 in one vpmaddwd, which leaves the byte in word 2j (its
+// low nibble in index bits 0-3, bit 4 the high nibble's: the table holds its 16 values twice) and
+// the byte shifted down 4 in word 2j+1 (its high nibble); then looked up with vpermw (5 index bits).
+// Three instructions before the lookup fewer than widening to words twice and splitting between.
 inline __m512bh int4_bf16(const uint8_t* q, __m512i table) {
-  const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-  const __m256i split = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi16(b, 4)), _mm256_set1_epi16(0x0F0F));
-  return (__m512bh)_mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(split), table);
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m512i index = _mm512_madd_epi16(b, _mm512_set1_epi32(0x1001));
+  return (__m512bh)_mm512_permutexvar_epi16(index, table);
 }
 
 // y[i * ldy + n + r] for i < MR, r < NR: activation rows xb + i * cols (bf16) times weight rows n + r.
@@ -65,7 +81,6 @@ void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, i
   const uint8_t* const* zeros = rows.zeros;
   const uint16_t* xs[MR];
   for (int i = 0; i < MR; ++i) xs[i] = xb + i * cols;
-  constexpr int kStepBytes = Bits == 8 ? 32 : 16;  // a row's bytes per 32-column step
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
@@ -76,16 +91,18 @@ void tile(float* y, int64_t ldy, const uint16_t* xb, const QuantMatrixView& w, i
       if constexpr (Bits == 8)
         scale[r] = _mm512_set1_ps(scales[r][g]);
       else
-        table[r] = int4_bf16_table(zeros[r][g], scales[r][g]);
+        table[r] = int4_bf16_table(zeros[r][g], scales[r] + g);
     }
     for (int64_t k = g * group, end = k + group; k < end; k += 32) {
+      // Each row's line one tile ahead, once a line (as quant_int4_gemv_vnni.cpp: the next tile's
+      // row at this column, for rows up to 2 KiB, so every line is asked for a whole tile early).
+      const int64_t byte = Bits == 8 ? k : k / 2;
       if constexpr (NR > 1)
-        for (int line = 0; line < NR * kStepBytes; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(q[0] + ahead + NR * (Bits == 8 ? k : k / 2) + line),
-                       _MM_HINT_T0);
+        if (byte % 64 == 0)
+          for (int r = 0; r < NR; ++r) _mm_prefetch(reinterpret_cast<const char*>(q[r] + ahead + byte), _MM_HINT_T0);
       __m512bh wv[NR];
       for (int r = 0; r < NR; ++r) {
-        const uint8_t* p = q[r] + (Bits == 8 ? k : k / 2);
+        const uint8_t* p = q[r] + byte;
         if constexpr (Bits == 8)
           wv[r] = int8_bf16(p, scale[r]);
         else

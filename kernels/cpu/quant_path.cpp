@@ -22,6 +22,16 @@ bool quant_path_supported(QuantPath path) {
   return path == QuantPath::scalar || (kQuantAvx512Compiled && cpu_has_avx512());
 }
 
+bool quant_int4_vnni_supported() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool supported =
+      kQuantInt4VnniCompiled && cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  return supported;
+#else
+  return false;
+#endif
+}
+
 // Never wider than the other kernels' copy (isa.h), as adamw_best_path.
 QuantPath quant_best_path() {
   static const QuantPath best =

@@ -1,6 +1,8 @@
 // The weight rows a quantised tile reads (kernels/cpu/quant_dot_avx512.cpp and
-// quant_bf16_gemv_avx512.cpp): each row's bytes, group scales and (int4) zero points, and how far
-// ahead of the tile's linear position its software prefetch asks for lines.
+// quant_bf16_gemv_avx512.cpp, quant_int4_gemv_vnni.cpp): each row's bytes, group scales and (int4)
+// zero points, and how far ahead its software prefetch asks for lines (quant_dot_avx512.cpp: of the
+// tile's linear position; the faster bf16 and VNNI tiles: of each row's position, the next tile's
+// row at the same column).
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -1,6 +1,7 @@
 // The decode step's product, y = W x for one token, with W in f32 (the GEMM library, ops' gemm at
 // m = 1, and f32_gemv's AVX-512 path, which generate runs at batch 1), bf16 (bf16_weight_matmul, each path this CPU runs), int8 and int4
-// (kernels/cpu/quant_gemv.cpp, each path this CPU runs; and their bf16 products, quant_bf16_matmul,
+// (kernels/cpu/quant_gemv.cpp, each path this CPU runs, and on AVX-512 VNNI the int4 f32 kernel on
+// one thread beside the integer product that path takes; and their bf16 products, quant_bf16_matmul,
 // generate --weights bf16), against the
 // memory-bandwidth limit measured in the same run: a copy loop's GB/s, and the limit of a GEMV is
 // that rate over the bytes it must read (weights, scales, zero points). Each format's matrix is held
@@ -183,6 +184,15 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
       const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " (" +
                                cpu::quant_path_name(path) + ")";
       line(what.c_str(), rows, cols, bytes, sec, bandwidth);
+    }
+    if (bits == 4 && cpu::quant_path_supported(cpu::QuantPath::avx512) && cpu::quant_int4_vnni_supported()) {
+      // The AVX-512 path's int4 line above is the VNNI integer product; its f32 kernel, for the ratio.
+      const double sec = best_per_call(copies, [&](int64_t i) {
+        const tessera::kernels::QuantMatrixView v{all_q.data() + i * qbytes, all_s.data() + i * groups,
+                                                  all_z.data() + i * groups, rows, cols, group, bits};
+        cpu::quant_gemv_rows_avx512(y.data(), x.data(), v, 0, rows);
+      });
+      line(("int4 G" + std::to_string(group) + " (avx512 f32, 1 thr)").c_str(), rows, cols, bytes, sec, bandwidth);
     }
     {  // generate --weights bf16: the quantised matrix's bf16 products (quant_bf16_matmul) at m = 1
       const double sec = best_per_call(copies, [&](int64_t i) {
