@@ -124,7 +124,7 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
     return tokenizer.decode(valid);
   };
   infer::StopRules stop = o.stop;
-  infer::Generator generator(decoder, cache, o.sampling, stop, detokenize);
+  infer::Generator generator(decoder, cache, o.sampling, stop, detokenize, o.logprobs);
 
   const bool terminal = g_speaks && isatty(STDOUT_FILENO) != 0;
   if (o.interactive) {

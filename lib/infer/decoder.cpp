@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "infer/model_spec.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "quant/quantized_checkpoint.h"
 
@@ -510,8 +511,8 @@ void Decoder::moe(Tensor& branch, const Tensor& h, const Block& b, int64_t n) {
 
 // Causal attention of each chunk's queries over its slot's cache, after writing the chunk's keys
 // and values there. Query head h reads kv head h / (H / K). A single new token sees every cached
-// position (one block); a longer chunk sees the positions before it (a block, if any) merged with
-// its own diagonal block.
+// position (attention_decode_forward, the rows read where they lie); a longer chunk sees the
+// positions before it (a block, if any) merged with its own diagonal block.
 void Decoder::attention(int64_t layer, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
                         const std::vector<int64_t>& start, KvCache& cache, int64_t n) {
   const int64_t H = local_heads(), K = local_kv_heads(), D = head_dim(), group = H / K, width = 3 * H * D;
@@ -544,8 +545,9 @@ void Decoder::attention(int64_t layer, const std::vector<SlotTokens>& chunks, co
     Tensor q = q_heads.slice(at * D, {1, cnt, D});
     Tensor out = out_heads.slice(at * D, {1, cnt, D});
     Tensor l = lse.slice(at, {1, 1, cnt});
-    if (cnt == 1) {
-      ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, 0, p + 1), 1, false, false);
+    if (cnt == 1) {  // a decode step: the one query against the slot's cache, its rows read in place
+      kernels::cpu::attention_decode_forward(out.data<float>(), q.data<float>(),
+                                             cache.block(layer, slot, g, 0, p + 1).data<float>(), p + 1, D);
     } else {
       if (p > 0) ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, 0, p), 1, false, false);
       ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, p, cnt), 1, true, p > 0);

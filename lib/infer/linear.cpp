@@ -91,8 +91,9 @@ void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre,
       }
       float* out = y.data<float>();
       const float* bias = w.bias.data<float>();
+      const int64_t cols = w.out_features();
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < w.out_features(); ++c) out[r * w.out_features() + c] += bias[c];
+        for (int64_t c = 0; c < cols; ++c) out[r * cols + c] += bias[c];
     }
     if (gelu_pre) ops::gelu_forward(y, *gelu_pre);
     return;

@@ -490,8 +490,8 @@ TEST(InferGenerator, StopTokensAndStringsEndACompletion) {
     for (const int32_t id : ids) s += static_cast<char>(id < 26 ? 'a' + id : 'A' + id - 26);
     return s;
   };
-  auto complete = [&](const infer::StopRules& stop) {
-    infer::Generator g(decoder, cache, infer::SamplingOptions{}, stop, letters);
+  auto complete = [&](const infer::StopRules& stop, bool logprobs = true) {
+    infer::Generator g(decoder, cache, infer::SamplingOptions{}, stop, letters, logprobs);
     std::vector<infer::Completion> done;
     g.run({{0, {3, 1, 4, 1, 5}}, {1, {9, 2, 6}}}, [](const infer::Completion&) {},
           [&](infer::Completion&& c) { done.push_back(std::move(c)); });
@@ -507,6 +507,10 @@ TEST(InferGenerator, StopTokensAndStringsEndACompletion) {
   EXPECT_EQ(c.finish_reason, "length");
   EXPECT_EQ(c.text, letters(c.ids));
   EXPECT_EQ(c.logprobs.size(), 12u);
+  // Without log-probabilities (generate without --logprobs): the same tokens, none recorded.
+  const infer::Completion quiet = complete(plain, false)[0];
+  EXPECT_EQ(quiet.ids, c.ids);
+  EXPECT_TRUE(quiet.logprobs.empty());
 
   infer::StopRules by_token = plain;
   by_token.stop_tokens = {c.ids[4]};
