@@ -124,7 +124,7 @@ int run_generate(const Options& o, infer::Decoder& decoder, const text::Tokenize
     return tokenizer.decode(valid);
   };
   infer::StopRules stop = o.stop;
-  infer::Generator generator(decoder, cache, o.sampling, stop, detokenize);
+  infer::Generator generator(decoder, cache, o.sampling, stop, detokenize, o.logprobs);
 
   const bool terminal = g_speaks && isatty(STDOUT_FILENO) != 0;
   if (o.interactive) {
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
         ("norm-eps", po::value(&o.model.norm_eps)->default_value(0.0f, "0")->value_name("X"), "llama: the RMSNorm epsilon the model was trained with (0: the checkpoint's hf.norm_eps, else 1e-5)")
         ("rope-theta", po::value(&o.model.rope_theta)->default_value(0.0f, "0")->value_name("X"), "llama: the rotary base (0: the checkpoint's hf.rope_theta, else 10000)")
         ("weights", po::value(&o.weights)->default_value("f32")->value_name("f32|bf16"), "bf16: round the checkpoint's f32 matrices (blocks and head) to bf16 at load and multiply them with bf16 activations, f32 sums (half the bytes read per token; kernels/cpu/bf16_matmul_paths.h)")
-        ("activations", po::value(&o.activations)->default_value("f32")->value_name("f32|int8"), "int8 (a quantised checkpoint only): the quantised matrices' products quantise the activations to int8 per row and weight group; from 4 rows (batched decode, prefill) they sum integer products (AVX-512 VNNI where the CPU has it; kernels/cpu/quant_w8a8_paths.h)");
+        ("activations", po::value(&o.activations)->default_value("f32")->value_name("f32|int8"), "int8 (a quantised checkpoint only): the quantised matrices' products quantise the activations to int8 per row and weight group and sum integer products on the matrices packed once at load (AVX-512 VNNI where the CPU has it; kernels/cpu/quant_w8a8_packed.h)");
     opts.section(cli::kData).add_options()
         ("prompt", po::value(&o.prompt)->value_name("TEXT"), "one prompt (its completion streams to a terminal)")
         ("prompts", po::value(&o.prompts)->value_name("FILE.jsonl"), "prompts, one JSON object per line: {\"text\": \"...\"} or {\"ids\": [1, 2]}")
@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
            ", vocab ",
            config.vocab, ", ", decoder.parameter_bytes(), " bytes of weights",
            weights == infer::WeightPrecision::bf16 ? " (--weights bf16: bf16 products)" : "",
-           activations == infer::ActivationPrecision::int8 ? " (--activations int8: int8 activations, integer products from 4 rows)" : "",
+           activations == infer::ActivationPrecision::int8 ? " (--activations int8: int8 activations, integer products)" : "",
            quant::is_quantized(reader) ? " (" + quant::quantization_text(reader) + ")" : std::string(), "; tokenizer ",
            tokenizer->kind(),
            stored ? "" : " (none stored: bytes)");

@@ -164,6 +164,11 @@ TESSERA_OP(attention_block, attention_block_forward, cpu_and_cuda, void,
 TESSERA_OP(attention_block, attention_block_backward, cpu_and_cuda, void,
            (float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
             const float* out, const float* lse, const AttentionBlockShape& shape))
+// One query row (a decode step's, per slot and head) against n cached positions kv [n, 2 x
+// head_dim], each position's key then its value (the KV cache's layout): out [head_dim] =
+// softmax(q k^T / sqrt(head_dim)) v, the rows read once in order, no transposed tile.
+TESSERA_OP(attention_decode, attention_decode_forward, cpu_only, void,
+           (float* out, const float* q, const float* kv, int64_t n, int64_t head_dim))
 
 // ---- Embedding and losses ------------------------------------------------------------------------
 // wte_bits, when given, is the table's bf16 copy (an fp32 table's copy its caller passes, ops::

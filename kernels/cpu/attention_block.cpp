@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -162,21 +163,26 @@ inline void add_weighted_outer(float* __restrict out, int64_t out_stride, const 
 }
 
 // A thread's scratch (a few tiles, sized for head_dim), handed out in consecutive pieces.
+// Not zeroed: every piece is written before it is read. (A decode step calls the forward once per
+// slot and head with one query: zeroing tiles it never reads cost more than its arithmetic.)
 class Scratch {
  public:
   void reset(int64_t total) {
-    buf_.resize(static_cast<size_t>(total));
+    if (total > capacity_) {
+      buf_.reset(new float[static_cast<size_t>(total)]);
+      capacity_ = total;
+    }
     used_ = 0;
   }
   float* take(int64_t n) {
-    float* p = buf_.data() + used_;
+    float* p = buf_.get() + used_;
     used_ += n;
     return p;
   }
 
  private:
-  std::vector<float> buf_;
-  int64_t used_ = 0;
+  std::unique_ptr<float[]> buf_;
+  int64_t capacity_ = 0, used_ = 0;
 };
 
 // The keys of a tile [k0, k0 + nk) that query row r of a group sees: min(nk, sees + r), where
@@ -231,13 +237,13 @@ void forward_block(float* out, float* lse, const float* q, const float* k, const
                    Scratch& scratch) {
   const int64_t dim = shape.head_dim, nq = q1 - q0, stride = shape.kv_stride;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-  scratch.reset(3 * kTile * dim + 2 * kTile + kRows * kTile);
+  scratch.reset(kTile * dim + kRows * kTile + 2 * nq * dim + 2 * nq);  // the rows' pieces: nq of them
   float* kt = scratch.take(kTile * dim);
-  float* qs = scratch.take(kTile * dim);
-  float* acc = scratch.take(kTile * dim);
-  float* m = scratch.take(kTile);
-  float* l = scratch.take(kTile);
   float* s = scratch.take(kRows * kTile);
+  float* qs = scratch.take(nq * dim);
+  float* acc = scratch.take(nq * dim);
+  float* m = scratch.take(nq);
+  float* l = scratch.take(nq);
   const float* k_rows = k + hv.kv_at;
   const float* v_rows = v + hv.kv_at;
   for (int64_t i = 0; i < nq; ++i) {

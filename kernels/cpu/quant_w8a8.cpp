@@ -13,13 +13,13 @@
 
 namespace tessera::kernels::cpu {
 
-// w8a8_pack_block moves int4 levels as words (2 bytes in, 4 out) in little-endian byte order.
+// w8a8_pack_block moves int4 levels as words (4 bytes in, 4 out) in little-endian byte order.
 static_assert(std::endian::native == std::endian::little, "quant_w8a8.cpp packs int4 words little-endian");
 
-int64_t w8a8_padded_group(int64_t group) { return (group + 3) / 4 * 4; }
+int64_t w8a8_padded_group(int64_t group) { return (group + 7) / 8 * 8; }
 
-void quantize_activations_int8(int8_t* xq, float* scales, int32_t* sums, const float* x, int64_t m, int64_t cols,
-                               int64_t group) {
+void quantize_activations_int8_portable(int8_t* xq, float* scales, int32_t* sums, const float* x, int64_t m,
+                                        int64_t cols, int64_t group) {
   const int64_t groups = cols / group, padded = w8a8_padded_group(group);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t g = 0; g < groups; ++g) {
@@ -43,10 +43,18 @@ void quantize_activations_int8(int8_t* xq, float* scales, int32_t* sums, const f
     }
 }
 
+namespace {
+// 4 levels in the low nibbles of 4 bytes from 4 nibbles of v (nibble c to byte c).
+uint32_t spread_nibbles(uint32_t v) {
+  return (v & 0xFu) | ((v & 0xF0u) << 4) | ((v & 0xF00u) << 8) | ((v & 0xF000u) << 12);
+}
+}  // namespace
+
 void w8a8_pack_block(uint8_t* packed, float* scales, int32_t* offsets, const QuantMatrixView& w, int64_t n0,
                      int64_t count) {
   const int64_t groups = w.cols / w.group, padded = w8a8_padded_group(w.group), R = kW8A8BlockRows;
-  std::memset(packed, 0, static_cast<size_t>(groups * padded * R));
+  const int64_t group_bytes = w8a8_group_bytes(padded, w.bits);
+  std::memset(packed, 0, static_cast<size_t>(groups * group_bytes));
   std::fill_n(scales, groups * R, 0.0f);
   std::fill_n(offsets, groups * R, 0);
   for (int64_t r = 0; r < count; ++r) {
@@ -54,45 +62,51 @@ void w8a8_pack_block(uint8_t* packed, float* scales, int32_t* offsets, const Qua
     for (int64_t g = 0; g < groups; ++g) {
       scales[g * R + r] = w.scales[n * groups + g];
       offsets[g * R + r] = w.bits == 8 ? 128 : w.zeros[n * groups + g];
-      uint8_t* out = packed + g * padded * R + r * 4;  // column k at out[(k / 4) * 4 R + k % 4]
-      if (w.group % 4 == 0) {  // 4 columns a word: 4 int8 bytes, or 2 int4 bytes widened to 4 levels
+      uint8_t* out = packed + g * group_bytes + r * 4;  // row r's word of each step
+      const int64_t first = n * w.cols + g * w.group;   // the group's first column, counted over the matrix
+      if (w.bits == 8 && w.group % 4 == 0) {  // 4 int8 bytes a word, offset by +128
         for (int64_t k = 0; k < w.group; k += 4) {
           uint32_t word;
-          if (w.bits == 8) {
-            std::memcpy(&word, w.q + n * w.cols + g * w.group + k, 4);
-            word ^= 0x80808080u;
-          } else {
-            uint16_t two;
-            std::memcpy(&two, w.q + (n * w.cols + g * w.group + k) / 2, 2);
-            const uint32_t v = two;  // little-endian: levels k, k+1, k+2, k+3 in nibbles 0-3
-            word = (v & 0xFu) | ((v & 0xF0u) << 4) | ((v & 0xF00u) << 8) | ((v & 0xF000u) << 12);
-          }
+          std::memcpy(&word, w.q + first + k, 4);
+          word ^= 0x80808080u;
           std::memcpy(out + (k / 4) * 4 * R, &word, 4);
         }
       } else if (w.bits == 8) {
-        const uint8_t* q = w.q + n * w.cols + g * w.group;
-        for (int64_t k = 0; k < w.group; ++k) out[(k / 4) * 4 * R + k % 4] = static_cast<uint8_t>(q[k] ^ 0x80u);
+        for (int64_t k = 0; k < w.group; ++k) out[(k / 4) * 4 * R + k % 4] = static_cast<uint8_t>(w.q[first + k] ^ 0x80u);
+      } else if (w.group % 8 == 0) {  // 4 int4 bytes (8 levels, little-endian) to one word
+        for (int64_t k = 0; k < w.group; k += 8) {
+          uint32_t v;
+          std::memcpy(&v, w.q + (first + k) / 2, 4);
+          const uint32_t word = spread_nibbles(v & 0xFFFFu) | (spread_nibbles(v >> 16) << 4);
+          std::memcpy(out + (k / 8) * 4 * R, &word, 4);
+        }
       } else {
-        const uint8_t* q = w.q + (n * w.cols + g * w.group) / 2;
-        for (int64_t k = 0; k < w.group; ++k)
-          out[(k / 4) * 4 * R + k % 4] = static_cast<uint8_t>(k % 2 ? q[k / 2] >> 4 : q[k / 2] & 0x0Fu);
+        for (int64_t k = 0; k < w.group; ++k) {
+          const uint8_t pair = w.q[(first + k) / 2];
+          const uint8_t level = (first + k) % 2 ? pair >> 4 : pair & 0x0Fu;
+          out[(k / 8) * 4 * R + k % 4] |= static_cast<uint8_t>(k % 8 < 4 ? level : level << 4);
+        }
       }
     }
   }
 }
 
 void w8a8_block_scalar(float* y, int64_t ldy, const int8_t* xq, const float* xscales, const int32_t* xsums, int64_t m,
-                       int64_t groups, int64_t padded, const uint8_t* packed, const float* scales,
+                       int64_t groups, int64_t padded, int bits, const uint8_t* packed, const float* scales,
                        const int32_t* offsets, int64_t count) {
-  const int64_t R = kW8A8BlockRows;
+  const int64_t R = kW8A8BlockRows, group_bytes = w8a8_group_bytes(padded, bits);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = 0; r < count; ++r) {
       float acc = 0.0f;
       for (int64_t g = 0; g < groups; ++g) {
         const int8_t* a = xq + (i * groups + g) * padded;
-        const uint8_t* b = packed + g * padded * R + r * 4;
+        const uint8_t* b = packed + g * group_bytes + r * 4;
         int32_t dot = 0;
-        for (int64_t k = 0; k < padded; ++k) dot += static_cast<int32_t>(b[(k / 4) * 4 * R + k % 4]) * a[k];
+        for (int64_t k = 0; k < padded; ++k) {
+          const int32_t level = bits == 8 ? b[(k / 4) * 4 * R + k % 4]
+                                          : (b[(k / 8) * 4 * R + k % 4] >> (k % 8 < 4 ? 0 : 4)) & 0x0F;
+          dot += level * a[k];
+        }
         dot -= offsets[g * R + r] * xsums[i * groups + g];
         acc += static_cast<float>(dot) * (scales[g * R + r] * xscales[i * groups + g]);
       }
@@ -124,6 +138,18 @@ W8A8Path w8a8_best_path() {
   return best;
 }
 
+void quantize_activations_int8(int8_t* xq, float* scales, int32_t* sums, const float* x, int64_t m, int64_t cols,
+                               int64_t group) {
+  if (w8a8_best_path() == W8A8Path::avx512_vnni)
+    quantize_activations_int8_avx512(xq, scales, sums, x, m, cols, group);
+  else
+    quantize_activations_int8_portable(xq, scales, sums, x, m, cols, group);
+}
+
+W8A8BlockFn w8a8_block_fn(W8A8Path path) {
+  return path == W8A8Path::avx512_vnni ? w8a8_block_vnni : w8a8_block_scalar;
+}
+
 void quant_w8a8_gemm_on_path(W8A8Path path, float* y, const float* x, int64_t m, const QuantMatrixView& w) {
   check_quant_view(w, "quant_w8a8_gemm");
   TESSERA_CHECK(m >= 0, "quant_w8a8_gemm: a negative row count ", m);
@@ -139,13 +165,13 @@ void quant_w8a8_gemm_on_path(W8A8Path path, float* y, const float* x, int64_t m,
   std::vector<float> xscales(static_cast<size_t>(m * groups));
   std::vector<int32_t> xsums(xscales.size());
   quantize_activations_int8(xq.data(), xscales.data(), xsums.data(), x, m, w.cols, w.group);
-  const W8A8BlockFn run = path == W8A8Path::avx512_vnni ? w8a8_block_vnni : w8a8_block_scalar;
-  const bool vector_pack = path == W8A8Path::avx512_vnni && w.group % 4 == 0;
+  const W8A8BlockFn run = w8a8_block_fn(path);
+  const bool vector_pack = path == W8A8Path::avx512_vnni && w.bits == 8 && w.group % 8 == 0;
   const int64_t blocks = (w.rows + R - 1) / R;
   // Each thread packs its blocks into buffers of its own; no library call inside.
 #pragma omp parallel if (blocks > 1 && m * w.rows * w.cols > (1 << 16))
   {
-    std::vector<uint8_t> packed(static_cast<size_t>(groups * padded * R));
+    std::vector<uint8_t> packed(static_cast<size_t>(groups * w8a8_group_bytes(padded, w.bits)));
     std::vector<float> scales(static_cast<size_t>(groups * R));
     std::vector<int32_t> offsets(scales.size());
 #pragma omp for schedule(static)
@@ -155,8 +181,8 @@ void quant_w8a8_gemm_on_path(W8A8Path path, float* y, const float* x, int64_t m,
         w8a8_pack_block_vnni(packed.data(), scales.data(), offsets.data(), w, n0, count);
       else
         w8a8_pack_block(packed.data(), scales.data(), offsets.data(), w, n0, count);
-      run(y + n0, w.rows, xq.data(), xscales.data(), xsums.data(), m, groups, padded, packed.data(), scales.data(),
-          offsets.data(), count);
+      run(y + n0, w.rows, xq.data(), xscales.data(), xsums.data(), m, groups, padded, w.bits, packed.data(),
+          scales.data(), offsets.data(), count);
     }
   }
 }

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "infer/model_spec.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "quant/quantized_checkpoint.h"
 
@@ -119,11 +120,17 @@ class ParamReader {
                   ": quantised as [", m.rows(), ", ", m.cols(), "] where its model attributes give ", shape.str());
     return m;
   }
+  // Under int8 activations the matrix is packed for the integer kernels once, here, and its
+  // quantised bytes dropped (the packed blocks' bytes are counted).
   LinearWeight counted(quant::QuantizedMatrix m) {
+    if (activations_ == ActivationPrecision::int8) {
+      LinearWeight w = LinearWeight::with_int8_activations(m);
+      bytes_ += w.bytes();
+      return w;
+    }
     bytes_ += m.bytes();
     LinearWeight w = LinearWeight::of(std::move(m));
     w.bf16_products = precision_ == WeightPrecision::bf16;  // as to_bf16(), without a copy
-    w.int8_activations = activations_ == ActivationPrecision::int8;
     return w;
   }
   Tensor read(const std::string& name, const std::vector<io::FlatRange>& runs, const Shape& shape) {
@@ -349,7 +356,7 @@ Tensor Decoder::forward(const std::vector<SlotTokens>& chunks, KvCache& cache) {
       at += take;
     }
     norm(selected_norm, selected, ln_f_weight_, ln_f_bias_, logit_rows);
-    linear(logits, selected_norm, head_);
+    linear(logits, selected_norm, head_, nullptr, &ws_.w8a8);
   }
   if (stages_.size() > 1) stages_.group->broadcast(logits, stages_.size() - 1);
   return logits;
@@ -364,12 +371,12 @@ void Decoder::run_blocks(Tensor& x, const std::vector<SlotTokens>& chunks, const
     const Block& b = blocks_[static_cast<size_t>(l)];
     norm(h, x, b.ln1_weight, b.ln1_bias, n);
     if (!config_.llama()) {
-      linear(qkv, h, b.qkv);
+      linear(qkv, h, b.qkv, nullptr, &ws_.w8a8);
     } else {
       Tensor q = rows(ws_.q, n, H * D), k = rows(ws_.k, n, K * D), v = rows(ws_.v, n, K * D);
-      linear(q, h, b.q);
-      linear(k, h, b.k);
-      linear(v, h, b.v);
+      linear(q, h, b.q, nullptr, &ws_.w8a8);
+      linear(k, h, b.k, nullptr, &ws_.w8a8);
+      linear(v, h, b.v, nullptr, &ws_.w8a8);
       for (size_t i = 0; i < chunks.size(); ++i) {  // each slot's rows at its own positions
         const int64_t r0 = first_row[i], cnt = chunks[i].count;
         Tensor packed = qkv.slice(r0 * 3 * H * D, {1, cnt, 3 * H * D});
@@ -389,7 +396,7 @@ void Decoder::run_blocks(Tensor& x, const std::vector<SlotTokens>& chunks, const
       }
     }
     attention(l, chunks, first_row, start, cache, n);
-    linear(branch, att, b.proj);
+    linear(branch, att, b.proj, nullptr, &ws_.w8a8);
     reduce(branch);
     ops::add_inplace(x, branch);
     norm(h, x, b.ln2_weight, b.ln2_bias, n);
@@ -407,14 +414,14 @@ void Decoder::mlp(Tensor& branch, const Tensor& h, const Block& b, int64_t n) {
   const int64_t F = b.mlp_features;
   if (!config_.llama()) {
     Tensor pre = rows(ws_.mlp_a, n, F), act = rows(ws_.mlp_b, n, F);
-    linear(act, h, b.fc, &pre);
-    linear(branch, act, b.fc_proj);
+    linear(act, h, b.fc, &pre, &ws_.w8a8);
+    linear(branch, act, b.fc_proj, nullptr, &ws_.w8a8);
   } else {
     Tensor gate = rows(ws_.mlp_a, n, F), up = rows(ws_.mlp_b, n, F), act = rows(ws_.mlp_c, n, F);
-    linear(gate, h, b.gate);
-    linear(up, h, b.up);
+    linear(gate, h, b.gate, nullptr, &ws_.w8a8);
+    linear(up, h, b.up, nullptr, &ws_.w8a8);
     ops::swiglu_forward(act, gate, up);
-    linear(branch, act, b.down);
+    linear(branch, act, b.down, nullptr, &ws_.w8a8);
   }
 }
 
@@ -427,7 +434,7 @@ void Decoder::moe(Tensor& branch, const Tensor& h, const Block& b, int64_t n) {
   const int64_t EH = config_.moe.hidden / split_.size();
   const bool renormalise = config_.moe.router.norm == nn::RouterNorm::softmax_topk;
   Tensor logits = rows(ws_.router_logits, n, E);
-  linear(logits, h, b.router);
+  linear(logits, h, b.router, nullptr, &ws_.w8a8);
   ws_.choice.resize(static_cast<size_t>(n * k));
   ws_.gate.resize(static_cast<size_t>(n * k));
   ws_.slot.resize(static_cast<size_t>(n * k));
@@ -476,14 +483,14 @@ void Decoder::moe(Tensor& branch, const Tensor& h, const Block& b, int64_t n) {
     const auto u = static_cast<size_t>(e);
     if (!config_.llama()) {
       Tensor pre = rows(ws_.mlp_a, count, EH), act = rows(ws_.mlp_b, count, EH);
-      linear(act, xe, b.expert_fc[u], &pre);
-      linear(ye, act, b.expert_proj[u]);
+      linear(act, xe, b.expert_fc[u], &pre, &ws_.w8a8);
+      linear(ye, act, b.expert_proj[u], nullptr, &ws_.w8a8);
     } else {
       Tensor gate = rows(ws_.mlp_a, count, EH), up = rows(ws_.mlp_b, count, EH), act = rows(ws_.mlp_c, count, EH);
-      linear(gate, xe, b.expert_gate[u]);
-      linear(up, xe, b.expert_up[u]);
+      linear(gate, xe, b.expert_gate[u], nullptr, &ws_.w8a8);
+      linear(up, xe, b.expert_up[u], nullptr, &ws_.w8a8);
       ops::swiglu_forward(act, gate, up);
-      linear(ye, act, b.expert_down[u]);
+      linear(ye, act, b.expert_down[u], nullptr, &ws_.w8a8);
     }
   }
   // The shared experts' output first, then each choice's gated output added to it.
@@ -504,8 +511,8 @@ void Decoder::moe(Tensor& branch, const Tensor& h, const Block& b, int64_t n) {
 
 // Causal attention of each chunk's queries over its slot's cache, after writing the chunk's keys
 // and values there. Query head h reads kv head h / (H / K). A single new token sees every cached
-// position (one block); a longer chunk sees the positions before it (a block, if any) merged with
-// its own diagonal block.
+// position (attention_decode_forward, the rows read where they lie); a longer chunk sees the
+// positions before it (a block, if any) merged with its own diagonal block.
 void Decoder::attention(int64_t layer, const std::vector<SlotTokens>& chunks, const std::vector<int64_t>& first_row,
                         const std::vector<int64_t>& start, KvCache& cache, int64_t n) {
   const int64_t H = local_heads(), K = local_kv_heads(), D = head_dim(), group = H / K, width = 3 * H * D;
@@ -538,8 +545,9 @@ void Decoder::attention(int64_t layer, const std::vector<SlotTokens>& chunks, co
     Tensor q = q_heads.slice(at * D, {1, cnt, D});
     Tensor out = out_heads.slice(at * D, {1, cnt, D});
     Tensor l = lse.slice(at, {1, 1, cnt});
-    if (cnt == 1) {
-      ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, 0, p + 1), 1, false, false);
+    if (cnt == 1) {  // a decode step: the one query against the slot's cache, its rows read in place
+      kernels::cpu::attention_decode_forward(out.data<float>(), q.data<float>(),
+                                             cache.block(layer, slot, g, 0, p + 1).data<float>(), p + 1, D);
     } else {
       if (p > 0) ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, 0, p), 1, false, false);
       ops::attention_block_forward(out, l, q, cache.block(layer, slot, g, p, cnt), 1, true, p > 0);

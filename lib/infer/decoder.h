@@ -12,6 +12,7 @@
 #include "infer/kv_cache.h"
 #include "infer/linear.h"
 #include "io/checkpoint_file.h"
+#include "kernels/cpu/quant_w8a8_packed.h"
 #include "models/gpt/gpt.h"
 
 namespace tessera::infer {
@@ -68,9 +69,10 @@ class Decoder {
   // matrix the blocks and the head multiply by, where the checkpoint holds it in f32, is rounded to
   // bf16 once here (after slicing: each rank holds the one-rank values) and multiplied by
   // bf16_weight_matmul, and a quantised matrix's products are bf16 ones (quant_bf16_matmul);
-  // embeddings, norms, biases, a MoE router and its experts stay f32. `activations` int8: a
-  // quantised matrix's products take int8 activations (quant_w8a8_matmul: integer products from 4
-  // rows, a batch or a prefill); refused for a checkpoint without quantised matrices and with bf16.
+  // embeddings, norms, biases, a MoE router and its experts stay f32. `activations` int8: each
+  // quantised matrix is packed here for the integer kernels and its products take int8 activations
+  // (quant_w8a8_gemm_packed, any number of rows); refused for a checkpoint without quantised
+  // matrices and with bf16.
   Decoder(const io::CheckpointReader& r, const models::GptConfig& config, const HeadSplit& split = {},
           const StageSplit& stages = {}, WeightPrecision weights = WeightPrecision::f32,
           ActivationPrecision activations = ActivationPrecision::f32);
@@ -117,6 +119,7 @@ class Decoder {
     std::vector<int32_t> choice, slot;  // [n, k]: each token's experts, best first, and its packed row
     std::vector<float> gate;            // [n, k]
     std::vector<int64_t> expert_first;  // [E + 1]: where each expert's packed rows start
+    kernels::cpu::W8A8Scratch w8a8;     // int8 activations: the products' quantised activations
   };
   // A block's dense MLP (or a MoE block's shared experts) on h [n, C]: this rank's partial sums
   // into branch [n, C].

@@ -10,8 +10,9 @@
 namespace tessera::infer {
 
 Generator::Generator(Decoder& decoder, KvCache& cache, const SamplingOptions& sampling, StopRules stop,
-                     Detokenize detokenize)
-    : decoder_(decoder), cache_(cache), sampling_(sampling), stop_(std::move(stop)), detokenize_(std::move(detokenize)) {
+                     Detokenize detokenize, bool logprobs)
+    : decoder_(decoder), cache_(cache), sampling_(sampling), stop_(std::move(stop)), detokenize_(std::move(detokenize)),
+      logprobs_(logprobs) {
   sampling_.validate();
   TESSERA_CHECK(stop_.max_new_tokens >= 1, "--max-new-tokens must be >= 1, got ", stop_.max_new_tokens);
 }
@@ -38,7 +39,7 @@ bool Generator::advance(Active& a, int64_t slot, float* logits) {
     work = penalised.data();
   }
   const int32_t token = choose_token(work, vocab, a.seen, sampling_, c.index, position);
-  c.logprobs.push_back(token_logprob(logits, vocab, token));
+  if (logprobs_) c.logprobs.push_back(token_logprob(logits, vocab, token));
   c.ids.push_back(token);
   a.seen.push_back(token);
   ++stats_.generated_tokens;

@@ -29,7 +29,7 @@ struct StopRules {
 struct Completion {
   uint64_t index = 0;
   std::vector<int32_t> prompt, ids;  // ids: the tokens generated
-  std::vector<double> logprobs;      // the model's log-probability of each generated token
+  std::vector<double> logprobs;      // the model's log-probability of each generated token (if asked)
   std::string text;                  // the ids decoded (without a stop token, cut before a stop string)
   std::string finish_reason;         // "stop" (a stop token or string) or "length"
 };
@@ -47,7 +47,10 @@ struct GenerationStats {
 
 class Generator {
  public:
-  Generator(Decoder& decoder, KvCache& cache, const SamplingOptions& sampling, StopRules stop, Detokenize detokenize);
+  // logprobs: record each token's log-probability (Completion::logprobs; a log-softmax over the
+  // vocabulary per token, so off unless the output wants them).
+  Generator(Decoder& decoder, KvCache& cache, const SamplingOptions& sampling, StopRules stop, Detokenize detokenize,
+            bool logprobs = true);
 
   // A prompt must hold at least one token and leave room for one more in the cache: checked here,
   // throwing naming the prompt's index (so callers may check all prompts before any work).
@@ -73,6 +76,7 @@ class Generator {
   SamplingOptions sampling_;
   StopRules stop_;
   Detokenize detokenize_;
+  bool logprobs_ = true;
   GenerationStats stats_;
 };
 

@@ -6,7 +6,7 @@
 #include "kernels/cpu/bf16_matmul_paths.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32_gemv_paths.h"
-#include "kernels/cpu/quant_w8a8_paths.h"
+#include "kernels/cpu/quant_w8a8_packed.h"
 #include "kernels/ops.h"
 
 namespace tessera::infer {
@@ -23,7 +23,29 @@ ActivationPrecision parse_activation_precision(const std::string& name) {
   throw Error("--activations must be f32 or int8, not '" + name + "'");
 }
 
+LinearWeight LinearWeight::with_int8_activations(const quant::QuantizedMatrix& quantized) {
+  LinearWeight w;
+  w.int8_packed = std::make_shared<const kernels::cpu::W8A8PackedMatrix>(kernels::cpu::w8a8_pack(quantized.view()));
+  return w;
+}
+
+int64_t LinearWeight::out_features() const {
+  return int8_packed ? int8_packed->rows : is_quantized() ? quantized.rows() : weight.dim(0);
+}
+
+int64_t LinearWeight::in_features() const {
+  return int8_packed ? int8_packed->cols : is_quantized() ? quantized.cols() : weight.dim(1);
+}
+
+int64_t LinearWeight::bytes() const {
+  const int64_t held = int8_packed   ? int8_packed->memory_bytes()
+                       : is_quantized() ? quantized.bytes()
+                                        : static_cast<int64_t>(weight.nbytes());
+  return held + (bias.defined() ? static_cast<int64_t>(bias.nbytes()) : 0);
+}
+
 LinearWeight LinearWeight::to_bf16() const {
+  TESSERA_CHECK(!int8_packed, "a weight packed for int8 activations has no bf16 products");
   if (is_quantized() || is_bf16()) {
     LinearWeight w = *this;
     w.bf16_products = is_quantized();
@@ -36,7 +58,7 @@ LinearWeight LinearWeight::to_bf16() const {
   return w;
 }
 
-void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre) {
+void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre, kernels::cpu::W8A8Scratch* scratch) {
   // One activation row (decode at batch 1) by an f32 weight: the GEMV that streams the weight once
   // (kernels/cpu/f32_gemv_paths.h), then the bias as below.
   const bool f32_gemv = !w.is_quantized() && w.weight.dtype() == DType::f32 && w.weight.device() == Device::cpu &&
@@ -55,8 +77,11 @@ void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre)
                                        w.out_features(), w.in_features());
     else if (w.bf16_products)
       kernels::cpu::quant_bf16_matmul(product.data<float>(), x.data<float>(), n, w.quantized.view());
-    else if (w.int8_activations)
-      kernels::cpu::quant_w8a8_matmul(product.data<float>(), x.data<float>(), n, w.quantized.view());
+    else if (w.int8_packed) {
+      kernels::cpu::W8A8Scratch own;
+      kernels::cpu::quant_w8a8_gemm_packed(product.data<float>(), x.data<float>(), n, *w.int8_packed,
+                                           scratch ? *scratch : own);
+    }
     else
       quant::matmul(x.data<float>(), n, w.quantized, product.data<float>());
     if (w.bias.defined()) {
@@ -66,8 +91,9 @@ void linear(Tensor& y, const Tensor& x, const LinearWeight& w, Tensor* gelu_pre)
       }
       float* out = y.data<float>();
       const float* bias = w.bias.data<float>();
+      const int64_t cols = w.out_features();
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < w.out_features(); ++c) out[r * w.out_features() + c] += bias[c];
+        for (int64_t c = 0; c < cols; ++c) out[r * cols + c] += bias[c];
     }
     if (gelu_pre) ops::gelu_forward(y, *gelu_pre);
     return;

@@ -1,12 +1,14 @@
 // lib/infer on checkpoints written here with random weights: the KV-cache path (a prefill, a
 // chunk after it, then one token per step, several slots in one call) gives the logits of a full
 // recompute of the sequence within relative 1e-5 at every position, for gpt2 and Llama with
-// grouped-query and multi-query attention; the sampler's draws depend only on (seed, prompt,
-// position); bad tokens, lengths and models are refused by name.
+// grouped-query and multi-query attention; under int8 activations a slot's logits do not depend on
+// the slots batched with it; the sampler's draws depend only on (seed, prompt, position); bad
+// tokens, lengths and models are refused by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -341,6 +343,67 @@ TEST(InferDecoder, QuantizedInt8MoeLlamaKeepsExpertsF32) {
   EXPECT_TRUE(q.has("/params/blocks.0.moe.experts.gate.weight"));
 }
 
+// int8 activations (generate --activations int8): every quantised matrix (the head too) packed once
+// at load, its products integer sums whose rows never depend on the rows beside them, so a slot's
+// logits are the same bits whether it runs alone or batched with other slots (prefill and decode);
+// they stay near the f32-activation logits (each activation moves by at most half its group's
+// step), and the packed matrices are counted in the parameter bytes, above the quantised ones.
+void check_int8_activations_batch_independent(const models::GptConfig& config, int bits, int64_t group,
+                                              const std::string& name) {
+  const std::string f32 = write_checkpoint(config, name + ".h5");
+  const std::string quantized = (scratch_dir() / (name + ".q.h5")).string();
+  quant::QuantizeOptions options;
+  options.bits = bits;
+  options.group_size = group;
+  options.head = true;
+  quant::quantize_checkpoint(f32, quantized, options);
+  const io::CheckpointReader reader(quantized, MPI_COMM_NULL);
+  const models::GptConfig c = infer::model_config_of(reader);
+  infer::Decoder weights_only(reader, c);
+  infer::Decoder decoder(reader, c, {}, {}, infer::WeightPrecision::f32, infer::ActivationPrecision::int8);
+  EXPECT_GT(decoder.parameter_bytes(), weights_only.parameter_bytes()) << name << ": offsets and padding";
+  EXPECT_LT(decoder.parameter_bytes(), weights_only.parameter_bytes() * 2) << name << ": blocks of 32 rows, tiny here";
+  const int64_t L = 16, V = c.vocab, prefill = 5;
+  const std::vector<int32_t> tokens = sequence(L, V, 51), a = sequence(L, V, 52), b = sequence(L, V, 53);
+
+  infer::KvCache alone_cache = decoder.make_cache(1, L);
+  const Tensor alone_prefill = decoder.forward({{0, tokens.data(), prefill, true}}, alone_cache).clone();
+  std::vector<Tensor> alone;
+  for (int64_t at = prefill; at < L; ++at) alone.push_back(decoder.forward({{0, tokens.data() + at, 1, false}}, alone_cache).clone());
+
+  infer::KvCache cache = decoder.make_cache(3, 2 * L);
+  decoder.forward({{0, a.data(), 3, false}, {2, b.data(), 7, false}}, cache);
+  Tensor got = decoder.forward({{0, a.data() + 3, 1, false}, {1, tokens.data(), prefill, true}, {2, b.data() + 7, 1, false}},
+                               cache);
+  auto same = [&](const float* x, const float* y, int64_t rows, const std::string& what) {
+    for (int64_t i = 0; i < rows * V; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(x[i]), std::bit_cast<uint32_t>(y[i])) << name << " " << what << ", logit " << i;
+  };
+  same(got.data<float>() + V, alone_prefill.data<float>(), prefill, "prefill beside two slots");
+  for (int64_t at = prefill, k = 0; at < L; ++at, ++k) {
+    std::vector<infer::SlotTokens> chunks{{2, b.data() + 8 + k % 7, 1, false}, {1, tokens.data() + at, 1, false}};
+    if (k < 10) chunks.push_back({0, a.data() + 4 + k, 1, false});
+    got = decoder.forward(chunks, cache);
+    same(got.data<float>() + V, alone[static_cast<size_t>(k)].data<float>(), 1, "decode at " + std::to_string(at));
+  }
+
+  infer::KvCache f32_cache = weights_only.make_cache(1, L);
+  const Tensor f32_logits = weights_only.forward({{0, tokens.data(), prefill, true}}, f32_cache);
+  expect_rows_near(alone_prefill.data<float>(), f32_logits.data<float>(), prefill, V, 0.05,
+                   name + " int8 against f32 activations");
+  double moved = 0;
+  for (int64_t i = 0; i < prefill * V; ++i)
+    moved = std::max(moved, std::fabs(static_cast<double>(alone_prefill.data<float>()[i]) - f32_logits.data<float>()[i]));
+  EXPECT_GT(moved, 0.0) << name << ": int8 activations changed no logit";
+}
+
+TEST(InferDecoder, Int8ActivationsInt4Gpt2SlotIndependentOfItsBatch) {
+  check_int8_activations_batch_independent(gpt2_config(), 4, 8, "gpt2_int4_a8");
+}
+TEST(InferDecoder, Int8ActivationsInt8LlamaSlotIndependentOfItsBatch) {
+  check_int8_activations_batch_independent(llama_config(2, false), 8, 16, "llama_int8_a8");
+}
+
 TEST(InferDecoder, RefusesTokensPositionsAndSlotsByName) {
   const std::string path = write_checkpoint(gpt2_config(), "refuse.h5");
   const io::CheckpointReader reader(path, MPI_COMM_NULL);
@@ -427,8 +490,8 @@ TEST(InferGenerator, StopTokensAndStringsEndACompletion) {
     for (const int32_t id : ids) s += static_cast<char>(id < 26 ? 'a' + id : 'A' + id - 26);
     return s;
   };
-  auto complete = [&](const infer::StopRules& stop) {
-    infer::Generator g(decoder, cache, infer::SamplingOptions{}, stop, letters);
+  auto complete = [&](const infer::StopRules& stop, bool logprobs = true) {
+    infer::Generator g(decoder, cache, infer::SamplingOptions{}, stop, letters, logprobs);
     std::vector<infer::Completion> done;
     g.run({{0, {3, 1, 4, 1, 5}}, {1, {9, 2, 6}}}, [](const infer::Completion&) {},
           [&](infer::Completion&& c) { done.push_back(std::move(c)); });
@@ -444,6 +507,10 @@ TEST(InferGenerator, StopTokensAndStringsEndACompletion) {
   EXPECT_EQ(c.finish_reason, "length");
   EXPECT_EQ(c.text, letters(c.ids));
   EXPECT_EQ(c.logprobs.size(), 12u);
+  // Without log-probabilities (generate without --logprobs): the same tokens, none recorded.
+  const infer::Completion quiet = complete(plain, false)[0];
+  EXPECT_EQ(quiet.ids, c.ids);
+  EXPECT_TRUE(quiet.logprobs.empty());
 
   infer::StopRules by_token = plain;
   by_token.stop_tokens = {c.ids[4]};

@@ -12,7 +12,10 @@
 // quantised register tiles (what quant_gemm ran for every M before the panels) and quant_gemm (each
 // block of weight rows dequantised once into an f32 panel, then sgemm), bf16 weights
 // (bf16_weight_matmul), the quantised ones' bf16 products (quant_bf16_matmul) and their int8-activation
-// products (quant_w8a8_gemm, the best path), in GFLOP/s.
+// products (quant_w8a8_gemm, the best path, packing per call; and quant_w8a8_gemm_packed on the
+// matrix packed once, as generate --activations int8 runs it), in GFLOP/s. The GEMV lines include
+// the packed int8-activation product at m = 1 (generate's batch 1 under --activations int8) against
+// the quantised matrix's bytes (the packed blocks read 6-8% more: offsets, padding).
 //
 // usage: bench_quant_gemv [--reps N] [--group G] [--batch M]     threads: OMP_NUM_THREADS
 // Figures: GEMV/s (the tokens/s one matrix alone would allow), GB/s of bytes read, % of the limit.
@@ -31,6 +34,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/f32_gemv_paths.h"
 #include "kernels/cpu/quant_paths.h"
+#include "kernels/cpu/quant_w8a8_packed.h"
 #include "kernels/cpu/quant_w8a8_paths.h"
 
 namespace {
@@ -120,6 +124,12 @@ void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
     const double w8a8 =
         best_per_call(8, [&](int64_t) { cpu::quant_w8a8_gemm_on_path(w8a8_path, y.data(), x.data(), m, v); });
     report(name + "quant_w8a8_gemm (int8 x, " + cpu::w8a8_path_name(w8a8_path) + ")", w8a8, f32_sec);
+    const cpu::W8A8PackedMatrix packed = cpu::w8a8_pack(v);
+    cpu::W8A8Scratch scratch;
+    const double once = best_per_call(8, [&](int64_t) {
+      cpu::quant_w8a8_gemm_packed_on_path(w8a8_path, y.data(), x.data(), m, packed, scratch);
+    });
+    report(name + "quant_w8a8_gemm_packed (packed once)", once, f32_sec);
   }
 }
 
@@ -202,6 +212,18 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
         cpu::quant_bf16_matmul(y.data(), x.data(), 1, v);
       });
       const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " bf16 products";
+      line(what.c_str(), rows, cols, bytes, sec, bandwidth);
+    }
+    {  // generate --activations int8 at batch 1: the packed integer product at m = 1
+      const tessera::kernels::QuantMatrixView v{q.data(), scales.data(), bits == 4 ? zeros.data() : nullptr,
+                                                rows, cols, group, bits};
+      const std::vector<cpu::W8A8PackedMatrix> packed(static_cast<size_t>(copies), cpu::w8a8_pack(v));
+      cpu::W8A8Scratch scratch;
+      const cpu::W8A8Path path = cpu::w8a8_best_path();
+      const double sec = best_per_call(copies, [&](int64_t i) {
+        cpu::quant_w8a8_gemm_packed_on_path(path, y.data(), x.data(), 1, packed[static_cast<size_t>(i)], scratch);
+      });
+      const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " int8 x packed";
       line(what.c_str(), rows, cols, bytes, sec, bandwidth);
     }
   }
