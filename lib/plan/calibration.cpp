@@ -246,6 +246,25 @@ int node_cores(MPI_Comm node) {
   return std::max(1, cores);
 }
 
+// The unit of shared compute of the measurements below: a 160 x 160 x 160 f32 GEMM.
+struct SharedGemms {
+  static constexpr int64_t n = 160;
+  Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f), c = Tensor::empty({n, n});
+  void run() { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, ops::MatmulInputs::f32); }
+  // How many GEMMs last about `seconds` while all of `node`'s ranks compute on its `cores` (at
+  // least 8), agreed by every rank: the slowest's estimate.
+  int64_t count_lasting(comm::Communicator& node, int cores, double seconds) {
+    run();
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < 8; ++i) run();
+    const double each = seconds_since(start) / 8 * node.size() / std::max(1, cores);
+    Tensor k = Tensor::empty({1});
+    k.data<float>()[0] = static_cast<float>(std::ceil(seconds / std::max(each, 1e-6)));
+    node.all_reduce_max(k);
+    return std::max<int64_t>(8, static_cast<int64_t>(k.data<float>()[0]));
+  }
+};
+
 // Where a node's ranks share its cores: the share of a core a rank blocked in a receive still
 // takes, against a computing rank's (MachineModel::waiting_rank_share). Two windows of K GEMMs
 // each, started by a barrier and long enough for the ranks to take turns on the cores many times:
@@ -254,20 +273,9 @@ int node_cores(MPI_Comm node) {
 // ranks on C < R cores, c of them computing: the windows' ratio is max(C, c + w (R - c)) / R.
 double measure_waiting_rank_share(comm::Communicator& node, int cores) {
   const int r = node.size(), rank = node.rank();
-  const int64_t n = 160;
-  Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f), c = Tensor::empty({n, n});
-  const auto work = [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, ops::MatmulInputs::f32); };
-  // K: about 0.3 s of shared compute, agreed by every rank (the slowest's estimate).
-  Tensor k = Tensor::empty({1});
-  {
-    work();
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < 8; ++i) work();
-    const double each = seconds_since(start) / 8 * r / std::max(1, cores);
-    k.data<float>()[0] = static_cast<float>(std::ceil(0.3 / std::max(each, 1e-6)));
-    node.all_reduce_max(k);
-  }
-  const int64_t calls = std::max<int64_t>(8, static_cast<int64_t>(k.data<float>()[0]));
+  SharedGemms gemms;
+  const auto work = [&] { gemms.run(); };
+  const int64_t calls = gemms.count_lasting(node, cores, 0.3);
   const int partner = rank % 2 == 0 ? rank + 1 : rank - 1;
   const bool computes_in_half = rank % 2 == 0 || partner >= r;  // an odd rank out computes
   Tensor word = Tensor::empty({1});
@@ -301,19 +309,9 @@ double measure_waiting_rank_share(comm::Communicator& node, int cores) {
 // time after the last arrival less a barrier-started one's. Medians over the rounds.
 std::pair<double, double> measure_step_sync(comm::Communicator& node, int cores) {
   const int r = node.size();
-  const int64_t n = 160;
-  Tensor a = filled({n, n}, 0.5f), b = filled({n, n}, 0.25f), c = Tensor::empty({n, n});
-  const auto work = [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, ops::MatmulInputs::f32); };
-  Tensor k = Tensor::empty({1});
-  {
-    work();
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < 8; ++i) work();
-    const double each = seconds_since(start) / 8 * r / std::max(1, cores);
-    k.data<float>()[0] = static_cast<float>(std::ceil(0.03 / std::max(each, 1e-6)));
-    node.all_reduce_max(k);
-  }
-  const int64_t calls = std::max<int64_t>(8, static_cast<int64_t>(k.data<float>()[0]));
+  SharedGemms gemms;
+  const auto work = [&] { gemms.run(); };
+  const int64_t calls = gemms.count_lasting(node, cores, 0.03);
   Tensor word = Tensor::empty({1});
   std::vector<double> lags, wakes, alone;
   for (int round = 0; round < 9; ++round) {
