@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# parallel_plan end to end on 4 ranks: calibrate writes a valid machine file (structure and positive
-# numbers, not timings), search --json ranks a tiny model's layouts, gpt_train --dry-run with the top
+# parallel_plan end to end on 4 ranks: calibrate (run once for the three auto_layout tests:
+# tests/tools/machine_file.sh) writes a valid machine file (structure and positive numbers, not
+# timings), search --json ranks a tiny model's layouts, gpt_train --dry-run with the top
 # layout's flags plans the same peak, and the top layout trains 2 steps; a grid tp layout (2d) is
 # among the search's, --explain breaks it down, and it trains 2 steps.
 set -euo pipefail
@@ -12,7 +13,8 @@ mpirun=${TESSERA_MPIEXEC:-mpirun}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 command -v "$mpirun" >/dev/null || { echo "mpirun not found (set TESSERA_MPIEXEC)"; exit 1; }
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/data.h5" >/dev/null
-"$mpirun" --oversubscribe -np 4 "$build/apps/parallel_plan" calibrate --output "$tmp/machine.json" >/dev/null
+source "$source_dir/tests/tools/machine_file.sh"
+machine_file "$tmp/machine.json"  # one 4-rank calibration shared by the three auto_layout tests
 python3 - "$tmp/machine.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))

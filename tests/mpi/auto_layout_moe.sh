@@ -15,7 +15,8 @@ for app in data_prep parallel_plan moe_train; do
   [ -x "$build/apps/$app" ] || { echo "$build/apps/$app not built"; exit 1; }
 done
 "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/data.h5" >/dev/null
-"$mpirun" --oversubscribe -np 4 "$build/apps/parallel_plan" calibrate --output "$tmp/machine.json" >/dev/null
+source "$source_dir/tests/tools/machine_file.sh"
+machine_file "$tmp/machine.json"  # one 4-rank calibration shared by the three auto_layout tests
 model=(--config "$source_dir/inputs/moe_tiny.ini" --input "$tmp/data.h5")
 "$build/apps/parallel_plan" search --trainer moe_train --ranks 4 --device-memory 64M --machine "$tmp/machine.json" \
   --json --top 0 "${model[@]}" >"$tmp/search.json"

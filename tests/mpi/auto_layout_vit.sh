@@ -16,7 +16,8 @@ for app in data_prep parallel_plan vit_train; do
 done
 # 8 x 8 images in 4 x 4 patches with mean pooling: 4 tokens, so sp 2 and 4 split them.
 "$build/apps/data_prep" synth-images --classes 4 --train 64 --test 8 --size 8 --seed 5 --output "$tmp/images.h5" >/dev/null
-"$mpirun" --oversubscribe -np 4 "$build/apps/parallel_plan" calibrate --output "$tmp/machine.json" >/dev/null
+source "$source_dir/tests/tools/machine_file.sh"
+machine_file "$tmp/machine.json"  # one 4-rank calibration shared by the three auto_layout tests
 model=(--input "$tmp/images.h5" --layers 2 --hidden 16 --heads 4 --patch 4 --pool mean --global-batch 8 --crop-pad 0
        --threads 1)
 "$build/apps/parallel_plan" search --trainer vit_train --ranks 4 --device-memory 64M --machine "$tmp/machine.json" \

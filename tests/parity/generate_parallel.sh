@@ -30,20 +30,57 @@ run() {
 }
 np() { local n=$1; shift; run "$launcher" --oversubscribe -np "$n" "$@"; }
 
+# Independent launches run side by side, each its output in $tmp/LABEL.out and .err: a launch here
+# mostly waits (MPI start-up, 4 oversubscribed ranks taking turns on 2 cores), so a batch takes
+# about its slowest launch's time instead of the sum (this script: 96 s one after another). Every
+# launch and every check on its output is the same as when they ran one after another.
+#   start LABEL RANKS COMMAND...   RANKS 1: the command alone (one rank), else under the launcher
+#   finish                         waits for all; rc[LABEL] holds each exit status
+#   finish_ok                      finish, then fail with the first failed launch's output
+pids=() labels=()
+declare -A rc
+start() {
+  local label=$1 ranks=$2
+  shift 2
+  if [[ $ranks == 1 ]]; then
+    "$@" </dev/null >"$tmp/$label.out" 2>"$tmp/$label.err" &
+  else
+    "$launcher" --oversubscribe -np "$ranks" "$@" </dev/null >"$tmp/$label.out" 2>"$tmp/$label.err" &
+  fi
+  pids+=($!) labels+=("$label")
+}
+finish() {
+  local i status
+  for i in "${!pids[@]}"; do
+    status=0
+    wait "${pids[$i]}" || status=$?
+    rc[${labels[$i]}]=$status
+  done
+  pids=() labels=()
+}
+finish_ok() {
+  local started=("${labels[@]}") label
+  finish
+  for label in "${started[@]}"; do
+    [[ ${rc[$label]} -eq 0 ]] || { cat "$tmp/$label.out" "$tmp/$label.err"; fail "$label exited with status ${rc[$label]}"; }
+  done
+}
+
 run "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/data.h5"
 : >"$tmp/prompts.jsonl"
 for i in $(seq 1 8); do
   printf '{"ids": [%s]}\n' "$(seq -s ', ' $((i * 3)) $((i * 3 + i * 2)))" >>"$tmp/prompts.jsonl"
 done
 
-check_case() {
+# The five trainings start side by side (train_case), then each checkpoint is checked (check_case).
+train_case() {
   local name=$1 trainer=gpt_train
   shift
   [[ $name != moe_* ]] || trainer=moe_train
-  run "$build/apps/$trainer" --input "$tmp/data.h5" --layers 3 --hidden 32 --heads 4 --seq-len 48 --global-batch 8 \
-      --steps 10 --lr 1e-2 --warmup 2 --seed 3 --checkpoint-dir "$tmp/$name" --checkpoint-every 10 "$@"
-  check_checkpoint "$name" "$tmp/$name/step_10.h5"
+  start "train-$name" 1 "$build/apps/$trainer" --input "$tmp/data.h5" --layers 3 --hidden 32 --heads 4 --seq-len 48 \
+      --global-batch 8 --steps 10 --lr 1e-2 --warmup 2 --seed 3 --checkpoint-dir "$tmp/$name" --checkpoint-every 10 "$@"
 }
+check_case() { check_checkpoint "$1" "$tmp/$1/step_10.h5"; }
 
 # Quantised weights (ckpt_tool quantize): their row and column slices under tp, whole groups each.
 check_quantized() {
@@ -77,37 +114,49 @@ PY
 }
 
 check_checkpoint() {
-  local name=$1 ck=$2
+  local name=$1 ck=$2 mode label layout
+  local layouts=("tp2 2 --tp 2" "pp2 2 --pp 2" "tp2-pp2 4 --tp 2 --pp 2")
   for mode in greedy sampled; do
     local flags=(--max-new-tokens 20 --max-batch 3 --max-len 48 --logprobs "${extra[@]}")
     [[ $mode == greedy ]] || flags+=(--temperature 0.8 --top-k 20 --top-p 0.9 --repetition-penalty 1.2 --seed 4)
-    run "$build/apps/generate" --checkpoint "$ck" --prompts "$tmp/prompts.jsonl" "${flags[@]}" --output "$tmp/$name-$mode-1.jsonl"
-    for layout in "tp2 2 --tp 2" "pp2 2 --pp 2" "tp2-pp2 4 --tp 2 --pp 2"; do
+    start "$name-$mode-1" 1 "$build/apps/generate" --checkpoint "$ck" --prompts "$tmp/prompts.jsonl" "${flags[@]}" \
+        --output "$tmp/$name-$mode-1.jsonl"
+    for layout in "${layouts[@]}"; do
       set -- $layout
-      local label=$1 ranks=$2
+      label=$1
+      local ranks=$2
       shift 2
-      np "$ranks" "$build/apps/generate" --checkpoint "$ck" --prompts "$tmp/prompts.jsonl" "${flags[@]}" "$@" \
-          --output "$tmp/$name-$mode-$label.jsonl"
+      start "$name-$mode-$label" "$ranks" "$build/apps/generate" --checkpoint "$ck" --prompts "$tmp/prompts.jsonl" \
+          "${flags[@]}" "$@" --output "$tmp/$name-$mode-$label.jsonl"
+    done
+  done
+  start "$name-score-1" 1 "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" --seq-len 32 \
+      --eval-batches 4 --max-batch 3 "${extra[@]}"
+  start "$name-score-tp2-pp2" 4 "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" --seq-len 32 \
+      --eval-batches 4 --max-batch 3 --tp 2 --pp 2 "${extra[@]}"
+  finish_ok
+  for mode in greedy sampled; do
+    for label in tp2 pp2 tp2-pp2; do
       same_completions "$tmp/$name-$mode-1.jsonl" "$tmp/$name-$mode-$label.jsonl" "$name $mode $label" "$logprob_tol"
     done
   done
-  run "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" --seq-len 32 --eval-batches 4 --max-batch 3 \
-      "${extra[@]}"
-  local one; one=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
-  np 4 "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" --seq-len 32 --eval-batches 4 --max-batch 3 \
-     --tp 2 --pp 2 "${extra[@]}"
-  local four; four=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
+  local one; one=$(grep -o '^loss [-0-9.e+]*' "$tmp/$name-score-1.out" | cut -d' ' -f2)
+  local four; four=$(grep -o '^loss [-0-9.e+]*' "$tmp/$name-score-tp2-pp2.out" | cut -d' ' -f2)
   python3 -c "import sys; a, b, t = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= t * abs(a) else 1)" "$one" "$four" "$score_tol" ||
     fail "$name: --score $one on one rank, $four under tp2 x pp2"
   echo "$name: --score $one on one rank, $four under tp2 x pp2"
 }
 
-check_case gpt2
-check_case llama --arch llama --kv-heads 2 --ffn-hidden 64
-check_case llama_mqa --arch llama --kv-heads 1 --ffn-hidden 64
-check_case moe_gpt2 --experts 4 --moe-every 2 --top-k 1 --expert-hidden 32 --capacity-factor 0
-check_case moe_llama --arch llama --kv-heads 2 --ffn-hidden 64 --experts 4 --moe-every 1 --top-k 2 \
+train_case gpt2
+train_case llama --arch llama --kv-heads 2 --ffn-hidden 64
+train_case llama_mqa --arch llama --kv-heads 1 --ffn-hidden 64
+train_case moe_gpt2 --experts 4 --moe-every 2 --top-k 1 --expert-hidden 32 --capacity-factor 0
+train_case moe_llama --arch llama --kv-heads 2 --ffn-hidden 64 --experts 4 --moe-every 1 --top-k 2 \
   --router-norm softmax_topk --expert-hidden 32 --shared-experts 1 --capacity-factor 0
+finish_ok
+for name in gpt2 llama llama_mqa moe_gpt2 moe_llama; do
+  check_case "$name"
+done
 check_quantized gpt2_int4_head gpt2 --bits 4 --group-size 8 --quantize-head
 check_quantized llama_int8 llama --bits 8 --group-size 16
 
@@ -144,55 +193,49 @@ extra=() logprob_tol=1e-5 score_tol=1e-6
 for mode in greedy sampled; do
   flags=(--max-new-tokens 20 --max-batch 3 --max-len 48 --logprobs)
   [[ $mode == greedy ]] || flags+=(--temperature 0.8 --top-k 20 --top-p 0.9 --repetition-penalty 1.2 --seed 4)
-  np 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" "${flags[@]}" \
-     --dp 2 --output "$tmp/gpt2-$mode-dp2.jsonl"
-  grep -q "2 replicas of 1 rank(s) each" "$tmp/err" || fail "dp2 $mode: no replicas reported: $(cat "$tmp/err")"
+  start "gpt2-$mode-dp2" 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" \
+     "${flags[@]}" --dp 2 --output "$tmp/gpt2-$mode-dp2.jsonl"
+  start "gpt2-$mode-dp2-tp2" 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" \
+     "${flags[@]}" --dp 2 --tp 2 --output "$tmp/gpt2-$mode-dp2-tp2.jsonl"
+done
+start gpt2-dp-score-1 1 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 \
+    --eval-batches 3 --global-batch 5 --max-batch 4
+start gpt2-dp-score-dp2 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 \
+   --eval-batches 3 --global-batch 5 --max-batch 4 --dp 2
+finish_ok
+for mode in greedy sampled; do
+  grep -q "2 replicas of 1 rank(s) each" "$tmp/gpt2-$mode-dp2.err" ||
+    fail "dp2 $mode: no replicas reported: $(cat "$tmp/gpt2-$mode-dp2.err")"
   same_completions "$tmp/gpt2-$mode-1.jsonl" "$tmp/gpt2-$mode-dp2.jsonl" "gpt2 $mode dp2" "$logprob_tol"
-  np 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" "${flags[@]}" \
-     --dp 2 --tp 2 --output "$tmp/gpt2-$mode-dp2-tp2.jsonl"
   same_completions "$tmp/gpt2-$mode-1.jsonl" "$tmp/gpt2-$mode-dp2-tp2.jsonl" "gpt2 $mode dp2 x tp2" "$logprob_tol"
 done
-run "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 --eval-batches 3 \
-    --global-batch 5 --max-batch 4
-one=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
-np 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 --eval-batches 3 \
-   --global-batch 5 --max-batch 4 --dp 2
-two=$(grep -o '^loss [-0-9.e+]*' "$tmp/out" | cut -d' ' -f2)
-grep -q "15 windows of 32 tokens in 3 batches of 5, shared by 2 replicas" "$tmp/out" || fail "dp2 --score: $(cat "$tmp/out")"
+one=$(grep -o '^loss [-0-9.e+]*' "$tmp/gpt2-dp-score-1.out" | cut -d' ' -f2)
+two=$(grep -o '^loss [-0-9.e+]*' "$tmp/gpt2-dp-score-dp2.out" | cut -d' ' -f2)
+grep -q "15 windows of 32 tokens in 3 batches of 5, shared by 2 replicas" "$tmp/gpt2-dp-score-dp2.out" ||
+  fail "dp2 --score: $(cat "$tmp/gpt2-dp-score-dp2.out")"
 python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if abs(a - b) <= 1e-6 * abs(a) else 1)" "$one" "$two" ||
   fail "gpt2: --score $one on one rank, $two under dp2"
 echo "gpt2: --score $one on one rank, $two under dp2 (15 windows: 8 and 7)"
 
-# --dp not fitting the ranks, and --interactive (one reader of standard input) across ranks, refused.
-refused() {
-  local ranks=$1 says=$2 rc=0
-  shift 2
-  "$launcher" --oversubscribe -np "$ranks" "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" "$@" \
-    </dev/null >"$tmp/out" 2>"$tmp/err" || rc=$?
-  [[ $rc -ne 0 ]] && grep -qF -- "$says" "$tmp/err" || fail "-np $ranks $*: exit $rc, $(cat "$tmp/err")"
-}
-refused 3 "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 3" --prompt x --dp 2
-refused 2 "--interactive reads standard input on one rank" --interactive
-echo "--dp 2 on 3 ranks and --interactive on 2 ranks: refused"
-
-# A group that a tp rank's columns would cut in two is refused by name.
+# --dp not fitting the ranks, --interactive (one reader of standard input) across ranks, a group
+# that a tp rank's columns would cut in two, tp 3 and pp 4: each refused by name (side by side).
 run "$build/apps/ckpt_tool" quantize "$tmp/gpt2/step_10.h5" --output "$tmp/g32.h5" --bits 8 --group-size 32
-set +e
-"$launcher" --oversubscribe -np 2 "$build/apps/generate" --checkpoint "$tmp/g32.h5" --prompt x --tp 2 >"$tmp/out" 2>"$tmp/err"
-rc=$?
-set -e
-[[ $rc -ne 0 ]] && grep -q -- "do not fall on whole groups of 32" "$tmp/err" || fail "g32 at tp 2: exit $rc, $(cat "$tmp/err")"
+start refused-dp 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --dp 2
+start refused-interactive 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --interactive
+start refused-g32 2 "$build/apps/generate" --checkpoint "$tmp/g32.h5" --prompt x --tp 2
+start refused-tp3 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --tp 3
+start refused-pp4 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --pp 4
+finish
+refused() {
+  local label=$1 says=$2
+  [[ ${rc[$label]} -ne 0 ]] && grep -qF -- "$says" "$tmp/$label.err" || fail "$label: exit ${rc[$label]}, $(cat "$tmp/$label.err")"
+}
+refused refused-dp "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 3"
+refused refused-interactive "--interactive reads standard input on one rank"
+echo "--dp 2 on 3 ranks and --interactive on 2 ranks: refused"
+refused refused-g32 "do not fall on whole groups of 32"
 echo "a quantised checkpoint whose groups a tp rank would cut: refused"
-
-set +e
-"$launcher" --oversubscribe -np 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --tp 3 >"$tmp/out" 2>"$tmp/err"
-rc=$?
-set -e
-[[ $rc -ne 0 ]] && grep -q -- "--tp 3 must divide the 4 heads" "$tmp/err" || fail "tp 3: exit $rc, $(cat "$tmp/err")"
-set +e
-"$launcher" --oversubscribe -np 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --pp 4 >"$tmp/out" 2>"$tmp/err"
-rc=$?
-set -e
-[[ $rc -ne 0 ]] && grep -q -- "--pp 4 is more stages than the 3 blocks" "$tmp/err" || fail "pp 4: exit $rc, $(cat "$tmp/err")"
+refused refused-tp3 "--tp 3 must divide the 4 heads"
+refused refused-pp4 "--pp 4 is more stages than the 3 blocks"
 echo "generate_parallel: tp2, pp2, tp2 x pp2, dp2 and dp2 x tp2 give the one-rank tokens and score; tp 3 and pp 4 refused"
 keep=0

@@ -20,12 +20,12 @@ model=(--layers 4 --hidden 32 --heads 4 --seq-len 1024 --global-batch 4 --steps 
 # NAME APP RANKS DP options...: the dry run (one process, planning dp x ... ranks), then the run;
 # `tol=0 planned_like_measured ...` asks for the measured peak to the byte, `at_least=1 ...` for a
 # plan no lower than it.
-planned_like_measured() {
+measure_case() {
   local name=$1 app=$2 ranks=$3 dp=$4; shift 4
   local within=${tol:-0.1} bound=${at_least:-0}
-  "$build/apps/$app" --input "$data" "${model[@]}" "$@" --dp "$dp" --dry-run >"$tmp/$name.plan"
-  mpirun -np "$ranks" "$build/apps/$app" --input "$data" "${model[@]}" "$@" --metrics "$tmp/$name.jsonl" >/dev/null
-  echo -n "$name: "
+  "$build/apps/$app" --input "$data" "${model[@]}" "$@" --dp "$dp" --dry-run >"$tmp/$name.plan" &&
+  mpirun -np "$ranks" "$build/apps/$app" --input "$data" "${model[@]}" "$@" --metrics "$tmp/$name.jsonl" >/dev/null &&
+  echo -n "$name: " &&
   /usr/bin/python3 - "$tmp/$name.plan" "$tmp/$name.jsonl" "$within" "$bound" <<'PY'
 import json, re, sys
 plan = open(sys.argv[1]).read()
@@ -42,6 +42,28 @@ if sys.argv[4] == "1" and predicted < measured:
     sys.exit(f"error: predicted {predicted} bytes, below the measured peak {measured}\n{plan}")
 print(f"predicted {predicted} bytes, measured {measured} ({predicted / measured:.4f}x); state {state} exactly")
 PY
+}
+
+# The cases run side by side, at most $max_jobs at a time (a case's run mostly waits on MPI start-up
+# and on its ranks taking turns on 2 cores; the peaks compared are the tracked allocator bytes, not
+# the machine's, so a neighbour changes nothing); each case's dry run, run and check are as before,
+# its lines printed in order at the end (all_measured), which fails if any case failed.
+max_jobs=3
+cases=()
+planned_like_measured() {
+  local name=$1
+  cases+=("$name")
+  while [[ $(jobs -rp | wc -l) -ge $max_jobs ]]; do wait -n || true; done
+  { measure_case "$@" >"$tmp/$name.out" 2>&1 && echo 0 || echo $?; } >"$tmp/$name.rc" &
+}
+all_measured() {
+  wait
+  local name failed=0
+  for name in "${cases[@]}"; do
+    cat "$tmp/$name.out"
+    [[ $(cat "$tmp/$name.rc") == 0 ]] || { echo "error: case $name failed (status $(cat "$tmp/$name.rc"))"; failed=1; }
+  done
+  [[ $failed -eq 0 ]] || exit 1
 }
 
 planned_like_measured one-rank gpt_train 1 1
@@ -89,6 +111,7 @@ tol=0 planned_like_measured grid-2d-tp4-llama gpt_train 4 1 --tp 4 --tp-mode 2d 
 tol=0 planned_like_measured grid-3d-tp8-llama gpt_train 8 1 --tp 8 --tp-mode 3d --arch llama --kv-heads 2 \
   --ffn-hidden 64
 model=("${shared_model[@]}")
+all_measured
 
 # One process plans 64 ranks, per pipeline stage, from a file holding nothing but vocab_size.
 /usr/bin/python3 -c "import h5py, sys; h5py.File(sys.argv[1], 'w').attrs['vocab_size'] = 50257" "$tmp/vocab.h5"
