@@ -3,7 +3,8 @@
 # usage: jobscripts/install_deps.sh [build|test|validation]
 #   test = build + what the test suite uses (matplotlib: validation/plot_metrics.py's test; the
 #          SentencePiece tools: the tokenizer tests; python3-venv: the environment of the Hugging
-#          Face oracles, tests/tools/hf_venv.sh, with transformers, safetensors and tokenizers from PyPI);
+#          Face oracles, tests/tools/hf_venv.sh, with transformers, safetensors and tokenizers from PyPI;
+#          ccache: build.sh compiles through it, so the suite's three trees and a CI clone reuse objects);
 #   validation = test + BLIS and tcmalloc for validation/
 set -euo pipefail
 what=${1:-build}
