@@ -47,24 +47,9 @@ PY
 # The cases run side by side, at most $max_jobs at a time (a case's run mostly waits on MPI start-up
 # and on its ranks taking turns on 2 cores; the peaks compared are the tracked allocator bytes, not
 # the machine's, so a neighbour changes nothing); each case's dry run, run and check are as before,
-# its lines printed in order at the end (all_measured), which fails if any case failed.
-max_jobs=3
-cases=()
-planned_like_measured() {
-  local name=$1
-  cases+=("$name")
-  while [[ $(jobs -rp | wc -l) -ge $max_jobs ]]; do wait -n || true; done
-  { measure_case "$@" >"$tmp/$name.out" 2>&1 && echo 0 || echo $?; } >"$tmp/$name.rc" &
-}
-all_measured() {
-  wait
-  local name failed=0
-  for name in "${cases[@]}"; do
-    cat "$tmp/$name.out"
-    [[ $(cat "$tmp/$name.rc") == 0 ]] || { echo "error: case $name failed (status $(cat "$tmp/$name.rc"))"; failed=1; }
-  done
-  [[ $failed -eq 0 ]] || exit 1
-}
+# its lines printed in order at the end (finish_cases), which fails if any case failed.
+source "$(dirname "$0")/../tools/cases_side_by_side.sh"
+planned_like_measured() { run_case "$1" measure_case "$@"; }
 
 planned_like_measured one-rank gpt_train 1 1
 planned_like_measured tp2-dp2-zero1 gpt_train 4 2 --tp 2 --zero 1
@@ -111,7 +96,7 @@ tol=0 planned_like_measured grid-2d-tp4-llama gpt_train 4 1 --tp 4 --tp-mode 2d 
 tol=0 planned_like_measured grid-3d-tp8-llama gpt_train 8 1 --tp 8 --tp-mode 3d --arch llama --kv-heads 2 \
   --ffn-hidden 64
 model=("${shared_model[@]}")
-all_measured
+finish_cases
 
 # One process plans 64 ranks, per pipeline stage, from a file holding nothing but vocab_size.
 /usr/bin/python3 -c "import h5py, sys; h5py.File(sys.argv[1], 'w').attrs['vocab_size'] = 50257" "$tmp/vocab.h5"

@@ -43,24 +43,9 @@ PY
 # The cases run side by side, at most $max_jobs at a time (a case's run mostly waits on MPI start-up
 # and on its ranks taking turns on 2 cores; the peaks compared are the tracked allocator bytes, not
 # the machine's, so a neighbour changes nothing); each case's dry run, run and check are as before,
-# its lines printed in order at the end (all_measured), which fails if any case failed.
-max_jobs=3
-cases=()
-planned_like_measured() {
-  local name=$1
-  cases+=("$name")
-  while [[ $(jobs -rp | wc -l) -ge $max_jobs ]]; do wait -n || true; done
-  { measure_case "$@" >"$tmp/$name.out" 2>&1 && echo 0 || echo $?; } >"$tmp/$name.rc" &
-}
-all_measured() {
-  wait
-  local name failed=0
-  for name in "${cases[@]}"; do
-    cat "$tmp/$name.out"
-    [[ $(cat "$tmp/$name.rc") == 0 ]] || { echo "error: case $name failed (status $(cat "$tmp/$name.rc"))"; failed=1; }
-  done
-  [[ $failed -eq 0 ]] || exit 1
-}
+# its lines printed in order at the end (finish_cases), which fails if any case failed.
+source "$(dirname "$0")/../tools/cases_side_by_side.sh"
+planned_like_measured() { run_case "$1" measure_case "$@"; }
 
 planned_like_measured one-rank 1 1
 planned_like_measured dp2-zero1 2 2 --zero 1
@@ -80,4 +65,4 @@ planned_like_measured grid-2d-tp4 4 1 --tp 4 --tp-mode 2d
 planned_like_measured grid-2d-tp4-full 4 1 --tp 4 --tp-mode 2d --activation-checkpointing full
 planned_like_measured grid-25d-tp8 8 1 --tp 8 --tp-mode 2.5d --tp-depth 2
 planned_like_measured grid-3d-tp8 8 1 --tp 8 --tp-mode 3d
-all_measured
+finish_cases
