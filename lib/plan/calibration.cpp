@@ -19,48 +19,13 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
+#include "plan/calibration_kernels.h"
+#include "plan/calibration_timing.h"
 
 namespace tessera::plan {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Seconds per call of `body`, measured by every rank of `world` at once (as the ranks compute at
-// once in training, sharing the node's cores and memory): after a warm-up call, three windows, each
-// started together by a barrier and repeating the body for at least min_seconds; the median kept.
-double time_call(comm::Communicator& world, const std::function<void()>& body, double min_seconds) {
-  body();
-  std::vector<double> windows;
-  for (int window = 0; window < 3; ++window) {
-    world.barrier();
-    int calls = 0;
-    const Clock::time_point start = Clock::now();
-    do {
-      body();
-      ++calls;
-    } while (seconds_since(start) < min_seconds);
-    windows.push_back(seconds_since(start) / calls);
-  }
-  std::sort(windows.begin(), windows.end());
-  return windows[1];
-}
-
-Tensor filled(Shape shape, float value) {
-  Tensor t = Tensor::empty(std::move(shape));
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = value * static_cast<float>((i % 17) + 1) / 17.0f;
-  return t;
-}
-
-// The mean over the world of a value each rank measured.
-double world_mean(comm::Communicator& world, double x) {
-  Tensor t = Tensor::empty({1});
-  t.data<float>()[0] = static_cast<float>(x);
-  world.all_reduce_sum(t);
-  return static_cast<double>(t.data<float>()[0]) / world.size();
-}
+using Clock = CalibrationClock;
 
 // A communicator of the MPI group this rank joins by `color` (MPI_UNDEFINED: none), freed with it.
 struct SplitComm {
@@ -384,57 +349,7 @@ MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& opti
   const double t = m.oversubscription(most) > 1 ? std::max(options.min_seconds, options.shared_min_seconds)
                                                 : options.min_seconds;
 
-  // GEMMs by class: square products of 64, 256 and 768 stand for their classes.
-  struct Shape3 {
-    const char* name;
-    int64_t n;
-    double max_flops;
-  };
-  for (const char* precision : {"f32", "bf16"}) {
-    const ops::MatmulInputs inputs = std::string(precision) == "bf16" ? ops::MatmulInputs::bf16 : ops::MatmulInputs::f32;
-    for (const Shape3& s : {Shape3{"small", 64, 1 << 22}, Shape3{"medium", 256, double(1 << 28)},
-                            Shape3{"large", 768, 1e30}}) {
-      Tensor a = filled({s.n, s.n}, 0.5f), b = filled({s.n, s.n}, 0.25f), c = Tensor::empty({s.n, s.n});
-      const double sec = time_call(world, [&] { ops::matmul(a, false, b, true, c, 1.0f, 0.0f, inputs); }, t);
-      const double flops = 2.0 * static_cast<double>(s.n * s.n * s.n);
-      m.gemm[precision].push_back({s.name, s.max_flops, world_mean(world, flops / sec)});
-    }
-  }
-  {  // causal attention, B 2, T 256, 4 heads of 32
-    const int64_t b = 2, tl = 256, h = 4, d = 32;
-    Tensor qkv = filled({b, tl, 3 * h * d}, 0.1f), out = Tensor::empty({b, tl, h * d}), lse = Tensor::empty({b, h, tl});
-    const double sec = time_call(world, [&] { ops::attention_forward(out, lse, qkv, h); }, t);
-    m.attention_flops_per_s = world_mean(world, 2.0 * b * tl * tl * d * h / sec);
-  }
-  {  // the other kernels, per element
-    const int64_t rows = 2048, cols = 256;
-    Tensor x = filled({rows, cols}, 1.0f), y = Tensor::empty({rows, cols}), w = filled({cols}, 1.0f),
-           bias = filled({cols}, 0.1f), mean = Tensor::empty({rows}), rstd = Tensor::empty({rows});
-    const double elements = static_cast<double>(rows * cols);
-    m.kernel_seconds_per_element["norm"] =
-        world_mean(world, time_call(world, [&] { ops::layernorm_forward(y, mean, rstd, x, w, bias); }, t) / elements);
-    m.kernel_seconds_per_element["elementwise"] =
-        world_mean(world, time_call(world, [&] { ops::gelu_forward(y, x); }, t) / elements);
-    const int64_t n = 512, vocab = 1024;
-    Tensor logits = filled({n, vocab}, 0.01f), targets = Tensor::empty({n}, DType::i32), losses = Tensor::empty({n}),
-           lse = Tensor::empty({n});
-    for (int64_t i = 0; i < n; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>(i % vocab);
-    m.kernel_seconds_per_element["softmax"] = world_mean(
-        world, time_call(world, [&] { ops::softmax_xent_forward(losses, lse, logits, targets, vocab); }, t) /
-                   static_cast<double>(n * vocab));
-    const int64_t params = int64_t{1} << 20;
-    Tensor p = filled({params}, 0.1f), g = filled({params}, 0.01f), m1 = Tensor::zeros({params}),
-           m2 = Tensor::zeros({params});
-    ops::AdamWArgs args;
-    m.kernel_seconds_per_element["adamw"] =
-        world_mean(world, time_call(world, [&] { ops::adamw(p, g, m1, m2, args); }, t) / static_cast<double>(params));
-    Tensor tiny = filled({16}, 1.0f), tiny_out = Tensor::empty({16});
-    m.kernel_call_s = world_mean(world, time_call(world, [&] { ops::gelu_forward(tiny_out, tiny); }, t));
-    std::vector<char> from(int64_t{32} << 20, 1), to(from.size());
-    const double sec = time_call(world, [&] { std::memcpy(to.data(), from.data(), from.size()); }, t);
-    m.copy_bytes_per_s = world_mean(world, 2.0 * static_cast<double>(from.size()) / sec);  // read + write
-  }
-
+  calibrate_kernels(world, m, t);
 
   // Collectives inside a node: groups of g consecutive node-local ranks; across nodes: one rank
   // per node (the same node-local rank), when the world spans several nodes.

@@ -105,6 +105,7 @@ std::string to_json(const MachineModel& m) {
       j["gemm"][precision].push_back({{"class", c.name}, {"max_flops", c.max_flops}, {"flops_per_s", c.flops_per_s}});
   j["attention_flops_per_s"] = m.attention_flops_per_s;
   j["copy_bytes_per_s"] = m.copy_bytes_per_s;
+  if (m.operand_bytes_per_s > 0) j["operand_bytes_per_s"] = m.operand_bytes_per_s;
   j["kernel_call_s"] = m.kernel_call_s;
   if (m.waiting_rank_share > 0) j["waiting_rank_share"] = m.waiting_rank_share;
   if (m.sync_lag_s > 0) j["sync_lag_s"] = m.sync_lag_s;
@@ -159,6 +160,7 @@ MachineModel parse_machine_json(const std::string& content, const std::string& w
   }
   m.attention_flops_per_s = positive(j, "attention_flops_per_s", "", where);
   m.copy_bytes_per_s = positive(j, "copy_bytes_per_s", "", where);
+  if (j.contains("operand_bytes_per_s")) m.operand_bytes_per_s = positive(j, "operand_bytes_per_s", "", where);  // optional
   m.kernel_call_s = positive(j, "kernel_call_s", "", where, true);
   if (j.contains("waiting_rank_share")) {  // optional: older files and one-core-per-rank machines lack it
     m.waiting_rank_share = positive(j, "waiting_rank_share", "", where, true);

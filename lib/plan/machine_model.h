@@ -14,8 +14,9 @@ namespace tessera::plan {
 inline constexpr const char* kMachineFormat = "tessera-machine";
 inline constexpr int kMachineFormatVersion = 1;
 
-// A GEMM class: products of at most max_flops FLOPs (2 M N K) run at flops_per_s (the last class of
-// a precision takes every larger product).
+// A GEMM class: products of at most max_flops FLOPs (2 M N K) compute at flops_per_s with their
+// operands in cache (the last class of a precision takes every larger product); the time model adds
+// the operands' traffic (MachineModel::operand_seconds).
 struct GemmClass {
   std::string name;  // "small", "medium", "large"
   double max_flops = 0;
@@ -69,6 +70,11 @@ struct MachineModel {
   double attention_flops_per_s = 0;
   std::map<std::string, double> kernel_seconds_per_element;
   double copy_bytes_per_s = 0;
+  // Where the GEMM rates are measured with their operands in cache (a CPU calibration), the bandwidth
+  // at which a step's products read and write their operands beyond that: one way of the copy
+  // bandwidth. Optional in the file ("operand_bytes_per_s"); 0 where absent (a GPU's GEMM rates,
+  // written from its specifications or measured on cold operands, include the traffic).
+  double operand_bytes_per_s = 0;
   double kernel_call_s = 0;  // the fixed cost of one kernel call (dispatch, threads' start), any size
   // communication: "intra_node" / "inter_node" -> collective -> group size -> fit
   std::map<std::string, std::map<std::string, std::map<int, CollectiveFit>>> collectives;
@@ -76,7 +82,10 @@ struct MachineModel {
   // The rate of a GEMM of `flops` FLOPs under `precision` ("f32" or "bf16"; bf16 falls back to f32
   // where it was not measured).
   double gemm_rate(const std::string& precision, double flops) const;
-  double kernel_seconds(const std::string& kind) const;  // throws naming a class the file lacks
+  double kernel_seconds(const std::string& kind) const;
+  // Seconds to bring `bytes` of a GEMM's operands in from memory or write them out, at
+  // operand_bytes_per_s; 0 where the file has none (its GEMM rates include the traffic).
+  double operand_seconds(double bytes) const { return operand_bytes_per_s > 0 ? bytes / operand_bytes_per_s : 0; }  // throws naming a class the file lacks
   // The fit of `op` on a group of `size` ranks, inside a node or across nodes: the measured size,
   // else the nearest measured one rescaled as a ring (latency x (g-1), bandwidth term x (g-1)/g).
   // Throws naming what the file lacks (no collective measured: calibrate with more ranks).

@@ -119,11 +119,16 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
       terms->push_back({what, op, size, across, calls, bytes, calls * one, calls * one, true});
     }
   };
+  // A product [m, k] x [k, n]: its FLOPs at the calibrated rate (operands in cache), plus its
+  // operands' and result's bytes read and written once at the copy bandwidth (in a step they come
+  // from outside the core's caches: a block's weights are read again for every micro-batch).
   double gemm_s = 0, gemm_flops = 0;
+  const double element_bytes = precision == "bf16" ? 2 : 4;
   const auto gemm = [&](double m, double n, double k, double times) {
     const double flops = 2 * m * n * k;
     gemm_flops += times * flops;
-    gemm_s += times * flops / machine.gemm_rate(precision, flops);
+    gemm_s += times * (flops / machine.gemm_rate(precision, flops) +
+                       machine.operand_seconds((m * k + k * n + m * n) * element_bytes));
   };
   const double norm = machine.kernel_seconds("norm"), elem = machine.kernel_seconds("elementwise");
   const int tp = s.tp, sp = s.sp;

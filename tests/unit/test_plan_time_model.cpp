@@ -29,7 +29,7 @@ std::string num(double x) {
 
 // One GEMM class at `rate` FLOP/s, attention at the same rate, free kernels, collectives of
 // latency 0 and `per_byte` seconds per byte on groups of 2 and 4.
-std::string machine_json(double rate, double per_byte, double latency = 0) {
+std::string machine_json(double rate, double per_byte, double latency = 0, double operand_bytes_per_s = 0) {
   const std::string fit = "\"latency_s\": " + num(latency) + ", \"seconds_per_byte\": " +
                           num(per_byte);
   std::string colls;
@@ -42,7 +42,8 @@ std::string machine_json(double rate, double per_byte, double latency = 0) {
          " \"machine\": {\"host\": \"test\", \"cpu\": \"hand-written\", \"gemm_library\": \"none\", \"created\": \"now\","
          " \"threads_per_rank\": 1, \"ranks\": 4, \"ranks_per_node\": 4, \"nodes\": 1},"
          " \"gemm\": {\"f32\": [{\"class\": \"all\", \"max_flops\": 1e30, \"flops_per_s\": " + r + "}]},"
-         " \"attention_flops_per_s\": " + r + ", \"copy_bytes_per_s\": 1e9, \"kernel_call_s\": 0,"
+         " \"attention_flops_per_s\": " + r + ", \"copy_bytes_per_s\": 1e9, \"kernel_call_s\": 0," +
+         (operand_bytes_per_s > 0 ? " \"operand_bytes_per_s\": " + num(operand_bytes_per_s) + "," : "") +
          " \"kernel_seconds_per_element\": {\"norm\": 0, \"softmax\": 0, \"elementwise\": 0, \"adamw\": 0},"
          " \"collectives\": {\"intra_node\": {" + colls + "}}}";
 }
@@ -71,9 +72,9 @@ plan::GptRun tiny_run(int layers, int pp, int tp, int64_t micro_batches) {
 
 }  // namespace
 
-TEST(TimeModel, PureComputeIsFlopsOverTheRate) {
-  const double rate = 1e10;
-  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9), "test");
+TEST(TimeModel, PureComputeIsFlopsOverTheRatePlusOperandTraffic) {
+  const double rate = 1e10, operand_rate = 2e9;
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9, 0, operand_rate), "test");
   const plan::GptRun run = tiny_run(3, 1, 1, 1);
   const plan::StepTime t = plan::predict_step(run, m, 1);
   // By hand: N = B T = 64 rows, C = 64, V = 64 (already a multiple of 64). Forward GEMMs: each
@@ -84,7 +85,12 @@ TEST(TimeModel, PureComputeIsFlopsOverTheRate) {
   const double attention = layers * 2 * 2 * 32.0 * 32.0 * c;
   const double flops = 3 * gemm + (1 + plan::kAttentionBackward) * attention;
   EXPECT_DOUBLE_EQ(t.flops, flops);
-  EXPECT_NEAR(t.step_s, flops / rate, 1e-12 * flops / rate);
+  // Each product [m, k] x [k, n] also reads and writes its three operands once (f32, 4 bytes) at
+  // operand_bytes_per_s, forward and twice backward.
+  const auto operands = [](double rows, double in, double out) { return rows * in + in * out + rows * out; };
+  const double block = operands(n, c, 3 * c) + operands(n, c, c) + operands(n, c, 4 * c) + operands(n, 4 * c, c);
+  const double traffic = 3 * 4 * (layers * block + operands(n, c, v)) / operand_rate;
+  EXPECT_NEAR(t.step_s, flops / rate + traffic, 1e-12 * flops / rate);
   EXPECT_EQ(t.comm.size(), 0u);
   EXPECT_EQ(t.bubble_s, 0.0);
 }
@@ -94,7 +100,7 @@ TEST(TimeModel, PureComputeIsFlopsOverTheRate) {
 // rows; at sp 2 the pooled rows are all-reduced once per micro-batch.
 TEST(TimeModel, VitIsItsBlocksWithoutTheMaskPatchEmbeddingAndClassifier) {
   const double rate = 1e10;
-  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9), "test");
+  const plan::MachineModel m = plan::parse_machine_json(machine_json(rate, 1e-9), "test");  // no operand traffic
   plan::VitRun run;
   run.model.image = 16;  // 4 x 4 patches of 4 x 4 x 3 pixels, and the class token: T = 17
   run.model.channels = 3;
@@ -317,6 +323,9 @@ TEST(TimeModel, MachineFilesAreCheckedBeforeUse) {
   std::string negative = machine_json(1e10, 1e-9);
   negative.replace(negative.find("\"copy_bytes_per_s\": 1e9"), 23, "\"copy_bytes_per_s\": -1");
   EXPECT_NE(error_of(negative).find("copy_bytes_per_s must be positive"), std::string::npos);
+  std::string operand = machine_json(1e10, 1e-9, 0, 5e9);  // the optional operand bandwidth is checked too
+  operand.replace(operand.find("\"operand_bytes_per_s\": 5000000000"), 33, "\"operand_bytes_per_s\": 0");
+  EXPECT_NE(error_of(operand).find("operand_bytes_per_s must be positive"), std::string::npos);
   // What a machine file written by to_json holds reads back the same.
   const plan::MachineModel m = plan::parse_machine_json(machine_json(1e10, 1e-9), "test");
   const plan::MachineModel back = plan::parse_machine_json(plan::to_json(m), "again");
