@@ -1,11 +1,12 @@
 // Compute calibration (plan/calibration_kernels.h). GEMMs are timed with their operands in cache:
-// the time model adds each product's operand bytes at operand_bytes_per_s (one way of the copy
-// bandwidth), which is what a step's
-// products, whose weights and activations outgrow the caches, cost beyond that (on the calibration
-// machine, a 128 x 256 x 768 product: 147 GFLOP/s warm, 115 cold; the two terms give 116). The
-// streaming and attention kernels take their operands from a pool of copies used in turn
-// (cold_copies), as a step finds them.
+// the time model adds each product's operand bytes at operand_bytes_per_s (one way of a lone rank's
+// copy bandwidth, shared as the core is), which is what a step's products, whose weights and
+// activations outgrow the caches, cost beyond that (on the calibration machine, a 128 x 256 x 768
+// product: 147 GFLOP/s warm, 115 cold; the two terms give 116). The streaming and attention kernels
+// take their operands from a pool of copies used in turn (cold_copies), as a step finds them.
 #include "plan/calibration_kernels.h"
+
+#include <mpi.h>
 
 #include <cstring>
 #include <string>
@@ -133,9 +134,24 @@ void calibrate_other_kernels(comm::Communicator& world, MachineModel& m, double 
   Tensor tiny = filled({16}, 1.0f), tiny_out = Tensor::empty({16});
   m.kernel_call_s = world_mean(world, time_call(world, [&](int64_t) { ops::gelu_forward(tiny_out, tiny); }, t));
   std::vector<char> from(int64_t{32} << 20, 1), to(from.size());
-  const double sec = time_call(world, [&](int64_t) { std::memcpy(to.data(), from.data(), from.size()); }, t);
-  m.copy_bytes_per_s = world_mean(world, 2.0 * static_cast<double>(from.size()) / sec);  // read + write
-  m.operand_bytes_per_s = m.copy_bytes_per_s / 2;  // a GEMM's operands, one way (the GEMMs above ran in cache)
+  const auto copy = [&](int64_t) { std::memcpy(to.data(), from.data(), from.size()); };
+  const double bytes = 2.0 * static_cast<double>(from.size());  // read + write
+  m.copy_bytes_per_s = world_mean(world, bytes / time_call(world, copy, t));
+  // A GEMM's operands stream through its own core's caches, which the other cores do not share:
+  // one way of a lone rank's copy bandwidth (the others wait), shared by the ranks that take turns
+  // on a core. (Every rank copying at once measures the node's memory bus: on 2 cores, half.)
+  double lone = 0;
+  if (world.rank() == 0) {
+    copy(0);
+    const CalibrationClock::time_point start = CalibrationClock::now();
+    int64_t calls = 0;
+    do {
+      copy(++calls);
+    } while (seconds_since(start) < t);
+    lone = bytes * static_cast<double>(calls) / seconds_since(start);
+  }
+  MPI_Bcast(&lone, 1, MPI_DOUBLE, 0, world.mpi_comm());
+  m.operand_bytes_per_s = lone / 2 / m.oversubscription(m.ranks_per_node);
 }
 
 }  // namespace

@@ -71,8 +71,8 @@ struct MachineModel {
   std::map<std::string, double> kernel_seconds_per_element;
   double copy_bytes_per_s = 0;
   // Where the GEMM rates are measured with their operands in cache (a CPU calibration), the bandwidth
-  // at which a step's products read and write their operands beyond that: one way of the copy
-  // bandwidth. Optional in the file ("operand_bytes_per_s"); 0 where absent (a GPU's GEMM rates,
+  // at which a step's products read and write their operands beyond that, per rank: one way of a
+  // lone rank's copy bandwidth over the ranks sharing a core. Optional in the file ("operand_bytes_per_s"); 0 where absent (a GPU's GEMM rates,
   // written from its specifications or measured on cold operands, include the traffic).
   double operand_bytes_per_s = 0;
   double kernel_call_s = 0;  // the fixed cost of one kernel call (dispatch, threads' start), any size
