@@ -235,7 +235,7 @@ struct SharedGemms {
 // each, started by a barrier and long enough for the ranks to take turns on the cores many times:
 // in one every rank computes; in the other the even node ranks compute and then send a word to the
 // odd rank after them, which waits for it in a receive (a pipeline stage in its bubble). With R
-// ranks on C < R cores, c of them computing: the windows' ratio is max(C, c + w (R - c)) / R.
+// ranks on C < R cores, c of them computing: the windows' ratio is max(C, c + w (R - c)) / R (five of each window, medians).
 double measure_waiting_rank_share(comm::Communicator& node, int cores) {
   const int r = node.size(), rank = node.rank();
   SharedGemms gemms;
@@ -256,7 +256,7 @@ double measure_waiting_rank_share(comm::Communicator& node, int cores) {
     return seconds_since(start);
   };
   std::vector<double> all, half;
-  for (int w = 0; w < 3; ++w) {
+  for (int w = 0; w < 5; ++w) {
     all.push_back(window(false));
     half.push_back(window(true));
   }
@@ -268,7 +268,7 @@ double measure_waiting_rank_share(comm::Communicator& node, int cores) {
 }
 
 // Where ranks share cores, a step's synchronisation after its compute (MachineModel::sync_lag_s,
-// sync_wake_s): nine rounds of K GEMMs (about 30 ms of shared compute, as a small step's backward)
+// sync_wake_s): 25 rounds of K GEMMs (about 30 ms of shared compute, as a small step's backward)
 // each followed by a one-word all-reduce. Each round records every rank's arrival at the all-reduce
 // and its return: the lag is the slowest arrival less the mean one; the wake-up is the all-reduce's
 // time after the last arrival less a barrier-started one's. Medians over the rounds.
@@ -279,7 +279,7 @@ std::pair<double, double> measure_step_sync(comm::Communicator& node, int cores)
   const int64_t calls = gemms.count_lasting(node, cores, 0.03);
   Tensor word = Tensor::empty({1});
   std::vector<double> lags, wakes, alone;
-  for (int round = 0; round < 9; ++round) {
+  for (int round = 0; round < 25; ++round) {
     node.barrier();
     const Clock::time_point start = Clock::now();
     for (int64_t i = 0; i < calls; ++i) work();
