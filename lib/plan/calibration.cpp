@@ -234,8 +234,9 @@ struct SharedGemms {
 // takes, against a computing rank's (MachineModel::waiting_rank_share). Two windows of K GEMMs
 // each, started by a barrier and long enough for the ranks to take turns on the cores many times:
 // in one every rank computes; in the other the even node ranks compute and then send a word to the
-// odd rank after them, which waits for it in a receive (a pipeline stage in its bubble). With R
-// ranks on C < R cores, c of them computing: the windows' ratio is max(C, c + w (R - c)) / R (five of each window, medians).
+// odd rank after them, which waits for it in a receive (a pipeline stage in its bubble), five of
+// each. With R ranks on C < R cores, c of them computing: the windows' medians have the ratio
+// max(C, c + w (R - c)) / R.
 double measure_waiting_rank_share(comm::Communicator& node, int cores) {
   const int r = node.size(), rank = node.rank();
   SharedGemms gemms;
