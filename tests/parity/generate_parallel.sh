@@ -30,40 +30,18 @@ run() {
 }
 np() { local n=$1; shift; run "$launcher" --oversubscribe -np "$n" "$@"; }
 
-# Independent launches run side by side, each its output in $tmp/LABEL.out and .err: a launch here
-# mostly waits (MPI start-up, 4 oversubscribed ranks taking turns on 2 cores), so a batch takes
-# about its slowest launch's time instead of the sum (this script: 96 s one after another). Every
-# launch and every check on its output is the same as when they ran one after another.
-#   start LABEL RANKS COMMAND...   RANKS 1: the command alone (one rank), else under the launcher
-#   finish                         waits for all; rc[LABEL] holds each exit status
-#   finish_ok                      finish, then fail with the first failed launch's output
-pids=() labels=()
-declare -A rc
-start() {
-  local label=$1 ranks=$2
-  shift 2
-  if [[ $ranks == 1 ]]; then
-    "$@" </dev/null >"$tmp/$label.out" 2>"$tmp/$label.err" &
-  else
-    "$launcher" --oversubscribe -np "$ranks" "$@" </dev/null >"$tmp/$label.out" 2>"$tmp/$label.err" &
-  fi
-  pids+=($!) labels+=("$label")
-}
-finish() {
-  local i status
-  for i in "${!pids[@]}"; do
-    status=0
-    wait "${pids[$i]}" || status=$?
-    rc[${labels[$i]}]=$status
-  done
-  pids=() labels=()
-}
-finish_ok() {
-  local started=("${labels[@]}") label
-  finish
-  for label in "${started[@]}"; do
-    [[ ${rc[$label]} -eq 0 ]] || { cat "$tmp/$label.out" "$tmp/$label.err"; fail "$label exited with status ${rc[$label]}"; }
-  done
+# Independent launches run side by side in rounds (tests/tools/cases_side_by_side.sh), all of a round
+# at once, each its stdout and stderr in $tmp/LABEL.out and .err: a launch here mostly waits (MPI
+# start-up, 4 oversubscribed ranks taking turns on 2 cores), so a round takes about its slowest
+# launch's time instead of the sum (this script: 96 s one after another). Every launch and every
+# check on its output is the same as when they ran one after another.
+max_jobs=0 stderr_apart=1 quiet_cases=1
+source "$(dirname "$0")/../tools/cases_side_by_side.sh"
+# RANKS COMMAND...: the command alone on 1 rank, else under the launcher.
+on_ranks() {
+  local ranks=$1
+  shift
+  if [[ $ranks == 1 ]]; then "$@"; else "$launcher" --oversubscribe -np "$ranks" "$@"; fi
 }
 
 run "$build/apps/data_prep" synth --vocab 61 --tokens 20000 --seed 5 --output "$tmp/data.h5"
@@ -77,8 +55,9 @@ train_case() {
   local name=$1 trainer=gpt_train
   shift
   [[ $name != moe_* ]] || trainer=moe_train
-  start "train-$name" 1 "$build/apps/$trainer" --input "$tmp/data.h5" --layers 3 --hidden 32 --heads 4 --seq-len 48 \
-      --global-batch 8 --steps 10 --lr 1e-2 --warmup 2 --seed 3 --checkpoint-dir "$tmp/$name" --checkpoint-every 10 "$@"
+  run_case "train-$name" on_ranks 1 "$build/apps/$trainer" --input "$tmp/data.h5" --layers 3 --hidden 32 --heads 4 \
+      --seq-len 48 --global-batch 8 --steps 10 --lr 1e-2 --warmup 2 --seed 3 --checkpoint-dir "$tmp/$name" \
+      --checkpoint-every 10 "$@"
 }
 check_case() { check_checkpoint "$1" "$tmp/$1/step_10.h5"; }
 
@@ -119,22 +98,22 @@ check_checkpoint() {
   for mode in greedy sampled; do
     local flags=(--max-new-tokens 20 --max-batch 3 --max-len 48 --logprobs "${extra[@]}")
     [[ $mode == greedy ]] || flags+=(--temperature 0.8 --top-k 20 --top-p 0.9 --repetition-penalty 1.2 --seed 4)
-    start "$name-$mode-1" 1 "$build/apps/generate" --checkpoint "$ck" --prompts "$tmp/prompts.jsonl" "${flags[@]}" \
-        --output "$tmp/$name-$mode-1.jsonl"
+    run_case "$name-$mode-1" on_ranks 1 "$build/apps/generate" --checkpoint "$ck" --prompts "$tmp/prompts.jsonl" \
+        "${flags[@]}" --output "$tmp/$name-$mode-1.jsonl"
     for layout in "${layouts[@]}"; do
       set -- $layout
       label=$1
       local ranks=$2
       shift 2
-      start "$name-$mode-$label" "$ranks" "$build/apps/generate" --checkpoint "$ck" --prompts "$tmp/prompts.jsonl" \
-          "${flags[@]}" "$@" --output "$tmp/$name-$mode-$label.jsonl"
+      run_case "$name-$mode-$label" on_ranks "$ranks" "$build/apps/generate" --checkpoint "$ck" \
+          --prompts "$tmp/prompts.jsonl" "${flags[@]}" "$@" --output "$tmp/$name-$mode-$label.jsonl"
     done
   done
-  start "$name-score-1" 1 "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" --seq-len 32 \
+  run_case "$name-score-1" on_ranks 1 "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" --seq-len 32 \
       --eval-batches 4 --max-batch 3 "${extra[@]}"
-  start "$name-score-tp2-pp2" 4 "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" --seq-len 32 \
-      --eval-batches 4 --max-batch 3 --tp 2 --pp 2 "${extra[@]}"
-  finish_ok
+  run_case "$name-score-tp2-pp2" on_ranks 4 "$build/apps/generate" --checkpoint "$ck" --score "$tmp/data.h5" \
+      --seq-len 32 --eval-batches 4 --max-batch 3 --tp 2 --pp 2 "${extra[@]}"
+  finish_cases
   for mode in greedy sampled; do
     for label in tp2 pp2 tp2-pp2; do
       same_completions "$tmp/$name-$mode-1.jsonl" "$tmp/$name-$mode-$label.jsonl" "$name $mode $label" "$logprob_tol"
@@ -153,7 +132,7 @@ train_case llama_mqa --arch llama --kv-heads 1 --ffn-hidden 64
 train_case moe_gpt2 --experts 4 --moe-every 2 --top-k 1 --expert-hidden 32 --capacity-factor 0
 train_case moe_llama --arch llama --kv-heads 2 --ffn-hidden 64 --experts 4 --moe-every 1 --top-k 2 \
   --router-norm softmax_topk --expert-hidden 32 --shared-experts 1 --capacity-factor 0
-finish_ok
+finish_cases
 for name in gpt2 llama llama_mqa moe_gpt2 moe_llama; do
   check_case "$name"
 done
@@ -193,16 +172,16 @@ extra=() logprob_tol=1e-5 score_tol=1e-6
 for mode in greedy sampled; do
   flags=(--max-new-tokens 20 --max-batch 3 --max-len 48 --logprobs)
   [[ $mode == greedy ]] || flags+=(--temperature 0.8 --top-k 20 --top-p 0.9 --repetition-penalty 1.2 --seed 4)
-  start "gpt2-$mode-dp2" 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" \
-     "${flags[@]}" --dp 2 --output "$tmp/gpt2-$mode-dp2.jsonl"
-  start "gpt2-$mode-dp2-tp2" 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompts "$tmp/prompts.jsonl" \
-     "${flags[@]}" --dp 2 --tp 2 --output "$tmp/gpt2-$mode-dp2-tp2.jsonl"
+  run_case "gpt2-$mode-dp2" on_ranks 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" \
+     --prompts "$tmp/prompts.jsonl" "${flags[@]}" --dp 2 --output "$tmp/gpt2-$mode-dp2.jsonl"
+  run_case "gpt2-$mode-dp2-tp2" on_ranks 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" \
+     --prompts "$tmp/prompts.jsonl" "${flags[@]}" --dp 2 --tp 2 --output "$tmp/gpt2-$mode-dp2-tp2.jsonl"
 done
-start gpt2-dp-score-1 1 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 \
-    --eval-batches 3 --global-batch 5 --max-batch 4
-start gpt2-dp-score-dp2 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" --seq-len 32 \
-   --eval-batches 3 --global-batch 5 --max-batch 4 --dp 2
-finish_ok
+run_case gpt2-dp-score-1 on_ranks 1 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --score "$tmp/data.h5" \
+    --seq-len 32 --eval-batches 3 --global-batch 5 --max-batch 4
+run_case gpt2-dp-score-dp2 on_ranks 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" \
+   --score "$tmp/data.h5" --seq-len 32 --eval-batches 3 --global-batch 5 --max-batch 4 --dp 2
+finish_cases
 for mode in greedy sampled; do
   grep -q "2 replicas of 1 rank(s) each" "$tmp/gpt2-$mode-dp2.err" ||
     fail "dp2 $mode: no replicas reported: $(cat "$tmp/gpt2-$mode-dp2.err")"
@@ -220,15 +199,16 @@ echo "gpt2: --score $one on one rank, $two under dp2 (15 windows: 8 and 7)"
 # --dp not fitting the ranks, --interactive (one reader of standard input) across ranks, a group
 # that a tp rank's columns would cut in two, tp 3 and pp 4: each refused by name (side by side).
 run "$build/apps/ckpt_tool" quantize "$tmp/gpt2/step_10.h5" --output "$tmp/g32.h5" --bits 8 --group-size 32
-start refused-dp 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --dp 2
-start refused-interactive 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --interactive
-start refused-g32 2 "$build/apps/generate" --checkpoint "$tmp/g32.h5" --prompt x --tp 2
-start refused-tp3 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --tp 3
-start refused-pp4 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --pp 4
-finish
+run_case refused-dp on_ranks 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --dp 2
+run_case refused-interactive on_ranks 2 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --interactive
+run_case refused-g32 on_ranks 2 "$build/apps/generate" --checkpoint "$tmp/g32.h5" --prompt x --tp 2
+run_case refused-tp3 on_ranks 3 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --tp 3
+run_case refused-pp4 on_ranks 4 "$build/apps/generate" --checkpoint "$tmp/gpt2/step_10.h5" --prompt x --pp 4
+wait_cases
 refused() {
   local label=$1 says=$2
-  [[ ${rc[$label]} -ne 0 ]] && grep -qF -- "$says" "$tmp/$label.err" || fail "$label: exit ${rc[$label]}, $(cat "$tmp/$label.err")"
+  [[ ${case_status[$label]} -ne 0 ]] && grep -qF -- "$says" "$tmp/$label.err" ||
+    fail "$label: exit ${case_status[$label]}, $(cat "$tmp/$label.err")"
 }
 refused refused-dp "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the job has 3"
 refused refused-interactive "--interactive reads standard input on one rank"
