@@ -252,8 +252,8 @@ TEST(Bf16Matmul, RegisterKernelUnpackingsEqualThePanelsBitForBit) {
         const std::vector<uint16_t> xb = to_bf16(x);
         for (bool multishift : unpackings) {
           const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(qc.group) + " [" +
-                                   std::to_string(qc.rows) + ", " + std::to_string(qc.cols) + "] M=" + std::to_string(m) +
-                                   (multishift ? " multishifted" : " widened");
+                                   std::to_string(qc.rows) + ", " + std::to_string(qc.cols) +
+                                   "] M=" + std::to_string(m) + (multishift ? " multishifted" : " widened");
           std::vector<float> y(static_cast<size_t>(m * qc.rows + 1), -7.0f);
           for (int64_t n0 = 0; n0 < qc.rows; n0 += 64)  // as quant_bf16_matmul: 64-row blocks
             cpu::quant_bf16_gemv_rows_avx512_unpacked(y.data(), xb.data(), m, q.view, n0,
