@@ -58,6 +58,13 @@ bool quant_int4_vnni_prepare(Int4VnniActivations& a, void* scratch, const float*
 void quant_int4_gemv_rows_vnni(float* y, const Int4VnniActivations& a, const QuantMatrixView& w, int64_t n0,
                                int64_t n1);
 
+// The bf16 products' register kernel (quant_bf16_gemv_avx512.cpp, declared in bf16_matmul_paths.h)
+// with its way of unpacking int4 indices named: multishift (AVX512-VBMI, on CPUs where
+// quant_bf16_gemv_multishift_supported()) or widened; the same bits either way (the tests run both).
+bool quant_bf16_gemv_multishift_supported();
+void quant_bf16_gemv_rows_avx512_unpacked(float* y, const uint16_t* xb, int64_t m, const QuantMatrixView& w,
+                                          int64_t n0, int64_t n1, bool multishift);
+
 enum class QuantPath { scalar, avx512 };
 const char* quant_path_name(QuantPath path);
 bool quant_path_supported(QuantPath path);  // compiled in and run by this CPU

@@ -11,9 +11,13 @@
 // - the public op runs the chosen path, which follows the kernel copies' instruction set;
 // - a quantised matrix's bf16 products (quant_bf16_matmul) equal the double product of bf16(x) and
 //   its dequantised values rounded to bf16 within the same bound, on every pair of paths, for int8
-//   and int4 and several group sizes, and a row alone equals the row in a batch.
+//   and int4 and several group sizes, and a row alone equals the row in a batch;
+// - the register kernel of 1 to 3 rows (quant_bf16_gemv_avx512.cpp) equals the bf16 panels bit for
+//   bit with either way of unpacking int4 indices (widened; multishifted where the CPU has VBMI),
+//   for groups of 32 to 128, tile tails, one step per group, and rows too wide for the multishift.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <string>
@@ -178,7 +182,8 @@ TEST(Bf16Matmul, QuantisedWeightsEqualTheirRoundedDequantisedProduct) {
   // Under 4 rows with a group a multiple of 32 the AVX-512 paths dequantise in registers (no panel).
   const QCase cases[] = {{1, 7, 96, 32},   {1, 13, 40, 8},    {3, 17, 64, 16},   {4, 12, 160, 40},
                          {5, 33, 96, 96},  {32, 70, 768, 64}, {2, 9, 1024, 64},  {9, 100, 2048, 64},
-                         {1, 130, 768, 128}, {3, 70, 768, 64}, {2, 66, 256, 32}, {1, 5, 3072, 64}};
+                         {1, 130, 768, 128}, {3, 70, 768, 64}, {2, 66, 256, 32}, {1, 5, 3072, 64},
+                         {1, 67, 32, 32},  {1, 131, 480, 96}, {3, 6, 384, 128}, {2, 71, 160, 32}};
   std::vector<cpu::QuantPath> qpaths{cpu::QuantPath::scalar};
   if (cpu::quant_path_supported(cpu::QuantPath::avx512)) qpaths.push_back(cpu::QuantPath::avx512);
   int checked = 0;
@@ -218,6 +223,47 @@ TEST(Bf16Matmul, QuantisedWeightsEqualTheirRoundedDequantisedProduct) {
             ++checked;
           }
   EXPECT_EQ(checked, static_cast<int>(qpaths.size() * paths().size() * 2 * std::size(cases) * 2));
+}
+
+// The register kernel called directly with each int4 unpacking this CPU runs (and int8), against
+// the panels that 4 or more rows use: the same bits, so a row's text does not depend on its batch.
+TEST(Bf16Matmul, RegisterKernelUnpackingsEqualThePanelsBitForBit) {
+  if (!cpu::bf16_matmul_path_supported(Bf16MatmulPath::avx512_bf16) ||
+      !cpu::quant_path_supported(cpu::QuantPath::avx512))
+    GTEST_SKIP() << "no AVX-512 BF16 kernel copy on this CPU / ISA setting: the register kernel is never chosen";
+  struct QCase {
+    int64_t rows, cols, group;
+  };
+  // Tile tails (rows not a multiple of 4, several 64-row blocks), one step a group (32), three (96),
+  // four (128), and 8224 columns: wider than the multishifted rows' buffer (the widened indices).
+  const QCase cases[] = {{7, 96, 32},  {13, 64, 64},  {67, 480, 96}, {130, 768, 128},
+                         {5, 3072, 64}, {70, 160, 32}, {3, 8224, 32}};
+  std::vector<bool> unpackings{false};
+  if (cpu::quant_bf16_gemv_multishift_supported()) unpackings.push_back(true);
+  int checked = 0;
+  for (int bits : {4, 8})
+    for (const QCase& qc : cases)
+      for (int64_t m : {1, 2, 3}) {
+        const Quantised q = quantise(random(qc.rows * qc.cols, 40 + qc.cols, 0.05f), qc.rows, qc.cols, qc.group, bits);
+        const std::vector<float> x = random(m * qc.cols, 41 + qc.rows);
+        std::vector<float> panels(static_cast<size_t>(m * qc.rows));
+        cpu::quant_bf16_matmul_on_paths(cpu::QuantPath::scalar, Bf16MatmulPath::avx512_bf16, panels.data(), x.data(), m,
+                                        q.view);
+        const std::vector<uint16_t> xb = to_bf16(x);
+        for (bool multishift : unpackings) {
+          const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(qc.group) + " [" +
+                                   std::to_string(qc.rows) + ", " + std::to_string(qc.cols) +
+                                   "] M=" + std::to_string(m) + (multishift ? " multishifted" : " widened");
+          std::vector<float> y(static_cast<size_t>(m * qc.rows + 1), -7.0f);
+          for (int64_t n0 = 0; n0 < qc.rows; n0 += 64)  // as quant_bf16_matmul: 64-row blocks
+            cpu::quant_bf16_gemv_rows_avx512_unpacked(y.data(), xb.data(), m, q.view, n0,
+                                                      std::min<int64_t>(qc.rows, n0 + 64), multishift);
+          for (int64_t i = 0; i < m * qc.rows; ++i) ASSERT_EQ(panels[i], y[i]) << what << ": output " << i;
+          EXPECT_EQ(y.back(), -7.0f) << what << ": written past the output";
+          ++checked;
+        }
+      }
+  EXPECT_EQ(checked, static_cast<int>(2 * std::size(cases) * 3 * unpackings.size()));
 }
 
 TEST(Bf16Matmul, BadExtentsAreRefused) {
