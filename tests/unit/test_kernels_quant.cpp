@@ -103,7 +103,9 @@ TEST(QuantKernels, RoundTripWithinHalfAStep) {
             }
           }
         EXPECT_EQ(back[2 * cols], 0.0f);
-        if (bits == 8) EXPECT_EQ(back[5], 0.0f);  // symmetric: zero is a level
+        if (bits == 8) {
+          EXPECT_EQ(back[5], 0.0f);  // symmetric: zero is a level
+        }
       }
 }
 
@@ -202,8 +204,9 @@ TEST(QuantKernels, PublicOpsRunTheBestPath) {
   cpu::quant_gemv_on_path(cpu::quant_best_path(), v1.data(), x.data(), q.view);
   EXPECT_EQ(v, v1);
   // The path follows the kernel copies' instruction set (TESSERA_CPU_ISA=base runs the portable one).
-  if (tessera::kernels::cpu::kernel_isa() != tessera::kernels::cpu::Isa::avx512 && tessera::kernels::cpu::isa_copies())
+  if (tessera::kernels::cpu::kernel_isa() != tessera::kernels::cpu::Isa::avx512 && tessera::kernels::cpu::isa_copies()) {
     EXPECT_EQ(cpu::quant_best_path(), QuantPath::scalar);
+  }
 }
 
 TEST(QuantKernels, BadDescriptionsAreRefused) {
