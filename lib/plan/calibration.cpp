@@ -10,10 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <ctime>
 #include <fstream>
-#include <functional>
 #include <vector>
 
 #include "core/error.h"
