@@ -10,6 +10,9 @@
 #   run: data set, machine files, searches, metrics, records.jsonl, report.md, the PNG. Nothing
 #   earlier is overwritten. Run it on an otherwise idle machine: it times steps.
 #   CAMPAIGN_RANKS="4 8" CAMPAIGN_STEPS=10 CAMPAIGN_RANDOM=10 CAMPAIGN_SEED=35 override the plan.
+#   CAMPAIGN_BIND (default: none, OpenMPI's choice when ranks outnumber cores) is given to mpirun's
+#   --bind-to for the calibration and every run alike: core:overload-allowed pins the ranks to
+#   cores round-robin, so which ranks share a core no longer changes from run to run.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,6 +24,7 @@ ranks_list=${CAMPAIGN_RANKS:-"4 8"}
 steps=${CAMPAIGN_STEPS:-10}
 n_random=${CAMPAIGN_RANDOM:-10}
 seed=${CAMPAIGN_SEED:-35}
+bind=(--bind-to "${CAMPAIGN_BIND:-none}")
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 py=/usr/bin/python3
 
@@ -31,9 +35,9 @@ model_B=(--hidden 256 --layers 8 --heads 8 --seq-len 128)
 memory_A=256M
 memory_B=40M  # plain data parallelism (ZeRO 0) of model B plans 53 MiB per rank
 
-echo "campaign: $out (ranks: $ranks_list; $steps steps per layout; top 5 + $n_random random, seed $seed)"
+echo "campaign: $out (ranks: $ranks_list; $steps steps per layout; top 5 + $n_random random, seed $seed; --bind-to ${bind[1]})"
 for ranks in $ranks_list; do
-  mpirun --oversubscribe -np "$ranks" "$build/apps/parallel_plan" calibrate --output "$out/machine_$ranks.json" >/dev/null
+  mpirun --oversubscribe "${bind[@]}" -np "$ranks" "$build/apps/parallel_plan" calibrate --output "$out/machine_$ranks.json" >/dev/null
   for name in A B; do
     model_var="model_${name}[@]"; memory_var="memory_$name"
     model=("${base[@]}" "${!model_var}")
@@ -54,7 +58,7 @@ PY
       read -r -a args <<<"$args_text"
       metrics="$out/metrics_${tag}_$rank.jsonl"
       echo "  $tag search rank $rank: $args_text"
-      mpirun --oversubscribe -np "$ranks" "$build/apps/gpt_train" "${model[@]}" "${args[@]}" --steps "$steps" \
+      mpirun --oversubscribe "${bind[@]}" -np "$ranks" "$build/apps/gpt_train" "${model[@]}" "${args[@]}" --steps "$steps" \
         --log-every 1 --eval-every 0 --metrics "$metrics" --quiet </dev/null
       $py - "$metrics" "$tag" "$name" "$ranks" "$rank" "$predicted" "$peak" "$args_text" >>"$out/records.jsonl" <<'PY'
 import json, statistics, sys
