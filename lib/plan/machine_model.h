@@ -72,8 +72,9 @@ struct MachineModel {
   double copy_bytes_per_s = 0;
   // Where the GEMM rates are measured with their operands in cache (a CPU calibration), the bandwidth
   // at which a step's products read and write their operands beyond that, per rank: one way of a
-  // lone rank's copy bandwidth over the ranks sharing a core. Optional in the file ("operand_bytes_per_s"); 0 where absent (a GPU's GEMM rates,
-  // written from its specifications or measured on cold operands, include the traffic).
+  // lone rank's copy bandwidth over the ranks sharing a core. Optional in the file
+  // ("operand_bytes_per_s"); 0 where absent (a GPU's GEMM rates, written from its specifications or
+  // measured on cold operands, include the traffic).
   double operand_bytes_per_s = 0;
   double kernel_call_s = 0;  // the fixed cost of one kernel call (dispatch, threads' start), any size
   // communication: "intra_node" / "inter_node" -> collective -> group size -> fit
@@ -82,10 +83,10 @@ struct MachineModel {
   // The rate of a GEMM of `flops` FLOPs under `precision` ("f32" or "bf16"; bf16 falls back to f32
   // where it was not measured).
   double gemm_rate(const std::string& precision, double flops) const;
-  double kernel_seconds(const std::string& kind) const;
+  double kernel_seconds(const std::string& kind) const;  // throws naming a class the file lacks
   // Seconds to bring `bytes` of a GEMM's operands in from memory or write them out, at
   // operand_bytes_per_s; 0 where the file has none (its GEMM rates include the traffic).
-  double operand_seconds(double bytes) const { return operand_bytes_per_s > 0 ? bytes / operand_bytes_per_s : 0; }  // throws naming a class the file lacks
+  double operand_seconds(double bytes) const { return operand_bytes_per_s > 0 ? bytes / operand_bytes_per_s : 0; }
   // The fit of `op` on a group of `size` ranks, inside a node or across nodes: the measured size,
   // else the nearest measured one rescaled as a ring (latency x (g-1), bandwidth term x (g-1)/g).
   // Throws naming what the file lacks (no collective measured: calibrate with more ranks).

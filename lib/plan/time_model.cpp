@@ -120,8 +120,9 @@ StageCost stage_cost(const GptRun& run, const MachineModel& machine, const RankP
     }
   };
   // A product [m, k] x [k, n]: its FLOPs at the calibrated rate (operands in cache), plus its
-  // operands' and result's bytes read and written once at the copy bandwidth (in a step they come
-  // from outside the core's caches: a block's weights are read again for every micro-batch).
+  // operands' and result's bytes (bf16: 2 a value) read and written once at operand_bytes_per_s (in
+  // a step they come from outside the core's caches: a block's weights are read again for every
+  // micro-batch).
   double gemm_s = 0, gemm_flops = 0;
   const double element_bytes = precision == "bf16" ? 2 : 4;
   const auto gemm = [&](double m, double n, double k, double times) {
