@@ -228,29 +228,41 @@ struct SharedGemms {
   }
 };
 
+// The one CPU this rank is bound to, or -1 where its affinity allows several (the scheduler places it).
+int bound_cpu() {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0 || CPU_COUNT(&mine) != 1) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) return c;
+  return -1;
+}
+
 // Where a node's ranks share its cores: the share of a core a rank blocked in a receive still
 // takes, against a computing rank's (MachineModel::waiting_rank_share). Two windows of K GEMMs
 // each, started by a barrier and long enough for the ranks to take turns on the cores many times:
-// in one every rank computes; in the other the even node ranks compute and then send a word to the
-// odd rank after them, which waits for it in a receive (a pipeline stage in its bubble), five of
-// each. With R ranks on C < R cores, c of them computing: the windows' medians have the ratio
+// in one every rank computes; in the other half of each core's ranks (half_window_part) compute and
+// then send a word to a rank that waits for it in a receive (a pipeline stage in its bubble), five
+// of each. With R ranks on C < R cores, c of them computing: the windows' medians have the ratio
 // max(C, c + w (R - c)) / R.
 double measure_waiting_rank_share(comm::Communicator& node, int cores) {
-  const int r = node.size(), rank = node.rank();
+  const int r = node.size();
   SharedGemms gemms;
   const auto work = [&] { gemms.run(); };
   const int64_t calls = gemms.count_lasting(node, cores, 0.3);
-  const int partner = rank % 2 == 0 ? rank + 1 : rank - 1;
-  const bool computes_in_half = rank % 2 == 0 || partner >= r;  // an odd rank out computes
+  std::vector<int> cpus(static_cast<size_t>(r));
+  const int mine = bound_cpu();
+  MPI_Allgather(&mine, 1, MPI_INT, cpus.data(), 1, MPI_INT, node.mpi_comm());
+  const HalfWindowPart part = half_window_part(cpus, node.rank());
   Tensor word = Tensor::empty({1});
   const auto window = [&](bool half) {
     node.barrier();
     const Clock::time_point start = Clock::now();
-    if (!half || computes_in_half) {
+    if (!half || part.computes) {
       for (int64_t i = 0; i < calls; ++i) work();
-      if (half && partner < r) node.send(word, partner);
+      if (half && part.partner >= 0) node.send(word, part.partner);
     } else {
-      node.recv(word, partner);
+      node.recv(word, part.partner);
     }
     return seconds_since(start);
   };
@@ -260,7 +272,7 @@ double measure_waiting_rank_share(comm::Communicator& node, int cores) {
     half.push_back(window(true));
   }
   const double t_all = slowest_median(node, all), t_half = slowest_median(node, half);
-  const int computing = (r + 1) / 2;
+  const int computing = static_cast<int>(std::lround(node.all_reduce_sum(part.computes ? 1.0 : 0.0)));
   if (r <= computing) return 0.0;
   const double effective = t_half / t_all * r;  // ranks wanting the cores at once in the half window
   return std::clamp((effective - computing) / (r - computing), 0.0, 1.0);
@@ -306,6 +318,17 @@ std::pair<double, double> measure_step_sync(comm::Communicator& node, int cores)
 }
 
 }  // namespace
+
+HalfWindowPart half_window_part(std::span<const int> cpus, int rank) {
+  TESSERA_CHECK(rank >= 0 && static_cast<size_t>(rank) < cpus.size(), "half_window_part: rank ", rank, " of ",
+                cpus.size());
+  std::vector<int> alike;  // the ranks sharing this rank's CPU (or all unbound ones), in order
+  for (size_t q = 0; q < cpus.size(); ++q)
+    if (cpus[q] == cpus[static_cast<size_t>(rank)]) alike.push_back(static_cast<int>(q));
+  const size_t at = static_cast<size_t>(std::find(alike.begin(), alike.end(), rank) - alike.begin());
+  if (at % 2 == 1) return {false, alike[at - 1]};
+  return {true, at + 1 < alike.size() ? alike[at + 1] : -1};
+}
 
 MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& options) {
   MachineModel m;

@@ -6,6 +6,8 @@
 // nodes. Every rank measures its compute at once, as in training; the ranks' mean is kept.
 // Collective over `world`; every rank returns the same model.
 #pragma once
+#include <span>
+
 #include "comm/communicator.h"
 #include "plan/machine_model.h"
 
@@ -23,5 +25,17 @@ struct CalibrationOptions {
 };
 
 MachineModel calibrate(comm::Communicator& world, const CalibrationOptions& options = {});
+
+// A node rank's part in the window that measures waiting_rank_share (ranks sharing cores): whether
+// it computes, and its partner (the rank it sends a word to when done, or waits for; -1: none).
+// `cpus`: each node rank's bound CPU (-1: unbound). Within each set of ranks on one CPU (all
+// unbound ones together), in rank order, a computing rank and then one waiting for it, so every CPU
+// keeps half its ranks computing. (Even ranks computing would put them all on one core under
+// mpirun --bind-to core, which binds round-robin: the other core idle, the share read as 1.)
+struct HalfWindowPart {
+  bool computes = true;
+  int partner = -1;
+};
+HalfWindowPart half_window_part(std::span<const int> cpus, int rank);
 
 }  // namespace tessera::plan

@@ -1,7 +1,8 @@
 // The time model (plan/time_model.h) on a hand-written machine file: a pure compute layout takes
 // its FLOPs over the rate exactly, doubling the bandwidth halves the communication, the pipeline's
 // time is the schedule's simulated makespan with each stage's own times; a ViT's step counted by
-// hand; and machine files are checked before they are trusted.
+// hand; machine files are checked before they are trusted; the calibration window that measures a
+// waiting rank's share keeps half of each CPU's ranks computing.
 // On ranks sharing cores (cores_per_node below the ranks), nothing overlaps and the bubble is filled.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "plan/calibration.h"
 #include "plan/machine_model.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_verifier.h"
@@ -519,4 +521,47 @@ TEST(TimeModel, GridTensorParallelismMovesTheBytesTheRunsCount) {
     EXPECT_DOUBLE_EQ(t.flops, 3 * gemm + (1 + plan::kAttentionBackward) * attention) << comm::tp_mode_name(c.mode);
     EXPECT_DOUBLE_EQ(t.tokens_per_s * t.step_s, 8 * 16);  // the global batch's tokens
   }
+}
+
+// The waiting share's calibration window: whatever the binding, every CPU keeps half its ranks
+// computing (rounded up), and each waiting rank waits for a computing rank on its own CPU that
+// names it back as the rank it sends to.
+TEST(Calibration, HalfWindowKeepsHalfOfEachCpusRanksComputing) {
+  const std::vector<std::vector<int>> bindings = {
+      {0, 1, 0, 1, 0, 1, 0, 1},          // mpirun --bind-to core, 8 ranks on 2 cores (round-robin)
+      {0, 0, 0, 0, 1, 1, 1, 1},          // bound in blocks
+      {-1, -1, -1, -1, -1, -1, -1, -1},  // unbound: the scheduler places them
+      {0, 1, 0},                         // a CPU with one rank: it computes alone
+      {3, 3, 3, 3, 3}};
+  for (const std::vector<int>& cpus : bindings) {
+    std::vector<plan::HalfWindowPart> parts;
+    for (int r = 0; r < static_cast<int>(cpus.size()); ++r) parts.push_back(plan::half_window_part(cpus, r));
+    for (int cpu : cpus) {
+      int ranks = 0, computing = 0;
+      for (size_t r = 0; r < cpus.size(); ++r)
+        if (cpus[r] == cpu) {
+          ++ranks;
+          computing += parts[r].computes ? 1 : 0;
+        }
+      EXPECT_EQ(computing, (ranks + 1) / 2) << "CPU " << cpu;
+    }
+    for (size_t r = 0; r < cpus.size(); ++r) {
+      const plan::HalfWindowPart& p = parts[r];
+      if (p.partner < 0) {
+        EXPECT_TRUE(p.computes) << "rank " << r << " waits for nobody";
+        continue;
+      }
+      const plan::HalfWindowPart& q = parts[static_cast<size_t>(p.partner)];
+      EXPECT_NE(p.computes, q.computes) << "rank " << r << " and its partner";
+      EXPECT_EQ(q.partner, static_cast<int>(r)) << "rank " << r << "'s partner names another";
+      EXPECT_EQ(cpus[static_cast<size_t>(p.partner)], cpus[r]) << "rank " << r << "'s partner on another CPU";
+    }
+  }
+  // Round-robin binding: ranks 0, 1, 4, 5 compute (two on each core), not the even ranks.
+  const std::vector<int> round_robin = {0, 1, 0, 1, 0, 1, 0, 1};
+  std::vector<int> computing;
+  for (int r = 0; r < 8; ++r)
+    if (plan::half_window_part(round_robin, r).computes) computing.push_back(r);
+  EXPECT_EQ(computing, (std::vector<int>{0, 1, 4, 5}));
+  EXPECT_THROW(plan::half_window_part(round_robin, 8), Error);
 }
