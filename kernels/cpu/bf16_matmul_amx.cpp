@@ -81,6 +81,8 @@ void configure(int a_rows, int mc) {
 // kAhead + 1 sets in turn, each 4 blocks of 16 rows x 32 bf16.
 constexpr int kAhead = 2;
 constexpr int kSets = kAhead + 1;
+// How far ahead of its reads each quantised row's stream is prefetched (64-byte lines).
+constexpr int kPrefetchLines = 4;
 struct alignas(64) Staging {
   uint16_t lines[kSets][4][16 * 32];
 };
@@ -98,35 +100,44 @@ struct DenseA {
 // Quantised rows dequantised into the staging lines (Bits 8 or 4), the int4 tables built per group.
 template <int Bits>
 struct QuantA {
+  static constexpr int64_t kStepBytes = Bits == 8 ? 32 : 16;  // a row's bytes per 32 columns
   const QuantMatrixView* w;
   int64_t n;  // the first block's first row
   alignas(64) uint16_t tables[4 * 16][32];  // int4: row r's group table (quant_bf16_unpack_avx512.h)
   float scale[4 * 16];                       // int8: row r's group scale
   const uint16_t* tile(int j, int64_t s, Staging& st) const { return st.lines[s % kSets][j]; }
   int64_t stride() const { return 64; }
-  // Row r (< 64) of the blocks, group g.
+  // Rows [0, rows_in) of the blocks, group g.
   void group(int rows_in, int64_t g, int) {
     const int64_t groups = w->cols / w->group;
+    const float* scales = w->scales + n * groups + g;
+    const uint8_t* zeros = Bits == 4 ? w->zeros + n * groups + g : nullptr;
     for (int r = 0; r < rows_in; ++r) {
-      const int64_t at = (n + r) * groups + g;
       if constexpr (Bits == 8)
-        scale[r] = w->scales[at];
+        scale[r] = scales[r * groups];
       else
-        _mm512_store_si512(tables[r], int4_bf16_table(w->zeros[at], w->scales + at));
+        _mm512_store_si512(tables[r], int4_bf16_table(zeros[r * groups], scales + r * groups));
     }
   }
-  // Block j's a_rows rows at step s (columns 32 s ...) into the staging lines.
+  // Block j's a_rows rows at step s (columns 32 s ...) into the staging lines. Each row's line
+  // kPrefetchLines ahead is asked for as the step enters a new line: the blocks read 16 to 64 rows
+  // side by side, too many streams for the hardware prefetchers.
   void stage(int j, int64_t s, int a_rows, Staging& st) const {
     uint16_t* out = st.lines[s % kSets][j];
-    const int64_t row_bytes = Bits == 8 ? w->cols : w->cols / 2;
-    for (int r = 0; r < a_rows; ++r) {
+    const int64_t row_bytes = Bits == 8 ? w->cols : w->cols / 2, byte = s * kStepBytes;
+    const uint8_t* q = w->q + (n + j * 16) * row_bytes + byte;
+    const bool new_line = byte % 64 == 0;
+    const __m512i pairs = _mm512_set1_epi32(0x1001);
+    for (int r = 0; r < a_rows; ++r, q += row_bytes) {
       const int row = j * 16 + r;
-      const uint8_t* q = w->q + (n + row) * row_bytes + (Bits == 8 ? s * 32 : s * 16);
+      if (new_line) _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchLines * 64, _MM_HINT_T0);
       __m512i v;
-      if constexpr (Bits == 8)
+      if constexpr (Bits == 8) {
         v = (__m512i)int8_bf16(q, _mm512_set1_ps(scale[row]));
-      else
-        v = _mm512_permutexvar_epi16(Widened::index(q, _mm512_setzero_si512()), _mm512_load_si512(tables[row]));
+      } else {
+        const __m512i index = _mm512_madd_epi16(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))), pairs);
+        v = _mm512_permutexvar_epi16(index, _mm512_load_si512(tables[row]));
+      }
       _mm512_store_si512(out + r * 32, v);
     }
   }

@@ -1,8 +1,9 @@
 // The products by bf16 weights (generate --weights bf16): y = bf16(x) W^T with W [rows, cols] held
 // as bf16 bits, on a portable path, AVX-512 BF16 (vdpbf16ps) or AMX (TDPBF16PS), each in its own
 // translation unit compiled for its instruction set, and the choice among them (as quant_paths.h:
-// where the kernel copies run AVX-512, kernels/cpu/isa.h, AMX where the CPU has AMX-BF16 and Linux
-// grants the tiles, else AVX-512 BF16 where the CPU has it; else portable).
+// where the kernel copies run AVX-512, kernels/cpu/isa.h, the dense products take AMX where the CPU
+// has AMX-BF16 and Linux grants the tiles, else AVX-512 BF16 where the CPU has it; else portable;
+// the quantised products never choose AMX: quant_bf16_best_path).
 //
 // The contract, the same on every path and for every row count (so a row's result does not depend
 // on the rows beside it, nor on the layout, beyond f32 summation order): the activations are
@@ -63,6 +64,11 @@ void bf16_matmul_on_path(Bf16MatmulPath path, float* y, const float* x, int64_t 
 // even), blocks of rows dequantised into a bf16 panel once per call for all m rows; the contract
 // above with w = bf16(dequantised W) (each within 2^-8 of the dequantised value), for every m.
 void quant_bf16_matmul(float* y, const float* x, int64_t m, const QuantMatrixView& w);
+// quant_bf16_matmul's bf16 path: avx512_bf16 where supported (even where amx_bf16 is: at batch 1,
+// decode's shape, dequantising into AMX tiles ran at about half the register kernel's speed,
+// validation/bench/README.md), else scalar. A quantised product then need not have the bits of
+// bf16_weight_matmul on its rounded weights; on one path (quant_bf16_matmul_on_paths) it does.
+Bf16MatmulPath quant_bf16_best_path();
 // On given (supported) paths: qpath dequantises, bpath multiplies. On amx_bf16, up to 16 rows with
 // qpath avx512 and a matrix that fits quant_bf16_gemv_fits, the weights are dequantised in
 // registers into the A tiles (quant_bf16_rows_amx), else into panels. Under 4 rows, where qpath is

@@ -128,8 +128,13 @@ void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y,
   }
 }
 
+Bf16MatmulPath quant_bf16_best_path() {
+  const Bf16MatmulPath dense = bf16_matmul_best_path();
+  return dense == Bf16MatmulPath::amx_bf16 ? Bf16MatmulPath::avx512_bf16 : dense;
+}
+
 void quant_bf16_matmul(float* y, const float* x, int64_t m, const QuantMatrixView& w) {
-  quant_bf16_matmul_on_paths(quant_best_path(), bf16_matmul_best_path(), y, x, m, w);
+  quant_bf16_matmul_on_paths(quant_best_path(), quant_bf16_best_path(), y, x, m, w);
 }
 
 }  // namespace tessera::kernels::cpu

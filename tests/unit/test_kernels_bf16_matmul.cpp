@@ -1,20 +1,23 @@
 // Unit tests of the products by bf16 weights (kernels/cpu/bf16_matmul*.cpp, generate --weights
-// bf16): on every path this CPU runs (portable, AVX-512 BF16), for odd shapes (column tails inside
+// bf16): on every path this CPU runs (portable, AVX-512 BF16, AMX), for odd shapes (column tails inside
 // a 32-column step, odd column counts, tile tails), one row and several, on 1 and 3 threads:
 // - y equals the double product of the rounded activations x~ = bf16(x) and the bf16 weights within
 //   the rounding of K f32 sums: |y - sum_k x~_k w_k| <= gamma_K sum_k |x~_k w_k| (the contract of
 //   bf16_matmul_paths.h; the inputs here have no subnormals, so vdpbf16ps flushes nothing);
 // - against the f32 activations and the f32 weights the bf16 copy was rounded from, within
 //   (gamma_K + (2^-7 + 2^-16)(1 + gamma_K)) sum_k |x_k w0_k|;
-// - a row's result does not depend on the rows beside it: on the AVX-512 path bit for bit, on the
+// - a row's result does not depend on the rows beside it: on the AVX-512 and AMX paths bit for bit, on the
 //   portable one (a loop under 4 rows, sgemm panels from 4) within twice the rounding bound;
-// - the public op runs the chosen path, which follows the kernel copies' instruction set;
+// - the public op runs the chosen path, which follows the kernel copies' instruction set (AMX for
+//   dense weights where it runs, never for quantised ones);
 // - a quantised matrix's bf16 products (quant_bf16_matmul) equal the double product of bf16(x) and
 //   its dequantised values rounded to bf16 within the same bound, on every pair of paths, for int8
 //   and int4 and several group sizes, and a row alone equals the row in a batch;
 // - the register kernel of 1 to 3 rows (quant_bf16_gemv_avx512.cpp) equals the bf16 panels bit for
 //   bit with either way of unpacking int4 indices (widened; multishifted where the CPU has VBMI),
-//   for groups of 32 to 128, tile tails, one step per group, and rows too wide for the multishift.
+//   for groups of 32 to 128, tile tails, one step per group, and rows too wide for the multishift;
+// - the AMX tiles' edges (1 to 40 activation rows, output-row tails, one step, a matrix that takes
+//   the fallback): the same bits alone and in a batch, and quantised equal to dense on one path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,6 +160,11 @@ TEST(Bf16Matmul, PublicOpRunsTheBestPath) {
   if (cpu::kernel_isa() != cpu::Isa::avx512 && cpu::isa_copies()) {
     EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::scalar);
   }
+  // The dense products take AMX where it runs; the quantised ones never do (bf16_matmul_paths.h).
+  if (cpu::bf16_matmul_path_supported(Bf16MatmulPath::amx_bf16) && (cpu::kernel_isa() == cpu::Isa::avx512 || !cpu::isa_copies())) {
+    EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::amx_bf16);
+  }
+  EXPECT_NE(cpu::quant_bf16_best_path(), Bf16MatmulPath::amx_bf16);
 }
 
 struct Quantised {
