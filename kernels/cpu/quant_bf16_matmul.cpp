@@ -62,7 +62,8 @@ void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y,
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (w.rows + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (blocks > 1 && m * w.rows * cols > (1 << 16))
-    for (int64_t b = 0; b < blocks; ++b) quant_bf16_rows_amx(y, xp, m, w, b * kBlock, std::min(w.rows, (b + 1) * kBlock));
+    for (int64_t b = 0; b < blocks; ++b)
+      quant_bf16_rows_amx(y, xp, m, w, b * kBlock, std::min(w.rows, (b + 1) * kBlock));
     return;
   }
   if (bpath == Bf16MatmulPath::avx512_bf16 && qpath == QuantPath::avx512 && m < kGemvRows && quant_bf16_gemv_fits(w)) {

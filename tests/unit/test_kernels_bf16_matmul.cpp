@@ -135,7 +135,8 @@ TEST(Bf16Matmul, ARowDoesNotDependOnTheRowsBesideIt) {
       for (int64_t n = 0; n < rows; ++n) {
         const float a = alone[n], b = batch[i * rows + n];
         if (path != Bf16MatmulPath::scalar) {
-          ASSERT_EQ(a, b) << cpu::bf16_matmul_path_name(path) << ": row " << i << ", output " << n << " alone and in a batch of " << m;
+          ASSERT_EQ(a, b) << cpu::bf16_matmul_path_name(path) << ": row " << i << ", output " << n
+                          << " alone and in a batch of " << m;
         } else {
           double magnitude = 0;
           for (int64_t k = 0; k < cols; ++k)
@@ -161,7 +162,8 @@ TEST(Bf16Matmul, PublicOpRunsTheBestPath) {
     EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::scalar);
   }
   // The dense products take AMX where it runs; the quantised ones never do (bf16_matmul_paths.h).
-  if (cpu::bf16_matmul_path_supported(Bf16MatmulPath::amx_bf16) && (cpu::kernel_isa() == cpu::Isa::avx512 || !cpu::isa_copies())) {
+  if (cpu::bf16_matmul_path_supported(Bf16MatmulPath::amx_bf16) &&
+      (cpu::kernel_isa() == cpu::Isa::avx512 || !cpu::isa_copies())) {
     EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::amx_bf16);
   }
   EXPECT_NE(cpu::quant_bf16_best_path(), Bf16MatmulPath::amx_bf16);
@@ -325,7 +327,8 @@ TEST(Bf16Matmul, TileEdgesKeepTheBitsForEveryRowCount) {
             EXPECT_EQ(y.back(), -7.0f) << what << ": written past the output";
             std::vector<float> dense(static_cast<size_t>(m * e.rows));
             cpu::bf16_matmul_on_path(path, dense.data(), x.data(), m, wb.data(), e.rows, e.cols);
-            for (int64_t i = 0; i < m * e.rows; ++i) ASSERT_EQ(dense[i], y[i]) << what << ": against dense, output " << i;
+            for (int64_t i = 0; i < m * e.rows; ++i)
+              ASSERT_EQ(dense[i], y[i]) << what << ": against dense, output " << i;
             std::vector<float> alone(static_cast<size_t>(e.rows));
             for (int64_t i : {int64_t{0}, m - 1}) {
               run(alone.data(), x.data() + i * e.cols, 1);

@@ -12,9 +12,10 @@
 // Then the batched product (--batch M activation rows, batched decode's shape): f32 sgemm, the
 // quantised register tiles (what quant_gemm ran for every M before the panels) and quant_gemm (each
 // block of weight rows dequantised once into an f32 panel, then sgemm), bf16 weights
-// (bf16_weight_matmul) and the quantised ones' bf16 products (quant_bf16_matmul), each bf16 path, and their int8-activation
-// products (quant_w8a8_gemm, the best path, packing per call; and quant_w8a8_gemm_packed on the
-// matrix packed once, as generate --activations int8 runs it), in GFLOP/s. The GEMV lines include
+// (bf16_weight_matmul) and the quantised ones' bf16 products (quant_bf16_matmul), each bf16 path,
+// and their int8-activation products (quant_w8a8_gemm, the best path, packing per call; and
+// quant_w8a8_gemm_packed on the matrix packed once, as generate --activations int8 runs it), in
+// GFLOP/s. The GEMV lines include
 // the packed int8-activation product at m = 1 (generate's batch 1 under --activations int8) against
 // the quantised matrix's bytes (the packed blocks read 6-8% more: offsets, padding).
 //
