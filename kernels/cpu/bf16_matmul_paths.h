@@ -47,8 +47,8 @@ bool bf16_amx_fits(int64_t cols);
 void bf16_amx_pack_activations(uint32_t* xp, const uint16_t* xb, int64_t m, int64_t cols);  // xp: m * cols / 2
 void bf16_matmul_rows_amx(float* y, const uint32_t* xp, int64_t m, const uint16_t* w, int64_t rows, int64_t cols,
                           int64_t n0, int64_t n1);
-// The same for a quantised W dequantised in registers (m up to 16, quant_bf16_gemv_fits), y's rows
-// w.rows apart.
+// The same for a quantised W dequantised in registers (quant_bf16_gemv_fits), once per chunk of 16
+// activation rows, y's rows w.rows apart.
 void quant_bf16_rows_amx(float* y, const uint32_t* xp, int64_t m, const QuantMatrixView& w, int64_t n0, int64_t n1);
 
 enum class Bf16MatmulPath { scalar, avx512_bf16, amx_bf16 };
@@ -69,7 +69,7 @@ void quant_bf16_matmul(float* y, const float* x, int64_t m, const QuantMatrixVie
 // validation/bench/README.md), else scalar. A quantised product then need not have the bits of
 // bf16_weight_matmul on its rounded weights; on one path (quant_bf16_matmul_on_paths) it does.
 Bf16MatmulPath quant_bf16_best_path();
-// On given (supported) paths: qpath dequantises, bpath multiplies. On amx_bf16, up to 16 rows with
+// On given (supported) paths: qpath dequantises, bpath multiplies. On amx_bf16, up to 128 rows with
 // qpath avx512 and a matrix that fits quant_bf16_gemv_fits, the weights are dequantised in
 // registers into the A tiles (quant_bf16_rows_amx), else into panels. Under 4 rows, where qpath is
 // avx512, bpath avx512_bf16 and the matrix fits quant_bf16_gemv_fits, the weights are dequantised in

@@ -6,7 +6,7 @@
 // same exact products summed in f32. Under 4 rows on AVX-512 BF16 (decode) there is no panel: the
 // weights are dequantised in registers (quant_bf16_gemv_avx512.cpp, the same bits), so a token
 // reads each weight byte once. On AMX (bf16_matmul_amx.cpp) the panels' rows are multiplied as
-// A tiles, and up to 16 rows the weights are dequantised in registers into the A tiles instead
+// A tiles, and up to 128 rows the weights are dequantised in registers into the A tiles instead
 // (the same bits). OpenMP threads over blocks of output rows.
 #include <algorithm>
 #include <vector>
@@ -20,9 +20,11 @@ namespace tessera::kernels::cpu {
 namespace {
 // Under this many activation rows the AVX-512 BF16 path dequantises in registers (no panel).
 constexpr int64_t kGemvRows = 4;
-// Up to this many activation rows (one chunk of the B tile) the AMX path dequantises in registers;
-// from 17 rows into panels, dequantised once for all the chunks.
-constexpr int64_t kAmxRegisterRows = 16;
+// Up to this many activation rows the AMX path dequantises in registers, once per chunk of 16 rows
+// (the B tile's); from more into panels, dequantised once for all the chunks. The same bits either
+// way. Measured (int4 and int8, 768 x 3072, one thread): in registers 2.4x the panels' speed at 32
+// rows, 1.7x at 64.
+constexpr int64_t kAmxRegisterRows = 128;
 }  // namespace
 
 void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y, const float* x, int64_t m,
