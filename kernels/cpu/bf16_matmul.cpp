@@ -77,20 +77,45 @@ void bf16_matmul_rows_scalar(float* y, const uint16_t* xb, int64_t m, const uint
 }
 
 const char* bf16_matmul_path_name(Bf16MatmulPath path) {
-  return path == Bf16MatmulPath::avx512_bf16 ? "avx512_bf16" : "scalar";
+  switch (path) {
+    case Bf16MatmulPath::amx_bf16: return "amx_bf16";
+    case Bf16MatmulPath::avx512_bf16: return "avx512_bf16";
+    case Bf16MatmulPath::scalar: break;
+  }
+  return "scalar";
 }
 
 bool bf16_matmul_path_supported(Bf16MatmulPath path) {
-  return path == Bf16MatmulPath::scalar || (kBf16Avx512Compiled && cpu_has_avx512_bf16());
+  const bool avx512 = kBf16Avx512Compiled && cpu_has_avx512_bf16();
+  switch (path) {
+    case Bf16MatmulPath::amx_bf16: return avx512 && kBf16AmxCompiled && bf16_amx_runs();
+    case Bf16MatmulPath::avx512_bf16: return avx512;
+    case Bf16MatmulPath::scalar: break;
+  }
+  return true;
 }
 
 // Never wider than the other kernels' copy (isa.h), as quant_best_path.
 Bf16MatmulPath bf16_matmul_best_path() {
-  static const Bf16MatmulPath best = (!isa_copies() || kernel_isa() == Isa::avx512) &&
-                                             bf16_matmul_path_supported(Bf16MatmulPath::avx512_bf16)
-                                         ? Bf16MatmulPath::avx512_bf16
-                                         : Bf16MatmulPath::scalar;
+  static const Bf16MatmulPath best = [] {
+    if (isa_copies() && kernel_isa() != Isa::avx512) return Bf16MatmulPath::scalar;
+    for (Bf16MatmulPath path : {Bf16MatmulPath::amx_bf16, Bf16MatmulPath::avx512_bf16})
+      if (bf16_matmul_path_supported(path)) return path;
+    return Bf16MatmulPath::scalar;
+  }();
   return best;
+}
+
+void bf16_amx_pack_activations(uint32_t* xp, const uint16_t* xb, int64_t m, int64_t cols) {
+  const int64_t pairs = cols / 2;
+  for (int64_t c = 0; c < m; c += 16) {
+    const int64_t mc = std::min<int64_t>(16, m - c);
+    uint32_t* chunk = xp + c * pairs;
+    for (int64_t j = 0; j < mc; ++j) {
+      const uint16_t* row = xb + (c + j) * cols;
+      for (int64_t k = 0; k < pairs; ++k) std::memcpy(chunk + k * mc + j, row + 2 * k, 4);
+    }
+  }
 }
 
 void bf16_matmul_on_path(Bf16MatmulPath path, float* y, const float* x, int64_t m, const uint16_t* w, int64_t rows,
@@ -112,11 +137,25 @@ void bf16_matmul_on_path(Bf16MatmulPath path, float* y, const float* x, int64_t 
     bf16_to_f32(xr, xb, m * cols);
     return panel_gemm(y, xr, m, w, rows, cols);
   }
-  const Bf16MatmulRowsFn run = path == Bf16MatmulPath::avx512_bf16 ? bf16_matmul_rows_avx512 : bf16_matmul_rows_scalar;
-  // 64 weight rows a block (a multiple of the tile's 4): each block's rows stay in L1/L2 while
-  // every activation row passes them.
+  // 64 weight rows a block (a multiple of the tiles' 4 and the AMX tiles' 16): each block's rows
+  // stay in L1/L2 while every activation row passes them.
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (rows + kBlock - 1) / kBlock;
+  if (path == Bf16MatmulPath::amx_bf16 && bf16_amx_fits(cols)) {
+    // One row is its own packing (bf16_matmul_paths.h).
+    const uint32_t* xp = reinterpret_cast<const uint32_t*>(xb);
+    if (m > 1) {
+      uint32_t* packed = scratch<uint32_t>(m * cols / 2);
+      bf16_amx_pack_activations(packed, xb, m, cols);
+      xp = packed;
+    }
+#pragma omp parallel for schedule(static) if (blocks > 1 && m * rows * cols > (1 << 16))
+    for (int64_t b = 0; b < blocks; ++b)
+      bf16_matmul_rows_amx(y, xp, m, w, rows, cols, b * kBlock, std::min(rows, (b + 1) * kBlock));
+    return;
+  }
+  // amx_bf16 on a matrix that does not fit the tiles: its avx512_bf16 kernels, for every m.
+  const Bf16MatmulRowsFn run = path == Bf16MatmulPath::scalar ? bf16_matmul_rows_scalar : bf16_matmul_rows_avx512;
 #pragma omp parallel for schedule(static) if (blocks > 1 && m * rows * cols > (1 << 16))
   for (int64_t b = 0; b < blocks; ++b) run(y, xb, m, w, rows, cols, b * kBlock, std::min(rows, (b + 1) * kBlock));
 }

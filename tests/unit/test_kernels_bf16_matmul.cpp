@@ -1,20 +1,23 @@
 // Unit tests of the products by bf16 weights (kernels/cpu/bf16_matmul*.cpp, generate --weights
-// bf16): on every path this CPU runs (portable, AVX-512 BF16), for odd shapes (column tails inside
+// bf16): on every path this CPU runs (portable, AVX-512 BF16, AMX), for odd shapes (column tails inside
 // a 32-column step, odd column counts, tile tails), one row and several, on 1 and 3 threads:
 // - y equals the double product of the rounded activations x~ = bf16(x) and the bf16 weights within
 //   the rounding of K f32 sums: |y - sum_k x~_k w_k| <= gamma_K sum_k |x~_k w_k| (the contract of
 //   bf16_matmul_paths.h; the inputs here have no subnormals, so vdpbf16ps flushes nothing);
 // - against the f32 activations and the f32 weights the bf16 copy was rounded from, within
 //   (gamma_K + (2^-7 + 2^-16)(1 + gamma_K)) sum_k |x_k w0_k|;
-// - a row's result does not depend on the rows beside it: on the AVX-512 path bit for bit, on the
+// - a row's result does not depend on the rows beside it: on the AVX-512 and AMX paths bit for bit, on the
 //   portable one (a loop under 4 rows, sgemm panels from 4) within twice the rounding bound;
-// - the public op runs the chosen path, which follows the kernel copies' instruction set;
+// - the public op runs the chosen path, which follows the kernel copies' instruction set (AMX for
+//   dense weights where it runs, never for quantised ones);
 // - a quantised matrix's bf16 products (quant_bf16_matmul) equal the double product of bf16(x) and
 //   its dequantised values rounded to bf16 within the same bound, on every pair of paths, for int8
 //   and int4 and several group sizes, and a row alone equals the row in a batch;
 // - the register kernel of 1 to 3 rows (quant_bf16_gemv_avx512.cpp) equals the bf16 panels bit for
 //   bit with either way of unpacking int4 indices (widened; multishifted where the CPU has VBMI),
-//   for groups of 32 to 128, tile tails, one step per group, and rows too wide for the multishift.
+//   for groups of 32 to 128, tile tails, one step per group, and rows too wide for the multishift;
+// - the AMX tiles' edges (1 to 40 activation rows, output-row tails, one step, a matrix that takes
+//   the fallback): the same bits alone and in a batch, and quantised equal to dense on one path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,7 +56,8 @@ float widened(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b)
 
 std::vector<Bf16MatmulPath> paths() {
   std::vector<Bf16MatmulPath> p{Bf16MatmulPath::scalar};
-  if (cpu::bf16_matmul_path_supported(Bf16MatmulPath::avx512_bf16)) p.push_back(Bf16MatmulPath::avx512_bf16);
+  for (Bf16MatmulPath path : {Bf16MatmulPath::avx512_bf16, Bf16MatmulPath::amx_bf16})
+    if (cpu::bf16_matmul_path_supported(path)) p.push_back(path);
   return p;
 }
 
@@ -130,8 +134,9 @@ TEST(Bf16Matmul, ARowDoesNotDependOnTheRowsBesideIt) {
       cpu::bf16_matmul_on_path(path, alone.data(), x.data() + i * cols, 1, w.data(), rows, cols);
       for (int64_t n = 0; n < rows; ++n) {
         const float a = alone[n], b = batch[i * rows + n];
-        if (path == Bf16MatmulPath::avx512_bf16) {
-          ASSERT_EQ(a, b) << "avx512_bf16: row " << i << ", output " << n << " alone and in a batch of " << m;
+        if (path != Bf16MatmulPath::scalar) {
+          ASSERT_EQ(a, b) << cpu::bf16_matmul_path_name(path) << ": row " << i << ", output " << n
+                          << " alone and in a batch of " << m;
         } else {
           double magnitude = 0;
           for (int64_t k = 0; k < cols; ++k)
@@ -156,6 +161,12 @@ TEST(Bf16Matmul, PublicOpRunsTheBestPath) {
   if (cpu::kernel_isa() != cpu::Isa::avx512 && cpu::isa_copies()) {
     EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::scalar);
   }
+  // The dense products take AMX where it runs; the quantised ones never do (bf16_matmul_paths.h).
+  if (cpu::bf16_matmul_path_supported(Bf16MatmulPath::amx_bf16) &&
+      (cpu::kernel_isa() == cpu::Isa::avx512 || !cpu::isa_copies())) {
+    EXPECT_EQ(cpu::bf16_matmul_best_path(), Bf16MatmulPath::amx_bf16);
+  }
+  EXPECT_NE(cpu::quant_bf16_best_path(), Bf16MatmulPath::amx_bf16);
 }
 
 struct Quantised {
@@ -206,7 +217,7 @@ TEST(Bf16Matmul, QuantisedWeightsEqualTheirRoundedDequantisedProduct) {
             cpu::quant_bf16_matmul_on_paths(qpath, bpath, y.data(), x.data(), c.m, q.view);
             expect_within(y, xs, ws, c, gamma(c.cols), what);
             EXPECT_EQ(y.back(), -7.0f) << what << ": written past the output";
-            if (bpath == Bf16MatmulPath::avx512_bf16 && qpath == cpu::QuantPath::avx512) {
+            if (bpath != Bf16MatmulPath::scalar && qpath == cpu::QuantPath::avx512) {
               // Dequantised in registers (under 4 rows) or into panels (the scalar dequantisation's):
               // the same bits.
               std::vector<float> panels(static_cast<size_t>(c.m * c.rows));
@@ -214,7 +225,7 @@ TEST(Bf16Matmul, QuantisedWeightsEqualTheirRoundedDequantisedProduct) {
               for (int64_t i = 0; i < c.m * c.rows; ++i)
                 ASSERT_EQ(panels[i], y[i]) << what << ": against the panels, output " << i;
             }
-            if (bpath == Bf16MatmulPath::avx512_bf16 && c.m > 1) {  // a row alone: the same bits
+            if (bpath != Bf16MatmulPath::scalar && c.m > 1) {  // a row alone: the same bits
               std::vector<float> alone(static_cast<size_t>(c.rows));
               cpu::quant_bf16_matmul_on_paths(qpath, bpath, alone.data(), x.data() + (c.m - 1) * c.cols, 1, q.view);
               for (int64_t n = 0; n < c.rows; ++n)
@@ -264,6 +275,71 @@ TEST(Bf16Matmul, RegisterKernelUnpackingsEqualThePanelsBitForBit) {
         }
       }
   EXPECT_EQ(checked, static_cast<int>(2 * std::size(cases) * 3 * unpackings.size()));
+}
+
+// The AMX tiles' edges on every vector path: activation rows 1, 3, 16 (one B tile), 17 and 40
+// (chunks of 16 and a tail), output rows not a multiple of 16 (a tail tile) and past 64 (several
+// blocks), one 32-column step, and 40 columns (no tiles: the avx512_bf16 kernels on the amx_bf16
+// path). Each: within the contract, nothing written past y, a row alone has its bits in the batch,
+// and the int8 / int4 weights give the bits of the dense product on their rounded values.
+TEST(Bf16Matmul, TileEdgesKeepTheBitsForEveryRowCount) {
+  struct ECase {
+    int64_t rows, cols, group;
+  };
+  const ECase cases[] = {{37, 32, 32}, {75, 256, 64}, {130, 96, 32}, {21, 40, 8}};
+  const cpu::QuantPath qpath =
+      cpu::quant_path_supported(cpu::QuantPath::avx512) ? cpu::QuantPath::avx512 : cpu::QuantPath::scalar;
+  int checked = 0;
+  for (Bf16MatmulPath path : paths()) {
+    if (path == Bf16MatmulPath::scalar) continue;
+    for (const ECase& e : cases)
+      for (int64_t m : {1, 3, 16, 17, 40})
+        for (int threads : {1, 3}) {
+          Threads scoped(threads);
+          const Case c{m, e.rows, e.cols};
+          const std::vector<float> x = random(m * e.cols, 50 + e.rows);
+          std::vector<float> xs(x.size());
+          for (size_t i = 0; i < x.size(); ++i) xs[i] = cpu::bf16_rounded(x[i]);
+          for (int bits : {0, 8, 4}) {  // 0: dense bf16 weights
+            const std::string what = describe(path, c, threads) + (bits ? " int" + std::to_string(bits) : " bf16");
+            std::vector<float> ws;
+            std::vector<uint16_t> wb;
+            Quantised q;
+            if (bits == 0) {
+              wb = to_bf16(random(e.rows * e.cols, 51 + e.cols, 0.05f));
+              for (uint16_t b : wb) ws.push_back(widened(b));
+            } else {
+              q = quantise(random(e.rows * e.cols, 52 + e.cols, 0.05f), e.rows, e.cols, e.group, bits);
+              ws.resize(static_cast<size_t>(e.rows * e.cols));
+              cpu::dequantize_weights(ws.data(), q.view);
+              for (float& v : ws) v = cpu::bf16_rounded(v);
+              wb = to_bf16(ws);
+            }
+            auto run = [&](float* y, const float* xi, int64_t rows_of_x) {
+              if (bits == 0)
+                cpu::bf16_matmul_on_path(path, y, xi, rows_of_x, wb.data(), e.rows, e.cols);
+              else
+                cpu::quant_bf16_matmul_on_paths(qpath, path, y, xi, rows_of_x, q.view);
+            };
+            std::vector<float> y(static_cast<size_t>(m * e.rows + 1), -7.0f);
+            run(y.data(), x.data(), m);
+            expect_within(y, xs, ws, c, gamma(e.cols), what);
+            EXPECT_EQ(y.back(), -7.0f) << what << ": written past the output";
+            std::vector<float> dense(static_cast<size_t>(m * e.rows));
+            cpu::bf16_matmul_on_path(path, dense.data(), x.data(), m, wb.data(), e.rows, e.cols);
+            for (int64_t i = 0; i < m * e.rows; ++i)
+              ASSERT_EQ(dense[i], y[i]) << what << ": against dense, output " << i;
+            std::vector<float> alone(static_cast<size_t>(e.rows));
+            for (int64_t i : {int64_t{0}, m - 1}) {
+              run(alone.data(), x.data() + i * e.cols, 1);
+              for (int64_t n = 0; n < e.rows; ++n)
+                ASSERT_EQ(alone[n], y[i * e.rows + n]) << what << ": row " << i << " alone, output " << n;
+            }
+            ++checked;
+          }
+        }
+  }
+  EXPECT_EQ(checked, static_cast<int>((paths().size() - 1) * std::size(cases) * 5 * 2 * 3));
 }
 
 TEST(Bf16Matmul, BadExtentsAreRefused) {

@@ -1,8 +1,9 @@
 // The decode step's product, y = W x for one token, with W in f32 (the GEMM library, ops' gemm at
 // m = 1, and f32_gemv's AVX-512 path, which generate runs at batch 1), bf16 (bf16_weight_matmul, each path this CPU runs), int8 and int4
 // (kernels/cpu/quant_gemv.cpp, each path this CPU runs, and on AVX-512 VNNI the int4 f32 kernel on
-// one thread beside the integer product that path takes; and their bf16 products, quant_bf16_matmul,
-// generate --weights bf16), against the
+// one thread beside the integer product that path takes; and their bf16 products under generate
+// --weights bf16, quant_bf16_matmul, on each bf16 path this CPU runs: avx512_bf16 and amx_bf16),
+// the bf16 products at batch 1 and at --batch M (weights streamed alike), against the
 // memory-bandwidth limit measured in the same run: a copy loop's GB/s, and the limit of a GEMV is
 // that rate over the bytes it must read (weights, scales, zero points). Each format's matrix is held
 // in enough copies (>= 256 MB) that successive GEMVs read from memory, not from the 32 MB last-level
@@ -11,9 +12,10 @@
 // Then the batched product (--batch M activation rows, batched decode's shape): f32 sgemm, the
 // quantised register tiles (what quant_gemm ran for every M before the panels) and quant_gemm (each
 // block of weight rows dequantised once into an f32 panel, then sgemm), bf16 weights
-// (bf16_weight_matmul), the quantised ones' bf16 products (quant_bf16_matmul) and their int8-activation
-// products (quant_w8a8_gemm, the best path, packing per call; and quant_w8a8_gemm_packed on the
-// matrix packed once, as generate --activations int8 runs it), in GFLOP/s. The GEMV lines include
+// (bf16_weight_matmul) and the quantised ones' bf16 products (quant_bf16_matmul), each bf16 path,
+// and their int8-activation products (quant_w8a8_gemm, the best path, packing per call; and
+// quant_w8a8_gemm_packed on the matrix packed once, as generate --activations int8 runs it), in
+// GFLOP/s. The GEMV lines include
 // the packed int8-activation product at m = 1 (generate's batch 1 under --activations int8) against
 // the quantised matrix's bytes (the packed blocks read 6-8% more: offsets, padding).
 //
@@ -73,6 +75,14 @@ void line(const char* what, int64_t rows, int64_t cols, double bytes, double sec
               100.0 * (1.0 / sec) / limit, limit);
 }
 
+// The bf16 products' paths that use vector units (each one this CPU runs).
+std::vector<cpu::Bf16MatmulPath> bf16_vector_paths() {
+  std::vector<cpu::Bf16MatmulPath> paths;
+  for (cpu::Bf16MatmulPath path : {cpu::Bf16MatmulPath::avx512_bf16, cpu::Bf16MatmulPath::amx_bf16})
+    if (cpu::bf16_matmul_path_supported(path)) paths.push_back(path);
+  return paths;
+}
+
 // The batched product y [m, rows] = x [m, cols] W^T in f32 and in int8 / int4 (the AVX-512 path
 // where this CPU runs it), one matrix (it and its panels stay in cache: this measures the arithmetic).
 void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
@@ -91,11 +101,12 @@ void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
   {
     std::vector<uint16_t> wb(w.size());
     cpu::f32_to_bf16(wb.data(), w.data(), static_cast<int64_t>(w.size()));
-    const double sec = best_per_call(8, [&](int64_t) {
-      cpu::bf16_weight_matmul(y.data(), x.data(), m, wb.data(), rows, cols);
-    });
-    report(std::string("bf16 weights (") + cpu::bf16_matmul_path_name(cpu::bf16_matmul_best_path()) + ")", sec,
-           f32_sec);
+    for (cpu::Bf16MatmulPath bpath : bf16_vector_paths()) {
+      const double sec = best_per_call(8, [&](int64_t) {
+        cpu::bf16_matmul_on_path(bpath, y.data(), x.data(), m, wb.data(), rows, cols);
+      });
+      report(std::string("bf16 weights (") + cpu::bf16_matmul_path_name(bpath) + ")", sec, f32_sec);
+    }
   }
   const cpu::QuantPath path = cpu::quant_best_path();
   for (int bits : {8, 4}) {
@@ -117,8 +128,12 @@ void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
     report(name + "register tiles (" + cpu::quant_path_name(path) + ")", tiles, f32_sec);
     const double panels = best_per_call(8, [&](int64_t) { cpu::quant_gemm(y.data(), x.data(), m, v); });
     report(name + "quant_gemm (panels)", panels, f32_sec);
-    const double bf16 = best_per_call(8, [&](int64_t) { cpu::quant_bf16_matmul(y.data(), x.data(), m, v); });
-    report(name + "quant_bf16_matmul (bf16 panels)", bf16, f32_sec);
+    for (cpu::Bf16MatmulPath bpath : bf16_vector_paths()) {
+      const double bf16 = best_per_call(8, [&](int64_t) {
+        cpu::quant_bf16_matmul_on_paths(path, bpath, y.data(), x.data(), m, v);
+      });
+      report(name + "quant_bf16_matmul (" + cpu::bf16_matmul_path_name(bpath) + ")", bf16, f32_sec);
+    }
     // The best path only (the portable one is a plain loop, far slower: correctness, not speed).
     const cpu::W8A8Path w8a8_path = cpu::w8a8_best_path();
     const double w8a8 =
@@ -133,8 +148,14 @@ void batched(int64_t m, int64_t rows, int64_t cols, int64_t group) {
   }
 }
 
-void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
-  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+// Weights streamed from memory (copies past the last-level cache), batch 1 and `batch` activation
+// rows: a call reads the weights once either way, so both have the GEMV's limit.
+void matrix(int64_t rows, int64_t cols, int64_t group, int64_t batch, double bandwidth) {
+  const int64_t mb = std::max<int64_t>(1, batch);
+  std::vector<int64_t> batches{1};
+  if (batch > 1) batches.push_back(batch);
+  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(mb * cols)),
+      y(static_cast<size_t>(mb * rows));
   for (size_t i = 0; i < w.size(); ++i) w[i] = 0.02f * static_cast<float>(static_cast<int64_t>(i * 7919 % 1000) - 500) / 500.0f;
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
 
@@ -160,12 +181,17 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
     std::vector<uint16_t> all(static_cast<size_t>(copies * rows * cols));
     cpu::f32_to_bf16(all.data(), w.data(), rows * cols);
     for (int64_t c = 1; c < copies; ++c) std::copy_n(all.begin(), rows * cols, all.begin() + c * rows * cols);
-    for (cpu::Bf16MatmulPath path : {cpu::Bf16MatmulPath::scalar, cpu::Bf16MatmulPath::avx512_bf16}) {
-      if (!cpu::bf16_matmul_path_supported(path)) continue;
-      const double sec = best_per_call(copies, [&](int64_t i) {
-        cpu::bf16_matmul_on_path(path, y.data(), x.data(), 1, all.data() + i * rows * cols, rows, cols);
-      });
-      line((std::string("bf16 (") + cpu::bf16_matmul_path_name(path) + ")").c_str(), rows, cols, bytes, sec, bandwidth);
+    std::vector<cpu::Bf16MatmulPath> paths{cpu::Bf16MatmulPath::scalar};
+    for (cpu::Bf16MatmulPath path : bf16_vector_paths()) paths.push_back(path);
+    for (int64_t m : batches) {
+      for (cpu::Bf16MatmulPath path : paths) {
+        if (path == cpu::Bf16MatmulPath::scalar && m > 1) continue;
+        const double sec = best_per_call(copies, [&](int64_t i) {
+          cpu::bf16_matmul_on_path(path, y.data(), x.data(), m, all.data() + i * rows * cols, rows, cols);
+        });
+        const std::string what = std::string("bf16 (") + cpu::bf16_matmul_path_name(path) + ") M=" + std::to_string(m);
+        line(what.c_str(), rows, cols, bytes, sec, bandwidth);
+      }
     }
   }
   for (int bits : {8, 4}) {
@@ -204,16 +230,20 @@ void matrix(int64_t rows, int64_t cols, int64_t group, double bandwidth) {
       });
       line(("int4 G" + std::to_string(group) + " (avx512 f32, 1 thr)").c_str(), rows, cols, bytes, sec, bandwidth);
     }
-    {  // generate --weights bf16: the quantised matrix's bf16 products (quant_bf16_matmul) at m = 1
-      const double sec = best_per_call(copies, [&](int64_t i) {
-        const tessera::kernels::QuantMatrixView v{all_q.data() + i * qbytes, all_s.data() + i * groups,
-                                                  bits == 4 ? all_z.data() + i * groups : nullptr, rows, cols, group,
-                                                  bits};
-        cpu::quant_bf16_matmul(y.data(), x.data(), 1, v);
-      });
-      const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " bf16 products";
-      line(what.c_str(), rows, cols, bytes, sec, bandwidth);
-    }
+    // generate --weights bf16: the quantised matrix's bf16 products (quant_bf16_matmul_on_paths) at
+    // batch 1 and `batch`, each bf16 path with the best quantised path
+    for (int64_t m : batches)
+      for (cpu::Bf16MatmulPath bpath : bf16_vector_paths()) {
+        const double sec = best_per_call(copies, [&](int64_t i) {
+          const tessera::kernels::QuantMatrixView v{all_q.data() + i * qbytes, all_s.data() + i * groups,
+                                                    bits == 4 ? all_z.data() + i * groups : nullptr, rows, cols, group,
+                                                    bits};
+          cpu::quant_bf16_matmul_on_paths(cpu::quant_best_path(), bpath, y.data(), x.data(), m, v);
+        });
+        const std::string what = "int" + std::to_string(bits) + " G" + std::to_string(group) + " bf16 (" +
+                                 cpu::bf16_matmul_path_name(bpath) + ") M=" + std::to_string(m);
+        line(what.c_str(), rows, cols, bytes, sec, bandwidth);
+      }
     {  // generate --activations int8 at batch 1: the packed integer product at m = 1
       const tessera::kernels::QuantMatrixView v{q.data(), scales.data(), bits == 4 ? zeros.data() : nullptr,
                                                 rows, cols, group, bits};
@@ -251,8 +281,8 @@ int main(int argc, char** argv) {
   const double bandwidth = copy_gbs();
   std::printf("limit: copy of 64M floats %.1f GB/s (8 bytes per element); a GEMV's limit = that / its bytes\n\n",
               bandwidth);
-  matrix(768, 3072, group, bandwidth);
-  matrix(3072, 768, group, bandwidth);
+  matrix(768, 3072, group, batch, bandwidth);
+  matrix(3072, 768, group, batch, bandwidth);
   if (batch > 0) {
     std::printf("\nbatched products (one matrix, in cache), M = %lld activation rows\n", static_cast<long long>(batch));
     batched(batch, 768, 3072, group);
