@@ -413,6 +413,8 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
   // times below are those of a node where every rank computes.
   const double over = machine.oversubscription(ranks_per_node);
   const bool shared_cores = over > 1;
+  // The share of the node's ranks wanting the cores at once (a pipeline's bubble lowers it, below).
+  double computing_share = 1;
   // Each stage's micro-batch; the slowest sets the pipeline's pace, and its terms are the ones reported.
   std::vector<StageCost> stages;
   int slowest = 0;
@@ -471,7 +473,8 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
       for (const StageCost& stage : stages) work += m * stage.total();
       const double busy = std::min(1.0, work / (pp * t.pipeline_s));
       const double w = machine.waiting_rank_share;
-      t.pipeline_s *= std::max(busy + w * (1 - busy), 1.0 / over);
+      computing_share = std::max(busy + w * (1 - busy), 1.0 / over);
+      t.pipeline_s *= computing_share;
     }
   }
   t.oversubscription = over;
@@ -553,8 +556,13 @@ StepTime predict(const GptRun& run, const MachineModel& machine, int ranks_per_n
       ++step_end_calls;
     }
   // Where ranks share cores the step waits at its first collective for the rank the scheduler
-  // served least, and each step-end collective for its members to be scheduled again.
-  if (shared_cores) t.sync_s = machine.sync_lag_s + step_end_calls * machine.sync_wake_s;
+  // served least, and each step-end collective for its members to be scheduled again. The lag is
+  // the uneven service of ranks computing on one core at once: calibrated with all `over` of them,
+  // none with one (a pipeline whose stages take turns, one rank per core computing), linear between.
+  if (shared_cores) {
+    const double lag_share = std::clamp((over * computing_share - 1) / (over - 1), 0.0, 1.0);
+    t.sync_s = lag_share * machine.sync_lag_s + step_end_calls * machine.sync_wake_s;
+  }
   t.step_s = t.pipeline_s + t.optimizer_s + outside + t.sync_s;
   const double tokens =
       static_cast<double>(run.micro_batch) * m * run.mesh.dp * run.mesh.ep * run.mesh.tp_batch_parts() * run.seq;

@@ -486,6 +486,28 @@ TEST(TimeModel, OnSharedCoresTheStepWaitsForItsSlowestRank) {
   EXPECT_THROW(plan::parse_machine_json(bad, "bad"), Error);
 }
 
+// The slowest rank's lag comes from ranks computing on one core at once: a pipeline of 2 stages and
+// one micro-batch on 2 ranks sharing a core computes one stage at a time, so with a waiting rank
+// that gives its share away (waiting_rank_share 0) no lag is added, only the wake-ups; with one that
+// spins (1) both ranks want the core throughout and the whole lag is added; half-way (0.5: 3 of 4
+// slots wanting the core) half of it.
+TEST(TimeModel, OnSharedCoresAPipelineTakingTurnsLagsLess) {
+  plan::MachineModel model = with_cores(plan::parse_machine_json(machine_json(1e10, 1e-12), "t"), 1);
+  model.sync_lag_s = 2e-3;
+  model.sync_wake_s = 5e-4;
+  const plan::GptRun run = tiny_run(4, 2, 1, 1);
+  const auto sync = [&](double w) {
+    model.waiting_rank_share = w;
+    const plan::StepTime step = plan::predict_step(run, model, 2);
+    int step_end_calls = 0;
+    for (const plan::CommTerm& c : step.comm) step_end_calls += c.in_layers ? 0 : 1;
+    return step.sync_s - step_end_calls * model.sync_wake_s;
+  };
+  EXPECT_NEAR(sync(0.0), 0.0, 1e-5);
+  EXPECT_NEAR(sync(1.0), 2e-3, 1e-12);
+  EXPECT_NEAR(sync(0.5), 1e-3, 1e-5);
+}
+
 // Grid tensor parallelism: the model's bytes per step are what the metrics' comm_bytes count on
 // tests/parity/tensor_grid.sh's model (layers 2, hidden 32, heads 4, vocabulary 61, sequence 16,
 // global batch 8), less the 32 bytes of per-step scalars the model leaves out (the loss and the
