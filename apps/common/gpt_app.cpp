@@ -156,6 +156,7 @@ int gpt_app_main(int argc, char** argv, GptApp app) {
     TESSERA_CHECK(!o.train.document_mask || o.device() == Device::cpu, name, " --document-mask --device cuda: document",
                   " masking has no CUDA attention kernel yet; run it on the CPU (--device cpu)");
     o.check_sequence_split(seq_len);
+    o.check_sequence_heads(mc.heads);
     train::TrainConfig& tc = o.train;
     tc.seq_len = seq_len;
     if (dry_run || o.auto_placement()) {

@@ -179,6 +179,7 @@ LayoutChoice evaluate_layout(const SearchInput& input, const plan::MachineModel&
   o.finish(input.ranks, p.vm);  // the trainer's own checks of the layout and the batch
   TESSERA_CHECK(seq >= 1, "--seq-len must be >= 1, got ", seq);
   o.check_sequence_split(seq);
+  o.check_sequence_heads(mc.heads);
   TESSERA_CHECK(!p.model.input.empty() || input.vocab > 0, "give --input DATA.h5 (its vocab_size) or --vocab N");
   if (input.moe) p.model.experts.finish(mc, o);  // moe_train's own checks of the experts and the layout
   else TESSERA_CHECK(o.mesh.ep == 1, "gpt_train: --ep ", o.mesh.ep, " needs mixture-of-experts layers: use moe_train");

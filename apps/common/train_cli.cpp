@@ -363,6 +363,16 @@ void TrainOptions::check_sequence_split(int64_t seq_len) const {
                 " equal chunks, two a rank); use --sp-mode ring, or a --seq-len divisible by ", 2 * mesh.sp);
 }
 
+void TrainOptions::check_sequence_heads(int64_t heads) const {
+  if (mesh.sp == 1 || sp_mode != "all_to_all") return;
+  const int64_t parts = mesh.tp_feature_parts();
+  if (heads % parts != 0) return;  // the tensor split's own check names it
+  TESSERA_CHECK((heads / parts) % mesh.sp == 0, "--sp-mode all_to_all --sp ", mesh.sp, ": each rank's ", heads / parts,
+                " heads (--heads ", heads, parts > 1 ? " over the tensor split" : "", ") do not split evenly over the ",
+                mesh.sp, " sp ranks (all_to_all gives each an equal share of the heads); use --sp-mode ring, or --heads",
+                " divisible by ", parts * mesh.sp);
+}
+
 ParallelSetup::ParallelSetup(const TrainOptions& options, int64_t heads, int64_t head_dim)
     : options_(options), mesh_(options.mesh), tensor_(mesh_.group(comm::Axis::tp), options.split_gather()) {
   if (options.grid()) grid_.emplace(mesh_);

@@ -56,6 +56,9 @@ struct TrainOptions {
   // --seq-len splits over the sp ranks as the mode cuts it (zigzag: 2 x sp equal chunks); a
   // language model's (causal) check, before any communication.
   void check_sequence_split(int64_t seq_len) const;
+  // all_to_all gives each sp rank an equal share of a rank's heads (--heads over the tp ranks that
+  // split them): checked before any communication (the attention's own check comes after start-up).
+  void check_sequence_heads(int64_t heads) const;
   bool auto_placement() const { return placement == "auto"; }
   bool grid() const { return mesh.tp_mode != comm::TpMode::d1; }  // --tp-mode 2d, 2.5d or 3d
   // The ranks splitting the model's heads (tp, or a grid's side q), after checking that a grid

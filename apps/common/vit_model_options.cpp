@@ -40,6 +40,7 @@ void VitModelOptions::check_layout(const TrainOptions& o) const {
                 " --offload-optim-frac (static) with --device-memory-limit");
   TESSERA_CHECK(o.mesh.ep == 1, "vit_train: --ep needs mixture-of-experts layers (moe_train has them)");
   config.validate(o.split_model(config.heads, config.hidden));
+  o.check_sequence_heads(config.heads);
   TESSERA_CHECK(config.tokens() % o.mesh.sp == 0, "vit: --sp ", o.mesh.sp, " does not divide the ", config.tokens(),
                 " tokens of an image (", config.patches(), " patches",
                 config.pool == "cls" ? " + the class token; --pool mean has no class token" : "",

@@ -509,7 +509,7 @@ TEST_F(GptTrainBadLayout, SequenceNotDivisibleBySequenceParallel) {
 
 // Ulysses moves whole heads between ranks: 2 heads cannot go to 4 ranks (ring attention can).
 TEST_F(GptTrainBadLayout, HeadsNotDivisibleForAllToAll) {
-  expect_refused(4, "--sp 4 --sp-mode all_to_all", "2 heads do not split evenly over sp = 4 ranks");
+  expect_refused(4, "--sp 4 --sp-mode all_to_all", "each rank's 2 heads (--heads 2) do not split evenly over the 4 sp ranks");
 }
 
 // Megatron's sequence parallelism lives inside the tp group: it needs tp and takes no sp axis.

@@ -251,6 +251,33 @@ TEST(LayoutSearch, GridTensorParallelLayoutsAreOfferedPlannedAndTimed) {
   }
 }
 
+// all_to_all moves whole heads between the sp ranks: the search refuses, before any run, a layout
+// whose ranks' heads (--heads over tp) do not split over sp, as the trainer does at its start (a
+// campaign once sampled sp 8 over 4 heads, and the run stopped in the attention's constructor).
+TEST(LayoutSearch, AllToAllLayoutsSplitEachRanksHeadsOverSp) {
+  cli::SearchInput in;
+  in.ranks = 8;
+  in.ranks_per_node = 8;
+  in.vocab = 64;
+  in.trainer_args = {"--layers", "2", "--hidden", "32", "--heads", "4", "--seq-len", "16", "--global-batch", "8"};
+  const auto refusal = [&](const std::vector<std::string>& layout) -> std::string {
+    try {
+      cli::evaluate_layout(in, machine(), layout);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refusal({"--dp", "1", "--tp", "1", "--pp", "1", "--sp", "8", "--sp-mode", "all_to_all"})
+                .find("each rank's 4 heads (--heads 4) do not split evenly over the 8 sp ranks"),
+            std::string::npos);
+  EXPECT_NE(refusal({"--dp", "1", "--tp", "2", "--pp", "1", "--sp", "4", "--sp-mode", "all_to_all"})
+                .find("each rank's 2 heads (--heads 4 over the tensor split) do not split evenly over the 4 sp ranks"),
+            std::string::npos);
+  EXPECT_EQ(refusal({"--dp", "2", "--tp", "1", "--pp", "1", "--sp", "4", "--sp-mode", "all_to_all"}), "");
+  EXPECT_EQ(refusal({"--dp", "1", "--tp", "1", "--pp", "1", "--sp", "8", "--sp-mode", "ring"}), "");
+}
+
 // vit_train takes every grid mode (its dry run plans them: plan/vit_memory_plan.h): on 4 ranks tp 4
 // is offered as --tp-mode 2d, planned with the grid's workspace and its own feature block at the
 // edges, timed, and checked again from its flags alone; on 8 ranks 2.5d and 3d plan and time too.
