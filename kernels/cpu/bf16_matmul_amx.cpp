@@ -77,16 +77,14 @@ void configure(int a_rows, int mc) {
   _tile_loadconfig(&cfg);
 }
 
-// Staging lines for the A tiles of quantised weights: a step's lines are stored kAhead steps before
-// its tiles load them, kAhead + 1 sets in turn, each up to 4 blocks of 16 rows x 32 bf16. Measured
-// (int4, one thread, 768 x 3072): 0 steps ahead ran fastest; 1, 2 and 6 from 5% to 20% slower.
-constexpr int kAhead = 0;
-constexpr int kSets = kAhead + 1;
+// Staging lines for the A tiles of quantised weights: a step's lines, up to 4 blocks of 16 rows x 32
+// bf16, stored just before its tiles load them (measured, int4, one thread, 768 x 3072: staging 1, 2
+// or 6 steps ahead in turn ran 5% to 20% slower).
+struct alignas(64) Staging {
+  uint16_t lines[4][16 * 32];
+};
 // How far ahead of its reads each quantised row's stream is prefetched (64-byte lines).
 constexpr int kPrefetchLines = 4;
-struct alignas(64) Staging {
-  uint16_t lines[kSets][4][16 * 32];
-};
 
 // Block j's A tile for step s: dense weights straight from W, or the staged lines.
 struct DenseA {
@@ -106,7 +104,7 @@ struct QuantA {
   int64_t n;  // the first block's first row
   alignas(64) uint16_t tables[4 * 16][32];  // int4: row r's group table (quant_bf16_unpack_avx512.h)
   float scale[4 * 16];                       // int8: row r's group scale
-  const uint16_t* tile(int j, int64_t s, Staging& st) const { return st.lines[s % kSets][j]; }
+  const uint16_t* tile(int j, int64_t, Staging& st) const { return st.lines[j]; }
   int64_t stride() const { return 64; }
   // Rows [0, rows_in) of the blocks, group g.
   void group(int rows_in, int64_t g, int) {
@@ -124,7 +122,7 @@ struct QuantA {
   // kPrefetchLines ahead is asked for as the step enters a new line: the blocks read 16 to 64 rows
   // side by side, too many streams for the hardware prefetchers.
   void stage(int j, int64_t s, int a_rows, Staging& st) const {
-    uint16_t* out = st.lines[s % kSets][j];
+    uint16_t* out = st.lines[j];
     const int64_t row_bytes = Bits == 8 ? w->cols : w->cols / 2, byte = s * kStepBytes;
     const uint8_t* q = w->q + (n + j * 16) * row_bytes + byte;
     if (byte % 64 == 0)
@@ -176,9 +174,8 @@ void sweep(float* y, int64_t ldy, const uint32_t* xc, int mc, A& a, int64_t cols
     if (s % steps_per_group == 0) a.group(rows_in, s / steps_per_group, a_rows);
     for (int j = 0; j < NB; ++j) a.stage(j, s, a_rows, staging);
   };
-  for (int64_t s = 0; s < kAhead && s < steps; ++s) stage(s);
   for (int64_t s = 0; s < steps; ++s) {
-    if (s + kAhead < steps) stage(s + kAhead);
+    stage(s);
     _tile_loadd(6, xc + s * 16 * mc, bstride);
     _tile_loadd(4, a.tile(0, s, staging), a.stride());
     _tile_dpbf16ps(0, 4, 6);
