@@ -4,7 +4,7 @@
 # time (kernels/cpu/isa.h: the tessera_kernels_avx2/avx512 objects; AdamW's adamw_avx2/avx512; the
 # quantised matmuls' quant_dot_avx512; the bf16 weights' bf16_matmul_avx512 and
 # quant_bf16_gemv_avx512; the f32 GEMV's f32_gemv_avx512; the int8-activation products'
-# quant_w8a8_vnni; the int4 GEMV's quant_int4_gemv_vnni).
+# quant_w8a8_vnni; the int4 GEMV's quant_int4_gemv_vnni; the AMX products' bf16_matmul_amx).
 # "Beyond" is read from the disassembly: a VEX/EVEX instruction (a mnemonic starting with v) or a
 # ymm/zmm register.
 set -euo pipefail
@@ -14,7 +14,7 @@ mapfile -t objects < <(find "$build/lib" "$build/kernels" "$build/apps" -name '*
   ! -path '*/tessera_kernels_avx2.dir/*' ! -path '*/tessera_kernels_avx512.dir/*' \
   ! -name 'adamw_avx2.cpp.o' ! -name 'adamw_avx512.cpp.o' ! -name 'quant_dot_avx512.cpp.o' ! -name 'bf16_matmul_avx512.cpp.o' \
   ! -name 'quant_bf16_gemv_avx512.cpp.o' ! -name 'f32_gemv_avx512.cpp.o' ! -name 'quant_w8a8_vnni.cpp.o' \
-  ! -name 'quant_int4_gemv_vnni.cpp.o' | sort)
+  ! -name 'quant_int4_gemv_vnni.cpp.o' ! -name 'bf16_matmul_amx.cpp.o' | sort)
 [ ${#objects[@]} -gt 50 ] || { echo "error: only ${#objects[@]} objects under $build (not built?)"; exit 1; }
 bad=0
 for o in "${objects[@]}"; do
