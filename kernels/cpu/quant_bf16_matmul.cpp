@@ -45,17 +45,22 @@ void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y,
   if (bpath == Bf16MatmulPath::amx_bf16 && !bf16_amx_fits(cols)) bpath = Bf16MatmulPath::avx512_bf16;
   const bool amx = bpath == Bf16MatmulPath::amx_bf16;
   const bool dots = bpath != Bf16MatmulPath::scalar;
-  // The AMX tiles' activations (bf16_matmul_paths.h: one row is its own packing).
-  std::vector<uint16_t> xb_amx;
+  // The activations rounded to bf16, for the AMX tiles and the panels (the register kernel below
+  // keeps its own per thread), and the AMX tiles' packing of them (bf16_matmul_paths.h: one row is
+  // its own packing).
+  std::vector<uint16_t> rounded;
+  const auto round_activations = [&] {
+    rounded.resize(static_cast<size_t>(m * cols));
+    f32_to_bf16(rounded.data(), x, m * cols);
+  };
   std::vector<uint32_t> packed;
   const uint32_t* xp = nullptr;
   if (amx) {
-    xb_amx.resize(static_cast<size_t>(m * cols));
-    f32_to_bf16(xb_amx.data(), x, m * cols);
-    xp = reinterpret_cast<const uint32_t*>(xb_amx.data());
+    round_activations();
+    xp = reinterpret_cast<const uint32_t*>(rounded.data());
     if (m > 1) {
       packed.resize(static_cast<size_t>(m * cols / 2));
-      bf16_amx_pack_activations(packed.data(), xb_amx.data(), m, cols);
+      bf16_amx_pack_activations(packed.data(), rounded.data(), m, cols);
       xp = packed.data();
     }
   }
@@ -82,10 +87,9 @@ void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y,
       quant_bf16_gemv_rows_avx512(y, xbits, m, w, b * kBlock, std::min(w.rows, (b + 1) * kBlock));
     return;
   }
-  std::vector<uint16_t> xb(static_cast<size_t>(m * cols));
-  f32_to_bf16(xb.data(), x, m * cols);
+  if (!amx) round_activations();
   std::vector<float> xr(dots ? 0 : static_cast<size_t>(m * cols));
-  if (!dots) bf16_to_f32(xr.data(), xb.data(), m * cols);
+  if (!dots) bf16_to_f32(xr.data(), rounded.data(), m * cols);
   const QuantDequantRowsFn dequantize =
       qpath == QuantPath::avx512 ? quant_dequantize_rows_avx512 : quant_dequantize_rows_scalar;
   // Weight rows per panel: about 128 KiB of bf16 (beside the activations in L2), a multiple of 4.
@@ -109,7 +113,7 @@ void quant_bf16_matmul_on_paths(QuantPath qpath, Bf16MatmulPath bpath, float* y,
         if (amx)
           bf16_matmul_rows_amx(y + n0, xp, m, bits.data(), w.rows, cols, 0, count);
         else
-          bf16_matmul_rows_avx512(y + n0, xb.data(), m, bits.data(), w.rows, cols, 0, count);
+          bf16_matmul_rows_avx512(y + n0, rounded.data(), m, bits.data(), w.rows, cols, 0, count);
         continue;
       }
       for (int64_t i = 0; i < count * cols; ++i) panel[static_cast<size_t>(i)] = bf16_rounded(panel[static_cast<size_t>(i)]);

@@ -102,6 +102,12 @@ TEST_F(VitTrainBadInput, HeadsNotDivisibleByTensorParallel) {
   expect_refused(4, "--input " + shell_quote(images_) + " --tp 4", "--heads 2 is not divisible by --tp 4");
 }
 
+// Ulysses moves whole heads between the sp ranks: 2 heads cannot go to 4 (refused before any run).
+TEST_F(VitTrainBadInput, HeadsNotDivisibleForAllToAll) {
+  expect_refused(4, "--input " + shell_quote(images_) + " --pool mean --sp 4 --sp-mode all_to_all",
+                 "each rank's 2 heads (--heads 2) do not split evenly over the 4 sp ranks");
+}
+
 TEST_F(VitTrainBadInput, HiddenNotSplittingOverA3dGrid) {
   shape_ = "--layers 1";
   expect_refused(8, "--input " + shell_quote(images_) + " --tp 8 --tp-mode 3d --hidden 34 --heads 2",
